@@ -1,0 +1,4 @@
+//! Computations over the model: no I/O, no formatting.
+
+pub mod decimate;
+pub mod summary;

@@ -1,0 +1,209 @@
+//! `summary` of tracker stats: MemoryTracker.summary's top ops, and what a user asks next.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::model::{Marker, RecordInfo, Series, TrackerStats};
+
+#[derive(Debug, Serialize)]
+pub struct TrackerSummary {
+    pub ops: usize,
+    /// `op_index` from the file, when it has one.
+    pub op_index: Option<i64>,
+    pub num_alloc_retries: i64,
+    pub peaks: Vec<Peak>,
+    pub phases: Vec<Phase>,
+    pub top_ops: Vec<TopOp>,
+    pub markers: Vec<Marker>,
+    pub record: Option<RecordInfo>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Peak {
+    pub series: Series,
+    pub bytes: f64,
+    pub op_index: usize,
+    pub op: String,
+}
+
+/// A stretch of ops between markers: forward (fw_start to fw_bw_boundary) or backward
+/// (fw_bw_boundary to the next fw_start, or the end), per iteration.
+#[derive(Debug, Serialize)]
+pub struct Phase {
+    pub iteration: usize,
+    pub phase: &'static str,
+    pub first_op: usize,
+    /// One past the last op.
+    pub end_op: usize,
+    pub peak_allocated_bytes: f64,
+    pub peak_op_index: usize,
+    /// Allocated after the phase's last op minus allocated before its first.
+    pub allocated_change_bytes: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TopOp {
+    pub rank: usize,
+    pub op_index: usize,
+    pub op: String,
+    /// Allocated after the op minus allocated after the op before it (MemoryTracker.summary).
+    pub generated_bytes: f64,
+}
+
+pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
+    let n = stats.op_count();
+    let peaks = Series::ALL
+        .iter()
+        .filter_map(|&s| {
+            argmax(stats.series(s), 0, n).map(|(i, bytes)| Peak {
+                series: s,
+                bytes,
+                op_index: i,
+                op: stats.names.get(i).to_string(),
+            })
+        })
+        .collect();
+    TrackerSummary {
+        ops: n,
+        op_index: stats.op_index,
+        num_alloc_retries: stats.num_alloc_retries,
+        peaks,
+        phases: phases(stats),
+        top_ops: top_ops(stats, top),
+        markers: stats.markers.clone(),
+        record: stats.record.clone(),
+    }
+}
+
+/// Index and value of the first maximum in `v[from..to]`, skipping NaN.
+fn argmax(v: &[f64], from: usize, to: usize) -> Option<(usize, f64)> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, &x) in v.iter().enumerate().take(to).skip(from) {
+        if !x.is_nan() && best.is_none_or(|(_, b)| x > b) {
+            best = Some((i, x));
+        }
+    }
+    best
+}
+
+/// MemoryTracker.summary exactly: for ops 1..op_index, generated = allocated[i] -
+/// allocated[i-1], keyed by op name (a repeated name keeps its last value and its first
+/// position), sorted descending with ties in first-seen order, first `top`. Files without
+/// `op_index` use the number of ops, as PyTorch's `load()` does.
+pub fn top_ops(stats: &TrackerStats, top: usize) -> Vec<TopOp> {
+    let n = stats.op_count();
+    let end = stats.op_index.map_or(n, |k| (k.max(0) as usize).min(n));
+    let alloc = &stats.allocated;
+    // (first seen, last seen) per distinct name, in first-seen order
+    let mut entries: Vec<(usize, usize)> = Vec::new();
+    let mut slot: HashMap<&str, usize> = HashMap::with_capacity(end);
+    for i in 1..end {
+        let name = stats.names.get(i);
+        match slot.get(name) {
+            Some(&k) => entries[k].1 = i,
+            None => {
+                slot.insert(name, entries.len());
+                entries.push((i, i));
+            }
+        }
+    }
+    drop(slot);
+    let generated = |i: usize| alloc[i] - alloc[i - 1];
+    // stable sort by value descending keeps first-seen order among equals, as Python's does
+    entries.sort_by(|a, b| generated(b.1).total_cmp(&generated(a.1)));
+    entries
+        .into_iter()
+        .take(top)
+        .enumerate()
+        .map(|(rank, (_, i))| TopOp {
+            rank: rank + 1,
+            op_index: i,
+            op: stats.names.get(i).to_string(),
+            generated_bytes: generated(i),
+        })
+        .collect()
+}
+
+fn phases(stats: &TrackerStats) -> Vec<Phase> {
+    let n = stats.op_count();
+    let mut events: Vec<Marker> = stats
+        .marker_events()
+        .into_iter()
+        .filter(|m| m.name == "fw_start" || m.name == "fw_bw_boundary")
+        .collect();
+    events.sort_by_key(|m| m.op_index);
+    let mut out = Vec::new();
+    let mut iteration = 0;
+    for (k, m) in events.iter().enumerate() {
+        let start = (m.op_index.max(0) as usize).min(n);
+        let end = events
+            .get(k + 1)
+            .map_or(n, |next| (next.op_index.max(0) as usize).min(n));
+        let phase = if m.name == "fw_start" {
+            iteration += 1;
+            "forward"
+        } else {
+            "backward"
+        };
+        if end <= start {
+            continue;
+        }
+        let (peak_op_index, peak_allocated_bytes) =
+            argmax(&stats.allocated, start, end).unwrap_or((start, f64::NAN));
+        let before = if start == 0 {
+            0.0
+        } else {
+            stats.allocated[start - 1]
+        };
+        out.push(Phase {
+            iteration: iteration.max(1),
+            phase,
+            first_op: start,
+            end_op: end,
+            peak_allocated_bytes,
+            peak_op_index,
+            allocated_change_bytes: stats.allocated[end - 1] - before,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::OpNames;
+
+    fn stats(names: &[&str], alloc: &[f64]) -> TrackerStats {
+        let mut n = OpNames::default();
+        names.iter().for_each(|s| n.push(s));
+        TrackerStats {
+            names: n,
+            allocated: alloc.to_vec(),
+            active: alloc.to_vec(),
+            reserved: alloc.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn repeated_names_keep_last_value_and_first_position() {
+        // a: +1 then (as a repeat) -5 → last value -5 wins, as in MemoryTracker's dict
+        let s = stats(&["x", "a", "b", "a", "c"], &[0.0, 1.0, 3.0, -2.0, -2.0]);
+        let top = top_ops(&s, 10);
+        let got: Vec<(&str, f64)> = top
+            .iter()
+            .map(|t| (t.op.as_str(), t.generated_bytes))
+            .collect();
+        assert_eq!(got, vec![("b", 2.0), ("c", 0.0), ("a", -5.0)]);
+    }
+
+    #[test]
+    fn op_index_bounds_the_ops_summarised() {
+        let mut s = stats(&["x", "a", "b"], &[0.0, 1.0, 9.0]);
+        s.op_index = Some(2);
+        let top = top_ops(&s, 10);
+        assert_eq!(top.len(), 1);
+        assert_eq!(top[0].op, "a");
+    }
+}

@@ -1,0 +1,48 @@
+//! Errors that reach the user, each with the exit code it maps to.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An input file that cannot be read or is not what memtrack reads.
+    #[error("{}: {message}", path.display())]
+    Input { path: PathBuf, message: String },
+    /// Writing an output failed.
+    #[error("{}: cannot write: {source}", path.display())]
+    Output {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Arguments that make no sense together.
+    #[error("{0}")]
+    Usage(String),
+    /// A check the user asked for did not pass (e.g. `diff --fail-over`).
+    #[error("{0}")]
+    CheckFailed(String),
+}
+
+impl Error {
+    pub fn input(path: &Path, message: impl Into<String>) -> Error {
+        Error::Input {
+            path: path.to_path_buf(),
+            message: message.into(),
+        }
+    }
+
+    pub fn output(path: &Path, source: std::io::Error) -> Error {
+        Error::Output {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// 1 for a failed check, 2 for bad usage or unreadable input (DESIGN.md, "Conventions").
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::CheckFailed(_) => 1,
+            _ => 2,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

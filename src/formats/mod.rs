@@ -1,0 +1,125 @@
+//! Pickle values to model types and back. Only this module knows the files' layouts.
+//!
+//! `load` detects what a file is from its content, never from its name.
+
+pub mod json;
+pub mod tracker;
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::model::TrackerStats;
+use crate::pickle::{self, Document, ReadError, View};
+
+/// A file memtrack reads, by kind.
+pub enum Input {
+    Tracker(TrackerStats),
+}
+
+impl Input {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Input::Tracker(_) => "tracker stats",
+        }
+    }
+}
+
+pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtrack record files and allocator snapshots (_dump_snapshot)";
+
+/// Read and decode `path` as a pickle, with errors that name the file and say what was wrong.
+pub fn read_pickle(path: &Path) -> Result<Document> {
+    match pickle::read_file(path, &mut ()) {
+        Ok(doc) => Ok(doc),
+        Err(ReadError::Io(e)) => Err(Error::input(path, format!("cannot read: {e}"))),
+        Err(ReadError::Pickle(e)) => Err(Error::input(path, describe_pickle_error(path, &e))),
+    }
+}
+
+fn describe_pickle_error(path: &Path, e: &pickle::PickleError) -> String {
+    let mut head = [0u8; 4];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .unwrap_or(0);
+    let head = &head[..n];
+    // Protocol 2+ files start with PROTO (0x80); anything else that fails is most likely not a
+    // pickle at all, and the opcode-level message would only confuse.
+    if head.first().is_some_and(|&b| b != 0x80) {
+        let hint = if head.starts_with(&[0x1f, 0x8b]) {
+            " (it is gzip-compressed: decompress it first)"
+        } else if head.starts_with(b"PK") {
+            " (it is a zip archive, e.g. torch.save output, not a stats file or snapshot)"
+        } else if head[0] == b'{' || head[0] == b'[' {
+            " (it looks like JSON)"
+        } else if head
+            .iter()
+            .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())
+        {
+            " (it looks like text)"
+        } else {
+            ""
+        };
+        return format!(
+            "not a pickle (first byte 0x{:02x} at offset 0){hint}: {e}; {READS}",
+            head[0]
+        );
+    }
+    format!("not a readable pickle: {e}")
+}
+
+/// Load any input memtrack understands.
+pub fn load(path: &Path) -> Result<Input> {
+    let doc = read_pickle(path)?;
+    from_document(path, &doc)
+}
+
+pub fn from_document(path: &Path, doc: &Document) -> Result<Input> {
+    let root = doc.root();
+    if let Some(d) = doc.as_dict(root) {
+        if d.get("memories_allocated").is_some() {
+            return tracker::from_document(doc)
+                .map(Input::Tracker)
+                .map_err(|m| Error::input(path, m));
+        }
+        let keys: Vec<String> = d
+            .iter()
+            .take(8)
+            .map(|(k, _)| {
+                doc.as_str(k)
+                    .map_or_else(|| "?".into(), |s| format!("'{s}'"))
+            })
+            .collect();
+        return Err(Error::input(
+            path,
+            format!(
+                "a pickle, but not one memtrack knows: a dict with keys [{}]; {READS}",
+                keys.join(", ")
+            ),
+        ));
+    }
+    if let View::Object(o) = doc.view(root) {
+        let callable = match doc.view(o.callable) {
+            View::Global { module, name } => format!("{module}.{name}"),
+            _ => "an object".to_string(),
+        };
+        return Err(Error::input(
+            path,
+            format!(
+                "the pickle's top-level value is built by calling {callable}; memtrack never runs code from a file. {READS}"
+            ),
+        ));
+    }
+    Err(Error::input(
+        path,
+        format!(
+            "a pickle whose top-level value is a {}, not a dict; {READS}",
+            doc.type_name(root)
+        ),
+    ))
+}
+
+/// Load a file that must be tracker stats.
+pub fn load_tracker(path: &Path) -> Result<TrackerStats> {
+    match load(path)? {
+        Input::Tracker(t) => Ok(t),
+    }
+}

@@ -1,0 +1,14 @@
+//! memtrack: a profiler for PyTorch GPU memory.
+//!
+//! Data flows one way: bytes → [`pickle`] values → [`formats`] → [`model`] → [`analysis`] →
+//! [`render`]; [`commands`] wire them, one file per subcommand.
+
+pub mod analysis;
+pub mod cli;
+pub mod commands;
+pub mod error;
+pub mod formats;
+pub mod model;
+pub mod output;
+pub mod pickle;
+pub mod render;

@@ -1,0 +1,7 @@
+//! Domain types, independent of any file format.
+
+pub mod tracker;
+pub mod units;
+
+pub use tracker::{Marker, OpNames, RecordInfo, Series, TrackerStats};
+pub use units::{format_bytes, Units};

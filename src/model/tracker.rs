@@ -1,0 +1,151 @@
+//! Per-operator memory traces: what PyTorch's `MemoryTracker` records, and what `memtrack
+//! record` adds to it.
+
+use serde::Serialize;
+
+/// The three series MemoryTracker samples after every operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Series {
+    Allocated,
+    Active,
+    Reserved,
+}
+
+impl Series {
+    pub const ALL: [Series; 3] = [Series::Allocated, Series::Active, Series::Reserved];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Series::Allocated => "allocated",
+            Series::Active => "active",
+            Series::Reserved => "reserved",
+        }
+    }
+
+    /// The stats-file key that holds this series.
+    pub fn stats_key(self) -> &'static str {
+        match self {
+            Series::Allocated => "memories_allocated",
+            Series::Active => "memories_active",
+            Series::Reserved => "memories_reserved",
+        }
+    }
+}
+
+/// Operator names by op index, packed in one buffer (1M names would be 1M allocations).
+#[derive(Clone, Debug, Default)]
+pub struct OpNames {
+    text: String,
+    ends: Vec<u32>,
+}
+
+impl OpNames {
+    pub fn with_capacity(ops: usize, bytes: usize) -> OpNames {
+        OpNames {
+            text: String::with_capacity(bytes),
+            ends: Vec::with_capacity(ops),
+        }
+    }
+
+    pub fn push(&mut self, name: &str) {
+        self.text.push_str(name);
+        // op names total far less than 4 GiB; saturate rather than wrap if a file lies
+        self.ends
+            .push(u32::try_from(self.text.len()).unwrap_or(u32::MAX));
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        self.text.get(start..self.ends[i] as usize).unwrap_or("")
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.len()).map(move |i| self.get(i))
+    }
+}
+
+/// A named position in the op sequence (`fw_start`, `fw_bw_boundary`): the index of the first
+/// op after the marker, as MemoryTracker stores it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Marker {
+    pub name: String,
+    pub op_index: i64,
+}
+
+/// A MemoryTracker stats file, with memtrack's own extension when `record` wrote it.
+#[derive(Clone, Debug, Default)]
+pub struct TrackerStats {
+    pub names: OpNames,
+    /// Bytes after each op (MemoryTracker stores MiB floats; bytes = MiB * 2^20, exact in f64).
+    pub allocated: Vec<f64>,
+    pub active: Vec<f64>,
+    pub reserved: Vec<f64>,
+    /// `markers` as the file has them: the last occurrence of each.
+    pub markers: Vec<Marker>,
+    pub num_alloc_retries: i64,
+    /// `op_index` when the file has it (older PyTorch releases did not write it).
+    pub op_index: Option<i64>,
+    pub record: Option<RecordInfo>,
+}
+
+impl TrackerStats {
+    pub fn series(&self, s: Series) -> &[f64] {
+        match s {
+            Series::Allocated => &self.allocated,
+            Series::Active => &self.active,
+            Series::Reserved => &self.reserved,
+        }
+    }
+
+    pub fn op_count(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn marker(&self, name: &str) -> Option<i64> {
+        self.markers
+            .iter()
+            .find(|m| m.name == name)
+            .map(|m| m.op_index)
+    }
+
+    /// Every marker occurrence: the full list `record` keeps, or the file's last occurrences.
+    pub fn marker_events(&self) -> Vec<Marker> {
+        match &self.record {
+            Some(r) if !r.marker_events.is_empty() => r.marker_events.clone(),
+            _ => self.markers.clone(),
+        }
+    }
+}
+
+/// The `memtrack` key of a stats file written by `memtrack record` (docs/format.md).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RecordInfo {
+    pub version: String,
+    pub backend: String,
+    pub device_name: Option<String>,
+    pub device_total_bytes: Option<u64>,
+    pub argv: Vec<String>,
+    pub rank: Option<i64>,
+    pub world_size: Option<i64>,
+    pub marker_events: Vec<Marker>,
+    pub exit: Option<ExitInfo>,
+    pub snapshot_paths: Vec<String>,
+}
+
+/// How the recorded program ended.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ExitInfo {
+    pub code: Option<i64>,
+    pub signal: Option<i64>,
+    pub oom: bool,
+    pub exception: Option<String>,
+}

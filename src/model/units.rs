@@ -1,0 +1,104 @@
+//! Byte amounts and the binary units they are shown in (as MemTracker: 1 KiB = 1024 B).
+
+use std::fmt;
+use std::str::FromStr;
+
+pub const MIB: f64 = 1024.0 * 1024.0;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Units {
+    /// Pick per number: the largest unit in which it is at least 1.
+    #[default]
+    Auto,
+    B,
+    KiB,
+    MiB,
+    GiB,
+}
+
+impl Units {
+    fn divisor(self) -> f64 {
+        match self {
+            Units::Auto | Units::B => 1.0,
+            Units::KiB => 1024.0,
+            Units::MiB => MIB,
+            Units::GiB => MIB * 1024.0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Units::Auto => "auto",
+            Units::B => "B",
+            Units::KiB => "KiB",
+            Units::MiB => "MiB",
+            Units::GiB => "GiB",
+        }
+    }
+
+    /// The unit `Auto` resolves to for a given amount.
+    pub fn resolve(self, bytes: f64) -> Units {
+        if self != Units::Auto {
+            return self;
+        }
+        let a = bytes.abs();
+        if a >= MIB * 1024.0 {
+            Units::GiB
+        } else if a >= MIB {
+            Units::MiB
+        } else if a >= 1024.0 {
+            Units::KiB
+        } else {
+            Units::B
+        }
+    }
+
+    /// The amount in this unit, as a number (no suffix).
+    pub fn scale(self, bytes: f64) -> f64 {
+        bytes / self.resolve(bytes).divisor()
+    }
+}
+
+impl FromStr for Units {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Units::Auto),
+            "b" => Ok(Units::B),
+            "kib" | "kb" | "k" => Ok(Units::KiB),
+            "mib" | "mb" | "m" => Ok(Units::MiB),
+            "gib" | "gb" | "g" => Ok(Units::GiB),
+            _ => Err(format!("unknown unit '{s}': use auto, B, KiB, MiB or GiB")),
+        }
+    }
+}
+
+impl fmt::Display for Units {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `1.50 GiB`, `512 B`, `-3.25 MiB`: two decimals, none for whole bytes.
+pub fn format_bytes(bytes: f64, units: Units) -> String {
+    let u = units.resolve(bytes);
+    if u == Units::B {
+        return format!("{} B", bytes.round() as i64);
+    }
+    format!("{:.2} {}", bytes / u.divisor(), u.name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_picks_the_largest_unit_at_least_one() {
+        assert_eq!(format_bytes(512.0, Units::Auto), "512 B");
+        assert_eq!(format_bytes(1536.0, Units::Auto), "1.50 KiB");
+        assert_eq!(format_bytes(-3.0 * MIB, Units::Auto), "-3.00 MiB");
+        assert_eq!(format_bytes(3.0 * MIB, Units::GiB), "0.00 GiB");
+        assert_eq!("mib".parse::<Units>().unwrap(), Units::MiB);
+        assert!("tb".parse::<Units>().is_err());
+    }
+}

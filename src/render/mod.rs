@@ -1,0 +1,37 @@
+//! Text, tables and pictures. Only this module knows how things look.
+
+pub mod plot;
+pub mod summary;
+pub mod table;
+
+use clap::ValueEnum;
+
+/// How a command prints its data (`--format`). JSON is the stable contract for scripts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+    Csv,
+    Markdown,
+}
+
+/// Pretty JSON with a trailing newline.
+pub fn json<T: serde::Serialize>(value: &T) -> String {
+    let mut s = serde_json::to_string_pretty(value).expect("model types serialize to JSON");
+    s.push('\n');
+    s
+}
+
+/// `1,234,567`
+pub fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

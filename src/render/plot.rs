@@ -1,0 +1,252 @@
+//! Line charts as SVG (plotters), for memory traces: one or more panels sharing an x axis,
+//! vertical markers, a legend, and the peak of the first series annotated.
+
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+use crate::model::Units;
+
+/// DejaVu Sans, embedded so text is measured the same everywhere (no system fonts needed).
+static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+
+pub const WIDTH: u32 = 1200;
+const PANEL_HEIGHT: u32 = 560;
+const SPLIT_PANEL_HEIGHT: u32 = 330;
+/// Pixel columns of the plotting area (width less the label areas): the decimation target.
+pub const PLOT_COLUMNS: usize = 1080;
+
+pub struct Line {
+    pub label: String,
+    pub color: RGBColor,
+    /// (x, bytes), already decimated.
+    pub points: Vec<(f64, f64)>,
+    /// The series' true peak (x, bytes), annotated when `annotate_peak`.
+    pub peak: Option<(f64, f64)>,
+}
+
+pub struct Panel {
+    pub lines: Vec<Line>,
+}
+
+pub struct VLine {
+    pub x: f64,
+    pub label: String,
+    pub color: RGBColor,
+}
+
+pub struct Chart {
+    pub title: String,
+    pub x_label: String,
+    pub x_range: (f64, f64),
+    pub panels: Vec<Panel>,
+    pub markers: Vec<VLine>,
+    pub units: Units,
+    pub annotate_peak: bool,
+}
+
+pub const BLUE_: RGBColor = RGBColor(31, 119, 180);
+pub const ORANGE_: RGBColor = RGBColor(255, 127, 14);
+pub const GREEN_: RGBColor = RGBColor(44, 160, 44);
+pub const PURPLE_: RGBColor = RGBColor(148, 103, 189);
+pub const MARKER_BLACK: RGBColor = RGBColor(0, 0, 0);
+pub const MARKER_RED: RGBColor = RGBColor(214, 39, 40);
+
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for style in [FontStyle::Normal, FontStyle::Bold] {
+            let _ = plotters::style::register_font("sans-serif", style, FONT);
+        }
+    });
+}
+
+/// The chart as an SVG document.
+pub fn svg(chart: &Chart) -> Result<String, String> {
+    register_font();
+    let per_panel = if chart.panels.len() > 1 {
+        SPLIT_PANEL_HEIGHT
+    } else {
+        PANEL_HEIGHT
+    };
+    let height = per_panel * chart.panels.len().max(1) as u32 + 40;
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let root = root
+            .titled(
+                &chart.title,
+                ("sans-serif", 22).into_font().style(FontStyle::Bold),
+            )
+            .map_err(|e| e.to_string())?;
+        let areas = root.split_evenly((chart.panels.len().max(1), 1));
+        for (k, (panel, area)) in chart.panels.iter().zip(areas.iter()).enumerate() {
+            let last = k + 1 == chart.panels.len();
+            draw_panel(chart, panel, area, last).map_err(|e| e.to_string())?;
+        }
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+fn draw_panel(
+    chart: &Chart,
+    panel: &Panel,
+    area: &Area,
+    show_x_label: bool,
+) -> Result<(), Box<dyn std::error::Error + 'static>> {
+    let (ymin, ymax) = y_range(panel);
+    let unit = chart.units.resolve(ymax.abs().max(ymin.abs()));
+    let scale = |b: f64| unit.scale(b); // `unit` is resolved: one divisor for the whole axis
+    let (x0, x1) = chart.x_range;
+    let x1 = if x1 > x0 { x1 } else { x0 + 1.0 };
+    let (y0, y1) = (scale(ymin), scale(ymax));
+    let pad = ((y1 - y0) * 0.04).max(if y1.abs() > 0.0 {
+        y1.abs() * 0.001
+    } else {
+        1.0
+    });
+    let (y0, y1) = (y0 - pad, y1 + pad * 2.0);
+
+    let mut c = ChartBuilder::on(area)
+        .margin(12)
+        .margin_right(28)
+        .x_label_area_size(if show_x_label { 48 } else { 28 })
+        .y_label_area_size(86)
+        .build_cartesian_2d(x0..x1, y0..y1)?;
+    let mut mesh = c.configure_mesh();
+    mesh.light_line_style(RGBColor(235, 235, 235))
+        .bold_line_style(RGBColor(215, 215, 215))
+        .y_desc(format!("Memory ({})", unit.name()))
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 15))
+        .x_label_formatter(&|x| super::thousands(x.max(0.0).round() as usize))
+        .y_label_formatter(&|y| trim_number(*y));
+    if show_x_label {
+        mesh.x_desc(chart.x_label.as_str());
+    }
+    mesh.draw()?;
+
+    // markers first, so the data is drawn over them
+    let mut labelled: Vec<String> = Vec::new();
+    for m in &chart.markers {
+        let style = ShapeStyle {
+            color: m.color.mix(0.85),
+            filled: false,
+            stroke_width: 2,
+        };
+        let first_of_kind = !labelled.contains(&m.label);
+        let series = c.draw_series(std::iter::once(PathElement::new(
+            vec![(m.x, y0), (m.x, y1)],
+            style,
+        )))?;
+        if first_of_kind {
+            labelled.push(m.label.clone());
+            let color = m.color;
+            series.label(m.label.clone()).legend(move |(x, y)| {
+                PathElement::new(vec![(x, y - 6), (x, y + 6)], color.stroke_width(2))
+            });
+        }
+    }
+    // name each marker kind once at the top, beside its first occurrence
+    let mut named: Vec<&str> = Vec::new();
+    for m in &chart.markers {
+        if named.contains(&m.label.as_str()) || chart.markers.len() > 24 {
+            continue;
+        }
+        named.push(&m.label);
+        c.draw_series(std::iter::once(Text::new(
+            m.label.clone(),
+            (m.x, y1),
+            ("sans-serif", 12).into_font().color(&m.color).pos(
+                plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Left,
+                    plotters::style::text_anchor::VPos::Top,
+                ),
+            ),
+        )))?;
+    }
+
+    for line in &panel.lines {
+        let color = line.color;
+        c.draw_series(LineSeries::new(
+            line.points.iter().map(|&(x, y)| (x, scale(y))),
+            color.stroke_width(2),
+        ))?
+        .label(line.label.clone())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(3)));
+    }
+    if chart.annotate_peak {
+        if let Some((px, py)) = panel.lines.first().and_then(|l| l.peak) {
+            let label = format!(
+                "peak {} at op {}",
+                crate::model::format_bytes(py, chart.units),
+                super::thousands(px.max(0.0) as usize)
+            );
+            let right_half = px > x0 + (x1 - x0) * 0.6;
+            let anchor = plotters::style::text_anchor::Pos::new(
+                if right_half {
+                    plotters::style::text_anchor::HPos::Right
+                } else {
+                    plotters::style::text_anchor::HPos::Left
+                },
+                plotters::style::text_anchor::VPos::Bottom,
+            );
+            let color = panel.lines[0].color;
+            c.draw_series([
+                Circle::new((px, scale(py)), 4, color.filled()).into_dyn(),
+                Text::new(
+                    label,
+                    (px, scale(py)),
+                    ("sans-serif", 13).into_font().color(&BLACK).pos(anchor),
+                )
+                .into_dyn(),
+            ])?;
+        }
+    }
+    c.configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.9))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(("sans-serif", 13))
+        .draw()?;
+    Ok(())
+}
+
+fn y_range(panel: &Panel) -> (f64, f64) {
+    let mut lo = f64::INFINITY;
+    let mut hi = f64::NEG_INFINITY;
+    for l in &panel.lines {
+        for &(_, y) in &l.points {
+            lo = lo.min(y);
+            hi = hi.max(y);
+        }
+    }
+    if !lo.is_finite() || !hi.is_finite() {
+        return (0.0, 1.0);
+    }
+    // memory plots read best from zero unless every value is far above it
+    let lo = if lo >= 0.0 && lo < (hi - lo) * 2.0 {
+        0.0
+    } else {
+        lo
+    };
+    if hi <= lo {
+        (lo, lo + 1.0)
+    } else {
+        (lo, hi)
+    }
+}
+
+fn trim_number(y: f64) -> String {
+    let a = y.abs();
+    if a >= 100.0 || a == 0.0 {
+        format!("{y:.0}")
+    } else if a >= 10.0 {
+        format!("{y:.1}")
+    } else {
+        format!("{y:.2}")
+    }
+}

@@ -1,0 +1,115 @@
+//! One table type, printed as aligned text (tabled), Markdown or CSV.
+
+use tabled::builder::Builder;
+use tabled::settings::object::Columns;
+use tabled::settings::{Alignment, Style};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+pub struct Table {
+    pub headers: Vec<String>,
+    pub align: Vec<Align>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// Columns named with a leading `>` are right-aligned (numbers); the `>` is not shown.
+    pub fn new(headers: &[&str]) -> Table {
+        Table {
+            headers: headers
+                .iter()
+                .map(|h| h.trim_start_matches('>').to_string())
+                .collect(),
+            align: headers
+                .iter()
+                .map(|h| {
+                    if h.starts_with('>') {
+                        Align::Right
+                    } else {
+                        Align::Left
+                    }
+                })
+                .collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn builder(&self) -> Builder {
+        let mut b = Builder::default();
+        b.push_record(self.headers.clone());
+        for r in &self.rows {
+            b.push_record(r.clone());
+        }
+        b
+    }
+
+    fn aligned(&self, t: &mut tabled::Table) {
+        for (i, a) in self.align.iter().enumerate() {
+            if *a == Align::Right {
+                t.modify(Columns::one(i), Alignment::right());
+            }
+        }
+    }
+
+    /// Plain aligned columns under a rule, for terminals.
+    pub fn text(&self) -> String {
+        let mut t = self.builder().build();
+        t.with(Style::blank().remove_horizontals());
+        self.aligned(&mut t);
+        let mut s = t.to_string();
+        // a rule under the header makes long tables readable
+        if let Some(first_newline) = s.find('\n') {
+            let width = s[..first_newline].chars().count();
+            s.insert_str(first_newline + 1, &format!("{}\n", "─".repeat(width)));
+        }
+        s.lines().map(str::trim_end).collect::<Vec<_>>().join("\n") + "\n"
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut t = self.builder().build();
+        t.with(Style::markdown());
+        self.aligned(&mut t);
+        t.to_string() + "\n"
+    }
+
+    pub fn csv(&self) -> String {
+        let mut out = String::new();
+        for r in std::iter::once(&self.headers).chain(self.rows.iter()) {
+            let cells: Vec<String> = r.iter().map(|c| csv_cell(c)).collect();
+            out.push_str(&cells.join(","));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn csv_cell(c: &str) -> String {
+    if c.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", c.replace('"', "\"\""))
+    } else {
+        c.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quotes_what_needs_quoting() {
+        let mut t = Table::new(&["a", ">b"]);
+        t.row(vec!["x,y".into(), "1".into()]);
+        t.row(vec!["say \"hi\"".into(), "2".into()]);
+        assert_eq!(t.csv(), "a,b\n\"x,y\",1\n\"say \"\"hi\"\"\",2\n");
+        assert!(t.markdown().contains("| a "));
+        assert!(t.text().contains("x,y"));
+    }
+}
