@@ -117,8 +117,8 @@ fn draw_panel(
         .y_label_area_size(86)
         .build_cartesian_2d(x0..x1, y0..y1)?;
     let mut mesh = c.configure_mesh();
-    mesh.light_line_style(RGBColor(235, 235, 235))
-        .bold_line_style(RGBColor(215, 215, 215))
+    mesh.light_line_style(TRANSPARENT)
+        .bold_line_style(RGBColor(225, 225, 225))
         .y_desc(format!("Memory ({})", unit.name()))
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 15))
@@ -207,7 +207,7 @@ fn draw_panel(
         }
     }
     c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.9))
         .border_style(RGBColor(180, 180, 180))
         .label_font(("sans-serif", 13))
