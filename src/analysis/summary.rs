@@ -1,7 +1,5 @@
 //! `summary` of tracker stats: MemoryTracker.summary's top ops, and what a user asks next.
 
-use std::collections::HashMap;
-
 use serde::Serialize;
 
 use crate::model::{Marker, RecordInfo, Series, TrackerStats};
@@ -95,23 +93,16 @@ pub fn top_ops(stats: &TrackerStats, top: usize) -> Vec<TopOp> {
     let n = stats.op_count();
     let end = stats.op_index.map_or(n, |k| (k.max(0) as usize).min(n));
     let alloc = &stats.allocated;
-    // (first seen, last seen) per distinct name, in first-seen order
-    let mut entries: Vec<(usize, usize)> = Vec::new();
-    let mut slot: HashMap<&str, usize> = HashMap::with_capacity(end);
-    for i in 1..end {
-        let name = stats.names.get(i);
-        match slot.get(name) {
-            Some(&k) => entries[k].1 = i,
-            None => {
-                slot.insert(name, entries.len());
-                entries.push((i, i));
-            }
-        }
-    }
-    drop(slot);
+    let mut entries = distinct_names(stats, end);
     let generated = |i: usize| alloc[i] - alloc[i - 1];
-    // stable sort by value descending keeps first-seen order among equals, as Python's does
-    entries.sort_by(|a, b| generated(b.1).total_cmp(&generated(a.1)));
+    // descending by value, ties in first-seen order: a total order, so selecting the first
+    // `top` and sorting only those gives exactly Python's stable sort
+    let order = |a: &(usize, usize), b: &(usize, usize)| generated(b.1).total_cmp(&generated(a.1)).then(a.0.cmp(&b.0));
+    if top < entries.len() {
+        entries.select_nth_unstable_by(top, order);
+        entries.truncate(top);
+    }
+    entries.sort_by(order);
     entries
         .into_iter()
         .take(top)
@@ -123,6 +114,45 @@ pub fn top_ops(stats: &TrackerStats, top: usize) -> Vec<TopOp> {
             generated_bytes: generated(i),
         })
         .collect()
+}
+
+/// (first seen, last seen) op index of each distinct name among ops `1..end`, in first-seen
+/// order. Op names are almost always unique (MemoryTracker numbers them), so a bitmap of name
+/// hashes finds the few that might repeat, and only those go through a map: a million map
+/// inserts would be a million cache misses.
+fn distinct_names(stats: &TrackerStats, end: usize) -> Vec<(usize, usize)> {
+    use std::hash::BuildHasher;
+    let hasher = rustc_hash::FxBuildHasher;
+    let ops = end.saturating_sub(1);
+    let bits = (ops * 32).next_power_of_two().max(1024);
+    let mask = (bits - 1) as u64;
+    let mut seen = vec![0u64; bits / 64];
+    let mut collided = vec![0u64; bits / 64];
+    let slots: Vec<u64> = (1..end).map(|i| hasher.hash_one(stats.names.get(i)) & mask).collect();
+    for &b in &slots {
+        let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
+        if seen[w] & bit != 0 {
+            collided[w] |= bit;
+        }
+        seen[w] |= bit;
+    }
+    let mut entries: Vec<(usize, usize)> = Vec::with_capacity(ops);
+    let mut maybe_repeated: rustc_hash::FxHashMap<&str, usize> = Default::default();
+    for (k, &b) in slots.iter().enumerate() {
+        let i = k + 1;
+        if collided[(b / 64) as usize] & (1u64 << (b % 64)) == 0 {
+            entries.push((i, i));
+            continue;
+        }
+        match maybe_repeated.get(stats.names.get(i)) {
+            Some(&e) => entries[e].1 = i,
+            None => {
+                maybe_repeated.insert(stats.names.get(i), entries.len());
+                entries.push((i, i));
+            }
+        }
+    }
+    entries
 }
 
 fn phases(stats: &TrackerStats) -> Vec<Phase> {

@@ -69,17 +69,19 @@ fn describe_pickle_error(path: &Path, e: &pickle::PickleError) -> String {
 /// Load any input memtrack understands.
 pub fn load(path: &Path) -> Result<Input> {
     let doc = read_pickle(path)?;
-    from_document(path, &doc)
+    from_document(path, doc)
 }
 
-pub fn from_document(path: &Path, doc: &Document) -> Result<Input> {
+/// What a decoded pickle is, from its content.
+pub fn from_document(path: &Path, doc: Document) -> Result<Input> {
     let root = doc.root();
+    let has_key = |key: &str| doc.as_dict(root).is_some_and(|d| d.get(key).is_some());
+    if has_key("memories_allocated") {
+        return tracker::from_document(doc)
+            .map(Input::Tracker)
+            .map_err(|m| Error::input(path, m));
+    }
     if let Some(d) = doc.as_dict(root) {
-        if d.get("memories_allocated").is_some() {
-            return tracker::from_document(doc)
-                .map(Input::Tracker)
-                .map_err(|m| Error::input(path, m));
-        }
         let keys: Vec<String> = d
             .iter()
             .take(8)

@@ -20,60 +20,56 @@ struct SeriesEntries {
     values: Vec<f64>,
 }
 
-pub fn from_document(doc: &Document) -> Parse<TrackerStats> {
-    let root = doc
-        .as_dict(doc.root())
-        .ok_or("stats: top-level value is not a dict")?;
+/// Tracker stats from a decoded pickle. Takes the document so that op names can keep living in
+/// its string buffer instead of being copied (a 1M-op file has ~30 MB of names).
+pub fn from_document(doc: Document) -> Parse<TrackerStats> {
     let mut stats = TrackerStats::default();
-
-    let alloc_dict = series_dict(doc, &root, Series::Allocated)?;
-    let n = alloc_dict.len();
-    let mut keys = Vec::with_capacity(n);
-    let mut values = Vec::with_capacity(n);
-    let mut names = OpNames::with_capacity(n, n * 32);
-    for (k, v) in alloc_dict.iter() {
-        let (key, name, mib) = entry(doc, Series::Allocated, k, v)?;
-        keys.push(key);
-        values.push(mib * MIB);
-        names.push(name);
-    }
-    // Python dicts keep insertion order, which MemoryTracker makes the op order; a file
-    // written otherwise is put in op-index order.
-    if !keys.windows(2).all(|w| w[0] < w[1]) {
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| keys[i]);
-        let mut sorted = OpNames::with_capacity(n, n * 32);
-        for &i in &order {
-            sorted.push(names.get(i));
+    let ranges = {
+        let doc = &doc;
+        let root = doc.as_dict(doc.root()).ok_or("stats: top-level value is not a dict")?;
+        let alloc_dict = series_dict(doc, &root, Series::Allocated)?;
+        let n = alloc_dict.len();
+        let mut keys = Vec::with_capacity(n);
+        let mut values = Vec::with_capacity(n);
+        let mut ranges = Vec::with_capacity(n);
+        for (k, v) in alloc_dict.iter() {
+            let (key, name, mib) = entry(doc, Series::Allocated, k, v)?;
+            keys.push(key);
+            values.push(mib * MIB);
+            ranges.push(doc.str_range(name).expect("entry() checked it is a str"));
         }
-        names = sorted;
-        values = order.iter().map(|&i| values[i]).collect();
-        keys = order.iter().map(|&i| keys[i]).collect();
-    }
-    stats.names = names;
-    stats.allocated = values;
-    let allocated = SeriesEntries {
-        keys,
-        values: Vec::new(),
+        // Python dicts keep insertion order, which MemoryTracker makes the op order; a file
+        // written otherwise is put in op-index order.
+        if !keys.windows(2).all(|w| w[0] < w[1]) {
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by_key(|&i| keys[i]);
+            ranges = order.iter().map(|&i| ranges[i].clone()).collect();
+            values = order.iter().map(|&i| values[i]).collect();
+            keys = order.iter().map(|&i| keys[i]).collect();
+        }
+        stats.allocated = values;
+        for series in [Series::Active, Series::Reserved] {
+            let d = series_dict(doc, &root, series)?;
+            let mut e = SeriesEntries { keys: Vec::with_capacity(d.len()), values: Vec::with_capacity(d.len()) };
+            for (k, v) in d.iter() {
+                let (key, _, mib) = entry(doc, series, k, v)?;
+                e.keys.push(key);
+                e.values.push(mib * MIB);
+            }
+            let aligned = align(&keys, e);
+            match series {
+                Series::Active => stats.active = aligned,
+                _ => stats.reserved = aligned,
+            }
+        }
+        read_rest(doc, &root, &mut stats)?;
+        ranges
     };
-    for series in [Series::Active, Series::Reserved] {
-        let d = series_dict(doc, &root, series)?;
-        let mut e = SeriesEntries {
-            keys: Vec::with_capacity(d.len()),
-            values: Vec::with_capacity(d.len()),
-        };
-        for (k, v) in d.iter() {
-            let (key, _, mib) = entry(doc, series, k, v)?;
-            e.keys.push(key);
-            e.values.push(mib * MIB);
-        }
-        let aligned = align(&allocated.keys, e);
-        match series {
-            Series::Active => stats.active = aligned,
-            _ => stats.reserved = aligned,
-        }
-    }
+    stats.names = OpNames::from_ranges(doc.into_text(), &ranges).ok_or("op names: more than 4 GiB of text")?;
+    Ok(stats)
+}
 
+fn read_rest(doc: &Document, root: &Dict, stats: &mut TrackerStats) -> Parse<()> {
     if let Some(m) = root.get("markers") {
         let d = doc
             .as_dict(m)
@@ -100,7 +96,7 @@ pub fn from_document(doc: &Document) -> Parse<TrackerStats> {
     if let Some(ext) = root.get("memtrack") {
         stats.record = Some(record_info(doc, ext)?);
     }
-    Ok(stats)
+    Ok(())
 }
 
 fn series_dict<'d>(doc: &'d Document, root: &Dict<'d>, s: Series) -> Parse<Dict<'d>> {
@@ -116,26 +112,27 @@ fn series_dict<'d>(doc: &'d Document, root: &Dict<'d>, s: Series) -> Parse<Dict<
     })
 }
 
-fn entry<'d>(doc: &'d Document, s: Series, k: Value, v: Value) -> Parse<(i64, &'d str, f64)> {
-    let key = doc.as_int(k).ok_or_else(|| {
-        format!(
-            "{}: op index keys must be ints, found {}",
-            s.stats_key(),
-            doc.type_name(k)
-        )
-    })?;
-    let bad = || {
-        format!(
+/// (op index, name as a str value, MiB) of one series entry.
+#[inline]
+fn entry(doc: &Document, s: Series, k: Value, v: Value) -> Parse<(i64, Value, f64)> {
+    if let (Some(key), Some(&[name, mib])) = (doc.as_int(k), doc.as_seq(v)) {
+        if let (true, Some(mib)) = (doc.is_str(name), doc.as_f64(mib)) {
+            return Ok((key, name, mib));
+        }
+    }
+    Err(entry_error(doc, s, k, v))
+}
+
+#[cold]
+fn entry_error(doc: &Document, s: Series, k: Value, v: Value) -> String {
+    match doc.as_int(k) {
+        None => format!("{}: op index keys must be ints, found {}", s.stats_key(), doc.type_name(k)),
+        Some(key) => format!(
             "{}[{key}]: expected (op name, MiB) tuple, found {}",
             s.stats_key(),
             doc.type_name(v)
-        )
-    };
-    let pair = doc.as_seq(v).ok_or_else(bad)?;
-    let [name, mib] = pair else { return Err(bad()) };
-    let name = doc.as_str(*name).ok_or_else(bad)?;
-    let mib = doc.as_f64(*mib).ok_or_else(bad)?;
-    Ok((key, name, mib))
+        ),
+    }
 }
 
 /// Values of `e` in the order of `keys`; ops a series lacks are NaN (never written by PyTorch,

@@ -33,39 +33,49 @@ impl Series {
     }
 }
 
-/// Operator names by op index, packed in one buffer (1M names would be 1M allocations).
+/// Operator names by op index, as ranges of one text buffer (1M names would otherwise be 1M
+/// allocations). The buffer may hold other text too: a reader can hand over its own string
+/// arena instead of copying every name out of it.
 #[derive(Clone, Debug, Default)]
 pub struct OpNames {
     text: String,
-    ends: Vec<u32>,
+    spans: Vec<(u32, u32)>,
 }
 
 impl OpNames {
-    pub fn with_capacity(ops: usize, bytes: usize) -> OpNames {
-        OpNames {
-            text: String::with_capacity(bytes),
-            ends: Vec::with_capacity(ops),
+    /// Names given as byte ranges of `text`. None when a range is out of bounds, not on a char
+    /// boundary, or beyond 4 GiB.
+    pub fn from_ranges(text: String, ranges: &[std::ops::Range<usize>]) -> Option<OpNames> {
+        let mut spans = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            text.get(r.clone())?;
+            spans.push((u32::try_from(r.start).ok()?, u32::try_from(r.len()).ok()?));
         }
+        Some(OpNames { text, spans })
     }
 
     pub fn push(&mut self, name: &str) {
-        self.text.push_str(name);
-        // op names total far less than 4 GiB; saturate rather than wrap if a file lies
-        self.ends
-            .push(u32::try_from(self.text.len()).unwrap_or(u32::MAX));
+        // op names total far less than 4 GiB; an oversized name is stored empty, not wrapped
+        match (u32::try_from(self.text.len()), u32::try_from(name.len())) {
+            (Ok(start), Ok(len)) if u32::try_from(self.text.len() + name.len()).is_ok() => {
+                self.text.push_str(name);
+                self.spans.push((start, len));
+            }
+            _ => self.spans.push((0, 0)),
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.spans.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.spans.is_empty()
     }
 
     pub fn get(&self, i: usize) -> &str {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        self.text.get(start..self.ends[i] as usize).unwrap_or("")
+        let (start, len) = self.spans[i];
+        self.text.get(start as usize..(start + len) as usize).unwrap_or("")
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {

@@ -47,6 +47,30 @@ pub fn read_file(path: &Path, progress: &mut dyn Progress) -> Result<Document, R
     Ok(parse_with_progress(&map, &mut releaser)?)
 }
 
+/// Ask for transparent huge pages on a large buffer's whole allocation, reserved capacity
+/// included (where the kernel offers them on request). A hint: errors are ignored.
+pub(crate) fn advise_huge_pages<T>(buf: &Vec<T>) {
+    advise_huge_range(buf.as_ptr() as usize, buf.capacity() * std::mem::size_of::<T>());
+}
+
+pub(crate) fn advise_huge_pages_str(buf: &String) {
+    advise_huge_range(buf.as_ptr() as usize, buf.capacity());
+}
+
+fn advise_huge_range(start: usize, len: usize) {
+    const HUGE: usize = 2 << 20;
+    // only whole huge pages inside the allocation: never touch a neighbour's memory
+    let first = start.div_ceil(HUGE) * HUGE;
+    let end = (start + len) / HUGE * HUGE;
+    if end > first {
+        // SAFETY: madvise(MADV_HUGEPAGE) changes no contents and the range lies inside an
+        // allocation we own.
+        unsafe {
+            libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
 struct ReleaseBehind<'m> {
     map: &'m memmap2::Mmap,
     released: usize,

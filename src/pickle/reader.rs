@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::value::{ContainerKind, Document, ObjectKind, Span, Value, View};
+use super::value::{ContainerKind, Document, ObjectKind, Value, View};
 
 /// Containers nested deeper than this are refused: Python's own pickler cannot write them
 /// (it recurses), and every consumer may then walk a document without exhausting its stack.
@@ -59,9 +59,11 @@ pub fn parse_with_progress(data: &[u8], progress: &mut dyn Progress) -> Result<D
         marks: Vec::new(),
         memo: Vec::new(),
         memo_sparse: HashMap::new(),
-        doc: Document::default(),
+        doc: Document::with_room_for(data.len()),
         scratch: Vec::new(),
     };
+    m.memo.reserve(data.len() / 16);
+    super::advise_huge_pages(&m.memo);
     m.run(progress)?;
     Ok(m.doc)
 }
@@ -72,53 +74,71 @@ struct Machine<'a> {
     op_start: usize,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    memo: Vec<Option<Value>>,
+    /// Dense memo; `UNSET` marks ids never stored (8 bytes a slot: files memoize millions).
+    memo: Vec<Value>,
     memo_sparse: HashMap<u64, Value>,
     doc: Document,
     scratch: Vec<Value>,
 }
 
 const PROGRESS_STEP: usize = 16 << 20;
+const UNSET: Value = Value::UNSET;
 
 impl<'a> Machine<'a> {
     fn err<T>(&self, message: impl Into<String>) -> Result<T> {
-        Err(PickleError {
-            offset: self.op_start,
-            message: message.into(),
-        })
+        Err(self.error(message.into()))
     }
 
+    #[cold]
+    #[inline(never)]
+    fn error(&self, message: String) -> PickleError {
+        PickleError { offset: self.op_start, message }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn truncated(&self, n: usize) -> PickleError {
+        self.error(format!(
+            "truncated: opcode needs {} more bytes but the file ends after {}",
+            n,
+            self.data.len() - self.pos
+        ))
+    }
+
+    #[inline(always)]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let data: &'a [u8] = self.data;
         if n > data.len() - self.pos {
-            return Err(PickleError {
-                offset: self.op_start,
-                message: format!(
-                    "truncated: opcode needs {} more bytes but the file ends after {}",
-                    n,
-                    data.len() - self.pos
-                ),
-            });
+            return Err(self.truncated(n));
         }
         let s = &data[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
     }
 
+    #[inline(always)]
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        Ok(self.take(N)?.try_into().expect("take returns N bytes"))
+    }
+
+    #[inline(always)]
     fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
+        Ok(self.array::<1>()?[0])
     }
 
+    #[inline(always)]
     fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
+        Ok(u16::from_le_bytes(self.array()?))
     }
 
+    #[inline(always)]
     fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+        Ok(u32::from_le_bytes(self.array()?))
     }
 
+    #[inline(always)]
     fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+        Ok(u64::from_le_bytes(self.array()?))
     }
 
     /// A declared length, checked against what is left of the file before anything is allocated.
@@ -144,6 +164,7 @@ impl<'a> Machine<'a> {
         }
     }
 
+    #[inline]
     fn pop(&mut self) -> Result<Value> {
         let floor = self.marks.last().copied().unwrap_or(0);
         if self.stack.len() <= floor {
@@ -152,6 +173,7 @@ impl<'a> Machine<'a> {
         Ok(self.stack.pop().unwrap())
     }
 
+    #[inline]
     fn top(&self) -> Result<Value> {
         let floor = self.marks.last().copied().unwrap_or(0);
         if self.stack.len() <= floor {
@@ -170,13 +192,14 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
+    #[inline]
     fn memo_put(&mut self, id: u64, v: Value) {
         let len = self.memo.len() as u64;
         if id < len {
-            self.memo[id as usize] = Some(v);
+            self.memo[id as usize] = v;
         } else if id < len + MEMO_DENSE_SLACK {
-            self.memo.resize(id as usize, None);
-            self.memo.push(Some(v));
+            self.memo.resize(id as usize, UNSET);
+            self.memo.push(v);
         } else {
             self.memo_sparse.insert(id, v);
         }
@@ -184,7 +207,7 @@ impl<'a> Machine<'a> {
 
     fn memo_get(&mut self, id: u64) -> Result<()> {
         let v = match self.memo.get(id as usize) {
-            Some(Some(v)) => Some(*v),
+            Some(&v) if v != UNSET => Some(v),
             _ => self.memo_sparse.get(&id).copied(),
         };
         match v {
@@ -199,56 +222,57 @@ impl<'a> Machine<'a> {
     }
 
     fn new_container(&mut self, kind: ContainerKind, items: &[Value]) -> Result<Value> {
+        if let ContainerKind::Tuple = kind {
+            if let Some(t) = self.doc.push_scalar_tuple(items) {
+                return Ok(t);
+            }
+        }
         let c = self.doc.new_container(kind);
         self.extend(c, items)?;
         Ok(c)
     }
 
-    /// Append `new` to a container's span, relocating the span to the end of the pool (with room
-    /// to double) when another container has been written after it.
+    /// Append `new` to a container: in place at the end of the pool when the container is
+    /// there (or still empty), else in the container's own vector (see `Span`).
     fn extend(&mut self, c: Value, new: &[Value]) -> Result<()> {
         if new.is_empty() {
             return Ok(());
         }
         let id = c.container_id().expect("extend on a container");
-        let mut depth = self.doc.spans[id].depth;
+        let mut span = self.doc.spans[id];
         for &v in new {
-            depth = depth.max(self.doc.depth_of(v));
+            span.depth = span.depth.max(self.doc.depth_of(v));
         }
-        if depth > MAX_DEPTH {
+        if span.depth > MAX_DEPTH {
             return self.err(format!("containers nested more than {MAX_DEPTH} deep"));
         }
         let pool = &mut self.doc.items;
-        let Span {
-            start, len, cap, ..
-        } = self.doc.spans[id];
-        let (start, len, cap) = (start as usize, len as usize, cap as usize);
-        let need = len + new.len();
-        let (new_start, new_cap) = if need <= cap {
-            pool[start + len..start + need].copy_from_slice(new);
-            (start, cap)
-        } else if start + cap == pool.len() {
-            let fits = cap - len;
-            pool[start + len..start + cap].copy_from_slice(&new[..fits]);
-            pool.extend_from_slice(&new[fits..]);
-            (start, need)
-        } else {
-            let new_start = pool.len();
-            let new_cap = need.max(2 * len);
-            pool.extend_from_within(start..start + len);
+        if span.owned {
+            let own = &mut self.doc.own[span.start as usize];
+            let cap = own.capacity();
+            own.extend_from_slice(new);
+            if own.capacity() != cap {
+                super::advise_huge_pages(own);
+            }
+        } else if span.len == 0 || (span.start + span.len) as usize == pool.len() {
+            if span.len == 0 {
+                span.start = pool.len() as u32;
+            }
             pool.extend_from_slice(new);
-            pool.resize(new_start + new_cap, Value::NONE);
-            (new_start, new_cap)
-        };
-        if pool.len() > u32::MAX as usize {
-            return self.err("more than 4 billion values: the file is too large to read");
+            if pool.len() > u32::MAX as usize {
+                return self.err("more than 4 billion values: the file is too large to read");
+            }
+        } else {
+            let (start, len) = (span.start as usize, span.len as usize);
+            let mut own = Vec::with_capacity((len + new.len()) * 2);
+            own.extend_from_slice(&pool[start..start + len]);
+            own.extend_from_slice(new);
+            span.start = self.doc.own.len() as u32;
+            span.owned = true;
+            self.doc.own.push(own);
         }
-        self.doc.spans[id] = Span {
-            start: new_start as u32,
-            len: need as u32,
-            cap: new_cap as u32,
-            depth,
-        };
+        span.len += new.len() as u32;
+        self.doc.spans[id] = span;
         Ok(())
     }
 
@@ -392,7 +416,7 @@ impl<'a> Machine<'a> {
                     self.stack.push(v);
                 }
                 b'G' => {
-                    let f = f64::from_be_bytes(self.take(8)?.try_into().unwrap());
+                    let f = f64::from_be_bytes(self.array()?);
                     self.stack.push(Value::float(f));
                 }
                 b'F' => {

@@ -35,26 +35,33 @@ enum Tag {
     Set = 11,
     Global = 12,
     Object = 13,
+    /// A tuple of 1..=15 scalars, items inline in the pool: payload = offset << 4 | len.
+    /// MemoryTracker files hold millions of (name, MiB) pairs; this saves each its span.
+    ScalarTuple = 14,
 }
 
 impl Tag {
+    #[inline]
     fn from_bits(bits: u64) -> Tag {
-        match bits {
-            0 => Tag::None,
-            1 => Tag::False,
-            2 => Tag::True,
-            3 => Tag::Int,
-            4 => Tag::WideInt,
-            5 => Tag::BigInt,
-            6 => Tag::Str,
-            7 => Tag::Bytes,
-            8 => Tag::Tuple,
-            9 => Tag::List,
-            10 => Tag::Dict,
-            11 => Tag::Set,
-            12 => Tag::Global,
-            _ => Tag::Object,
-        }
+        const TAGS: [Tag; 16] = [
+            Tag::None,
+            Tag::False,
+            Tag::True,
+            Tag::Int,
+            Tag::WideInt,
+            Tag::BigInt,
+            Tag::Str,
+            Tag::Bytes,
+            Tag::Tuple,
+            Tag::List,
+            Tag::Dict,
+            Tag::Set,
+            Tag::Global,
+            Tag::Object,
+            Tag::ScalarTuple,
+            Tag::Object, // 15 is only `Value::UNSET`, never viewed
+        ];
+        TAGS[(bits & 0xF) as usize]
     }
 }
 
@@ -62,6 +69,8 @@ impl Value {
     pub const NONE: Value = Value::boxed(Tag::None, 0);
     pub const TRUE: Value = Value::boxed(Tag::True, 0);
     pub const FALSE: Value = Value::boxed(Tag::False, 0);
+    /// Never a decoded value: marks empty memo slots inside the reader.
+    pub(crate) const UNSET: Value = Value(u64::MAX);
 
     const fn boxed(tag: Tag, payload: u64) -> Value {
         Value((BOX_PREFIX << 51) | ((tag as u64) << TAG_SHIFT) | (payload & PAYLOAD_MASK))
@@ -91,6 +100,19 @@ impl Value {
 
     fn index(self) -> usize {
         self.payload() as usize
+    }
+
+    /// The 47-bit payload, sign-extended.
+    fn inline_int(self) -> i64 {
+        ((self.payload() as i64) << (64 - TAG_SHIFT)) >> (64 - TAG_SHIFT)
+    }
+
+    /// Not a container: nothing nests below it.
+    #[inline]
+    pub(crate) fn is_scalar(self) -> bool {
+        // tags 8..=11 are containers, 14 an inline tuple
+        let tag = (self.0 >> TAG_SHIFT) & 0xF;
+        !self.is_boxed() || !((8..=11).contains(&tag) || tag == 14)
     }
 
     /// The container id of a tuple, list, dict or set.
@@ -154,13 +176,18 @@ pub struct Object {
     pub items: Value,
 }
 
+/// Where a container's items are. Most containers are written in one batch (a tuple, an event
+/// dict) and sit contiguously in the shared pool; one that grows again after other values were
+/// written (a big dict, batched 1000 items per SETITEMS) moves to a vector of its own, so
+/// growing never leaves copies behind in the pool.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Span {
+    /// Pool offset, or index into `Document::own` when `owned`.
     pub start: u32,
     pub len: u32,
-    pub cap: u32,
     /// Nesting depth of containers below this one (0 for a container of scalars).
     pub depth: u16,
+    pub owned: bool,
 }
 
 /// A decoded pickle: the root value and the arena that every handle points into.
@@ -174,6 +201,7 @@ pub struct Document {
     wide_ints: Vec<i64>,
     big_ints: Vec<Vec<u8>>,
     pub(crate) items: Vec<Value>,
+    pub(crate) own: Vec<Vec<Value>>,
     pub(crate) spans: Vec<Span>,
     globals: Vec<(Value, Value)>,
     pub(crate) objects: Vec<Object>,
@@ -204,6 +232,22 @@ pub enum View<'d> {
 }
 
 impl Document {
+    /// An empty document with room reserved for what a file of `file_len` bytes typically
+    /// decodes to. Reserved capacity is address space only until written, and is marked for
+    /// transparent huge pages: a 100 MB file otherwise costs ~50k page faults.
+    pub(crate) fn with_room_for(file_len: usize) -> Document {
+        let mut d = Document::default();
+        let _ = d.items.try_reserve(file_len / 4);
+        let _ = d.text.try_reserve(file_len / 2);
+        let _ = d.text_ends.try_reserve(file_len / 32);
+        let _ = d.spans.try_reserve(file_len / 32);
+        super::advise_huge_pages(&d.items);
+        super::advise_huge_pages_str(&d.text);
+        super::advise_huge_pages(&d.text_ends);
+        super::advise_huge_pages(&d.spans);
+        d
+    }
+
     pub fn root(&self) -> Value {
         self.root.unwrap_or(Value::NONE)
     }
@@ -217,16 +261,13 @@ impl Document {
             Tag::None => View::None,
             Tag::False => View::Bool(false),
             Tag::True => View::Bool(true),
-            Tag::Int => {
-                // sign-extend the 47-bit payload
-                let raw = v.payload() as i64;
-                View::Int((raw << (64 - TAG_SHIFT)) >> (64 - TAG_SHIFT))
-            }
+            Tag::Int => View::Int(v.inline_int()),
             Tag::WideInt => View::Int(self.wide_ints[i]),
             Tag::BigInt => View::BigInt(&self.big_ints[i]),
             Tag::Str => View::Str(self.text_at(i)),
             Tag::Bytes => View::Bytes(self.bytes_at(i)),
             Tag::Tuple => View::Tuple(self.span_items(i)),
+            Tag::ScalarTuple => View::Tuple(self.scalar_tuple(i)),
             Tag::List => View::List(self.span_items(i)),
             Tag::Dict => View::Dict(self.span_items(i)),
             Tag::Set => View::Set(self.span_items(i)),
@@ -261,10 +302,18 @@ impl Document {
 
     fn span_items(&self, i: usize) -> &[Value] {
         let s = self.spans[i];
-        &self.items[s.start as usize..(s.start + s.len) as usize]
+        if s.owned {
+            &self.own[s.start as usize]
+        } else {
+            &self.items[s.start as usize..(s.start + s.len) as usize]
+        }
     }
 
     // ---- typed accessors used by the formats layer ----
+
+    pub fn is_str(&self, v: Value) -> bool {
+        v.tag() == Some(Tag::Str)
+    }
 
     pub fn as_str(&self, v: Value) -> Option<&str> {
         match v.tag() {
@@ -273,22 +322,43 @@ impl Document {
         }
     }
 
+    /// Byte range of a string in [`Document::text`]: lets a caller keep strings without
+    /// copying them, by taking the text buffer once it is done with the document.
+    pub fn str_range(&self, v: Value) -> Option<std::ops::Range<usize>> {
+        match v.tag() {
+            Some(Tag::Str) => {
+                let i = v.index();
+                let start = if i == 0 { 0 } else { self.text_ends[i - 1] as usize };
+                Some(start..self.text_ends[i] as usize)
+            }
+            _ => None,
+        }
+    }
+
+    /// Every string of the document, concatenated (see [`Document::str_range`]).
+    pub fn into_text(self) -> String {
+        self.text
+    }
+
+    // The accessors below test the tag directly instead of building a `View`: the formats
+    // layer calls them millions of times on large files.
+
     pub fn as_int(&self, v: Value) -> Option<i64> {
-        match self.view(v) {
-            View::Int(i) => Some(i),
-            View::Bool(b) => Some(b as i64),
+        match v.tag() {
+            Some(Tag::Int) => Some(v.inline_int()),
+            Some(Tag::WideInt) => Some(self.wide_ints[v.index()]),
+            Some(Tag::True) => Some(1),
+            Some(Tag::False) => Some(0),
             _ => None,
         }
     }
 
     /// An int or a float as f64 (big ints are rounded).
     pub fn as_f64(&self, v: Value) -> Option<f64> {
-        match self.view(v) {
-            View::Float(f) => Some(f),
-            View::Int(i) => Some(i as f64),
-            View::BigInt(b) => Some(big_int_to_f64(b)),
-            View::Bool(b) => Some(b as i64 as f64),
-            _ => None,
+        match v.tag() {
+            None => Some(f64::from_bits(v.0)),
+            Some(Tag::BigInt) => Some(big_int_to_f64(&self.big_ints[v.index()])),
+            _ => self.as_int(v).map(|i| i as f64),
         }
     }
 
@@ -306,17 +376,23 @@ impl Document {
 
     /// The items of a tuple or a list.
     pub fn as_seq(&self, v: Value) -> Option<&[Value]> {
-        match self.view(v) {
-            View::Tuple(s) | View::List(s) => Some(s),
+        match v.tag() {
+            Some(Tag::ScalarTuple) => Some(self.scalar_tuple(v.index())),
+            Some(Tag::Tuple | Tag::List) => Some(self.span_items(v.index())),
             _ => None,
         }
     }
 
     pub fn as_dict(&self, v: Value) -> Option<Dict<'_>> {
-        match self.view(v) {
-            View::Dict(items) => Some(Dict { doc: self, items }),
+        match v.tag() {
+            Some(Tag::Dict) => Some(Dict { doc: self, items: self.span_items(v.index()) }),
             _ => None,
         }
+    }
+
+    fn scalar_tuple(&self, payload: usize) -> &[Value] {
+        let (start, len) = (payload >> 4, payload & 0xF);
+        &self.items[start..start + len]
     }
 
     /// A short name of the value's type, as Python would say it, for error messages.
@@ -405,21 +481,39 @@ impl Document {
 
     pub(crate) fn new_container(&mut self, kind: ContainerKind) -> Value {
         self.spans.push(Span {
-            start: self.items.len() as u32,
+            start: 0,
             len: 0,
-            cap: 0,
             depth: 0,
+            owned: false,
         });
         let id = (self.spans.len() - 1) as u64;
         Value::boxed(kind.tag(), id)
     }
 
     /// Depth of `v` as a container (0 for scalars and empty containers' contents).
+    #[inline]
     pub(crate) fn depth_of(&self, v: Value) -> u16 {
+        if v.is_scalar() {
+            return 0;
+        }
         match v.container_id() {
             Some(id) => self.spans[id].depth.saturating_add(1),
+            None if v.tag() == Some(Tag::ScalarTuple) => 1,
             None => 0,
         }
+    }
+
+    /// A tuple of `items`, inline when they are few scalars, else as a container.
+    pub(crate) fn push_scalar_tuple(&mut self, items: &[Value]) -> Option<Value> {
+        if items.is_empty() || items.len() > 15 || !items.iter().all(|v| v.is_scalar()) {
+            return None;
+        }
+        let start = self.items.len() as u64;
+        // element by element: for two or three items this beats a memcpy call
+        for &v in items {
+            self.items.push(v);
+        }
+        Some(Value::boxed(Tag::ScalarTuple, (start << 4) | items.len() as u64))
     }
 }
 
