@@ -97,7 +97,11 @@ pub fn top_ops(stats: &TrackerStats, top: usize) -> Vec<TopOp> {
     let generated = |i: usize| alloc[i] - alloc[i - 1];
     // descending by value, ties in first-seen order: a total order, so selecting the first
     // `top` and sorting only those gives exactly Python's stable sort
-    let order = |a: &(usize, usize), b: &(usize, usize)| generated(b.1).total_cmp(&generated(a.1)).then(a.0.cmp(&b.0));
+    let order = |a: &(usize, usize), b: &(usize, usize)| {
+        generated(b.1)
+            .total_cmp(&generated(a.1))
+            .then(a.0.cmp(&b.0))
+    };
     if top < entries.len() {
         entries.select_nth_unstable_by(top, order);
         entries.truncate(top);
@@ -128,7 +132,9 @@ fn distinct_names(stats: &TrackerStats, end: usize) -> Vec<(usize, usize)> {
     let mask = (bits - 1) as u64;
     let mut seen = vec![0u64; bits / 64];
     let mut collided = vec![0u64; bits / 64];
-    let slots: Vec<u64> = (1..end).map(|i| hasher.hash_one(stats.names.get(i)) & mask).collect();
+    let slots: Vec<u64> = (1..end)
+        .map(|i| hasher.hash_one(stats.names.get(i)) & mask)
+        .collect();
     for &b in &slots {
         let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
         if seen[w] & bit != 0 {

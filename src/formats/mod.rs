@@ -4,12 +4,13 @@
 
 pub mod json;
 pub mod tracker;
+pub mod tracker_stream;
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::model::TrackerStats;
-use crate::pickle::{self, Document, ReadError, View};
+use crate::pickle::{self, Document, MappedFile, View};
 
 /// A file memtrack reads, by kind.
 pub enum Input {
@@ -28,11 +29,17 @@ pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtra
 
 /// Read and decode `path` as a pickle, with errors that name the file and say what was wrong.
 pub fn read_pickle(path: &Path) -> Result<Document> {
-    match pickle::read_file(path, &mut ()) {
-        Ok(doc) => Ok(doc),
-        Err(ReadError::Io(e)) => Err(Error::input(path, format!("cannot read: {e}"))),
-        Err(ReadError::Pickle(e)) => Err(Error::input(path, describe_pickle_error(path, &e))),
-    }
+    let file = map(path)?;
+    parse(path, &file)
+}
+
+fn map(path: &Path) -> Result<MappedFile> {
+    pickle::map_file(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))
+}
+
+fn parse(path: &Path, file: &MappedFile) -> Result<Document> {
+    pickle::parse_mapped(file, &mut ())
+        .map_err(|e| Error::input(path, describe_pickle_error(path, &e)))
 }
 
 fn describe_pickle_error(path: &Path, e: &pickle::PickleError) -> String {
@@ -68,8 +75,11 @@ fn describe_pickle_error(path: &Path, e: &pickle::PickleError) -> String {
 
 /// Load any input memtrack understands.
 pub fn load(path: &Path) -> Result<Input> {
-    let doc = read_pickle(path)?;
-    from_document(path, doc)
+    let file = map(path)?;
+    if let Some(stats) = tracker_stream::read(file.bytes(), &mut file.release_behind(&mut ())) {
+        return Ok(Input::Tracker(stats));
+    }
+    from_document(path, parse(path, &file)?)
 }
 
 /// What a decoded pickle is, from its content.

@@ -26,7 +26,9 @@ pub fn from_document(doc: Document) -> Parse<TrackerStats> {
     let mut stats = TrackerStats::default();
     let ranges = {
         let doc = &doc;
-        let root = doc.as_dict(doc.root()).ok_or("stats: top-level value is not a dict")?;
+        let root = doc
+            .as_dict(doc.root())
+            .ok_or("stats: top-level value is not a dict")?;
         let alloc_dict = series_dict(doc, &root, Series::Allocated)?;
         let n = alloc_dict.len();
         let mut keys = Vec::with_capacity(n);
@@ -50,7 +52,10 @@ pub fn from_document(doc: Document) -> Parse<TrackerStats> {
         stats.allocated = values;
         for series in [Series::Active, Series::Reserved] {
             let d = series_dict(doc, &root, series)?;
-            let mut e = SeriesEntries { keys: Vec::with_capacity(d.len()), values: Vec::with_capacity(d.len()) };
+            let mut e = SeriesEntries {
+                keys: Vec::with_capacity(d.len()),
+                values: Vec::with_capacity(d.len()),
+            };
             for (k, v) in d.iter() {
                 let (key, _, mib) = entry(doc, series, k, v)?;
                 e.keys.push(key);
@@ -65,7 +70,8 @@ pub fn from_document(doc: Document) -> Parse<TrackerStats> {
         read_rest(doc, &root, &mut stats)?;
         ranges
     };
-    stats.names = OpNames::from_ranges(doc.into_text(), &ranges).ok_or("op names: more than 4 GiB of text")?;
+    stats.names = OpNames::from_ranges(doc.into_text(), &ranges)
+        .ok_or("op names: more than 4 GiB of text")?;
     Ok(stats)
 }
 
@@ -126,7 +132,11 @@ fn entry(doc: &Document, s: Series, k: Value, v: Value) -> Parse<(i64, Value, f6
 #[cold]
 fn entry_error(doc: &Document, s: Series, k: Value, v: Value) -> String {
     match doc.as_int(k) {
-        None => format!("{}: op index keys must be ints, found {}", s.stats_key(), doc.type_name(k)),
+        None => format!(
+            "{}: op index keys must be ints, found {}",
+            s.stats_key(),
+            doc.type_name(k)
+        ),
         Some(key) => format!(
             "{}[{key}]: expected (op name, MiB) tuple, found {}",
             s.stats_key(),

@@ -54,6 +54,15 @@ impl OpNames {
         Some(OpNames { text, spans })
     }
 
+    /// Names given as (start, len) byte spans of `text`; None when one is out of bounds or
+    /// not on char boundaries.
+    pub fn from_spans(text: String, spans: Vec<(u32, u32)>) -> Option<OpNames> {
+        for &(start, len) in &spans {
+            text.get(start as usize..start as usize + len as usize)?;
+        }
+        Some(OpNames { text, spans })
+    }
+
     pub fn push(&mut self, name: &str) {
         // op names total far less than 4 GiB; an oversized name is stored empty, not wrapped
         match (u32::try_from(self.text.len()), u32::try_from(name.len())) {
@@ -75,7 +84,9 @@ impl OpNames {
 
     pub fn get(&self, i: usize) -> &str {
         let (start, len) = self.spans[i];
-        self.text.get(start as usize..(start + len) as usize).unwrap_or("")
+        self.text
+            .get(start as usize..(start + len) as usize)
+            .unwrap_or("")
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {

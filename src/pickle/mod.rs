@@ -4,6 +4,7 @@
 //! shared through the memo), so reading is ours; the few pickles memtrack writes go through
 //! serde-pickle (see `formats::tracker::write`).
 
+pub mod ops;
 mod reader;
 mod value;
 
@@ -22,57 +23,56 @@ pub enum ReadError {
     Pickle(#[from] PickleError),
 }
 
-/// Memory-map `path` and decode it. Pages already parsed are handed back to the kernel as the
-/// parse moves on (every string is copied into the document), so a 1 GB file never sits whole
-/// in our resident memory.
-pub fn read_file(path: &Path, progress: &mut dyn Progress) -> Result<Document, ReadError> {
-    let file = File::open(path)?;
-    let len = file.metadata()?.len();
-    if len == 0 {
-        return Err(PickleError {
-            offset: 0,
-            message: "empty file: no pickle data".into(),
+/// A file mapped into memory for reading.
+pub struct MappedFile {
+    map: Option<memmap2::Mmap>,
+}
+
+impl MappedFile {
+    pub fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// A progress sink that hands pages already read back to the kernel: every reader copies
+    /// what it keeps, so a 1 GB file never sits whole in our resident memory.
+    pub fn release_behind<'m>(&'m self, inner: &'m mut dyn Progress) -> ReleaseBehind<'m> {
+        ReleaseBehind {
+            map: self.map.as_ref(),
+            released: 0,
+            inner,
         }
-        .into());
+    }
+}
+
+pub fn map_file(path: &Path) -> std::io::Result<MappedFile> {
+    let file = File::open(path)?;
+    if file.metadata()?.len() == 0 {
+        return Ok(MappedFile { map: None }); // mmap refuses empty files
     }
     // SAFETY: the map is read-only and private; a file truncated under us while we read it
-    // would fault, as it would for any mapped reader — documented in docs/architecture.md.
+    // would fault, as it would for any mapped reader (docs/architecture.md).
     let map = unsafe { memmap2::MmapOptions::new().map(&file)? };
     let _ = map.advise(memmap2::Advice::Sequential);
-    let mut releaser = ReleaseBehind {
-        map: &map,
-        released: 0,
-        inner: progress,
-    };
-    Ok(parse_with_progress(&map, &mut releaser)?)
+    Ok(MappedFile { map: Some(map) })
 }
 
-/// Ask for transparent huge pages on a large buffer's whole allocation, reserved capacity
-/// included (where the kernel offers them on request). A hint: errors are ignored.
-pub(crate) fn advise_huge_pages<T>(buf: &Vec<T>) {
-    advise_huge_range(buf.as_ptr() as usize, buf.capacity() * std::mem::size_of::<T>());
+/// Decode a mapped file, releasing pages behind the parse.
+pub fn parse_mapped(
+    file: &MappedFile,
+    progress: &mut dyn Progress,
+) -> Result<Document, PickleError> {
+    let mut releaser = file.release_behind(progress);
+    parse_with_progress(file.bytes(), &mut releaser)
 }
 
-pub(crate) fn advise_huge_pages_str(buf: &String) {
-    advise_huge_range(buf.as_ptr() as usize, buf.capacity());
+/// Memory-map `path` and decode it.
+pub fn read_file(path: &Path, progress: &mut dyn Progress) -> Result<Document, ReadError> {
+    let file = map_file(path)?;
+    Ok(parse_mapped(&file, progress)?)
 }
 
-fn advise_huge_range(start: usize, len: usize) {
-    const HUGE: usize = 2 << 20;
-    // only whole huge pages inside the allocation: never touch a neighbour's memory
-    let first = start.div_ceil(HUGE) * HUGE;
-    let end = (start + len) / HUGE * HUGE;
-    if end > first {
-        // SAFETY: madvise(MADV_HUGEPAGE) changes no contents and the range lies inside an
-        // allocation we own.
-        unsafe {
-            libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
-struct ReleaseBehind<'m> {
-    map: &'m memmap2::Mmap,
+pub struct ReleaseBehind<'m> {
+    map: Option<&'m memmap2::Mmap>,
     released: usize,
     inner: &'m mut dyn Progress,
 }
@@ -81,12 +81,12 @@ impl Progress for ReleaseBehind<'_> {
     fn advanced(&mut self, consumed: usize) {
         const PAGE: usize = 4096;
         let upto = consumed / PAGE * PAGE;
-        if upto > self.released {
+        if let (Some(map), true) = (self.map, upto > self.released) {
             // SAFETY: nothing borrows from the mapping behind the parse position (strings and
             // bytes are copied out), and a private read-only file mapping re-reads the file if
             // touched again, so dropping those pages cannot change what the parser sees.
             unsafe {
-                let _ = self.map.unchecked_advise_range(
+                let _ = map.unchecked_advise_range(
                     memmap2::UncheckedAdvice::DontNeed,
                     self.released,
                     upto - self.released,

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use super::ops::{Cursor, Op};
 use super::value::{ContainerKind, Document, ObjectKind, Value, View};
 
 /// Containers nested deeper than this are refused: Python's own pickler cannot write them
@@ -52,9 +53,7 @@ pub fn parse(data: &[u8]) -> Result<Document> {
 
 pub fn parse_with_progress(data: &[u8], progress: &mut dyn Progress) -> Result<Document> {
     let mut m = Machine {
-        data,
-        pos: 0,
-        op_start: 0,
+        cursor: Cursor::new(data),
         stack: Vec::with_capacity(64),
         marks: Vec::new(),
         memo: Vec::new(),
@@ -63,15 +62,13 @@ pub fn parse_with_progress(data: &[u8], progress: &mut dyn Progress) -> Result<D
         scratch: Vec::new(),
     };
     m.memo.reserve(data.len() / 16);
-    super::advise_huge_pages(&m.memo);
+    crate::hugepages::advise(&m.memo);
     m.run(progress)?;
     Ok(m.doc)
 }
 
 struct Machine<'a> {
-    data: &'a [u8],
-    pos: usize,
-    op_start: usize,
+    cursor: Cursor<'a>,
     stack: Vec<Value>,
     marks: Vec<usize>,
     /// Dense memo; `UNSET` marks ids never stored (8 bytes a slot: files memoize millions).
@@ -86,82 +83,7 @@ const UNSET: Value = Value::UNSET;
 
 impl<'a> Machine<'a> {
     fn err<T>(&self, message: impl Into<String>) -> Result<T> {
-        Err(self.error(message.into()))
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn error(&self, message: String) -> PickleError {
-        PickleError { offset: self.op_start, message }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn truncated(&self, n: usize) -> PickleError {
-        self.error(format!(
-            "truncated: opcode needs {} more bytes but the file ends after {}",
-            n,
-            self.data.len() - self.pos
-        ))
-    }
-
-    #[inline(always)]
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let data: &'a [u8] = self.data;
-        if n > data.len() - self.pos {
-            return Err(self.truncated(n));
-        }
-        let s = &data[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-
-    #[inline(always)]
-    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
-        Ok(self.take(N)?.try_into().expect("take returns N bytes"))
-    }
-
-    #[inline(always)]
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    #[inline(always)]
-    fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-
-    #[inline(always)]
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    #[inline(always)]
-    fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-
-    /// A declared length, checked against what is left of the file before anything is allocated.
-    fn len(&mut self, declared: u64) -> Result<usize> {
-        let left = (self.data.len() - self.pos) as u64;
-        if declared > left {
-            return self.err(format!(
-                "declared length {declared} is larger than the {left} bytes left in the file"
-            ));
-        }
-        Ok(declared as usize)
-    }
-
-    fn line(&mut self) -> Result<&'a [u8]> {
-        let data: &'a [u8] = self.data;
-        let rest = &data[self.pos..];
-        match rest.iter().position(|&b| b == b'\n') {
-            Some(n) => {
-                self.pos += n + 1;
-                Ok(&rest[..n])
-            }
-            None => self.err("truncated: a text argument has no terminating newline"),
-        }
+        Err(self.cursor.error(message.into()))
     }
 
     #[inline]
@@ -252,7 +174,7 @@ impl<'a> Machine<'a> {
             let cap = own.capacity();
             own.extend_from_slice(new);
             if own.capacity() != cap {
-                super::advise_huge_pages(own);
+                crate::hugepages::advise(own);
             }
         } else if span.len == 0 || (span.start + span.len) as usize == pool.len() {
             if span.len == 0 {
@@ -320,190 +242,79 @@ impl<'a> Machine<'a> {
         self.stack.push(v);
     }
 
+    fn push_text(&mut self, s: &str) {
+        let v = self.doc.push_str(s);
+        self.stack.push(v);
+    }
+
     fn run(&mut self, progress: &mut dyn Progress) -> Result<()> {
         let mut next_report = PROGRESS_STEP;
         loop {
-            if self.pos >= next_report {
-                progress.advanced(self.pos);
-                next_report = self.pos + PROGRESS_STEP;
+            if self.cursor.position() >= next_report {
+                progress.advanced(self.cursor.position());
+                next_report = self.cursor.position() + PROGRESS_STEP;
             }
-            self.op_start = self.pos;
-            if self.pos >= self.data.len() {
-                if self.pos == 0 {
-                    return self.err("empty file: no pickle data");
-                }
-                return self.err("truncated: the file ends before the pickle's STOP opcode");
-            }
-            let op = self.data[self.pos];
-            self.pos += 1;
-            match op {
-                0x80 => {
-                    let proto = self.u8()?;
-                    if proto > 5 {
-                        return self.err(format!(
-                            "unsupported pickle protocol {proto} (0-5 are known)"
-                        ));
-                    }
-                }
-                0x95 => {
-                    // FRAME: a length hint for buffered readers; the data follows inline.
-                    let n = self.u64()?;
-                    self.len(n)?;
-                }
-                b'.' => {
+            match self.cursor.next_op()? {
+                Op::Proto(_) | Op::Frame => {}
+                Op::Stop => {
                     let v = self.pop()?;
                     self.doc.root = Some(v);
-                    progress.advanced(self.pos);
+                    progress.advanced(self.cursor.position());
                     return Ok(());
                 }
                 // ---- marks and stack ----
-                b'(' => self.marks.push(self.stack.len()),
-                b'0' => {
+                Op::Mark => self.marks.push(self.stack.len()),
+                Op::Pop => {
                     self.pop()?;
                 }
-                b'1' => {
-                    self.pop_mark()?;
-                }
-                b'2' => {
+                Op::PopMark => self.pop_mark()?,
+                Op::Dup => {
                     let v = self.top()?;
                     self.stack.push(v);
                 }
                 // ---- scalars ----
-                b'N' => self.stack.push(Value::NONE),
-                0x88 => self.stack.push(Value::TRUE),
-                0x89 => self.stack.push(Value::FALSE),
-                b'J' => {
-                    let i = self.u32()? as i32 as i64;
+                Op::None => self.stack.push(Value::NONE),
+                Op::Bool(b) => self.stack.push(if b { Value::TRUE } else { Value::FALSE }),
+                Op::Int(i) => {
                     let v = self.doc.int(i);
                     self.stack.push(v);
                 }
-                b'K' => {
-                    let i = self.u8()? as i64;
-                    let v = self.doc.int(i);
+                Op::Long(le) => {
+                    let v = self.doc.int_from_le(le);
                     self.stack.push(v);
                 }
-                b'M' => {
-                    let i = self.u16()? as i64;
-                    let v = self.doc.int(i);
+                Op::DecimalInt(text) => {
+                    let v = self.big_decimal(text)?;
                     self.stack.push(v);
                 }
-                0x8a => {
-                    let n = self.u8()? as usize;
-                    let b = self.take(n)?;
-                    let v = self.doc.int_from_le(b);
-                    self.stack.push(v);
-                }
-                0x8b => {
-                    let n = self.u32()? as u64;
-                    let n = self.len(n)?;
-                    let b = self.take(n)?;
-                    let v = self.doc.int_from_le(b);
-                    self.stack.push(v);
-                }
-                b'I' => {
-                    let line = self.line()?;
-                    let v = match line {
-                        b"01" => Value::TRUE,
-                        b"00" => Value::FALSE,
-                        _ => self.decimal_int(line)?,
-                    };
-                    self.stack.push(v);
-                }
-                b'L' => {
-                    let line = self.line()?;
-                    let digits = line.strip_suffix(b"L").unwrap_or(line);
-                    let v = self.decimal_int(digits)?;
-                    self.stack.push(v);
-                }
-                b'G' => {
-                    let f = f64::from_be_bytes(self.array()?);
-                    self.stack.push(Value::float(f));
-                }
-                b'F' => {
-                    let line = self.line()?;
-                    let text = std::str::from_utf8(line).ok().map(str::trim);
-                    match text.and_then(parse_python_float) {
-                        Some(f) => self.stack.push(Value::float(f)),
-                        None => return self.err("FLOAT: not a number"),
-                    }
-                }
+                Op::Float(f) => self.stack.push(Value::float(f)),
                 // ---- strings and bytes ----
-                0x8c => {
-                    let n = self.u8()? as usize;
-                    let raw = self.take(n)?;
-                    self.push_str_bytes(raw);
-                }
-                b'X' => {
-                    let n = self.u32()? as u64;
-                    let n = self.len(n)?;
-                    let raw = self.take(n)?;
-                    self.push_str_bytes(raw);
-                }
-                0x8d => {
-                    let n = self.u64()?;
-                    let n = self.len(n)?;
-                    let raw = self.take(n)?;
-                    self.push_str_bytes(raw);
-                }
-                b'V' => {
-                    let line = self.line()?;
-                    let s = decode_raw_unicode_escape(line);
-                    let v = self.doc.push_str(&s);
-                    self.stack.push(v);
-                }
-                b'S' => {
-                    let line = self.line()?;
+                Op::Unicode(raw) | Op::BinString(raw) => self.push_str_bytes(raw),
+                Op::UnicodeEscaped(raw) => self.push_text(&decode_raw_unicode_escape(raw)),
+                Op::StringLiteral(line) => {
                     let Some(raw) = decode_python_string_literal(line) else {
                         return self.err("STRING: argument is not a quoted string literal");
                     };
                     // Python 3 decodes protocol-0 strings as ASCII by default; keep text as text.
                     self.push_str_bytes(&raw);
                 }
-                b'T' => {
-                    let n = self.u32()? as i32;
-                    if n < 0 {
-                        return self.err("BINSTRING: negative length");
-                    }
-                    let n = self.len(n as u64)?;
-                    let raw = self.take(n)?;
-                    self.push_str_bytes(raw);
-                }
-                b'U' => {
-                    let n = self.u8()? as usize;
-                    let raw = self.take(n)?;
-                    self.push_str_bytes(raw);
-                }
-                b'B' | 0x96 | 0x8e | b'C' => {
-                    let n = match op {
-                        b'C' => self.u8()? as u64,
-                        b'B' => self.u32()? as u64,
-                        _ => self.u64()?,
-                    };
-                    let n = self.len(n)?;
-                    let raw = self.take(n)?;
+                Op::Bytes(raw) => {
                     let v = self.doc.push_bytes(raw);
                     self.stack.push(v);
                 }
-                0x97 => {
+                Op::NextBuffer => {
                     return self.err("NEXT_BUFFER: out-of-band buffers are not part of the file");
                 }
-                0x98 => {
-                    self.top()?; // READONLY_BUFFER: a flag on the buffer above; nothing to do
+                Op::ReadonlyBuffer => {
+                    self.top()?; // a flag on the buffer above; nothing to do
                 }
                 // ---- containers ----
-                b')' => {
+                Op::EmptyTuple => {
                     let v = self.new_container(ContainerKind::Tuple, &[])?;
                     self.stack.push(v);
                 }
-                b't' => {
-                    self.pop_mark()?;
-                    let items = std::mem::take(&mut self.scratch);
-                    let v = self.new_container(ContainerKind::Tuple, &items);
-                    self.scratch = items;
-                    self.stack.push(v?);
-                }
-                0x85..=0x87 => {
-                    let n = (op - 0x84) as usize;
+                Op::Tuple => self.build_from_mark(ContainerKind::Tuple)?,
+                Op::TupleN(n) => {
                     let floor = self.marks.last().copied().unwrap_or(0);
                     if self.stack.len() < floor + n {
                         return self.err(format!("TUPLE{n}: needs {n} values on the stack"));
@@ -515,49 +326,28 @@ impl<'a> Machine<'a> {
                     let v = self.new_container(ContainerKind::Tuple, &items[..n])?;
                     self.stack.push(v);
                 }
-                b']' => {
+                Op::EmptyList => {
                     let v = self.doc.new_container(ContainerKind::List);
                     self.stack.push(v);
                 }
-                b'l' => {
-                    self.pop_mark()?;
-                    let items = std::mem::take(&mut self.scratch);
-                    let v = self.new_container(ContainerKind::List, &items);
-                    self.scratch = items;
-                    self.stack.push(v?);
-                }
-                b'}' => {
+                Op::List => self.build_from_mark(ContainerKind::List)?,
+                Op::EmptyDict => {
                     let v = self.doc.new_container(ContainerKind::Dict);
                     self.stack.push(v);
                 }
-                b'd' => {
-                    self.pop_mark()?;
-                    if self.scratch.len() % 2 != 0 {
-                        return self.err("DICT: odd number of items after MARK");
-                    }
-                    let items = std::mem::take(&mut self.scratch);
-                    let v = self.new_container(ContainerKind::Dict, &items);
-                    self.scratch = items;
-                    self.stack.push(v?);
-                }
-                0x8f => {
+                Op::Dict => self.build_from_mark(ContainerKind::Dict)?,
+                Op::EmptySet => {
                     let v = self.doc.new_container(ContainerKind::Set);
                     self.stack.push(v);
                 }
-                0x91 => {
-                    self.pop_mark()?;
-                    let items = std::mem::take(&mut self.scratch);
-                    let v = self.new_container(ContainerKind::Set, &items);
-                    self.scratch = items;
-                    self.stack.push(v?);
-                }
-                b'a' => {
+                Op::FrozenSet => self.build_from_mark(ContainerKind::Set)?,
+                Op::Append => {
                     let item = self.pop()?;
                     let target = self.top()?;
                     let list = self.items_target(target, false)?;
                     self.extend(list, &[item])?;
                 }
-                b'e' | 0x90 => {
+                Op::Appends | Op::AddItems => {
                     self.pop_mark()?;
                     let target = self.top()?;
                     let list = self.items_target(target, false)?;
@@ -566,14 +356,14 @@ impl<'a> Machine<'a> {
                     self.scratch = items;
                     r?;
                 }
-                b's' => {
+                Op::SetItem => {
                     let v = self.pop()?;
                     let k = self.pop()?;
                     let target = self.top()?;
                     let dict = self.items_target(target, true)?;
                     self.extend(dict, &[k, v])?;
                 }
-                b'u' => {
+                Op::SetItems => {
                     self.pop_mark()?;
                     if self.scratch.len() % 2 != 0 {
                         return self.err("SETITEMS: odd number of items after MARK");
@@ -586,50 +376,24 @@ impl<'a> Machine<'a> {
                     r?;
                 }
                 // ---- memo ----
-                b'g' => {
-                    let line = self.line()?;
-                    let id = self.decimal_u64(line)?;
-                    self.memo_get(id)?;
-                }
-                b'h' => {
-                    let id = self.u8()? as u64;
-                    self.memo_get(id)?;
-                }
-                b'j' => {
-                    let id = self.u32()? as u64;
-                    self.memo_get(id)?;
-                }
-                b'p' => {
-                    let line = self.line()?;
-                    let id = self.decimal_u64(line)?;
+                Op::Get(id) => self.memo_get(id)?,
+                Op::Put(id) => {
                     let v = self.top()?;
                     self.memo_put(id, v);
                 }
-                b'q' => {
-                    let id = self.u8()? as u64;
-                    let v = self.top()?;
-                    self.memo_put(id, v);
-                }
-                b'r' => {
-                    let id = self.u32()? as u64;
-                    let v = self.top()?;
-                    self.memo_put(id, v);
-                }
-                0x94 => {
+                Op::Memoize => {
                     let v = self.top()?;
                     let id = self.memo.len() as u64;
                     self.memo_put(id, v);
                 }
                 // ---- globals and objects: recorded, never called ----
-                b'c' => {
-                    let module = self.line()?;
-                    let name = self.line()?;
+                Op::Global { module, name } => {
                     let module = String::from_utf8_lossy(module).into_owned();
                     let name = String::from_utf8_lossy(name).into_owned();
                     let v = self.doc.global(&module, &name);
                     self.stack.push(v);
                 }
-                0x93 => {
+                Op::StackGlobal => {
                     let name = self.pop()?;
                     let module = self.pop()?;
                     let (Some(m), Some(n)) = (self.doc.as_str(module), self.doc.as_str(name))
@@ -640,28 +404,28 @@ impl<'a> Machine<'a> {
                     let v = self.doc.global(&m, &n);
                     self.stack.push(v);
                 }
-                b'R' => {
+                Op::Reduce => {
                     let args = self.pop()?;
                     let callable = self.pop()?;
-                    let v = self.reduce(callable, args)?;
+                    let v = self.reduce_as(ObjectKind::Reduce, callable, args)?;
                     self.stack.push(v);
                 }
-                0x81 => {
+                Op::NewObj => {
                     let args = self.pop()?;
                     let cls = self.pop()?;
                     let v = self.reduce_as(ObjectKind::NewObj, cls, args)?;
                     self.stack.push(v);
                 }
-                0x92 => {
+                Op::NewObjEx => {
                     let _kwargs = self.pop()?;
                     let args = self.pop()?;
                     let cls = self.pop()?;
                     let v = self.reduce_as(ObjectKind::NewObj, cls, args)?;
                     self.stack.push(v);
                 }
-                b'i' => {
-                    let module = String::from_utf8_lossy(self.line()?).into_owned();
-                    let name = String::from_utf8_lossy(self.line()?).into_owned();
+                Op::Inst { module, name } => {
+                    let module = String::from_utf8_lossy(module).into_owned();
+                    let name = String::from_utf8_lossy(name).into_owned();
                     self.pop_mark()?;
                     let items = std::mem::take(&mut self.scratch);
                     let args = self.new_container(ContainerKind::Tuple, &items);
@@ -670,7 +434,7 @@ impl<'a> Machine<'a> {
                     let v = self.doc.object(ObjectKind::Inst, cls, args?);
                     self.stack.push(v);
                 }
-                b'o' => {
+                Op::Obj => {
                     self.pop_mark()?;
                     if self.scratch.is_empty() {
                         return self.err("OBJ: needs a class after MARK");
@@ -682,7 +446,7 @@ impl<'a> Machine<'a> {
                     let v = self.doc.object(ObjectKind::Inst, cls, args?);
                     self.stack.push(v);
                 }
-                b'b' => {
+                Op::Build => {
                     let state = self.pop()?;
                     let target = self.top()?;
                     if let Some(oid) = target.object_id() {
@@ -690,38 +454,37 @@ impl<'a> Machine<'a> {
                     }
                     // BUILD on a plain container (e.g. a dict subclass with __dict__) is ignored.
                 }
-                b'P' => {
-                    let pid = String::from_utf8_lossy(self.line()?).into_owned();
+                Op::PersId(pid) => {
+                    let pid = String::from_utf8_lossy(pid).into_owned();
                     let pid = self.doc.push_str(&pid);
                     let v = self.doc.object(ObjectKind::PersistentId, Value::NONE, pid);
                     self.stack.push(v);
                 }
-                b'Q' => {
+                Op::BinPersId => {
                     let pid = self.pop()?;
                     let v = self.doc.object(ObjectKind::PersistentId, Value::NONE, pid);
                     self.stack.push(v);
                 }
-                0x82..=0x84 => {
-                    let code = match op {
-                        0x82 => self.u8()? as i64,
-                        0x83 => self.u16()? as i64,
-                        _ => self.u32()? as i64,
-                    };
-                    let code = self.doc.int(code);
+                Op::Ext(code) => {
+                    let code = self.doc.int(code as i64);
                     let v = self.doc.object(ObjectKind::Extension, Value::NONE, code);
                     self.stack.push(v);
-                }
-                other => {
-                    return self.err(format!(
-                        "unknown opcode 0x{other:02x}; not a pickle, or a corrupt one"
-                    ));
                 }
             }
         }
     }
 
-    fn reduce(&mut self, callable: Value, args: Value) -> Result<Value> {
-        self.reduce_as(ObjectKind::Reduce, callable, args)
+    /// TUPLE / LIST / DICT / FROZENSET: a container of everything above the last MARK.
+    fn build_from_mark(&mut self, kind: ContainerKind) -> Result<()> {
+        self.pop_mark()?;
+        if matches!(kind, ContainerKind::Dict) && self.scratch.len() % 2 != 0 {
+            return self.err("DICT: odd number of items after MARK");
+        }
+        let items = std::mem::take(&mut self.scratch);
+        let v = self.new_container(kind, &items);
+        self.scratch = items;
+        self.stack.push(v?);
+        Ok(())
     }
 
     /// Plain-data constructions get their data value; anything else an inert object.
@@ -781,21 +544,8 @@ impl<'a> Machine<'a> {
         Ok(self.doc.object(kind, callable, args))
     }
 
-    fn decimal_u64(&self, line: &[u8]) -> Result<u64> {
-        std::str::from_utf8(line)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .map_or_else(|| self.err("memo key is not a decimal number"), Ok)
-    }
-
-    fn decimal_int(&mut self, line: &[u8]) -> Result<Value> {
-        let Ok(text) = std::str::from_utf8(line) else {
-            return self.err("INT/LONG: not a decimal number");
-        };
-        let text = text.trim();
-        if let Ok(i) = text.parse::<i64>() {
-            return Ok(self.doc.int(i));
-        }
+    /// An int too wide for i64, from protocol 0 decimal text.
+    fn big_decimal(&mut self, text: &str) -> Result<Value> {
         let (negative, digits) = match text.strip_prefix('-') {
             Some(d) => (true, d),
             None => (false, text.strip_prefix('+').unwrap_or(text)),
@@ -837,15 +587,6 @@ fn decimal_to_twos_complement_le(negative: bool, digits: &str) -> Vec<u8> {
         }
     }
     mag
-}
-
-fn parse_python_float(s: &str) -> Option<f64> {
-    match s {
-        "inf" => Some(f64::INFINITY),
-        "-inf" => Some(f64::NEG_INFINITY),
-        "nan" => Some(f64::NAN),
-        _ => s.parse().ok(),
-    }
 }
 
 /// Protocol 0 `UNICODE`: latin-1 bytes with `\uXXXX` and `\UXXXXXXXX` escapes.

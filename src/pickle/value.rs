@@ -241,10 +241,10 @@ impl Document {
         let _ = d.text.try_reserve(file_len / 2);
         let _ = d.text_ends.try_reserve(file_len / 32);
         let _ = d.spans.try_reserve(file_len / 32);
-        super::advise_huge_pages(&d.items);
-        super::advise_huge_pages_str(&d.text);
-        super::advise_huge_pages(&d.text_ends);
-        super::advise_huge_pages(&d.spans);
+        crate::hugepages::advise(&d.items);
+        crate::hugepages::advise_string(&d.text);
+        crate::hugepages::advise(&d.text_ends);
+        crate::hugepages::advise(&d.spans);
         d
     }
 
@@ -328,7 +328,11 @@ impl Document {
         match v.tag() {
             Some(Tag::Str) => {
                 let i = v.index();
-                let start = if i == 0 { 0 } else { self.text_ends[i - 1] as usize };
+                let start = if i == 0 {
+                    0
+                } else {
+                    self.text_ends[i - 1] as usize
+                };
                 Some(start..self.text_ends[i] as usize)
             }
             _ => None,
@@ -385,7 +389,10 @@ impl Document {
 
     pub fn as_dict(&self, v: Value) -> Option<Dict<'_>> {
         match v.tag() {
-            Some(Tag::Dict) => Some(Dict { doc: self, items: self.span_items(v.index()) }),
+            Some(Tag::Dict) => Some(Dict {
+                doc: self,
+                items: self.span_items(v.index()),
+            }),
             _ => None,
         }
     }
@@ -513,7 +520,10 @@ impl Document {
         for &v in items {
             self.items.push(v);
         }
-        Some(Value::boxed(Tag::ScalarTuple, (start << 4) | items.len() as u64))
+        Some(Value::boxed(
+            Tag::ScalarTuple,
+            (start << 4) | items.len() as u64,
+        ))
     }
 }
 
