@@ -150,10 +150,17 @@ fn draw_panel(
             });
         }
     }
-    // name each marker kind once at the top, beside its first occurrence
+    // name each marker kind once at the top, beside its first occurrence, unless the legend
+    // (which names it too) sits there
+    let legend = legend_corner(panel, (x0, x1), (y0, y1), &scale);
+    let under_legend = |x: f64| match legend {
+        SeriesLabelPosition::UpperLeft => x < x0 + (x1 - x0) * 0.25,
+        SeriesLabelPosition::UpperRight => x > x1 - (x1 - x0) * 0.3,
+        _ => false,
+    };
     let mut named: Vec<&str> = Vec::new();
     for m in &chart.markers {
-        if named.contains(&m.label.as_str()) || chart.markers.len() > 24 {
+        if named.contains(&m.label.as_str()) || chart.markers.len() > 24 || under_legend(m.x) {
             continue;
         }
         named.push(&m.label);
@@ -207,12 +214,35 @@ fn draw_panel(
         }
     }
     c.configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(legend)
         .background_style(WHITE.mix(0.9))
         .border_style(RGBColor(180, 180, 180))
         .label_font(("sans-serif", 13))
         .draw()?;
     Ok(())
+}
+
+/// The corner whose legend-sized box covers the fewest data points.
+fn legend_corner(panel: &Panel, (x0, x1): (f64, f64), (y0, y1): (f64, f64), scale: &dyn Fn(f64) -> f64) -> SeriesLabelPosition {
+    let (w, h) = ((x1 - x0) * 0.25, (y1 - y0) * 0.32);
+    let corners = [
+        (SeriesLabelPosition::UpperLeft, x0, y1 - h),
+        (SeriesLabelPosition::UpperRight, x1 - w, y1 - h),
+        (SeriesLabelPosition::LowerRight, x1 - w, y0),
+        (SeriesLabelPosition::LowerLeft, x0, y0),
+    ];
+    let covered = |bx: f64, by: f64| {
+        panel
+            .lines
+            .iter()
+            .flat_map(|l| l.points.iter())
+            .filter(|&&(x, y)| (bx..=bx + w).contains(&x) && (by..=by + h).contains(&scale(y)))
+            .count()
+    };
+    corners
+        .into_iter()
+        .min_by_key(|&(_, bx, by)| covered(bx, by))
+        .map_or(SeriesLabelPosition::UpperLeft, |c| c.0)
 }
 
 fn y_range(panel: &Panel) -> (f64, f64) {
