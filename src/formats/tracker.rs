@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::model::tracker::ExitInfo;
 use crate::model::units::MIB;
 use crate::model::{Marker, OpNames, RecordInfo, Series, TrackerStats};
+use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value, View};
 
 type Parse<T> = std::result::Result<T, String>;
@@ -219,88 +220,101 @@ fn record_info(doc: &Document, v: Value) -> Parse<RecordInfo> {
 
 // ---- writing ----
 
-use serde_pickle::value::{HashableValue as K, Value as P};
-use std::collections::BTreeMap;
-
-/// The stats as pickle bytes that PyTorch's `MemoryTracker().load()` and `show_traces()` read.
+/// The stats as pickle bytes that PyTorch's `MemoryTracker().load()` and `show_traces()` read,
+/// keys in the order `save_stats()` writes them.
 pub fn to_pickle_bytes(stats: &TrackerStats) -> Vec<u8> {
-    let mut root = BTreeMap::new();
+    let mut w = Writer::new();
+    w.begin_dict();
     for s in Series::ALL {
+        w.str(s.stats_key());
+        w.begin_dict();
         let series = stats.series(s);
-        let dict: BTreeMap<K, P> = (0..stats.op_count())
-            .map(|i| {
-                let name = P::String(stats.names.get(i).to_string());
-                (
-                    K::I64(i as i64),
-                    P::Tuple(vec![name, P::F64(series[i] / MIB)]),
-                )
-            })
-            .collect();
-        root.insert(K::String(s.stats_key().into()), P::Dict(dict));
+        for (i, name) in stats.names.iter().enumerate() {
+            w.int(i as i64);
+            w.str(name);
+            w.float(series[i] / MIB);
+            w.tuple(2);
+            w.end_entry();
+        }
+        w.end_dict();
+        w.end_entry();
     }
-    let markers = stats
-        .markers
-        .iter()
-        .map(|m| (K::String(m.name.clone()), P::I64(m.op_index)))
-        .collect();
-    root.insert(K::String("markers".into()), P::Dict(markers));
-    root.insert(
-        K::String("num_alloc_retries".into()),
-        P::I64(stats.num_alloc_retries),
-    );
-    root.insert(
-        K::String("op_index".into()),
-        P::I64(stats.op_index.unwrap_or(stats.op_count() as i64)),
-    );
+    w.str("markers");
+    w.begin_dict();
+    for m in &stats.markers {
+        w.str(&m.name);
+        w.int(m.op_index);
+        w.end_entry();
+    }
+    w.end_dict();
+    w.end_entry();
+    w.str("num_alloc_retries");
+    w.int(stats.num_alloc_retries);
+    w.end_entry();
+    w.str("op_index");
+    w.int(stats.op_index.unwrap_or(stats.op_count() as i64));
+    w.end_entry();
     if let Some(r) = &stats.record {
-        root.insert(K::String("memtrack".into()), record_value(r));
+        w.str("memtrack");
+        write_record(&mut w, r);
+        w.end_entry();
     }
-    serde_pickle::value_to_vec(&P::Dict(root), serde_pickle::SerOptions::new())
-        .expect("serializing plain pickle values cannot fail")
+    w.end_dict();
+    w.finish()
 }
 
-fn record_value(r: &RecordInfo) -> P {
-    let mut d = BTreeMap::new();
-    let mut put = |k: &str, v: P| {
-        d.insert(K::String(k.into()), v);
-    };
-    let opt_s = |s: &Option<String>| s.clone().map_or(P::None, P::String);
-    let opt_i = |i: Option<i64>| i.map_or(P::None, P::I64);
-    put("version", P::String(r.version.clone()));
-    put("backend", P::String(r.backend.clone()));
-    put("device_name", opt_s(&r.device_name));
-    put(
-        "device_total_bytes",
-        opt_i(r.device_total_bytes.map(|b| b as i64)),
-    );
-    put(
-        "argv",
-        P::List(r.argv.iter().cloned().map(P::String).collect()),
-    );
-    put("rank", opt_i(r.rank));
-    put("world_size", opt_i(r.world_size));
-    put(
-        "marker_events",
-        P::List(
-            r.marker_events
-                .iter()
-                .map(|m| P::Tuple(vec![P::String(m.name.clone()), P::I64(m.op_index)]))
-                .collect(),
-        ),
-    );
-    if let Some(e) = &r.exit {
-        let mut x = BTreeMap::new();
-        x.insert(K::String("code".into()), opt_i(e.code));
-        x.insert(K::String("signal".into()), opt_i(e.signal));
-        x.insert(K::String("oom".into()), P::Bool(e.oom));
-        x.insert(K::String("exception".into()), opt_s(&e.exception));
-        put("exit", P::Dict(x));
+fn write_record(w: &mut Writer, r: &RecordInfo) {
+    fn entry(w: &mut Writer, key: &str, value: &dyn Fn(&mut Writer)) {
+        w.str(key);
+        value(w);
+        w.end_entry();
     }
-    put(
-        "snapshot_paths",
-        P::List(r.snapshot_paths.iter().cloned().map(P::String).collect()),
-    );
-    P::Dict(d)
+    w.begin_dict();
+    entry(w, "version", &|w| w.str(&r.version));
+    entry(w, "backend", &|w| w.str(&r.backend));
+    entry(w, "device_name", &|w| w.opt_str(r.device_name.as_deref()));
+    entry(w, "device_total_bytes", &|w| {
+        w.opt_int(r.device_total_bytes.map(|b| b as i64))
+    });
+    entry(w, "argv", &|w| {
+        w.begin_list();
+        for a in &r.argv {
+            w.str(a);
+            w.end_element();
+        }
+        w.end_list();
+    });
+    entry(w, "rank", &|w| w.opt_int(r.rank));
+    entry(w, "world_size", &|w| w.opt_int(r.world_size));
+    entry(w, "marker_events", &|w| {
+        w.begin_list();
+        for m in &r.marker_events {
+            w.str(&m.name);
+            w.int(m.op_index);
+            w.tuple(2);
+            w.end_element();
+        }
+        w.end_list();
+    });
+    if let Some(e) = &r.exit {
+        entry(w, "exit", &|w| {
+            w.begin_dict();
+            entry(w, "code", &|w| w.opt_int(e.code));
+            entry(w, "signal", &|w| w.opt_int(e.signal));
+            entry(w, "oom", &|w| w.bool(e.oom));
+            entry(w, "exception", &|w| w.opt_str(e.exception.as_deref()));
+            w.end_dict();
+        });
+    }
+    entry(w, "snapshot_paths", &|w| {
+        w.begin_list();
+        for p in &r.snapshot_paths {
+            w.str(p);
+            w.end_element();
+        }
+        w.end_list();
+    });
+    w.end_dict();
 }
 
 /// Write stats to `path` through a temporary file and a rename, so no reader sees half a file.

@@ -1,12 +1,13 @@
 //! Our own pickle reader: every protocol, shared objects kept shared, nothing ever executed.
 //!
 //! serde-pickle cannot read what PyTorch writes (`collections.defaultdict` values, frame lists
-//! shared through the memo), so reading is ours; the few pickles memtrack writes go through
-//! serde-pickle (see `formats::tracker::write`).
+//! shared through the memo), so reading is ours; so is writing (`writer`), to keep dict order
+//! and to stream large files.
 
 pub mod ops;
 mod reader;
 mod value;
+pub mod writer;
 
 pub use reader::{parse, parse_with_progress, PickleError, Progress, MAX_DEPTH};
 pub use value::{big_int_to_f64, Dict, Document, Object, ObjectKind, Value, View};

@@ -245,7 +245,7 @@ impl<'a> Cursor<'a> {
                 let left = (self.data.len() - self.pos) as u64;
                 if n > left {
                     return Err(self.error(format!(
-                        "FRAME of {n} bytes but only {left} are left in the file"
+                        "truncated: FRAME of {n} bytes but only {left} are left in the file"
                     )));
                 }
                 Op::Frame

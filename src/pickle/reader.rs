@@ -365,7 +365,7 @@ impl<'a> Machine<'a> {
                 }
                 Op::SetItems => {
                     self.pop_mark()?;
-                    if self.scratch.len() % 2 != 0 {
+                    if !self.scratch.len().is_multiple_of(2) {
                         return self.err("SETITEMS: odd number of items after MARK");
                     }
                     let target = self.top()?;
@@ -477,7 +477,7 @@ impl<'a> Machine<'a> {
     /// TUPLE / LIST / DICT / FROZENSET: a container of everything above the last MARK.
     fn build_from_mark(&mut self, kind: ContainerKind) -> Result<()> {
         self.pop_mark()?;
-        if matches!(kind, ContainerKind::Dict) && self.scratch.len() % 2 != 0 {
+        if matches!(kind, ContainerKind::Dict) && !self.scratch.len().is_multiple_of(2) {
             return self.err("DICT: odd number of items after MARK");
         }
         let items = std::mem::take(&mut self.scratch);

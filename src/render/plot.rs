@@ -223,7 +223,12 @@ fn draw_panel(
 }
 
 /// The corner whose legend-sized box covers the fewest data points.
-fn legend_corner(panel: &Panel, (x0, x1): (f64, f64), (y0, y1): (f64, f64), scale: &dyn Fn(f64) -> f64) -> SeriesLabelPosition {
+fn legend_corner(
+    panel: &Panel,
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+    scale: &dyn Fn(f64) -> f64,
+) -> SeriesLabelPosition {
     let (w, h) = ((x1 - x0) * 0.25, (y1 - y0) * 0.32);
     let corners = [
         (SeriesLabelPosition::UpperLeft, x0, y1 - h),

@@ -1,0 +1,76 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn memtrack() -> assert_cmd::Command {
+    assert_cmd::Command::cargo_bin("memtrack").expect("the memtrack binary is built for tests")
+}
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture(rel: &str) -> PathBuf {
+    root().join("fixtures").join(rel)
+}
+
+/// Compare `actual` with the golden file `tests/golden/<name>`; `MEMTRACK_BLESS=1` rewrites it.
+pub fn golden(name: &str, actual: &str) {
+    let path = root().join("tests/golden").join(name);
+    if std::env::var_os("MEMTRACK_BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with MEMTRACK_BLESS=1 to create it)",
+            path.display()
+        )
+    });
+    assert_eq!(
+        actual,
+        expected,
+        "output differs from {} (MEMTRACK_BLESS=1 rewrites it)",
+        path.display()
+    );
+}
+
+/// The Python to run PyTorch with: `MEMTRACK_PYTHON`, else the venv `.ci/run` makes, else
+/// `python3`. None when it cannot import torch: the test is skipped, loudly, except under CI
+/// (`CI` set), where a missing torch is a failure.
+pub fn python_with_torch() -> Option<PathBuf> {
+    let candidates: Vec<PathBuf> = match std::env::var_os("MEMTRACK_PYTHON") {
+        Some(p) => vec![PathBuf::from(p)],
+        None => {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            vec![
+                home.join(".cache/memtrack/venv/bin/python"),
+                PathBuf::from("python3"),
+            ]
+        }
+    };
+    for py in &candidates {
+        let ok = Command::new(py)
+            .args(["-c", "import torch"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ok {
+            return Some(py.clone());
+        }
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("torch is not importable from {candidates:?} and CI is set: tests that need torch must run in CI");
+    }
+    eprintln!("\n*** SKIPPED: torch not available (tried {candidates:?}); set MEMTRACK_PYTHON or run .ci/run ***\n");
+    None
+}
+
+pub fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}

@@ -1,0 +1,210 @@
+//! Bad input gets a clear error naming the file, exit code 2, and never a panic.
+
+mod common;
+
+use common::{fixture, memtrack, write_temp};
+use predicates::prelude::*;
+
+fn fails_cleanly(path: &std::path::Path, expect: &str) {
+    let shown = path.display().to_string();
+    memtrack()
+        .args(["summary"])
+        .arg(path)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(shown))
+        .stderr(predicate::str::contains(expect))
+        .stderr(predicate::str::contains("panicked").not());
+}
+
+#[test]
+fn empty_file() {
+    let dir = tempfile::tempdir().unwrap();
+    fails_cleanly(&write_temp(dir.path(), "empty.pkl", b""), "empty file");
+}
+
+#[test]
+fn missing_file() {
+    fails_cleanly(std::path::Path::new("/nonexistent/run.pkl"), "cannot read");
+}
+
+#[test]
+fn json_and_text_are_not_pickles() {
+    let dir = tempfile::tempdir().unwrap();
+    fails_cleanly(
+        &write_temp(dir.path(), "stats.json", b"{\"memories_allocated\": {}}"),
+        "not a pickle (first byte 0x7b at offset 0) (it looks like JSON)",
+    );
+    fails_cleanly(
+        &write_temp(dir.path(), "notes.txt", b"hello world\n"),
+        "it looks like text",
+    );
+    fails_cleanly(&write_temp(dir.path(), "x.gz", b"\x1f\x8b\x08\x00"), "gzip");
+    fails_cleanly(
+        &write_temp(dir.path(), "model.pt", b"PK\x03\x04rest"),
+        "zip archive",
+    );
+}
+
+#[test]
+fn wrong_magic_and_unknown_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    fails_cleanly(
+        &write_temp(dir.path(), "p9.pkl", b"\x80\x09N."),
+        "unsupported pickle protocol 9",
+    );
+    fails_cleanly(
+        &write_temp(dir.path(), "junk.pkl", b"\xfe\xfe\xfe"),
+        "not a pickle",
+    );
+}
+
+#[test]
+fn a_pickle_that_calls_os_system_is_refused_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    // if anything executed this, the marker file would appear
+    let cmd = format!("touch {}", marker.display());
+    let mut bytes = b"\x80\x02cposix\nsystem\nq\x00X".to_vec();
+    bytes.extend((cmd.len() as u32).to_le_bytes());
+    bytes.extend(cmd.as_bytes());
+    bytes.extend(b"\x85R.");
+    let p = write_temp(dir.path(), "evil.pkl", &bytes);
+    fails_cleanly(
+        &p,
+        "built by calling posix.system; memtrack never runs code from a file",
+    );
+    fails_cleanly(&fixture("pickle/os_system.pkl"), "posix.system");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn deeply_nested_lists_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // 100k nested lists: EMPTY_LIST x N, then APPEND x (N-1)
+    let n = 100_000;
+    let mut bytes = vec![0x80, 2];
+    bytes.extend(std::iter::repeat_n(b']', n));
+    bytes.extend(std::iter::repeat_n(b'a', n - 1));
+    bytes.push(b'.');
+    fails_cleanly(
+        &write_temp(dir.path(), "deep.pkl", &bytes),
+        "nested more than 1000 deep",
+    );
+    // the same through MARK ... LIST
+    let mut bytes = vec![0x80, 2];
+    bytes.extend(std::iter::repeat_n(b'(', n));
+    bytes.extend(std::iter::repeat_n(b'l', n));
+    bytes.push(b'.');
+    fails_cleanly(
+        &write_temp(dir.path(), "deep2.pkl", &bytes),
+        "nested more than 1000 deep",
+    );
+}
+
+#[test]
+fn huge_declared_sizes_are_refused_before_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    // BINUNICODE8 claiming 2^62 bytes; LONG_BINPUT at id 2^32-1; FRAME of 2^60
+    fails_cleanly(
+        &write_temp(
+            dir.path(),
+            "big_str.pkl",
+            b"\x80\x04\x8d\x00\x00\x00\x00\x00\x00\x00\x40",
+        ),
+        "declared length",
+    );
+    fails_cleanly(
+        &write_temp(
+            dir.path(),
+            "big_frame.pkl",
+            b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x10N.",
+        ),
+        "FRAME",
+    );
+    fails_cleanly(
+        &write_temp(
+            dir.path(),
+            "sparse_memo.pkl",
+            b"\x80\x02Nr\xff\xff\xff\xff.",
+        ),
+        "a pickle whose top-level value is a None",
+    );
+}
+
+#[test]
+fn wrong_shapes_name_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    // {'memories_allocated': [1]}
+    let p = write_temp(
+        dir.path(),
+        "shape.pkl",
+        b"\x80\x02}X\x12\x00\x00\x00memories_allocated]K\x01as.",
+    );
+    fails_cleanly(&p, "memories_allocated: expected a dict, found list");
+    // {'memories_allocated': {0: 5}}
+    let p = write_temp(
+        dir.path(),
+        "entry.pkl",
+        b"\x80\x02}X\x12\x00\x00\x00memories_allocated}K\x00K\x05ss.",
+    );
+    fails_cleanly(
+        &p,
+        "memories_allocated[0]: expected (op name, MiB) tuple, found int",
+    );
+    // a dict of something else
+    let p = write_temp(
+        dir.path(),
+        "other.pkl",
+        b"\x80\x02}X\x03\x00\x00\x00fooK\x01s.",
+    );
+    fails_cleanly(&p, "keys ['foo']");
+}
+
+#[test]
+fn truncated_files_fail_cleanly_at_every_offset() {
+    // every prefix through the library (fast), a sample through the binary (the whole path)
+    let data = std::fs::read(fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl")).unwrap();
+    for k in 0..data.len() {
+        let prefix = &data[..k];
+        assert!(
+            memtrack::pickle::parse(prefix).is_err(),
+            "prefix of {k} bytes parsed"
+        );
+        assert!(memtrack::formats::tracker_stream::read(prefix, &mut ()).is_none());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for k in (0..data.len()).step_by(97) {
+        let p = write_temp(dir.path(), &format!("cut{k}.pkl"), &data[..k]);
+        let expect = if k == 0 { "empty file" } else { "truncated" };
+        fails_cleanly(&p, expect);
+    }
+}
+
+#[test]
+fn output_errors_keep_existing_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("keep.svg");
+    std::fs::write(&out, "previous").unwrap();
+    let bad = write_temp(dir.path(), "bad.pkl", b"nonsense");
+    memtrack()
+        .args(["plot"])
+        .arg(&bad)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .code(2);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "previous");
+    memtrack()
+        .args([
+            "summary",
+            fixture("tracker/synthetic_2000_ops.pkl").to_str().unwrap(),
+            "-o",
+            "/nonexistent-dir/x.txt",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "/nonexistent-dir/x.txt: cannot write",
+        ));
+}
