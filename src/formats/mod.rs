@@ -39,15 +39,11 @@ fn map(path: &Path) -> Result<MappedFile> {
 
 fn parse(path: &Path, file: &MappedFile) -> Result<Document> {
     pickle::parse_mapped(file, &mut ())
-        .map_err(|e| Error::input(path, describe_pickle_error(path, &e)))
+        .map_err(|e| Error::input(path, describe_pickle_error(file.bytes(), &e)))
 }
 
-fn describe_pickle_error(path: &Path, e: &pickle::PickleError) -> String {
-    let mut head = [0u8; 4];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-        .unwrap_or(0);
-    let head = &head[..n];
+fn describe_pickle_error(data: &[u8], e: &pickle::PickleError) -> String {
+    let head = &data[..data.len().min(4)];
     // Protocol 2+ files start with PROTO (0x80); anything else that fails is most likely not a
     // pickle at all, and the opcode-level message would only confuse.
     if head.first().is_some_and(|&b| b != 0x80) {
