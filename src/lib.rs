@@ -11,4 +11,5 @@ pub mod formats;
 pub mod model;
 pub mod output;
 pub mod pickle;
+pub mod record;
 pub mod render;
