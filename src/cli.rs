@@ -49,8 +49,10 @@ pub struct Common {
 
 #[derive(Args, Debug)]
 pub struct SummaryArgs {
-    /// A MemoryTracker stats file (save_stats) or a `memtrack record` file
-    pub file: PathBuf,
+    /// A MemoryTracker stats file (save_stats) or a `memtrack record` file; several (one per
+    /// rank: `run.rank*.pkl`) add a cross-rank comparison
+    #[arg(required = true, num_args = 1.., value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// How many of the ops that generate the most memory to list
     #[arg(long, default_value_t = 20)]
     pub top: usize,
