@@ -14,6 +14,8 @@ use crate::render::thousands;
 
 pub struct Report {
     pub written: Vec<PathBuf>,
+    /// The backend of each file written.
+    pub backends: Vec<String>,
     pub notes: Vec<Note>,
     /// Every journal file was decoded and written: the journal can go.
     pub complete: bool,
@@ -88,11 +90,18 @@ pub fn finalize(
     }
     let paths = output_paths(output, &sessions);
     let mut written = Vec::new();
+    let mut backends = Vec::new();
     for (s, p) in sessions.iter().zip(&paths) {
         match tracker::write(&s.stats, p) {
             Ok(()) => {
                 eprintln!("memtrack: wrote {}", describe(p, s));
                 written.push(p.clone());
+                backends.push(
+                    s.stats
+                        .record
+                        .as_ref()
+                        .map_or_else(String::new, |r| r.backend.clone()),
+                );
             }
             Err(e) => {
                 eprintln!("memtrack: {e}");
@@ -102,6 +111,7 @@ pub fn finalize(
     }
     Ok(Report {
         written,
+        backends,
         notes,
         complete,
     })

@@ -155,6 +155,9 @@ pub fn run(o: &Options) -> Result<i32> {
     } else {
         eprintln!("memtrack: the journal is kept in {}", journal.display());
     }
+    if o.snapshot && !report.backends.is_empty() && report.backends.iter().all(|b| b != "cuda") {
+        eprintln!("memtrack: --snapshot: the program ran on the CPU backend; allocator snapshots need CUDA");
+    }
     if server.connections() == 0 || report.written.is_empty() {
         eprintln!("memtrack: {}", report.nothing_recorded_reason(program));
     }

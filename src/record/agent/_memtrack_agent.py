@@ -873,8 +873,12 @@ def _chain_excepthook():
 
 
 def _install_sigterm():
+    """Ship what is buffered before SIGTERM's default death. Not under torchrun: its agent
+    SIGTERMs workers that may sit in a collective, where a Python-level handler would wait."""
     import signal
 
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return
     try:
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
             return
