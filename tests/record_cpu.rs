@@ -1,9 +1,9 @@
 //! `memtrack record` on CPU with the real torch: the file loads in PyTorch's MemoryTracker,
 //! and the module breakdown equals PyTorch's own MemTracker on the same model and inputs.
 
-mod common;
+mod record_common;
 
-use common::*;
+use record_common::*;
 use serde_json::Value;
 
 #[test]

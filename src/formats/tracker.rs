@@ -7,14 +7,11 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::record_ext;
 use crate::error::{Error, Result};
-use crate::model::modules::StateSnapshots;
 use crate::model::tracker::ExitInfo;
 use crate::model::units::MIB;
-use crate::model::{
-    DeviceBytes, IterationModules, Marker, ModState, ModuleStats, OpNames, RecordInfo, Series,
-    Snapshot, TrackerStats, CATEGORIES,
-};
+use crate::model::{Marker, OpNames, RecordInfo, Series, TrackerStats};
 use crate::pickle::{Dict, Document, Value, View};
 
 type Parse<T> = std::result::Result<T, String>;
@@ -198,11 +195,7 @@ fn record_info(doc: &Document, v: Value) -> Parse<RecordInfo> {
                 .get("exception")
                 .and_then(|v| doc.as_str(v))
                 .map(str::to_string),
-            ended: exit
-                .get("ended")
-                .and_then(|v| doc.as_str(v))
-                .map(str::to_string),
-            oom_op_index: exit.get("oom_op_index").and_then(|v| doc.as_int(v)),
+            ..ExitInfo::default()
         });
     }
     if let Some(paths) = d.get("snapshot_paths").and_then(|v| doc.as_seq(v)) {
@@ -212,133 +205,12 @@ fn record_info(doc: &Document, v: Value) -> Parse<RecordInfo> {
             .map(str::to_string)
             .collect();
     }
-    info.pid = i("pid");
-    info.torch_version = s("torch_version");
-    if let Some(m) = d.get("modules") {
-        info.modules = modules(doc, m)?;
-    }
-    if let Some(p) = d.get("peak").filter(|p| !doc.is_none(*p)) {
-        info.peak = Some(snapshot(doc, p).map_err(|e| format!("memtrack.peak: {e}"))?);
-    }
-    if let Some(ms) = d.get("memory_stats").and_then(|v| doc.as_dict(v)) {
-        for (k, v) in ms.iter() {
-            if let (Some(k), Some(v)) = (doc.as_str(k), doc.as_int(v)) {
-                info.memory_stats.insert(k.to_string(), v);
-            }
-        }
-    }
-    if let Some(errs) = d.get("agent_errors").and_then(|v| doc.as_seq(v)) {
-        info.agent_errors = errs
-            .iter()
-            .filter_map(|e| doc.as_str(*e))
-            .map(str::to_string)
-            .collect();
-    }
+    record_ext::read(doc, &d, &mut info)?;
     if let View::Dict(_) = doc.view(v) {
         Ok(info)
     } else {
         Err("memtrack: expected a dict".into())
     }
-}
-
-/// `memtrack.modules`: a list of iterations (docs/format.md, "Module breakdown").
-fn modules(doc: &Document, v: Value) -> Parse<Vec<IterationModules>> {
-    let iters = doc
-        .as_seq(v)
-        .ok_or("memtrack.modules: expected a list of iterations")?;
-    let mut out = Vec::with_capacity(iters.len());
-    for (n, it) in iters.iter().enumerate() {
-        let ctx = |e: String| format!("memtrack.modules[{n}]: {e}");
-        let d = doc
-            .as_dict(*it)
-            .ok_or_else(|| ctx("expected a dict".into()))?;
-        let int = |k: &str| d.get(k).and_then(|v| doc.as_int(v)).unwrap_or(0);
-        let mut iteration = IterationModules {
-            iteration: int("iteration").max(0) as usize,
-            first_op: int("first_op").max(0) as usize,
-            modules: Vec::new(),
-            peak: match d.get("peak") {
-                Some(p) => snapshot(doc, p).map_err(ctx)?,
-                None => Snapshot::default(),
-            },
-        };
-        let mods = d
-            .get("modules")
-            .and_then(|m| doc.as_seq(m))
-            .ok_or_else(|| ctx("'modules' is not a list".into()))?;
-        for m in mods {
-            let md = doc
-                .as_dict(*m)
-                .ok_or_else(|| ctx("a module is not a dict".into()))?;
-            let mint = |k: &str| md.get(k).and_then(|v| doc.as_int(v)).unwrap_or(0);
-            let mut stats = ModuleStats {
-                fqn: md
-                    .get("fqn")
-                    .and_then(|v| doc.as_str(v))
-                    .unwrap_or("")
-                    .to_string(),
-                parameter_bytes: mint("parameter_bytes"),
-                buffer_bytes: mint("buffer_bytes"),
-                input_bytes: mint("input_bytes"),
-                output_bytes: mint("output_bytes"),
-                states: Vec::new(),
-            };
-            for st in md.get("states").and_then(|v| doc.as_seq(v)).unwrap_or(&[]) {
-                let Some([name, calls]) = doc.as_seq(*st) else {
-                    return Err(ctx(format!(
-                        "{}: a state is not a (name, calls) pair",
-                        stats.fqn
-                    )));
-                };
-                let name = doc.as_str(*name).unwrap_or("");
-                let state = ModState::from_name(name)
-                    .ok_or_else(|| ctx(format!("{}: unknown state '{name}'", stats.fqn)))?;
-                let calls = doc
-                    .as_seq(*calls)
-                    .ok_or_else(|| ctx(format!("{}: {name}: calls is not a list", stats.fqn)))?
-                    .iter()
-                    .map(|c| snapshot(doc, *c))
-                    .collect::<Parse<Vec<_>>>()
-                    .map_err(ctx)?;
-                stats.states.push(StateSnapshots { state, calls });
-            }
-            iteration.modules.push(stats);
-        }
-        out.push(iteration);
-    }
-    Ok(out)
-}
-
-/// `{device: [Parameter, Buffer, Gradient, Activation, Temp, Optstate, Other, Total]}`.
-fn snapshot(doc: &Document, v: Value) -> Parse<Snapshot> {
-    let d = doc
-        .as_dict(v)
-        .ok_or_else(|| format!("snapshot: expected a dict, found {}", doc.type_name(v)))?;
-    let mut out = Vec::with_capacity(d.len());
-    for (k, v) in d.iter() {
-        let device = doc.as_str(k).ok_or("snapshot: a device is not a string")?;
-        let bad = || {
-            format!(
-                "snapshot['{device}']: expected a list of {} ints",
-                CATEGORIES.len() + 1
-            )
-        };
-        let vals = doc.as_seq(v).ok_or_else(bad)?;
-        if vals.len() != CATEGORIES.len() + 1 {
-            return Err(bad());
-        }
-        let mut by_category = [0i64; 7];
-        for (slot, x) in by_category.iter_mut().zip(vals) {
-            *slot = doc.as_int(*x).ok_or_else(bad)?;
-        }
-        let total = doc.as_int(vals[7]).ok_or_else(bad)?;
-        out.push(DeviceBytes {
-            device: device.to_string(),
-            by_category,
-            total,
-        });
-    }
-    Ok(Snapshot(out))
 }
 
 // ---- writing ----
@@ -418,99 +290,15 @@ fn record_value(r: &RecordInfo) -> P {
         x.insert(K::String("signal".into()), opt_i(e.signal));
         x.insert(K::String("oom".into()), P::Bool(e.oom));
         x.insert(K::String("exception".into()), opt_s(&e.exception));
-        x.insert(K::String("ended".into()), opt_s(&e.ended));
-        x.insert(K::String("oom_op_index".into()), opt_i(e.oom_op_index));
+        record_ext::add_entries(&mut x, |w| record_ext::write_exit(w, e));
         put("exit", P::Dict(x));
     }
     put(
         "snapshot_paths",
         P::List(r.snapshot_paths.iter().cloned().map(P::String).collect()),
     );
-    put("pid", opt_i(r.pid));
-    put("torch_version", opt_s(&r.torch_version));
-    put(
-        "categories",
-        P::List(
-            CATEGORIES
-                .iter()
-                .chain(std::iter::once(&"Total"))
-                .map(|c| P::String(c.to_string()))
-                .collect(),
-        ),
-    );
-    put(
-        "modules",
-        P::List(r.modules.iter().map(iteration_value).collect()),
-    );
-    put("peak", r.peak.as_ref().map_or(P::None, snapshot_value));
-    put(
-        "memory_stats",
-        P::Dict(
-            r.memory_stats
-                .iter()
-                .map(|(k, v)| (K::String(k.clone()), P::I64(*v)))
-                .collect(),
-        ),
-    );
-    put(
-        "agent_errors",
-        P::List(r.agent_errors.iter().cloned().map(P::String).collect()),
-    );
+    record_ext::add_entries(&mut d, |w| record_ext::write(w, r));
     P::Dict(d)
-}
-
-fn dict(entries: Vec<(&str, P)>) -> P {
-    P::Dict(
-        entries
-            .into_iter()
-            .map(|(k, v)| (K::String(k.to_string()), v))
-            .collect(),
-    )
-}
-
-fn iteration_value(it: &IterationModules) -> P {
-    let modules = it
-        .modules
-        .iter()
-        .map(|m| {
-            let states = m
-                .states
-                .iter()
-                .map(|s| {
-                    P::Tuple(vec![
-                        P::String(s.state.name().to_string()),
-                        P::List(s.calls.iter().map(snapshot_value).collect()),
-                    ])
-                })
-                .collect();
-            dict(vec![
-                ("fqn", P::String(m.fqn.clone())),
-                ("parameter_bytes", P::I64(m.parameter_bytes)),
-                ("buffer_bytes", P::I64(m.buffer_bytes)),
-                ("input_bytes", P::I64(m.input_bytes)),
-                ("output_bytes", P::I64(m.output_bytes)),
-                ("states", P::List(states)),
-            ])
-        })
-        .collect();
-    dict(vec![
-        ("iteration", P::I64(it.iteration as i64)),
-        ("first_op", P::I64(it.first_op as i64)),
-        ("peak", snapshot_value(&it.peak)),
-        ("modules", P::List(modules)),
-    ])
-}
-
-fn snapshot_value(s: &Snapshot) -> P {
-    P::Dict(
-        s.0.iter()
-            .map(|d| {
-                let mut v: Vec<P> = d.by_category.iter().map(|b| P::I64(*b)).collect();
-                v.push(P::I64(d.total));
-                (K::String(d.device.clone()), P::List(v))
-            })
-            .collect(),
-    )
 }
 
 /// Write stats to `path` through a temporary file and a rename, so no reader sees half a file.
