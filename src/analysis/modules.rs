@@ -112,6 +112,8 @@ pub fn select(record: &RecordInfo, q: &Query) -> Result<ModulesView, String> {
                         stats,
                     }
                 })
+                // asked for some states: modules that never reached them have nothing to show
+                .filter(|m: &ModuleView| q.states.is_empty() || !m.stats.states.is_empty())
                 .collect();
             modules.sort_by(|a, b| natural_cmp(&a.stats.fqn, &b.stats.fqn));
             IterationView {

@@ -61,6 +61,11 @@ pub fn run(o: &Options) -> Result<i32> {
                 .into(),
         ));
     };
+    if o.output.as_os_str() == "-" {
+        return Err(Error::Usage(
+            "record: -o - is not possible: record writes one file per process (NAME.rank0.pkl, …); give a file name".into(),
+        ));
+    }
     let tmp = tempfile::Builder::new()
         .prefix("memtrack-")
         .tempdir()
