@@ -906,6 +906,7 @@ def _finish(how):
     try:
         if _backend == "cuda" and _torch.cuda.is_initialized():
             msg["memory_stats"] = dict(_torch.cuda.memory_stats())
+            _send_device(_torch)  # the device the program ended on (after set_device)
             _write_snapshot("exit")
     except Exception:
         pass
@@ -923,12 +924,10 @@ def _at_exit():
 
 
 def _setup_cuda(torch):
-    if os.environ.get("MEMTRACK_SNAPSHOT"):
-        try:
-            n = int(os.environ.get("MEMTRACK_MAX_SNAPSHOT_ENTRIES", "100000"))
-            torch.cuda.memory._record_memory_history(max_entries=n)
-        except Exception as e:
-            _message({"t": "agent_error", "text": f"_record_memory_history: {e!r}"})
+    """Everything here would initialise CUDA, so it waits for the program to do that itself
+    (torch.cuda._lazy_call): a torchrun worker must pick its device before any context exists,
+    and a process that never uses CUDA must not get one. A failure here is reported, never
+    raised (an exception in a queued call would surface in the program)."""
 
     def on_oom(device, alloc, device_allocated, device_free):
         try:
@@ -947,15 +946,30 @@ def _setup_cuda(torch):
         except Exception:
             pass
 
+    def on_cuda_init():
+        if os.environ.get("MEMTRACK_SNAPSHOT"):
+            try:
+                n = int(os.environ.get("MEMTRACK_MAX_SNAPSHOT_ENTRIES", "100000"))
+                torch.cuda.memory._record_memory_history(max_entries=n)
+            except Exception as e:
+                _message({"t": "agent_error", "text": f"_record_memory_history: {e!r}"})
+        try:
+            torch._C._cuda_attach_out_of_memory_observer(on_oom)
+        except Exception as e:
+            _message({"t": "agent_error", "text": f"OOM observer: {e!r}"})
+        _send_device(torch)
+
     try:
-        torch._C._cuda_attach_out_of_memory_observer(on_oom)
+        torch.cuda._lazy_call(on_cuda_init)
     except Exception as e:
-        _message({"t": "agent_error", "text": f"OOM observer: {e!r}"})
+        _message({"t": "agent_error", "text": f"torch.cuda._lazy_call: {e!r}"})
+
+
+def _send_device(torch):
     try:
-        if torch.cuda.is_available():
-            i = torch.cuda.current_device() if torch.cuda.is_initialized() else 0
-            p = torch.cuda.get_device_properties(i)
-            _message({"t": "device", "name": p.name, "total_bytes": p.total_memory})
+        i = torch._C._cuda_getDevice()
+        p = torch.cuda.get_device_properties(i)
+        _message({"t": "device", "name": p.name, "total_bytes": p.total_memory, "index": i})
     except Exception:
         pass
 
