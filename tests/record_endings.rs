@@ -69,7 +69,31 @@ fn an_exception_is_recorded_and_exit_code_passed_through() {
 
 #[test]
 fn interrupt_goes_to_the_program_and_the_file_is_written() {
-    let Some(py) = python() else { return };
+    let Some(j) = signal_memtrack(libc::SIGINT, 130) else {
+        return;
+    };
+    let exit = &j["memtrack"]["exit"];
+    assert_eq!(exit["signal"], 2);
+    assert!(exit["exception"]
+        .as_str()
+        .unwrap_or("")
+        .contains("KeyboardInterrupt"));
+}
+
+#[test]
+fn sigterm_goes_to_the_program_which_ships_its_ops_first() {
+    let Some(j) = signal_memtrack(libc::SIGTERM, 143) else {
+        return;
+    };
+    let exit = &j["memtrack"]["exit"];
+    assert_eq!(exit["signal"], 15);
+    assert_eq!(exit["ended"], "signal");
+}
+
+/// Record a training loop, send `sig` to memtrack (as `kill -INT memtrack` would) once a step
+/// is done, expect `code`; the file's JSON.
+fn signal_memtrack(sig: libc::c_int, code: i32) -> Option<serde_json::Value> {
+    let py = python()?;
     let dir = tempfile::tempdir().unwrap();
     let mut child = memtrack()
         .current_dir(dir.path())
@@ -91,20 +115,15 @@ fn interrupt_goes_to_the_program_and_the_file_is_written() {
         assert!(start.elapsed() < Duration::from_secs(120));
     }
     std::thread::sleep(Duration::from_millis(300));
-    // as `kill -INT memtrack`: memtrack forwards it to the program
+    // SAFETY: kill(2) on the memtrack process this test started
     unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+        libc::kill(child.id() as libc::pid_t, sig);
     }
     let status = child.wait().unwrap();
-    assert_eq!(exit_code(status), 130);
+    assert_eq!(exit_code(status), code);
     let j = export(&dir.path().join("loop.pkl"));
-    let exit = &j["memtrack"]["exit"];
-    assert_eq!(exit["signal"], 2);
-    assert!(exit["exception"]
-        .as_str()
-        .unwrap_or("")
-        .contains("KeyboardInterrupt"));
     assert!(!j["memtrack"]["modules"].as_array().unwrap().is_empty());
+    Some(j)
 }
 
 #[test]

@@ -163,12 +163,16 @@ def _exit_without_torch():
 # transport
 
 
-def flush():
+def flush(wait=True):
     """Send pending messages and records. Safe from any thread; records are whole because
-    each is appended with one list call under the GIL."""
+    each is appended with one list call under the GIL. A signal handler passes wait=False:
+    it may run inside a flush on the same thread (sendall runs handlers on EINTR), where
+    waiting would deadlock and sending would cut a frame in two."""
     if _sock is None:
         return
-    with _send_lock:
+    if not _send_lock.acquire(blocking=wait):
+        return
+    try:
         try:
             # records first out of the list, names second: a record's names were queued
             # before the record itself, so they are in this batch of messages
@@ -184,6 +188,8 @@ def flush():
                 _send_frame(FRAME_RECORDS, a.tobytes())
         except Exception:
             _stop_sending()
+    finally:
+        _send_lock.release()
 
 
 def _stop_sending():
@@ -197,10 +203,10 @@ def _stop_sending():
         pass
 
 
-def _message(msg, now=True):
+def _message(msg, now=True, wait=True):
     _pending_json.append(msg)
     if now:
-        flush()
+        flush(wait)
 
 
 def _flusher():
@@ -239,7 +245,6 @@ def _activate(torch):
     if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
         _min_alloc = 1
 
-    env = os.environ
     hello = {
         "t": "hello",
         "pid": os.getpid(),
@@ -884,8 +889,8 @@ def _install_sigterm():
             return
 
         def on_term(signum, frame):
-            _message({"t": "signal", "signal": signum})
-            _finish("signal")
+            _message({"t": "signal", "signal": signum}, wait=False)
+            _finish("signal", wait=False)
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
@@ -897,7 +902,7 @@ def _install_sigterm():
 _finished = [False]
 
 
-def _finish(how):
+def _finish(how, wait=True):
     global _active
     if _finished[0] or _sock is None:
         return
@@ -911,8 +916,9 @@ def _finish(how):
     except Exception:
         pass
     _active = False
-    _message(msg)
-    _stop_sending()
+    _message(msg, wait=wait)
+    if wait:
+        _stop_sending()
 
 
 def _at_exit():
