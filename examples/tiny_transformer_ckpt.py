@@ -31,18 +31,19 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab=128, d=64, heads=4, layers=2, ckpt=True):
+    def __init__(self, vocab=128, d=64, heads=4, layers=2, ckpt=True, reentrant=False):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.blocks = nn.ModuleList([Block(d, heads) for _ in range(layers)])
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
         self.ckpt = ckpt
+        self.reentrant = reentrant
 
     def forward(self, tokens):
         x = self.embed(tokens)
         for b in self.blocks:
-            x = checkpoint(b, x, use_reentrant=False) if self.ckpt else b(x)
+            x = checkpoint(b, x, use_reentrant=self.reentrant) if self.ckpt else b(x)
         return self.head(self.ln(x))
 
 
@@ -51,10 +52,10 @@ class LMLoss(nn.Module):
         return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def build(vocab=128, d=64, layers=2, batch=8, seq=32, seed=0):
+def build(vocab=128, d=64, layers=2, batch=8, seq=32, seed=0, reentrant=False):
     """The model, its optimizer, a loss and one batch of tokens, all seeded."""
     torch.manual_seed(seed)
-    model = TinyTransformer(vocab, d, layers=layers)
+    model = TinyTransformer(vocab, d, layers=layers, reentrant=reentrant)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, vocab, (batch, seq + 1))
     return model, opt, LMLoss(), tokens[:, :-1], tokens[:, 1:]
@@ -73,8 +74,9 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--d", type=int, default=64)
+    p.add_argument("--reentrant", action="store_true", help="checkpoint(use_reentrant=True)")
     args = p.parse_args()
-    model, opt, loss_fn, x, y = build(d=args.d, layers=args.layers)
+    model, opt, loss_fn, x, y = build(d=args.d, layers=args.layers, reentrant=args.reentrant)
     for i in range(args.steps):
         loss = step(model, opt, loss_fn, x, y)
         print(f"step {i}: loss {loss:.4f}")

@@ -72,15 +72,32 @@ fn stats_file_loads_in_memory_tracker_and_show_traces() {
 
 #[test]
 fn modules_equal_memtracker_mlp() {
-    compare_with_memtracker("mlp_batchnorm.py", &["--steps", "3"], "3");
+    compare_with_memtracker("mlp_batchnorm.py", &["--steps", "3"], "3", None);
 }
 
 #[test]
 fn modules_equal_memtracker_transformer_with_checkpointing() {
-    compare_with_memtracker("tiny_transformer_ckpt.py", &["--steps", "2"], "2");
+    compare_with_memtracker("tiny_transformer_ckpt.py", &["--steps", "2"], "2", None);
 }
 
-fn compare_with_memtracker(example_name: &str, args: &[&str], steps: &str) {
+#[test]
+fn modules_equal_memtracker_transformer_with_reentrant_checkpointing() {
+    compare_with_memtracker(
+        "tiny_transformer_ckpt.py",
+        &["--steps", "2", "--reentrant"],
+        "2",
+        Some(r#"{"reentrant": true}"#),
+    );
+}
+
+/// Record `example_name args`, run MemTracker on the example's build()/step() for `steps`
+/// (with `build_kwargs` as JSON), compare.
+fn compare_with_memtracker(
+    example_name: &str,
+    args: &[&str],
+    steps: &str,
+    build_kwargs: Option<&str>,
+) {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut full = vec![example(example_name)];
@@ -102,6 +119,7 @@ fn compare_with_memtracker(example_name: &str, args: &[&str], steps: &str) {
         .arg(script("memtracker_reference.py"))
         .arg(example(example_name))
         .args(["--steps", steps])
+        .args(build_kwargs)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -762,11 +762,15 @@ def _install_module_hooks(torch):
             bw = gtid() != -1
             add_parent(info, 0)
             mt_pre_fw(mod, info, inputs, bw)
-            if not bw and torch.is_grad_enabled():
+            if not bw:
                 tensors = grad_tensors(inputs)
                 if tensors:
                     on_grads(tensors, pop_fn(weakref.ref(mod), info), "all")
                 else:
+                    # ModTracker queues these until the next backward; a program that never
+                    # runs one (inference) would grow the queue forever
+                    if len(post_bw_to_enqueue) >= 100_000:
+                        post_bw_to_enqueue.clear()
                     post_bw_to_enqueue.append(pop_fn(weakref.ref(mod), info))
         except Exception as e:
             _internal_error(e)
@@ -798,7 +802,8 @@ def _internal_error(e):
     if _errors[0] <= 3:
         import traceback
 
-        _message({"t": "agent_error", "text": "".join(traceback.format_exception(e))}, now=False)
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        _message({"t": "agent_error", "text": text}, now=False)
 
 
 def _install_optimizer_hooks(torch):
