@@ -183,3 +183,56 @@ pub fn output_paths(base: &Path, sessions: &[Session]) -> Vec<PathBuf> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TrackerStats;
+
+    fn session(rank: Option<i64>, world: Option<i64>, pid: i64) -> Session {
+        Session {
+            recorded: true,
+            pid: Some(pid),
+            rank,
+            world_size: world,
+            note: None,
+            said_bye: true,
+            stats: TrackerStats::default(),
+        }
+    }
+
+    #[test]
+    fn files_are_named_by_rank_when_there_are_several() {
+        let base = Path::new("out/run.pkl");
+        assert_eq!(
+            output_paths(base, &[session(None, None, 7)]),
+            vec![PathBuf::from("out/run.pkl")]
+        );
+        let names = output_paths(
+            base,
+            &[
+                session(Some(0), Some(2), 10),
+                session(Some(1), Some(2), 11),
+                session(Some(1), Some(2), 12),
+                session(None, None, 13),
+            ],
+        );
+        assert_eq!(
+            names,
+            [
+                "run.rank0.pkl",
+                "run.rank1.pkl",
+                "run.rank1.2.pkl",
+                "run.pid13.pkl"
+            ]
+            .iter()
+            .map(|n| Path::new("out").join(n))
+            .collect::<Vec<_>>()
+        );
+        // one rank of a larger job still says which rank it is
+        assert_eq!(
+            output_paths(base, &[session(Some(3), Some(4), 1)]),
+            vec![PathBuf::from("out/run.rank3.pkl")]
+        );
+    }
+}
