@@ -520,7 +520,7 @@ def _cuda_stats_reader(torch):
 
 
 class _ModInfo:
-    __slots__ = ("obj_id", "mk", "name", "name_id", "seen", "params_hooked")
+    __slots__ = ("obj_id", "mk", "name", "name_id", "seen")
 
     def __init__(self, obj_id, mk, name):
         self.obj_id = obj_id
