@@ -28,6 +28,10 @@ pub enum Command {
     Plot(PlotArgs),
     /// Write the whole file as JSON, for scripts
     Export(ExportArgs),
+    /// Run a PyTorch program and record its memory per op and per module (every rank)
+    Record(RecordArgs),
+    /// Per-module memory by category and state, as PyTorch's MemTracker tabulates it
+    Modules(ModulesArgs),
 }
 
 #[derive(Args, Debug)]
@@ -45,8 +49,10 @@ pub struct Common {
 
 #[derive(Args, Debug)]
 pub struct SummaryArgs {
-    /// A MemoryTracker stats file (save_stats) or a `memtrack record` file
-    pub file: PathBuf,
+    /// A MemoryTracker stats file (save_stats) or a `memtrack record` file; several (one per
+    /// rank: `run.rank*.pkl`) add a cross-rank comparison
+    #[arg(required = true, num_args = 1.., value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// How many of the ops that generate the most memory to list
     #[arg(long, default_value_t = 20)]
     pub top: usize,
@@ -105,4 +111,62 @@ pub struct ExportArgs {
     /// Where to write; `-` is stdout
     #[arg(short, long, default_value = "-")]
     pub output: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// CUDA when `torch.cuda.is_available()`, else CPU
+    Auto,
+    /// The CUDA caching allocator's counters
+    Cuda,
+    /// Live tensor storages, counted as MemTracker does (works without a GPU)
+    Cpu,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  memtrack record -o run.pkl -- python train.py --epochs 1\n  memtrack record -o run.pkl -- python -m torch.distributed.run --nproc-per-node 2 train.py\n    (writes run.rank0.pkl, run.rank1.pkl)"
+)]
+pub struct RecordArgs {
+    /// The stats file to write; with several processes, one per rank: NAME.rank0.pkl, …
+    #[arg(short, long, default_value = "memtrack.pkl")]
+    pub output: PathBuf,
+    /// Which memory the per-op samples count
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// Also record the CUDA allocator's history and write allocator snapshots at exit and at
+    /// a CUDA out-of-memory error (NAME.rank0.exit.pickle, NAME.rank0.oom.pickle)
+    #[arg(long)]
+    pub snapshot: bool,
+    /// Allocator history entries kept for --snapshot (`max_entries`)
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    pub max_snapshot_entries: usize,
+    /// The program and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct ModulesArgs {
+    /// A `memtrack record` file
+    pub file: PathBuf,
+    /// Show modules down to this depth (`Net` is 1, `Net.layer` 2), as MemTracker's `depth`
+    #[arg(long, default_value_t = 2)]
+    pub depth: usize,
+    /// Only these states, comma-separated (pre-forward, post-forward, peak-forward,
+    /// pre-backward, post-backward, peak-backward, pre-forward-ac, post-forward-ac)
+    #[arg(long, value_delimiter = ',', value_name = "STATE")]
+    pub state: Vec<String>,
+    /// Which iteration: a number (1 is the first), `last` or `all`
+    #[arg(long, default_value = "last", value_name = "N|last|all")]
+    pub iteration: String,
+    /// Where to write; `-` is stdout
+    #[arg(short, long, default_value = "-")]
+    pub output: PathBuf,
+    /// Output format; JSON is the stable contract for scripts and CI
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Units for byte amounts in text and Markdown (JSON and CSV always give bytes)
+    #[arg(long, default_value = "B", value_name = "B|KiB|MiB|GiB")]
+    pub units: Units,
 }

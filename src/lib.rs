@@ -12,4 +12,5 @@ pub mod hugepages;
 pub mod model;
 pub mod output;
 pub mod pickle;
+pub mod record;
 pub mod render;

@@ -17,12 +17,18 @@ const MIB: f64 = 1024.0 * 1024.0;
 fn reference(py: &Path, stats: &Path, tops: &[usize], pngs: Option<&Path>) -> Value {
     let tops: Vec<String> = tops.iter().map(usize::to_string).collect();
     let mut cmd = Command::new(py);
-    cmd.arg(root().join("tests/py/tracker_reference.py")).arg(stats).arg(tops.join(","));
+    cmd.arg(root().join("tests/py/tracker_reference.py"))
+        .arg(stats)
+        .arg(tops.join(","));
     if let Some(dir) = pngs {
         cmd.arg(dir);
     }
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -41,15 +47,29 @@ fn assert_same_top(stats: &Path, reference: &Value, top: usize, ours: &Value) {
     let mine = ours["top_ops"].as_array().unwrap();
     assert_eq!(theirs.len(), mine.len(), "{}", stats.display());
     for (t, m) in theirs.iter().zip(mine) {
-        assert_eq!(t[0], m["op"], "{}: same op at the same rank", stats.display());
-        assert_eq!(t[1].as_f64().unwrap(), m["generated_bytes"].as_f64().unwrap() / MIB);
+        assert_eq!(
+            t[0],
+            m["op"],
+            "{}: same op at the same rank",
+            stats.display()
+        );
+        assert_eq!(
+            t[1].as_f64().unwrap(),
+            m["generated_bytes"].as_f64().unwrap() / MIB
+        );
     }
 }
 
 #[test]
 fn summary_lists_what_memorytracker_lists() {
-    let Some(py) = python_with_torch() else { return };
-    for f in ["memory_tracker_cpu_torch2.15.0.pkl", "memory_tracker_without_op_index.pkl", "synthetic_2000_ops.pkl"] {
+    let Some(py) = python_with_torch() else {
+        return;
+    };
+    for f in [
+        "memory_tracker_cpu_torch2.15.0.pkl",
+        "memory_tracker_without_op_index.pkl",
+        "synthetic_2000_ops.pkl",
+    ] {
         let stats = fixture(&format!("tracker/{f}"));
         let tops = [5, 20, 5000];
         let r = reference(&py, &stats, &tops, None);
@@ -61,9 +81,12 @@ fn summary_lists_what_memorytracker_lists() {
 
 #[test]
 fn what_memtrack_writes_pytorch_loads_and_draws() {
-    let Some(py) = python_with_torch() else { return };
+    let Some(py) = python_with_torch() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let stats = memtrack::formats::load_tracker(&fixture("tracker/synthetic_2000_ops.pkl")).unwrap();
+    let stats =
+        memtrack::formats::load_tracker(&fixture("tracker/synthetic_2000_ops.pkl")).unwrap();
     let written = dir.path().join("rewritten.pkl");
     memtrack::formats::tracker::write(&stats, &written).unwrap();
     let r = reference(&py, &written, &[20], Some(dir.path()));

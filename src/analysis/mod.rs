@@ -1,4 +1,5 @@
 //! Computations over the model: no I/O, no formatting.
 
 pub mod decimate;
+pub mod modules;
 pub mod summary;

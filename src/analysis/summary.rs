@@ -2,7 +2,8 @@
 
 use serde::Serialize;
 
-use crate::model::{Marker, RecordInfo, Series, TrackerStats};
+use crate::analysis::modules::natural_cmp;
+use crate::model::{Marker, ModState, ModuleStats, RecordInfo, Series, TrackerStats, CATEGORIES};
 
 #[derive(Debug, Serialize)]
 pub struct TrackerSummary {
@@ -15,6 +16,135 @@ pub struct TrackerSummary {
     pub top_ops: Vec<TopOp>,
     pub markers: Vec<Marker>,
     pub record: Option<RecordInfo>,
+    /// Per-module peaks of the last iteration (files from `memtrack record`).
+    pub module_peaks: Option<ModulePeaks>,
+}
+
+/// MemTracker's Peak-Forward / Peak-Backward totals per module: the most memory in use while
+/// the module's forward (backward) ran.
+#[derive(Debug, Serialize)]
+pub struct ModulePeaks {
+    pub iteration: usize,
+    pub iterations: usize,
+    pub max_depth: usize,
+    pub modules: Vec<ModulePeak>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModulePeak {
+    pub module: String,
+    pub parameter_bytes: i64,
+    pub peak_forward_bytes: Option<i64>,
+    pub peak_backward_bytes: Option<i64>,
+    /// The largest category in the higher of the two peaks, and its bytes.
+    pub top_category: Option<(&'static str, i64)>,
+}
+
+/// Modules down to this depth appear in the summary (`modules` shows any depth).
+pub const MODULE_PEAK_DEPTH: usize = 2;
+
+fn module_peaks(record: &RecordInfo) -> Option<ModulePeaks> {
+    let last = record.modules.last()?;
+    let mut modules: Vec<&ModuleStats> = last
+        .modules
+        .iter()
+        .filter(|m| m.depth() <= MODULE_PEAK_DEPTH)
+        .collect();
+    modules.sort_by(|a, b| natural_cmp(&a.fqn, &b.fqn));
+    let modules = modules
+        .into_iter()
+        .map(|m| {
+            let best = [ModState::PeakForward, ModState::PeakBackward]
+                .iter()
+                .filter_map(|&s| m.state(s))
+                .flat_map(|s| s.calls.iter())
+                .max_by_key(|snap| snap.total());
+            let top_category = best.and_then(|snap| {
+                let mut by = [0i64; 7];
+                for d in &snap.0 {
+                    for (slot, b) in by.iter_mut().zip(d.by_category) {
+                        *slot += b;
+                    }
+                }
+                by.iter()
+                    .enumerate()
+                    .max_by_key(|(_, b)| **b)
+                    .map(|(i, b)| (CATEGORIES[i], *b))
+            });
+            ModulePeak {
+                module: m.fqn.clone(),
+                parameter_bytes: m.parameter_bytes,
+                peak_forward_bytes: m.max_total(ModState::PeakForward),
+                peak_backward_bytes: m.max_total(ModState::PeakBackward),
+                top_category,
+            }
+        })
+        .collect();
+    Some(ModulePeaks {
+        iteration: last.iteration,
+        iterations: record.modules.len(),
+        max_depth: MODULE_PEAK_DEPTH,
+        modules,
+    })
+}
+
+/// Several files of one job (`run.rank*.pkl`) side by side.
+#[derive(Debug, Serialize)]
+pub struct CrossRank {
+    pub ranks: Vec<RankRow>,
+    /// Highest peak allocated over lowest, minus one (0.25 = the top rank uses 25% more).
+    pub peak_allocated_spread: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RankRow {
+    pub file: String,
+    pub rank: Option<i64>,
+    pub ops: usize,
+    pub iterations: usize,
+    pub peak_allocated: Option<Peak>,
+    pub peak_reserved: Option<Peak>,
+    pub ended: Option<String>,
+    pub exit_signal: Option<i64>,
+}
+
+pub fn cross_rank(files: &[(String, &TrackerStats)]) -> CrossRank {
+    let peak = |t: &TrackerStats, s: Series| {
+        argmax(t.series(s), 0, t.op_count()).map(|(i, bytes)| Peak {
+            series: s,
+            bytes,
+            op_index: i,
+            op: t.names.get(i).to_string(),
+        })
+    };
+    let ranks: Vec<RankRow> = files
+        .iter()
+        .map(|(file, t)| {
+            let r = t.record.as_ref();
+            RankRow {
+                file: file.clone(),
+                rank: r.and_then(|r| r.rank),
+                ops: t.op_count(),
+                iterations: r.map_or(0, |r| r.modules.len()),
+                peak_allocated: peak(t, Series::Allocated),
+                peak_reserved: peak(t, Series::Reserved),
+                ended: r
+                    .and_then(|r| r.exit.as_ref())
+                    .and_then(|e| e.ended.clone()),
+                exit_signal: r.and_then(|r| r.exit.as_ref()).and_then(|e| e.signal),
+            }
+        })
+        .collect();
+    let peaks: Vec<f64> = ranks
+        .iter()
+        .filter_map(|r| r.peak_allocated.as_ref().map(|p| p.bytes))
+        .collect();
+    let max = peaks.iter().copied().fold(f64::NAN, f64::max);
+    let min = peaks.iter().copied().fold(f64::NAN, f64::min);
+    CrossRank {
+        ranks,
+        peak_allocated_spread: (peaks.len() > 1 && min > 0.0).then(|| max / min - 1.0),
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -71,6 +201,7 @@ pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
         top_ops: top_ops(stats, top),
         markers: stats.markers.clone(),
         record: stats.record.clone(),
+        module_peaks: stats.record.as_ref().and_then(module_peaks),
     }
 }
 

@@ -1,7 +1,9 @@
 //! One file per subcommand: each wires formats, analysis and render, with no logic of its own.
 
 mod export;
+mod modules;
 mod plot;
+mod record;
 mod summary;
 
 use crate::cli::{Cli, Command};
@@ -12,6 +14,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Summary(a) => summary::run(a),
         Command::Plot(a) => plot::run(a),
         Command::Export(a) => export::run(a),
+        Command::Record(a) => record::run(a),
+        Command::Modules(a) => modules::run(a),
     }
 }
 

@@ -3,6 +3,7 @@
 //! `load` detects what a file is from its content, never from its name.
 
 pub mod json;
+pub mod record_ext;
 pub mod tracker;
 pub mod tracker_stream;
 

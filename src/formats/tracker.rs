@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::record_ext;
 use crate::error::{Error, Result};
 use crate::model::tracker::ExitInfo;
 use crate::model::units::MIB;
@@ -202,6 +203,7 @@ fn record_info(doc: &Document, v: Value) -> Parse<RecordInfo> {
                 .get("exception")
                 .and_then(|v| doc.as_str(v))
                 .map(str::to_string),
+            ..ExitInfo::default()
         });
     }
     if let Some(paths) = d.get("snapshot_paths").and_then(|v| doc.as_seq(v)) {
@@ -211,6 +213,7 @@ fn record_info(doc: &Document, v: Value) -> Parse<RecordInfo> {
             .map(str::to_string)
             .collect();
     }
+    record_ext::read(doc, &d, &mut info)?;
     if let View::Dict(_) = doc.view(v) {
         Ok(info)
     } else {
@@ -264,19 +267,14 @@ pub fn to_pickle_bytes(stats: &TrackerStats) -> Vec<u8> {
 }
 
 fn write_record(w: &mut Writer, r: &RecordInfo) {
-    fn entry(w: &mut Writer, key: &str, value: &dyn Fn(&mut Writer)) {
-        w.str(key);
-        value(w);
-        w.end_entry();
-    }
     w.begin_dict();
-    entry(w, "version", &|w| w.str(&r.version));
-    entry(w, "backend", &|w| w.str(&r.backend));
-    entry(w, "device_name", &|w| w.opt_str(r.device_name.as_deref()));
-    entry(w, "device_total_bytes", &|w| {
+    w.entry("version", |w| w.str(&r.version));
+    w.entry("backend", |w| w.str(&r.backend));
+    w.entry("device_name", |w| w.opt_str(r.device_name.as_deref()));
+    w.entry("device_total_bytes", |w| {
         w.opt_int(r.device_total_bytes.map(|b| b as i64))
     });
-    entry(w, "argv", &|w| {
+    w.entry("argv", |w| {
         w.begin_list();
         for a in &r.argv {
             w.str(a);
@@ -284,9 +282,9 @@ fn write_record(w: &mut Writer, r: &RecordInfo) {
         }
         w.end_list();
     });
-    entry(w, "rank", &|w| w.opt_int(r.rank));
-    entry(w, "world_size", &|w| w.opt_int(r.world_size));
-    entry(w, "marker_events", &|w| {
+    w.entry("rank", |w| w.opt_int(r.rank));
+    w.entry("world_size", |w| w.opt_int(r.world_size));
+    w.entry("marker_events", |w| {
         w.begin_list();
         for m in &r.marker_events {
             w.str(&m.name);
@@ -297,16 +295,17 @@ fn write_record(w: &mut Writer, r: &RecordInfo) {
         w.end_list();
     });
     if let Some(e) = &r.exit {
-        entry(w, "exit", &|w| {
+        w.entry("exit", |w| {
             w.begin_dict();
-            entry(w, "code", &|w| w.opt_int(e.code));
-            entry(w, "signal", &|w| w.opt_int(e.signal));
-            entry(w, "oom", &|w| w.bool(e.oom));
-            entry(w, "exception", &|w| w.opt_str(e.exception.as_deref()));
+            w.entry("code", |w| w.opt_int(e.code));
+            w.entry("signal", |w| w.opt_int(e.signal));
+            w.entry("oom", |w| w.bool(e.oom));
+            w.entry("exception", |w| w.opt_str(e.exception.as_deref()));
+            record_ext::write_exit(w, e);
             w.end_dict();
         });
     }
-    entry(w, "snapshot_paths", &|w| {
+    w.entry("snapshot_paths", |w| {
         w.begin_list();
         for p in &r.snapshot_paths {
             w.str(p);
@@ -314,6 +313,7 @@ fn write_record(w: &mut Writer, r: &RecordInfo) {
         }
         w.end_list();
     });
+    record_ext::write(w, r);
     w.end_dict();
 }
 

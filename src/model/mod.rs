@@ -1,7 +1,9 @@
 //! Domain types, independent of any file format.
 
+pub mod modules;
 pub mod tracker;
 pub mod units;
 
-pub use tracker::{Marker, OpNames, RecordInfo, Series, TrackerStats};
+pub use modules::{DeviceBytes, IterationModules, ModState, ModuleStats, Snapshot, CATEGORIES};
+pub use tracker::{ExitInfo, Marker, OpNames, RecordInfo, Series, TrackerStats};
 pub use units::{format_bytes, Units};

@@ -1,7 +1,11 @@
 //! Per-operator memory traces: what PyTorch's `MemoryTracker` records, and what `memtrack
 //! record` adds to it.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
+
+use super::modules::{IterationModules, Snapshot};
 
 /// The three series MemoryTracker samples after every operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -52,6 +56,13 @@ impl OpNames {
             spans.push((u32::try_from(r.start).ok()?, u32::try_from(r.len()).ok()?));
         }
         Some(OpNames { text, spans })
+    }
+
+    pub fn with_capacity(ops: usize, bytes: usize) -> OpNames {
+        OpNames {
+            text: String::with_capacity(bytes),
+            spans: Vec::with_capacity(ops),
+        }
     }
 
     /// Names given as (start, len) byte spans of `text`; None when one is out of bounds or
@@ -160,13 +171,32 @@ pub struct RecordInfo {
     pub marker_events: Vec<Marker>,
     pub exit: Option<ExitInfo>,
     pub snapshot_paths: Vec<String>,
+    /// The recorded process.
+    pub pid: Option<i64>,
+    pub torch_version: Option<String>,
+    /// MemTracker's module breakdown, one entry per iteration.
+    pub modules: Vec<IterationModules>,
+    /// Memory by category at the run's highest total (MemTracker's `get_tracker_snapshot("peak")`).
+    pub peak: Option<Snapshot>,
+    /// The CUDA allocator's `memory_stats()` when the program stopped (empty on CPU).
+    pub memory_stats: BTreeMap<String, i64>,
+    /// Problems the agent hit inside the program (it never stops the program for them).
+    pub agent_errors: Vec<String>,
 }
 
 /// How the recorded program ended.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ExitInfo {
+    /// The exit code, when memtrack started the process itself.
     pub code: Option<i64>,
+    /// The signal that killed it, when memtrack started the process itself.
     pub signal: Option<i64>,
     pub oom: bool,
+    /// The uncaught exception's traceback.
     pub exception: Option<String>,
+    /// `exit` (normal interpreter exit), `exception`, `signal` (SIGTERM, handled) or
+    /// `disconnected` (the process vanished without a word: SIGKILL, a crash, the OOM killer).
+    pub ended: Option<String>,
+    /// The op count when the CUDA allocator reported running out of memory.
+    pub oom_op_index: Option<i64>,
 }

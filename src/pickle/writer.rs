@@ -112,6 +112,13 @@ impl Writer {
         }
     }
 
+    /// A `key: value` entry of the innermost open dict, the value written by `value`.
+    pub fn entry(&mut self, key: &str, value: impl FnOnce(&mut Writer)) {
+        self.str(key);
+        value(self);
+        self.end_entry();
+    }
+
     pub fn begin_dict(&mut self) {
         self.out.push(b'}');
         self.open.push((self.out.len(), 0));

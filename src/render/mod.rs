@@ -1,5 +1,6 @@
 //! Text, tables and pictures. Only this module knows how things look.
 
+pub mod modules;
 pub mod plot;
 pub mod summary;
 pub mod table;

@@ -169,18 +169,28 @@ fn draw_panel(
             (m.x, y1),
             ("sans-serif", 12).into_font().color(&m.color).pos(
                 plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Left,
+                    // a forward start is named left of its line, what follows it right of its
+                    // own, so the two labels of a short forward pass do not overlap
+                    if m.label == "fw_start" {
+                        plotters::style::text_anchor::HPos::Right
+                    } else {
+                        plotters::style::text_anchor::HPos::Left
+                    },
                     plotters::style::text_anchor::VPos::Top,
                 ),
             ),
         )))?;
     }
 
-    for line in &panel.lines {
+    // the first line last, on top, thinnest: series that coincide (allocated = active =
+    // reserved on the CPU backend) show as nested lines instead of one hiding the others
+    let count = panel.lines.len() as u32;
+    for (k, line) in panel.lines.iter().enumerate().rev() {
         let color = line.color;
+        let width = 2 + 2 * (k as u32).min(count.saturating_sub(1));
         c.draw_series(LineSeries::new(
             line.points.iter().map(|&(x, y)| (x, scale(y))),
-            color.stroke_width(2),
+            color.stroke_width(width),
         ))?
         .label(line.label.clone())
         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(3)));

@@ -1,6 +1,6 @@
 //! `summary` of tracker stats as text, Markdown, CSV or JSON.
 
-use crate::analysis::summary::TrackerSummary;
+use crate::analysis::summary::{CrossRank, TrackerSummary};
 use crate::model::{format_bytes, Units};
 
 use super::table::Table;
@@ -62,6 +62,36 @@ pub fn tracker(s: &TrackerSummary, title: &str, format: Format, units: Units) ->
                 out.push_str(&heading(
                     "Forward / backward (split at fw_start and fw_bw_boundary)",
                 ));
+                out.push_str(&table(&t));
+            }
+
+            if let Some(mp) = &s.module_peaks {
+                let mut t = Table::new(&[
+                    "module",
+                    ">parameters",
+                    ">peak forward",
+                    ">peak backward",
+                    "largest category at peak",
+                ]);
+                for m in &mp.modules {
+                    let opt = |b: Option<i64>| {
+                        b.map_or_else(|| "-".to_string(), |b| format_bytes(b as f64, units))
+                    };
+                    t.row(vec![
+                        m.module.clone(),
+                        format_bytes(m.parameter_bytes as f64, units),
+                        opt(m.peak_forward_bytes),
+                        opt(m.peak_backward_bytes),
+                        m.top_category.map_or_else(String::new, |(c, b)| {
+                            format!("{c} {}", format_bytes(b as f64, units))
+                        }),
+                    ]);
+                }
+                out.push('\n');
+                out.push_str(&heading(&format!(
+                    "Module peaks (iteration {} of {}, depth <= {}; memory in use while the module ran: `memtrack modules` for all)",
+                    mp.iteration, mp.iterations, mp.max_depth
+                )));
                 out.push_str(&table(&t));
             }
 
@@ -149,4 +179,86 @@ fn top_table(s: &TrackerSummary, units: Units, raw: bool) -> Table {
         ]);
     }
     t
+}
+
+/// Several ranks' files side by side (`summary run.rank*.pkl`), then each file's summary.
+pub fn cross_rank(
+    c: &CrossRank,
+    each: &[(String, TrackerSummary)],
+    format: Format,
+    units: Units,
+) -> String {
+    if format == Format::Json {
+        #[derive(serde::Serialize)]
+        struct Doc<'a> {
+            cross_rank: &'a CrossRank,
+            files: Vec<FileSummary<'a>>,
+        }
+        #[derive(serde::Serialize)]
+        struct FileSummary<'a> {
+            file: &'a str,
+            summary: &'a TrackerSummary,
+        }
+        return json(&Doc {
+            cross_rank: c,
+            files: each
+                .iter()
+                .map(|(f, s)| FileSummary {
+                    file: f,
+                    summary: s,
+                })
+                .collect(),
+        });
+    }
+    let mut t = Table::new(&[
+        "file",
+        ">rank",
+        ">ops",
+        ">iterations",
+        ">peak allocated",
+        ">at op",
+        ">peak reserved",
+        "ended",
+    ]);
+    for r in &c.ranks {
+        let pa = r.peak_allocated.as_ref();
+        t.row(vec![
+            r.file.clone(),
+            r.rank.map_or_else(|| "-".into(), |x| x.to_string()),
+            thousands(r.ops),
+            r.iterations.to_string(),
+            pa.map_or_else(|| "-".into(), |p| format_bytes(p.bytes, units)),
+            pa.map_or_else(|| "-".into(), |p| thousands(p.op_index)),
+            r.peak_reserved
+                .as_ref()
+                .map_or_else(|| "-".into(), |p| format_bytes(p.bytes, units)),
+            match (r.exit_signal, r.ended.as_deref()) {
+                (Some(sig), _) => format!("signal {sig}"),
+                (None, Some(e)) => e.to_string(),
+                _ => "-".into(),
+            },
+        ]);
+    }
+    if format == Format::Csv {
+        return t.csv();
+    }
+    let md = format == Format::Markdown;
+    let mut out = String::new();
+    out.push_str(if md {
+        "## Across ranks\n\n"
+    } else {
+        "Across ranks\n"
+    });
+    out.push_str(&if md { t.markdown() } else { t.text() });
+    if let Some(s) = c.peak_allocated_spread {
+        out.push_str(&format!(
+            "\nThe highest peak allocated is {:.1}% above the lowest.\n",
+            s * 100.0
+        ));
+    }
+    for (f, s) in each {
+        out.push('\n');
+        out.push_str(&tracker(s, f, format, units));
+    }
+    out
 }

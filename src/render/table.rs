@@ -1,4 +1,4 @@
-//! One table type, printed as aligned text (tabled), Markdown or CSV.
+//! One table type, printed as aligned text (tabled), reStructuredText, Markdown or CSV.
 
 use tabled::builder::Builder;
 use tabled::settings::object::Columns;
@@ -71,6 +71,19 @@ impl Table {
             s.insert_str(first_newline + 1, &format!("{}\n", "─".repeat(width)));
         }
         s.lines().map(str::trim_end).collect::<Vec<_>>().join("\n") + "\n"
+    }
+
+    /// reStructuredText simple table, as `tabulate(..., tablefmt="rst")` prints MemTracker's.
+    pub fn rst(&self) -> String {
+        let mut t = self.builder().build();
+        t.with(Style::re_structured_text());
+        self.aligned(&mut t);
+        t.to_string()
+            .lines()
+            .map(str::trim_end)
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
     }
 
     pub fn markdown(&self) -> String {

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Step-time overhead of recording, side by side: the same models run plain, under PyTorch's
+MemTracker, under a do-nothing TorchDispatchMode (the floor any dispatch-mode tool pays) and
+under `memtrack record` (a release build).
+
+    cargo build --release
+    python bench/record_overhead.py                      # 3 interleaved rounds, min per cell
+    python bench/record_overhead.py --rounds 5 --steps 40 --models mlp8
+
+Each cell runs in a fresh process: build the model, 3 warm-up steps, then timed blocks of
+steps; a cell's figure is the fastest block's time per step (CPU time of the process, which
+other load on the machine disturbs least; wall time is printed too). Rounds are interleaved
+and the minimum over rounds kept, so a noisy neighbour inflates nothing systematically.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODES = ["plain", "dispatch-nop", "memtracker", "memtrack"]
+
+
+def build(model_name):
+    import torch
+    import torch.nn as nn
+
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    torch.manual_seed(0)
+    if model_name == "mlp8":
+        from mlp_batchnorm import MLP
+
+        model = MLP(width=256, blocks=8)
+        x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    elif model_name == "conv":
+        c = [3, 16, 32, 32]
+        layers = []
+        for i in range(3):
+            layers += [nn.Conv2d(c[i], c[i + 1], 3, padding=1), nn.BatchNorm2d(c[i + 1]), nn.ReLU()]
+            if i < 2:
+                layers.append(nn.MaxPool2d(2))
+        model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+        x, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
+    else:
+        raise SystemExit(f"unknown model {model_name}")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    return model, opt, nn.CrossEntropyLoss(), x, y
+
+
+def worker(model_name, mode, steps, threads):
+    import torch
+
+    torch.set_num_threads(threads)
+    ctx = None
+    if mode == "memtracker":
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        ctx = MemTracker()
+        ctx.__enter__()
+    elif mode == "dispatch-nop":
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Nop(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        ctx = Nop()
+        ctx.__enter__()
+    model, opt, loss_fn, x, y = build(model_name)
+
+    def step():
+        if mode == "memtracker":
+            ctx.reset_mod_stats()  # MemTracker raises on a second iteration otherwise
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    for _ in range(3):
+        step()
+    if mode == "plain":
+        with Count():
+            step()
+    blocks, per = 5, max(1, steps // 5)
+    best_cpu = best_wall = float("inf")
+    for _ in range(blocks):
+        c, w = time.process_time(), time.perf_counter()
+        for _ in range(per):
+            step()
+        best_cpu = min(best_cpu, (time.process_time() - c) / per)
+        best_wall = min(best_wall, (time.perf_counter() - w) / per)
+    print(
+        "MEMTRACK_BENCH "
+        + json.dumps({"cpu_s": best_cpu, "wall_s": best_wall, "ops_per_step": Count.n or None})
+    )
+
+
+def run_cell(args, model_name, mode):
+    cmd = [args.python, os.path.abspath(__file__), "--worker", model_name, mode if mode != "memtrack" else "plain",
+           "--steps", str(args.steps), "--threads", str(args.threads)]
+    if mode == "memtrack":
+        out = os.path.join(tempfile.mkdtemp(prefix="memtrack-bench-"), "bench.pkl")
+        cmd = [args.memtrack, "record", "--backend", "cpu", "-o", out, "--"] + cmd
+    env = dict(os.environ)
+    env.pop("MEMTRACK_SOCKET", None)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    for line in p.stdout.splitlines():
+        if line.startswith("MEMTRACK_BENCH "):
+            return json.loads(line[len("MEMTRACK_BENCH "):])
+    raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
+    ap.add_argument("--models", default="mlp8,conv")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--memtrack", default=os.path.join(ROOT, "target", "release", "memtrack"))
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker[0], args.worker[1], args.steps, args.threads)
+        return
+    if not os.path.exists(args.memtrack):
+        raise SystemExit(f"{args.memtrack} not found: run `cargo build --release` first")
+    models = args.models.split(",")
+    best = {}
+    ops = {}
+    for r in range(args.rounds):
+        for m in models:
+            for mode in MODES:
+                res = run_cell(args, m, mode)
+                k = (m, mode)
+                if res.get("ops_per_step"):
+                    ops[m] = res["ops_per_step"]
+                old = best.get(k)
+                best[k] = {
+                    "cpu_s": min(res["cpu_s"], old["cpu_s"]) if old else res["cpu_s"],
+                    "wall_s": min(res["wall_s"], old["wall_s"]) if old else res["wall_s"],
+                }
+                print(f"round {r + 1}: {m:5} {mode:13} {res['cpu_s'] * 1e3:8.2f} ms cpu "
+                      f"{res['wall_s'] * 1e3:8.2f} ms wall", file=sys.stderr)
+    print(f"\nstep time, fastest of {args.rounds} rounds x 5 blocks "
+          f"(torch threads {args.threads}; CPU time, wall in brackets)\n")
+    print(f"{'model':6} {'ops/step':>8} " + " ".join(f"{m:>22}" for m in MODES) + f" {'memtrack/MemTracker':>20}")
+    report = {}
+    for m in models:
+        base = best[(m, "plain")]["cpu_s"]
+        cells = []
+        for mode in MODES:
+            b = best[(m, mode)]
+            cells.append(f"{b['cpu_s'] * 1e3:6.2f} ms {b['cpu_s'] / base:5.2f}x [{b['wall_s'] * 1e3:5.1f}]")
+        mt = best[(m, "memtracker")]["cpu_s"] / base
+        us = best[(m, "memtrack")]["cpu_s"] / base
+        print(f"{m:6} {ops.get(m, 0):8} " + " ".join(f"{c:>22}" for c in cells) + f" {us / mt:19.2f}")
+        report[m] = {mode: best[(m, mode)] for mode in MODES}
+        report[m]["slowdown_memtracker"] = mt
+        report[m]["slowdown_memtrack"] = us
+    print("\nslowdown = step time / plain step time; the floor asks memtrack's to be at most half "
+          "of MemTracker's (last column <= 0.5)")
+    print("MEMTRACK_BENCH_REPORT " + json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

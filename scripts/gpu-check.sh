@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# CUDA checks for `memtrack record` (see scripts/gpu_check.py): per-op allocated equal to
+# PyTorch's MemoryTracker, per-op overhead at most half of it, snapshots at exit and at OOM.
+# Needs a CUDA GPU and a Python with torch:   PYTHON=/path/to/python scripts/gpu-check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-${MEMTRACK_PYTHON:-python3}}
+cargo build --release --quiet
+exec "$PYTHON" scripts/gpu_check.py --memtrack target/release/memtrack "$@"

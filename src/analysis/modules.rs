@@ -1,0 +1,209 @@
+//! `modules`: pick iterations, modules (by depth) and states out of a record's module
+//! breakdown, in MemTracker's order (natural sort of module names).
+
+use std::cmp::Ordering;
+
+use serde::Serialize;
+
+use crate::model::{IterationModules, ModState, ModuleStats, RecordInfo, Snapshot};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IterationSel {
+    Last,
+    All,
+    /// 1-based.
+    One(usize),
+}
+
+impl std::str::FromStr for IterationSel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "last" => Ok(IterationSel::Last),
+            "all" => Ok(IterationSel::All),
+            n => n
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .map(IterationSel::One)
+                .ok_or_else(|| {
+                    format!("--iteration: '{s}' is not a number from 1, 'last' or 'all'")
+                }),
+        }
+    }
+}
+
+pub struct Query {
+    pub depth: usize,
+    /// Empty: every state.
+    pub states: Vec<ModState>,
+    pub iteration: IterationSel,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModulesView {
+    /// How many iterations the file has.
+    pub iterations_recorded: usize,
+    pub iterations: Vec<IterationView>,
+    /// Memory by category at the run's highest total.
+    pub peak: Option<Snapshot>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IterationView {
+    pub iteration: usize,
+    pub first_op: usize,
+    pub modules: Vec<ModuleView>,
+    pub peak: Snapshot,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModuleView {
+    #[serde(flatten)]
+    pub stats: ModuleStats,
+    pub depth: usize,
+}
+
+/// Parse `--state` values (MemTracker's names, any case; `peak-forward` or `Peak-Forward`).
+pub fn parse_states(names: &[String]) -> Result<Vec<ModState>, String> {
+    names
+        .iter()
+        .map(|n| {
+            ModState::from_name(n.trim()).ok_or_else(|| {
+                let all: Vec<String> = ModState::ALL
+                    .iter()
+                    .map(|s| s.name().to_ascii_lowercase())
+                    .collect();
+                format!("--state: unknown state '{n}'; use {}", all.join(", "))
+            })
+        })
+        .collect()
+}
+
+pub fn select(record: &RecordInfo, q: &Query) -> Result<ModulesView, String> {
+    let all = &record.modules;
+    let picked: Vec<&IterationModules> = match q.iteration {
+        IterationSel::All => all.iter().collect(),
+        IterationSel::Last => all.last().into_iter().collect(),
+        IterationSel::One(n) => vec![all.iter().find(|i| i.iteration == n).ok_or_else(|| {
+            format!(
+                "--iteration {n}: the file has {} iteration{}",
+                all.len(),
+                if all.len() == 1 { "" } else { "s" }
+            )
+        })?],
+    };
+    let iterations = picked
+        .into_iter()
+        .map(|it| {
+            let mut modules: Vec<ModuleView> = it
+                .modules
+                .iter()
+                .filter(|m| m.depth() <= q.depth)
+                .map(|m| {
+                    let mut stats = m.clone();
+                    // a module's life in order; MemTracker keeps first-occurrence order
+                    stats.states.sort_by_key(|s| s.state);
+                    if !q.states.is_empty() {
+                        stats.states.retain(|s| q.states.contains(&s.state));
+                    }
+                    ModuleView {
+                        depth: m.depth(),
+                        stats,
+                    }
+                })
+                // asked for some states: modules that never reached them have nothing to show
+                .filter(|m: &ModuleView| q.states.is_empty() || !m.stats.states.is_empty())
+                .collect();
+            modules.sort_by(|a, b| natural_cmp(&a.stats.fqn, &b.stats.fqn));
+            IterationView {
+                iteration: it.iteration,
+                first_op: it.first_op,
+                modules,
+                peak: it.peak.clone(),
+            }
+        })
+        .collect();
+    Ok(ModulesView {
+        iterations_recorded: all.len(),
+        iterations,
+        peak: record.peak.clone(),
+    })
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum Part {
+    /// Digits compare as numbers: by length (leading zeros stripped), then text.
+    Num(usize, String),
+    Text(String),
+}
+
+/// MemTracker's `natural_sort_key`: digit runs as numbers, the rest case-insensitively.
+fn key(s: &str) -> Vec<Part> {
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let mut digits = false;
+    for c in s.chars() {
+        if c.is_ascii_digit() != digits && !cur.is_empty() {
+            parts.push(part(std::mem::take(&mut cur), digits));
+        }
+        digits = c.is_ascii_digit();
+        cur.push(c);
+    }
+    if !cur.is_empty() {
+        parts.push(part(cur, digits));
+    }
+    parts
+}
+
+fn part(s: String, digits: bool) -> Part {
+    if digits {
+        let t = s.trim_start_matches('0').to_string();
+        Part::Num(t.len(), t)
+    } else {
+        Part::Text(s.to_lowercase())
+    }
+}
+
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    key(a).cmp(&key(b)).then_with(|| a.cmp(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn natural_order_puts_10_after_2() {
+        let mut v = vec![
+            "Net.layers.10",
+            "Net.layers.2",
+            "Net",
+            "Net.Head",
+            "Net.layers.1",
+        ];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            v,
+            vec![
+                "Net",
+                "Net.Head",
+                "Net.layers.1",
+                "Net.layers.2",
+                "Net.layers.10"
+            ]
+        );
+    }
+
+    #[test]
+    fn iteration_and_state_parse() {
+        assert_eq!("last".parse::<IterationSel>(), Ok(IterationSel::Last));
+        assert_eq!("2".parse::<IterationSel>(), Ok(IterationSel::One(2)));
+        assert!("0".parse::<IterationSel>().is_err());
+        assert_eq!(
+            parse_states(&["peak-forward".into()]).unwrap(),
+            vec![ModState::PeakForward]
+        );
+        assert!(parse_states(&["peak".into()]).is_err());
+    }
+}

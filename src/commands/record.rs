@@ -1,0 +1,19 @@
+use crate::cli::{BackendArg, RecordArgs};
+use crate::error::Result;
+use crate::record::{self, Backend, Options};
+
+/// Runs the program, writes the stats, then exits with the program's own exit code.
+pub fn run(a: RecordArgs) -> Result<()> {
+    let code = record::run(&Options {
+        output: a.output,
+        backend: match a.backend {
+            BackendArg::Auto => Backend::Auto,
+            BackendArg::Cuda => Backend::Cuda,
+            BackendArg::Cpu => Backend::Cpu,
+        },
+        snapshot: a.snapshot,
+        max_snapshot_entries: a.max_snapshot_entries,
+        command: a.command,
+    })?;
+    std::process::exit(code)
+}

@@ -1,0 +1,999 @@
+# memtrack's recording agent. `memtrack record` writes this file (embedded in the binary) into a
+# private folder; sitecustomize.py calls install(), which arms a one-shot import hook; when the
+# program imports torch, _activate() connects to the collector's Unix socket and starts a
+# TorchDispatchMode plus global module and optimizer hooks.
+#
+# What runs per operator is kept to a minimum: the op's outputs' storages are looked up in a
+# dict, new ones get a weakref whose callback reports the free, and one int (two or four on
+# CUDA) is appended to a list. Op names, the current module, MemTracker's category totals and
+# peaks are all worked out by the collector from this stream (src/record/replay.rs), so no
+# strings are built and no snapshots are copied in Python. A background thread ships the list
+# every 50 ms as length-prefixed frames; atexit, the excepthook and SIGTERM flush it too.
+#
+# The wire format is documented in docs/record.md and must match src/record/replay.rs.
+import os
+import struct
+from array import array as _array
+import sys
+import threading
+
+# ---- record codes (int64 stream); an op is any value >= 0: (func id << 2) | mutable << 1 | bw
+ADD, DEL, REF, SIZE, PUSH, POP, RESET, MOD, SNAP, INPUT, OUTPUT, ITER, MARK, OPT_BEGIN, OPT_END = (
+    range(-1, -16, -1)
+)
+# MemTracker's categories (_MemRefType), in its order
+PARAM, BUFFER, GRAD, ACT, TEMP, OPT, OTH = range(7)
+# MemTracker's module states (_ModState)
+PRE_FW, POST_FW, PEAK_FW, PRE_BW, POST_BW, PEAK_BW, PRE_FW_AC, POST_FW_AC = range(8)
+# frame kinds
+FRAME_JSON, FRAME_RECORDS = 1, 2
+FLUSH_SECONDS = 0.05
+
+_sock = None
+_buf = []  # the record stream not yet sent
+_ap = _buf.append
+_ext = _buf.extend
+_pending_json = []  # messages to send before the next records frame (names first)
+_send_lock = threading.Lock()
+_active = False
+_started = False  # the agent ran in this process (even if it has stopped since)
+_torch = None
+_backend = "cpu"
+
+_known = {}  # id(storage) -> [category, bytes, weakref]
+_fids = {}  # OpOverload -> code (fid << 2 | mutable << 1), -1 for skipped ops
+_names = {}  # module fqn -> name id
+_in_opt = False
+_in_ac = False
+_ac_mod = None
+_min_alloc = 512
+_mode = None
+_track_as = None
+
+
+# ---------------------------------------------------------------------------------------------
+# bootstrap
+
+
+def install():
+    """Arm the import hook (from sitecustomize); torch itself is imported by the program."""
+    if "torch" in sys.modules:
+        _activate(sys.modules["torch"])
+        return
+    sys.meta_path.insert(0, _TorchFinder())
+    import atexit
+
+    atexit.register(_exit_without_torch)
+
+
+class _TorchFinder:
+    """One-shot meta path finder: lets the normal machinery find torch, then runs _activate
+    right after torch/__init__.py has executed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        orig = loader.exec_module
+
+        def exec_module(module):
+            orig(module)
+            try:
+                _activate(module)
+            except Exception as e:  # never break the user's program
+                sys.stderr.write(f"memtrack: agent failed to start: {e!r}\n")
+
+        loader.exec_module = exec_module
+        return spec
+
+    def invalidate_caches(self):
+        pass
+
+
+def _is_launcher():
+    """torchrun's own process imports torch too; only its workers are recorded."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    for i, a in enumerate(argv):
+        if a == "-m" and i + 1 < len(argv) and argv[i + 1] in (
+            "torch.distributed.run",
+            "torch.distributed.launch",
+        ):
+            return True
+    return bool(argv) and os.path.basename(sys.argv[0] or "") == "torchrun"
+
+
+def _connect():
+    import socket
+
+    path = os.environ.get("MEMTRACK_SOCKET")
+    if not path:
+        return None
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    return s
+
+
+def _send_frame(kind, payload):
+    _sock.sendall(struct.pack("<IB", len(payload), kind) + payload)
+
+
+def _json(msg):
+    import json
+
+    return json.dumps(msg, separators=(",", ":")).encode()
+
+
+def _exit_without_torch():
+    """At exit of a process that never started the agent: tell the collector why."""
+    if _started or _is_launcher() or os.environ.get("MEMTRACK_DISABLE"):
+        return
+    try:
+        import importlib.util
+
+        has_torch = importlib.util.find_spec("torch") is not None
+    except Exception:
+        has_torch = False
+    global _sock
+    try:
+        _sock = _connect()
+        if _sock is None:
+            return
+        msg = {
+            "t": "no_torch" if not has_torch else "torch_not_imported",
+            "pid": os.getpid(),
+            "python": sys.executable,
+            "argv": list(getattr(sys, "orig_argv", sys.argv)),
+        }
+        _send_frame(FRAME_JSON, _json(msg))
+        _sock.close()
+    except Exception:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# transport
+
+
+def flush(wait=True):
+    """Send pending messages and records. Safe from any thread; records are whole because
+    each is appended with one list call under the GIL. A signal handler passes wait=False:
+    it may run inside a flush on the same thread (sendall runs handlers on EINTR), where
+    waiting would deadlock and sending would cut a frame in two."""
+    if _sock is None:
+        return
+    if not _send_lock.acquire(blocking=wait):
+        return
+    try:
+        try:
+            # records first out of the list, names second: a record's names were queued
+            # before the record itself, so they are in this batch of messages
+            n = len(_buf)
+            chunk = _buf[:n]
+            del _buf[:n]
+            while _pending_json:
+                _send_frame(FRAME_JSON, _json(_pending_json.pop(0)))
+            if chunk:
+                a = _array("q", chunk)
+                if sys.byteorder != "little":
+                    a.byteswap()
+                _send_frame(FRAME_RECORDS, a.tobytes())
+        except Exception:
+            _stop_sending()
+    finally:
+        _send_lock.release()
+
+
+def _stop_sending():
+    global _sock, _active
+    _active = False
+    s, _sock = _sock, None
+    try:
+        if s is not None:
+            s.close()
+    except Exception:
+        pass
+
+
+def _message(msg, now=True, wait=True):
+    _pending_json.append(msg)
+    if now:
+        flush(wait)
+
+
+def _flusher():
+    import time
+
+    while _sock is not None:
+        time.sleep(FLUSH_SECONDS)
+        if _buf or _pending_json:
+            flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# activation
+
+
+def _activate(torch):
+    global _torch, _backend, _sock, _active, _min_alloc, _started
+    if _started or os.environ.get("MEMTRACK_DISABLE") or _is_launcher():
+        return
+    try:
+        _sock = _connect()
+    except OSError as e:
+        sys.stderr.write(f"memtrack: cannot reach the collector ({e}); not recording\n")
+        return
+    if _sock is None:
+        return
+    _torch = torch
+    want = os.environ.get("MEMTRACK_BACKEND", "auto")
+    if want == "auto":
+        try:
+            _backend = "cuda" if torch.cuda.is_available() else "cpu"
+        except Exception:
+            _backend = "cpu"
+    else:
+        _backend = want
+    if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
+        _min_alloc = 1
+
+    hello = {
+        "t": "hello",
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": list(getattr(sys, "orig_argv", sys.argv)),
+        "backend": _backend,
+        "torch": getattr(torch, "__version__", "?"),
+        "python": sys.version.split()[0],
+        "rank": _int_env("RANK"),
+        "world_size": _int_env("WORLD_SIZE"),
+        "local_rank": _int_env("LOCAL_RANK"),
+    }
+    _message(hello)
+    _active = _started = True
+
+    _install_hooks(torch)
+    threading.Thread(target=_flusher, name="memtrack-flush", daemon=True).start()
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    import atexit
+
+    atexit.register(_at_exit)
+    _chain_excepthook()
+    _install_sigterm()
+    if _backend == "cuda":
+        _setup_cuda(torch)
+
+
+def _int_env(name):
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _after_fork_in_child():
+    """A forked child (a DataLoader worker) must not write into the parent's stream: drop the
+    socket (without shutting it down: the parent still uses it) and take the mode off the
+    stack, so the child's ops cost nothing and pile up nowhere."""
+    global _sock, _active
+    _active = False
+    _sock = None
+    try:
+        C = _torch._C
+        others = []
+        while C._len_torch_dispatch_stack() > 0:
+            m = C._pop_torch_dispatch_stack()
+            if m is not _mode:
+                others.append(m)
+        for m in reversed(others):
+            C._push_on_torch_dispatch_stack(m)
+    except Exception:
+        pass
+    _buf.clear()
+    _pending_json.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# the dispatch mode: per-op samples and storage accounting
+
+
+def _install_hooks(torch):
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    Tensor = torch.Tensor
+    gtid = torch._C._current_graph_task_id
+    wref = weakref.ref
+    known = _known
+    known_get = known.get
+    fids = _fids
+    fids_get = fids.get
+    ap = _ap
+    ext = _ext
+    cuda = _backend == "cuda"
+
+    def on_del(k):
+        try:
+            if known.pop(k, None) is not None:
+                ext((DEL, k))
+        except Exception:  # interpreter shutdown
+            pass
+
+    def new_storage(st, k, t, bw):
+        cat = OPT if _in_opt else (TEMP if bw and not _in_ac else ACT)
+        nb = st.nbytes()
+        dev = t.get_device()
+        if dev >= 0:
+            nb = -(-nb // _min_alloc) * _min_alloc
+        known[k] = [cat, nb, wref(st, lambda w, k=k: on_del(k))]
+        ext((ADD, k, cat, dev, nb))
+
+    def resized(st, k, e, t):
+        nb = st.nbytes()
+        if t.get_device() >= 0:
+            nb = -(-nb // _min_alloc) * _min_alloc
+        if nb != e[1]:
+            e[1] = nb
+            ext((SIZE, k, nb))
+
+    def other_output(out, code, bw):
+        # tuples and lists of tensors, and tensor subclasses, the slow way
+        if isinstance(out, (tuple, list)):
+            for t in out:
+                if isinstance(t, Tensor):
+                    track(t, code, bw)
+        elif isinstance(out, Tensor):
+            track(out, code, bw)
+
+    def track(t, code, bw):
+        for st in _storages(t):
+            k = id(st)
+            e = known_get(k)
+            if e is None:
+                new_storage(st, k, t, bw)
+            elif code & 2:
+                resized(st, k, e, t)
+
+    stats_reader = _cuda_stats_reader(torch) if cuda else None
+    # TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo, a Python wrapper
+    # that costs about 1 us per op. Marking the code object to skip (recursively) does the
+    # same for dynamo without the wrapper; where that API is missing, keep the wrapper.
+    skip_code = _dynamo_skipper()
+
+    class MemtrackMode(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):
+            return skip_code is None
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **kwargs) if kwargs else func(*args)
+            code = fids_get(func)
+            if code is None:
+                code = _new_func(func)
+            if code < 0:
+                return out
+            bw = gtid() != -1
+            if type(out) is Tensor:
+                try:
+                    st = out.untyped_storage()
+                    k = id(st)
+                    e = known_get(k)
+                    if e is None:
+                        new_storage(st, k, out, bw)
+                    elif code & 2:
+                        resized(st, k, e, out)
+                except Exception:
+                    pass
+            elif out is not None:
+                try:
+                    other_output(out, code, bw)
+                except Exception:
+                    pass
+            if cuda:
+                ext((code | bw,) + stats_reader())
+            else:
+                ap(code | bw)
+            return out
+
+    global _mode, _track_as
+    if skip_code is not None:
+        for f in (MemtrackMode.__torch_dispatch__, new_storage, resized, other_output, track):
+            skip_code(f.__code__)
+        skip_code(on_del.__code__)
+    _mode = MemtrackMode()
+
+    def track_as(t, cat):
+        """MemTracker's _update_and_maybe_create_winfos: (re)categorise t's storages; bytes."""
+        total = 0
+        for st in _storages(t):
+            k = id(st)
+            e = known_get(k)
+            if e is None:
+                nb = st.nbytes()
+                dev = t.get_device()
+                if dev >= 0:
+                    nb = -(-nb // _min_alloc) * _min_alloc
+                known[k] = e = [cat, nb, wref(st, lambda w, k=k: on_del(k))]
+                ext((ADD, k, cat, dev, nb))
+            elif e[0] != cat:
+                e[0] = cat
+                ext((REF, k, cat))
+            total += e[1]
+        return total
+
+    _track_as = track_as
+    _install_module_hooks(torch)
+    _install_optimizer_hooks(torch)
+    _install_resize(torch)
+    _mode.__enter__()
+
+
+def _dynamo_skipper():
+    """A function marking a code object (and what it calls) as never traced by dynamo."""
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+        strategy = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+        return lambda code: set_code_exec_strategy(code, strategy)
+    except Exception:
+        return None
+
+
+def _storages(t):
+    """The untyped storages behind a tensor, through traceable wrapper subclasses."""
+    if type(t) is _torch.Tensor or type(t) is _torch.nn.Parameter:
+        return (t.untyped_storage(),)
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    todo, out = [t], []
+    while todo:
+        x = todo.pop()
+        if is_traceable_wrapper_subclass(x):
+            attrs, _ = x.__tensor_flatten__()
+            todo.extend(
+                getattr(x, a) for a in attrs if isinstance(getattr(x, a), _torch.Tensor)
+            )
+        elif hasattr(x, "untyped_storage"):
+            try:
+                st = x.untyped_storage()
+            except Exception:
+                continue
+            if all(st is not o for o in out):
+                out.append(st)
+    return out
+
+
+_op_names = []
+
+
+def _new_func(func):
+    """Intern an op: its id goes in the stream, its name once in a message."""
+    torch = _torch
+    if func is torch.ops.aten.detach.default:
+        _fids[func] = -1  # MemoryTracker skips detach
+        return -1
+    fid = len(_op_names)
+    name = getattr(func, "__name__", str(func))
+    _op_names.append(name)
+    try:
+        mutable = bool(func._schema.is_mutable)
+    except Exception:
+        mutable = True
+    code = (fid << 2) | (2 if mutable else 0)
+    _fids[func] = code
+    _pending_json.append({"t": "op", "id": fid, "name": name})
+    return code
+
+
+def _cuda_stats_reader(torch):
+    """One allocator call per op (MemoryTracker makes three, each building the whole dict)."""
+    memstats = torch._C._cuda_memoryStats
+    getdev = torch._C._cuda_getDevice
+    cuda_mod = torch.cuda
+    zero = (0, 0, 0)
+
+    def read():
+        if not cuda_mod._initialized:
+            return zero
+        s = memstats(getdev())
+        return (
+            s["allocated_bytes"]["all"]["current"],
+            s["active_bytes"]["all"]["current"],
+            s["reserved_bytes"]["all"]["current"],
+        )
+
+    return read
+
+
+# ---------------------------------------------------------------------------------------------
+# modules: ModTracker's bookkeeping (names, parents, backward hooks) and MemTracker's states
+
+
+class _ModInfo:
+    __slots__ = ("obj_id", "mk", "name", "name_id", "seen")
+
+    def __init__(self, obj_id, mk, name):
+        self.obj_id = obj_id
+        self.mk = mk
+        self.name = name
+        self.name_id = _name_id(name)
+        self.seen = False
+
+
+_mod_count = [0]
+
+
+def _name_id(name):
+    i = _names.get(name)
+    if i is None:
+        i = _names[name] = len(_names)
+        _pending_json.append({"t": "name", "id": i, "name": name})
+    return i
+
+
+def _info(mod):
+    d = mod.__dict__
+    info = d.get("_memtrack_info")
+    if info is None or info.obj_id != id(mod):
+        _mod_count[0] += 1
+        info = d["_memtrack_info"] = _ModInfo(id(mod), _mod_count[0], type(mod).__name__)
+    return info
+
+
+def _set_name(mod, name):
+    info = _info(mod)
+    if info.name != name:
+        info.name = name
+        info.name_id = _name_id(name)
+    return info
+
+
+def _mod_info(mod):
+    """ModTracker._get_mod_name: an unknown module is named by its class; the first time a
+    module is seen, its children are named under it."""
+    info = _info(mod)
+    if not info.seen:
+        for cname, sub in mod.named_children():
+            _set_name(sub, f"{info.name}.{cname}")
+            _mod_info(sub)
+        info.seen = True
+    return info
+
+
+def _install_module_hooks(torch):
+    import weakref
+
+    from torch.autograd.graph import register_multi_grad_hook
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
+    from torch.utils._pytree import tree_flatten
+
+    Tensor = torch.Tensor
+    gtid = torch._C._current_graph_task_id
+    engine = torch.autograd.Variable._execution_engine
+    ap, ext = _ap, _ext
+    parents = {}  # name -> active count (ModTracker.parents without "Global")
+    tracked = {}  # mk -> True: modules with stats in this iteration (MemTracker.memory_tracking)
+    state = {"root": None, "has_callback": False}
+    post_bw_to_enqueue = []
+    hooked_params = {}  # id(param) -> weakref: hooks installed once per parameter
+
+    def flat(x):
+        if isinstance(x, Tensor):
+            return (x,)
+        if type(x) is tuple or type(x) is list:
+            for a in x:
+                if isinstance(a, (tuple, list, dict)):
+                    break
+            else:
+                return x
+        return tree_flatten(x)[0]
+
+    def io_mem(x):
+        total = 0
+        for t in flat(x):
+            if isinstance(t, Tensor):
+                try:
+                    for st in _storages(t):
+                        e = _known.get(id(st))
+                        if e is not None:
+                            total += e[1]
+                except Exception:
+                    pass
+        return total
+
+    def grad_tensors(x):
+        return [a for a in flat(x) if isinstance(a, Tensor) and a.requires_grad]
+
+    def add_parent(info, bw_push):
+        name = info.name
+        if name not in parents:
+            parents[name] = 1
+            ext((PUSH, info.name_id, bw_push))
+        else:
+            parents[name] += 1
+
+    def remove_parent(info):
+        name = info.name
+        c = parents.get(name)
+        if c is None:
+            return
+        if c <= 1:
+            del parents[name]
+            ext((POP, info.name_id))
+        else:
+            parents[name] = c - 1
+
+    def engine_callback():
+        parents.clear()
+        state["has_callback"] = False
+        ap(RESET)
+
+    def maybe_set_engine_callback():
+        if state["has_callback"]:
+            return
+        for cb in reversed(post_bw_to_enqueue):
+            engine.queue_callback(cb)
+        post_bw_to_enqueue.clear()
+        engine.queue_callback(engine_callback)
+        state["has_callback"] = True
+
+    # MemTracker's param/grad hooks
+    def grad_hook(grad):
+        if _active and grad is not None:
+            _track_as(grad, GRAD)
+
+    def post_acc_hook(p):
+        if _active and p.grad is not None:
+            _track_as(p.grad, GRAD)
+
+    def track_params_and_buffers(mod):
+        pm = 0
+        for p in mod.parameters():
+            pm += _track_as(p, PARAM)
+            if p.grad is not None:
+                _track_as(p.grad, GRAD)
+            pid = id(p)
+            h = hooked_params.get(pid)
+            if h is None or h() is not p:
+                try:
+                    p.register_hook(grad_hook)
+                    p.register_post_accumulate_grad_hook(post_acc_hook)
+                except RuntimeError:
+                    pass  # a parameter that does not require grad
+                hooked_params[pid] = weakref.ref(p)
+        bm = 0
+        for b in mod.buffers():
+            bm += _track_as(b, BUFFER)
+        return pm, bm
+
+    # MemTracker's user hooks, fed by the ModTracker emulation below
+    def mt_pre_fw(mod, info, inputs, bw):
+        global _ac_mod, _in_ac
+        mk = info.mk
+        if mk in tracked:
+            if bw:
+                ext((SNAP, mk, PRE_FW_AC))
+                if _ac_mod is None:
+                    _ac_mod = weakref.ref(mod)
+                    _in_ac = True
+                return
+            if set(parents) - {info.name}:
+                # a module called again inside the same forward: another call of it
+                ext((INPUT, mk, info.name_id, io_mem(inputs)))
+                ext((SNAP, mk, PRE_FW))
+                return
+            # a top-level module called again: the next iteration (MemTracker raises here)
+            tracked.clear()
+            ap(ITER)
+        if not tracked:
+            state["root"] = mk
+            ext((MARK, 0))
+        pm, bm = track_params_and_buffers(mod)
+        tracked[mk] = True
+        ext((MOD, mk, info.name_id, pm, bm, io_mem(inputs)))
+        ext((SNAP, mk, PRE_FW))
+
+    def mt_post_fw(mod, info, output, bw):
+        global _ac_mod, _in_ac
+        mk = info.mk
+        if mk not in tracked:
+            return
+        if bw:
+            if _ac_mod is not None and _ac_mod() is mod:
+                _ac_mod = None
+                _in_ac = False
+            ext((SNAP, mk, POST_FW_AC))
+        else:
+            ext((OUTPUT, mk, io_mem(output)))
+            ext((SNAP, mk, POST_FW))
+            if state["root"] == mk:
+                ext((MARK, 1))
+
+    def append_fn(wmod, info):
+        # a multi-grad hook on the module's outputs: its backward starts
+        def fn(*args):
+            if not _active:
+                return
+            maybe_set_engine_callback()
+            add_parent(info, 1)
+            mod = wmod()
+            if mod is not None and info.mk in tracked:
+                mk = info.mk
+                ext((SNAP, mk, PRE_BW))
+
+        return fn
+
+    def pop_fn(wmod, info):
+        # a multi-grad hook on the module's inputs (or the end of backward): its backward ended
+        def fn(*args):
+            if not _active:
+                return
+            mod = wmod()
+            if mod is not None and info.mk in tracked:
+                ext((SNAP, info.mk, POST_BW))
+            remove_parent(info)
+
+        return fn
+
+    def on_grads(tensors, fn, mode):
+        if len(tensors) == 1:
+            tensors[0].register_hook(lambda g: fn(g))
+        else:
+            register_multi_grad_hook(tensors, fn, mode=mode)
+
+    def fw_pre_hook(mod, inputs):
+        if not _active:
+            return
+        try:
+            info = _mod_info(mod)
+            bw = gtid() != -1
+            add_parent(info, 0)
+            mt_pre_fw(mod, info, inputs, bw)
+            if not bw:
+                tensors = grad_tensors(inputs)
+                if tensors:
+                    on_grads(tensors, pop_fn(weakref.ref(mod), info), "all")
+                else:
+                    # ModTracker queues these until the next backward; a program that never
+                    # runs one (inference) would grow the queue forever
+                    if len(post_bw_to_enqueue) >= 100_000:
+                        post_bw_to_enqueue.clear()
+                    post_bw_to_enqueue.append(pop_fn(weakref.ref(mod), info))
+        except Exception as e:
+            _internal_error(e)
+
+    def fw_post_hook(mod, inputs, output):
+        if not _active:
+            return
+        try:
+            info = _mod_info(mod)
+            bw = gtid() != -1
+            mt_post_fw(mod, info, output, bw)
+            remove_parent(info)
+            if not bw:
+                tensors = grad_tensors(output)
+                if tensors:
+                    on_grads(tensors, append_fn(weakref.ref(mod), info), "any")
+        except Exception as e:
+            _internal_error(e)
+
+    register_module_forward_pre_hook(fw_pre_hook)
+    register_module_forward_hook(fw_post_hook, always_call=True)
+
+
+_errors = [0]
+
+
+def _internal_error(e):
+    _errors[0] += 1
+    if _errors[0] <= 3:
+        import traceback
+
+        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        _message({"t": "agent_error", "text": text}, now=False)
+
+
+def _install_optimizer_hooks(torch):
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    opt_ids = {}
+
+    def pre(opt, args, kwargs):
+        global _in_opt
+        if not _active:
+            return
+        _in_opt = True
+        oid = opt_ids.get(type(opt))
+        if oid is None:
+            oid = opt_ids[type(opt)] = _name_id(f"{type(opt).__name__}")
+        _ext((OPT_BEGIN, oid))
+
+    def post(opt, args, kwargs):
+        global _in_opt
+        if not _active:
+            return
+        try:
+            for st in opt.state.values():
+                for v in st.values():
+                    if isinstance(v, torch.Tensor):
+                        _track_as(v, OPT)
+        except Exception as e:
+            _internal_error(e)
+        _in_opt = False
+        _ap(OPT_END)
+
+    register_optimizer_step_pre_hook(pre)
+    register_optimizer_step_post_hook(post)
+
+
+def _install_resize(torch):
+    """UntypedStorage.resize_ is not seen by dispatch modes (FSDP uses it); as MemTracker."""
+    orig = torch.UntypedStorage.resize_
+
+    def resize_(st, size):
+        r = orig(st, size)
+        e = _known.get(id(st))
+        if e is not None:
+            nb = st.nbytes()
+            if st.device.type == "cuda":
+                nb = -(-nb // _min_alloc) * _min_alloc
+            if nb != e[1]:
+                e[1] = nb
+                _ext((SIZE, id(st), nb))
+        return r
+
+    torch.UntypedStorage.resize_ = resize_
+
+
+# ---------------------------------------------------------------------------------------------
+# how the program ends
+
+
+def _chain_excepthook():
+    prev = sys.excepthook
+
+    def hook(tp, value, tb):
+        try:
+            import traceback
+
+            text = "".join(traceback.format_exception(tp, value, tb))
+            oom = tp.__name__ == "OutOfMemoryError" or isinstance(value, MemoryError)
+            _message({"t": "exception", "type": tp.__name__, "text": text, "oom": oom})
+        except Exception:
+            pass
+        prev(tp, value, tb)
+
+    sys.excepthook = hook
+
+
+def _install_sigterm():
+    """Ship what is buffered before SIGTERM's default death. Not under torchrun: its agent
+    SIGTERMs workers that may sit in a collective, where a Python-level handler would wait."""
+    import signal
+
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def on_term(signum, frame):
+            _message({"t": "signal", "signal": signum}, wait=False)
+            _finish("signal", wait=False)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        signal.signal(signal.SIGTERM, on_term)
+    except (ValueError, OSError):
+        pass  # not the main thread
+
+
+_finished = [False]
+
+
+def _finish(how, wait=True):
+    global _active
+    if _finished[0] or _sock is None:
+        return
+    _finished[0] = True
+    msg = {"t": "bye", "how": how}
+    try:
+        if _backend == "cuda" and _torch.cuda.is_initialized():
+            msg["memory_stats"] = dict(_torch.cuda.memory_stats())
+            _send_device(_torch)  # the device the program ended on (after set_device)
+            _write_snapshot("exit")
+    except Exception:
+        pass
+    _active = False
+    _message(msg, wait=wait)
+    if wait:
+        _stop_sending()
+
+
+def _at_exit():
+    _finish("exit")
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA: device facts, allocator history, OOM
+
+
+def _setup_cuda(torch):
+    """Everything here would initialise CUDA, so it waits for the program to do that itself
+    (torch.cuda._lazy_call): a torchrun worker must pick its device before any context exists,
+    and a process that never uses CUDA must not get one. A failure here is reported, never
+    raised (an exception in a queued call would surface in the program)."""
+
+    def on_oom(device, alloc, device_allocated, device_free):
+        try:
+            _message(
+                {
+                    "t": "oom",
+                    "device": device,
+                    "alloc": alloc,
+                    "device_allocated": device_allocated,
+                    "device_free": device_free,
+                },
+                now=False,
+            )
+            _write_snapshot("oom")
+            flush()
+        except Exception:
+            pass
+
+    def on_cuda_init():
+        if os.environ.get("MEMTRACK_SNAPSHOT"):
+            try:
+                n = int(os.environ.get("MEMTRACK_MAX_SNAPSHOT_ENTRIES", "100000"))
+                torch.cuda.memory._record_memory_history(max_entries=n)
+            except Exception as e:
+                _message({"t": "agent_error", "text": f"_record_memory_history: {e!r}"})
+        try:
+            torch._C._cuda_attach_out_of_memory_observer(on_oom)
+        except Exception as e:
+            _message({"t": "agent_error", "text": f"OOM observer: {e!r}"})
+        _send_device(torch)
+
+    try:
+        torch.cuda._lazy_call(on_cuda_init)
+    except Exception as e:
+        _message({"t": "agent_error", "text": f"torch.cuda._lazy_call: {e!r}"})
+
+
+def _send_device(torch):
+    try:
+        i = torch._C._cuda_getDevice()
+        p = torch.cuda.get_device_properties(i)
+        _message({"t": "device", "name": p.name, "total_bytes": p.total_memory, "index": i})
+    except Exception:
+        pass
+
+
+def _write_snapshot(reason):
+    prefix = os.environ.get("MEMTRACK_SNAPSHOT")
+    if not prefix:
+        return
+    torch = _torch
+    if not torch.cuda.is_initialized():
+        return
+    rank = _int_env("RANK")
+    tag = f".rank{rank}" if rank is not None else f".pid{os.getpid()}"
+    path = f"{prefix}{tag}.{reason}.pickle"
+    torch.cuda.memory._dump_snapshot(path)
+    _message({"t": "snapshot", "reason": reason, "path": path}, now=False)

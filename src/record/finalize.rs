@@ -1,0 +1,238 @@
+//! The journal → stats files: one per recorded process, named by rank when there are several.
+
+use std::collections::HashSet;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+
+use super::replay::{replay, Note, Session};
+use super::server::journal_files;
+use crate::error::{Error, Result};
+use crate::formats::tracker;
+use crate::model::{format_bytes, Units};
+use crate::render::thousands;
+
+pub struct Report {
+    pub written: Vec<PathBuf>,
+    /// The backend of each file written.
+    pub backends: Vec<String>,
+    pub notes: Vec<Note>,
+    /// Every journal file was decoded and written: the journal can go.
+    pub complete: bool,
+}
+
+impl Report {
+    /// Why no stats file came out, for the user.
+    pub fn nothing_recorded_reason(&self, program: &std::ffi::OsStr) -> String {
+        if let Some(Note::NoTorch { python }) = self
+            .notes
+            .iter()
+            .find(|n| matches!(n, Note::NoTorch { .. }))
+        {
+            return format!(
+                "nothing recorded: {python} cannot import torch. Install PyTorch for that \
+                 interpreter, or run the program with the Python that has it"
+            );
+        }
+        if self
+            .notes
+            .iter()
+            .any(|n| matches!(n, Note::TorchNotImported { .. }))
+        {
+            return "nothing recorded: the program never imported torch".into();
+        }
+        format!(
+            "nothing recorded: no Python process of `{}` connected. memtrack records Python \
+             programs that import torch; the agent comes in through PYTHONPATH and \
+             sitecustomize, which `python -E`, `-I` and `-S` switch off",
+            program.to_string_lossy()
+        )
+    }
+}
+
+pub fn finalize(
+    journal: &Path,
+    output: &Path,
+    child_pid: u32,
+    status: Option<ExitStatus>,
+) -> Result<Report> {
+    let files = journal_files(journal).map_err(|e| Error::input(journal, format!("{e}")))?;
+    let mut complete = true;
+    let mut sessions: Vec<Session> = Vec::new();
+    let mut notes = Vec::new();
+    for f in &files {
+        let bytes = match std::fs::read(f) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("memtrack: {}: {e}", f.display());
+                complete = false;
+                continue;
+            }
+        };
+        let s = replay(&bytes);
+        if let Some(n) = &s.note {
+            notes.push(n.clone());
+        }
+        if s.recorded {
+            sessions.push(s);
+        }
+    }
+    for s in &mut sessions {
+        if s.pid == Some(child_pid as i64) {
+            if let (Some(st), Some(exit)) = (
+                status,
+                s.stats.record.as_mut().and_then(|r| r.exit.as_mut()),
+            ) {
+                exit.code = st.code().map(i64::from);
+                exit.signal = st.signal().map(i64::from);
+            }
+        }
+    }
+    let paths = output_paths(output, &sessions);
+    let mut written = Vec::new();
+    let mut backends = Vec::new();
+    for (s, p) in sessions.iter().zip(&paths) {
+        match tracker::write(&s.stats, p) {
+            Ok(()) => {
+                eprintln!("memtrack: wrote {}", describe(p, s));
+                written.push(p.clone());
+                backends.push(
+                    s.stats
+                        .record
+                        .as_ref()
+                        .map_or_else(String::new, |r| r.backend.clone()),
+                );
+            }
+            Err(e) => {
+                eprintln!("memtrack: {e}");
+                complete = false;
+            }
+        }
+    }
+    Ok(Report {
+        written,
+        backends,
+        notes,
+        complete,
+    })
+}
+
+fn describe(p: &Path, s: &Session) -> String {
+    let t = &s.stats;
+    let r = t.record.as_ref();
+    let peak = t
+        .allocated
+        .iter()
+        .copied()
+        .filter(|v| !v.is_nan())
+        .fold(0.0, f64::max);
+    let iterations = r.map_or(0, |r| r.modules.len());
+    let mut line = format!(
+        "{}: {} ops, {} iteration{}, peak allocated {} ({})",
+        p.display(),
+        thousands(t.op_count()),
+        iterations,
+        if iterations == 1 { "" } else { "s" },
+        format_bytes(peak, Units::Auto),
+        r.map_or("?", |r| r.backend.as_str()),
+    );
+    if let Some(e) = r.and_then(|r| r.exit.as_ref()) {
+        match (e.signal, e.ended.as_deref()) {
+            (Some(sig), _) => line.push_str(&format!("; killed by signal {sig}")),
+            (None, Some("exception")) => line.push_str("; the program raised"),
+            (None, Some("disconnected")) => line.push_str("; the process vanished"),
+            _ => {}
+        }
+        if e.oom {
+            line.push_str(", out of memory");
+        }
+    }
+    line
+}
+
+/// One process: the output as given. Several: `run.rank0.pkl`, … (`run.pid123.pkl` without a
+/// rank; a rank seen twice, as after an elastic restart, gets `.2`, `.3`, …).
+pub fn output_paths(base: &Path, sessions: &[Session]) -> Vec<PathBuf> {
+    if sessions.len() == 1 && sessions[0].world_size.unwrap_or(1) <= 1 {
+        return vec![base.to_path_buf()];
+    }
+    let stem = base
+        .file_stem()
+        .map_or_else(|| "memtrack".into(), |s| s.to_string_lossy().into_owned());
+    let ext = base
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    let mut used = HashSet::new();
+    sessions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let tag = match (s.rank, s.pid) {
+                (Some(r), _) => format!("rank{r}"),
+                (None, Some(pid)) => format!("pid{pid}"),
+                (None, None) => format!("process{i}"),
+            };
+            let mut name = tag.clone();
+            let mut k = 1;
+            while !used.insert(name.clone()) {
+                k += 1;
+                name = format!("{tag}.{k}");
+            }
+            base.with_file_name(format!("{stem}.{name}{ext}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TrackerStats;
+
+    fn session(rank: Option<i64>, world: Option<i64>, pid: i64) -> Session {
+        Session {
+            recorded: true,
+            pid: Some(pid),
+            rank,
+            world_size: world,
+            note: None,
+            said_bye: true,
+            stats: TrackerStats::default(),
+        }
+    }
+
+    #[test]
+    fn files_are_named_by_rank_when_there_are_several() {
+        let base = Path::new("out/run.pkl");
+        assert_eq!(
+            output_paths(base, &[session(None, None, 7)]),
+            vec![PathBuf::from("out/run.pkl")]
+        );
+        let names = output_paths(
+            base,
+            &[
+                session(Some(0), Some(2), 10),
+                session(Some(1), Some(2), 11),
+                session(Some(1), Some(2), 12),
+                session(None, None, 13),
+            ],
+        );
+        assert_eq!(
+            names,
+            [
+                "run.rank0.pkl",
+                "run.rank1.pkl",
+                "run.rank1.2.pkl",
+                "run.pid13.pkl"
+            ]
+            .iter()
+            .map(|n| Path::new("out").join(n))
+            .collect::<Vec<_>>()
+        );
+        // one rank of a larger job still says which rank it is
+        assert_eq!(
+            output_paths(base, &[session(Some(3), Some(4), 1)]),
+            vec![PathBuf::from("out/run.rank3.pkl")]
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! `memtrack record`: run a program with the Python agent injected, journal what every
+//! process of it sends, and write one stats file per recorded process (docs/record.md).
+//!
+//! - [`agent`]: the embedded Python, written to a private folder first on `PYTHONPATH`.
+//! - [`server`]: the Unix socket and the journal (bytes to disk as they arrive).
+//! - [`signals`]: Ctrl-C and friends while the child runs.
+//! - [`replay`]: the agent's stream → op samples, module breakdown, peaks.
+//! - [`finalize`]: journal → stats files, named per rank.
+
+pub mod agent;
+pub mod finalize;
+pub mod replay;
+pub mod server;
+pub mod signals;
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Which memory the per-op samples count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// CUDA when `torch.cuda.is_available()`, else CPU.
+    Auto,
+    /// The CUDA caching allocator's counters.
+    Cuda,
+    /// Live tensor storages, counted as MemTracker does.
+    Cpu,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Cuda => "cuda",
+            Backend::Cpu => "cpu",
+        }
+    }
+}
+
+pub struct Options {
+    pub output: PathBuf,
+    pub backend: Backend,
+    pub snapshot: bool,
+    pub max_snapshot_entries: usize,
+    pub command: Vec<OsString>,
+}
+
+/// How long the collector waits for silent connections after the program ended.
+const QUIET: Duration = Duration::from_secs(2);
+
+/// Run the program, record it, write the stats; the exit code `record` should end with.
+pub fn run(o: &Options) -> Result<i32> {
+    let Some(program) = o.command.first() else {
+        return Err(Error::Usage(
+            "record: no command given; usage: memtrack record [-o run.pkl] -- python train.py"
+                .into(),
+        ));
+    };
+    if o.output.as_os_str() == "-" {
+        return Err(Error::Usage(
+            "record: -o - is not possible: record writes one file per process (NAME.rank0.pkl, …); give a file name".into(),
+        ));
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("memtrack-")
+        .tempdir()
+        .map_err(|e| Error::output(&std::env::temp_dir(), e))?;
+    let agent_dir = tmp.path().join("agent");
+    agent::write_to(&agent_dir).map_err(|e| Error::output(&agent_dir, e))?;
+    let socket = tmp.path().join("sock");
+    let journal = journal_dir(&o.output);
+    std::fs::create_dir_all(&journal).map_err(|e| Error::output(&journal, e))?;
+    let mut server =
+        server::Server::start(&socket, &journal).map_err(|e| Error::output(&socket, e))?;
+    signals::install();
+
+    let mut cmd = Command::new(program);
+    cmd.args(&o.command[1..]);
+    let mut pythonpath = OsString::from(&agent_dir);
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        pythonpath.push(":");
+        pythonpath.push(old);
+    }
+    cmd.env("PYTHONPATH", pythonpath)
+        .env("MEMTRACK_SOCKET", &socket)
+        .env("MEMTRACK_BACKEND", o.backend.name());
+    if o.snapshot {
+        cmd.env("MEMTRACK_SNAPSHOT", snapshot_prefix(&o.output))
+            .env(
+                "MEMTRACK_MAX_SNAPSHOT_ENTRIES",
+                o.max_snapshot_entries.to_string(),
+            );
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&journal);
+            eprintln!("memtrack: cannot run {}: {e}", Path::new(program).display());
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+        }
+    };
+    let pid = child.id();
+
+    let mut interrupts = 0;
+    let mut terms = 0;
+    let status: Option<ExitStatus> = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("memtrack: cannot wait for the program: {e}");
+                break None;
+            }
+        }
+        let p = signals::take();
+        if p.int_sent > 0 {
+            signals::send(pid, libc::SIGINT);
+        }
+        if p.term > 0 {
+            signals::send(pid, libc::SIGTERM);
+        }
+        if p.hup > 0 {
+            signals::send(pid, libc::SIGHUP);
+        }
+        let before = interrupts + terms;
+        interrupts += p.interrupts();
+        terms += p.term;
+        if interrupts >= 2 || terms >= 2 {
+            eprintln!("memtrack: interrupted again: writing what was received and exiting");
+            break None;
+        }
+        if before == 0 && interrupts + terms > 0 {
+            eprintln!(
+                "memtrack: interrupted: waiting for the program to stop (again to stop waiting)"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+
+    server.drain(QUIET, || signals::take().interrupts() > 0);
+    for e in server.errors() {
+        eprintln!("memtrack: {e}");
+    }
+    let code = match status {
+        Some(st) => exit_code(st),
+        None => 130,
+    };
+    let report = finalize::finalize(&journal, &o.output, pid, status)?;
+    if report.complete {
+        let _ = std::fs::remove_dir_all(&journal);
+    } else {
+        eprintln!("memtrack: the journal is kept in {}", journal.display());
+    }
+    if o.snapshot && !report.backends.is_empty() && report.backends.iter().all(|b| b != "cuda") {
+        eprintln!("memtrack: --snapshot: the program ran on the CPU backend; allocator snapshots need CUDA");
+    }
+    if server.connections() == 0 || report.written.is_empty() {
+        eprintln!("memtrack: {}", report.nothing_recorded_reason(program));
+    }
+    Ok(code)
+}
+
+/// The child's exit code, or 128 + the signal that killed it, as shells report it.
+pub fn exit_code(st: ExitStatus) -> i32 {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => 1,
+    }
+}
+
+/// `run.pkl` → `run.pkl.journal-<pid>/`, next to the output.
+pub fn journal_dir(output: &Path) -> PathBuf {
+    let name = output
+        .file_name()
+        .map_or_else(|| "memtrack".into(), |n| n.to_string_lossy().into_owned());
+    output.with_file_name(format!("{name}.journal-{}", std::process::id()))
+}
+
+/// `run.pkl` → `/abs/dir/run`: the agent appends `.rank0.exit.pickle` and the like.
+fn snapshot_prefix(output: &Path) -> PathBuf {
+    let abs = std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf());
+    let stem = abs
+        .file_stem()
+        .map_or_else(|| "memtrack".into(), |s| s.to_string_lossy().into_owned());
+    abs.with_file_name(stem)
+}

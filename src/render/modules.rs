@@ -1,0 +1,209 @@
+//! `modules`: MemTracker's `display_modulewise_snapshots(tabulate=True)` tables, and the same
+//! data as Markdown, CSV or JSON.
+
+use crate::analysis::modules::{IterationView, ModulesView};
+use crate::model::{Snapshot, Units, CATEGORIES};
+
+use super::table::Table;
+use super::{json, Format};
+
+pub fn modules(v: &ModulesView, title: &str, format: Format, units: Units) -> String {
+    match format {
+        Format::Json => json(v),
+        Format::Csv => csv(v),
+        Format::Text | Format::Markdown => {
+            let md = format == Format::Markdown;
+            let mut out = String::new();
+            if md {
+                out.push_str(&format!("## {title}\n\n"));
+            }
+            let many = v.iterations.len() > 1;
+            for it in &v.iterations {
+                if many || md {
+                    out.push_str(&heading(
+                        md,
+                        2,
+                        &format!(
+                            "Iteration {} of {} (from op {})",
+                            it.iteration, v.iterations_recorded, it.first_op
+                        ),
+                    ));
+                }
+                iteration(&mut out, it, md, units);
+            }
+            if v.iterations.is_empty() {
+                out.push_str("No module was called while recording.\n");
+            }
+            if let Some(p) = &v.peak {
+                out.push_str(&heading(md, 2, "Peak of the run"));
+                out.push_str(&render(&snapshot_table(p, units), md));
+            }
+            out
+        }
+    }
+}
+
+fn heading(md: bool, level: usize, h: &str) -> String {
+    if md {
+        format!("{} {h}\n\n", "#".repeat(level + 1))
+    } else if level <= 2 {
+        format!("== {h} ==\n\n")
+    } else {
+        format!("{h}\n")
+    }
+}
+
+fn render(t: &Table, md: bool) -> String {
+    let mut s = if md { t.markdown() } else { t.rst() };
+    s.push('\n');
+    s
+}
+
+fn iteration(out: &mut String, it: &IterationView, md: bool, units: Units) {
+    for m in &it.modules {
+        let s = &m.stats;
+        if md {
+            out.push_str(&format!("#### Module: {}\n\n", s.fqn));
+        } else {
+            out.push_str(&format!("Module:  {}\n", s.fqn));
+        }
+        out.push_str(&format!(
+            "parameters {}, buffers {}, inputs {}, outputs {}\n{}",
+            amount(s.parameter_bytes, units),
+            amount(s.buffer_bytes, units),
+            amount(s.input_bytes, units),
+            amount(s.output_bytes, units),
+            if md { "\n" } else { "" }
+        ));
+        let mut headers = vec!["State & Call", "Device"];
+        let cats: Vec<String> = CATEGORIES
+            .iter()
+            .chain(std::iter::once(&"Total"))
+            .map(|c| format!(">{c}"))
+            .collect();
+        headers.extend(cats.iter().map(String::as_str));
+        let mut t = Table::new(&headers);
+        let mut last_call = String::new();
+        for st in &s.states {
+            for (i, snap) in st.calls.iter().enumerate() {
+                let call = format!("{} # {}", st.state.name(), i + 1);
+                for d in &snap.0 {
+                    // MemTracker skips devices whose total rounds to nothing
+                    if round(d.total, units) <= 0.0 {
+                        continue;
+                    }
+                    let mut row = vec![
+                        if call != last_call {
+                            call.clone()
+                        } else {
+                            String::new()
+                        },
+                        d.device.clone(),
+                    ];
+                    last_call = call.clone();
+                    row.extend(d.by_category.iter().map(|&b| amount(b, units)));
+                    row.push(amount(d.total, units));
+                    t.row(row);
+                }
+            }
+        }
+        out.push_str(&render(&t, md));
+    }
+}
+
+fn snapshot_table(s: &Snapshot, units: Units) -> Table {
+    let mut headers = vec!["Device"];
+    let cats: Vec<String> = CATEGORIES
+        .iter()
+        .chain(std::iter::once(&"Total"))
+        .map(|c| format!(">{c}"))
+        .collect();
+    headers.extend(cats.iter().map(String::as_str));
+    let mut t = Table::new(&headers);
+    for d in &s.0 {
+        let mut row = vec![d.device.clone()];
+        row.extend(d.by_category.iter().map(|&b| amount(b, units)));
+        row.push(amount(d.total, units));
+        t.row(row);
+    }
+    t
+}
+
+fn divisor(units: Units) -> f64 {
+    match units {
+        Units::KiB => 1024.0,
+        Units::MiB => 1024.0 * 1024.0,
+        Units::GiB => 1024.0 * 1024.0 * 1024.0,
+        Units::B | Units::Auto => 1.0,
+    }
+}
+
+/// MemTracker's `_rounding_fn`: bytes as they are, other units rounded to 2 decimals.
+fn round(bytes: i64, units: Units) -> f64 {
+    let d = divisor(units);
+    if d == 1.0 {
+        bytes as f64
+    } else {
+        (bytes as f64 / d * 100.0).round() / 100.0
+    }
+}
+
+/// `1024 B`, `1.5 KiB`, `3.0 MiB`: as MemTracker prints (Python's float repr).
+fn amount(bytes: i64, units: Units) -> String {
+    let u = if units == Units::Auto {
+        Units::B
+    } else {
+        units
+    };
+    if divisor(u) == 1.0 {
+        return format!("{bytes} B");
+    }
+    let v = round(bytes, u);
+    if v.fract() == 0.0 {
+        format!("{v:.1} {}", u.name())
+    } else {
+        format!("{v} {}", u.name())
+    }
+}
+
+fn csv(v: &ModulesView) -> String {
+    let mut headers = vec!["iteration", "module", "depth", "state", "call", "device"];
+    headers.extend(CATEGORIES);
+    headers.push("Total");
+    let mut t = Table::new(&headers);
+    for it in &v.iterations {
+        for m in &it.modules {
+            for st in &m.stats.states {
+                for (i, snap) in st.calls.iter().enumerate() {
+                    for d in &snap.0 {
+                        let mut row = vec![
+                            it.iteration.to_string(),
+                            m.stats.fqn.clone(),
+                            m.depth.to_string(),
+                            st.state.name().to_string(),
+                            (i + 1).to_string(),
+                            d.device.clone(),
+                        ];
+                        row.extend(d.by_category.iter().map(i64::to_string));
+                        row.push(d.total.to_string());
+                        t.row(row);
+                    }
+                }
+            }
+        }
+    }
+    t.csv()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_print_as_memtracker_does() {
+        assert_eq!(amount(1536, Units::B), "1536 B");
+        assert_eq!(amount(1536, Units::KiB), "1.5 KiB");
+        assert_eq!(amount(3 << 20, Units::MiB), "3.0 MiB");
+        assert_eq!(amount(1_000_000, Units::MiB), "0.95 MiB");
+    }
+}

@@ -1,0 +1,208 @@
+//! `memtrack record` on CPU with the real torch: the file loads in PyTorch's MemoryTracker,
+//! and the module breakdown equals PyTorch's own MemTracker on the same model and inputs.
+
+mod record_common;
+
+use record_common::*;
+use serde_json::Value;
+
+#[test]
+fn stats_file_loads_in_memory_tracker_and_show_traces() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _) = record(
+        dir.path(),
+        "mlp.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[
+            &example("mlp_batchnorm.py"),
+            "--steps",
+            "2",
+            "--blocks",
+            "2",
+        ],
+    );
+    assert_eq!(code, 0);
+    let file = dir.path().join("mlp.pkl");
+    let o = std::process::Command::new(&py)
+        .arg(script("check_memory_tracker.py"))
+        .arg(&file)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("OK"), "{out}");
+
+    let j = export(&file);
+    let ops = j["op_count"].as_u64().unwrap();
+    assert!(ops > 100, "{ops} ops");
+    let mt = &j["memtrack"];
+    assert_eq!(mt["backend"], "cpu");
+    assert_eq!(mt["modules"].as_array().unwrap().len(), 2, "two iterations");
+    assert_eq!(mt["exit"]["code"], 0);
+    assert_eq!(mt["exit"]["ended"], "exit");
+    let events = mt["marker_events"].as_array().unwrap();
+    assert_eq!(events.len(), 4, "fw_start and fw_bw_boundary per iteration");
+    // backward ops are named by their module's backward
+    let names: Vec<&str> = j["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert!(names
+        .iter()
+        .any(|n| n.starts_with("MLP.blocks.1.fc.backward.")));
+    assert!(names
+        .iter()
+        .any(|n| n.starts_with("MLP.head.forward.addmm.default_")));
+    assert!(names.iter().any(|n| n.starts_with("Adam.step.")));
+
+    // summary gains the per-module peaks
+    let o = memtrack().arg("summary").arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    assert!(text.contains("Module peaks"), "{text}");
+}
+
+#[test]
+fn modules_equal_memtracker_mlp() {
+    compare_with_memtracker("mlp_batchnorm.py", &["--steps", "3"], "3", None);
+}
+
+#[test]
+fn modules_equal_memtracker_transformer_with_checkpointing() {
+    compare_with_memtracker("tiny_transformer_ckpt.py", &["--steps", "2"], "2", None);
+}
+
+#[test]
+fn modules_equal_memtracker_transformer_with_reentrant_checkpointing() {
+    compare_with_memtracker(
+        "tiny_transformer_ckpt.py",
+        &["--steps", "2", "--reentrant"],
+        "2",
+        Some(r#"{"reentrant": true}"#),
+    );
+}
+
+/// Record `example_name args`, run MemTracker on the example's build()/step() for `steps`
+/// (with `build_kwargs` as JSON), compare.
+fn compare_with_memtracker(
+    example_name: &str,
+    args: &[&str],
+    steps: &str,
+    build_kwargs: Option<&str>,
+) {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut full = vec![example(example_name)];
+    full.extend(args.iter().map(|s| s.to_string()));
+    let full: Vec<&str> = full.iter().map(String::as_str).collect();
+    let (code, _) = record(dir.path(), "run.pkl", &["--backend", "cpu"], &py, &full);
+    assert_eq!(code, 0);
+
+    let o = memtrack()
+        .arg("modules")
+        .arg(dir.path().join("run.pkl"))
+        .args(["--format", "json", "--depth", "99", "--iteration", "all"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ours: Value = serde_json::from_slice(&o.stdout).unwrap();
+
+    let o = std::process::Command::new(&py)
+        .arg(script("memtracker_reference.py"))
+        .arg(example(example_name))
+        .args(["--steps", steps])
+        .args(build_kwargs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let theirs: Value = serde_json::from_slice(&o.stdout).unwrap();
+
+    let checked = compare(&theirs, &ours);
+    assert!(checked > 100, "only {checked} values compared");
+    assert_eq!(
+        ours["peak"], theirs["peak"],
+        "the run's peak by category must equal MemTracker's"
+    );
+}
+
+/// Every module, state, call, device and category MemTracker reports must be within 1% of
+/// ours (of the snapshot's total, so zero categories compare sensibly). Returns how many
+/// values were compared.
+fn compare(theirs: &Value, ours: &Value) -> usize {
+    let ti = theirs["iterations"].as_array().unwrap();
+    let oi = ours["iterations"].as_array().unwrap();
+    assert_eq!(ti.len(), oi.len(), "iterations");
+    let mut n = 0;
+    let mut bad = Vec::new();
+    for (t, o) in ti.iter().zip(oi) {
+        let it = t["iteration"].as_u64().unwrap();
+        let omods = o["modules"].as_array().unwrap();
+        assert_eq!(
+            t["modules"].as_array().unwrap().len(),
+            omods.len(),
+            "iteration {it}: module count"
+        );
+        for tm in t["modules"].as_array().unwrap() {
+            let fqn = tm["fqn"].as_str().unwrap();
+            let om = omods
+                .iter()
+                .find(|m| m["fqn"] == fqn)
+                .unwrap_or_else(|| panic!("iteration {it}: module {fqn} missing"));
+            for k in [
+                "parameter_bytes",
+                "buffer_bytes",
+                "input_bytes",
+                "output_bytes",
+            ] {
+                if tm[k] != om[k] {
+                    bad.push(format!("{it} {fqn} {k}: {} vs {}", tm[k], om[k]));
+                }
+            }
+            for ts in tm["states"].as_array().unwrap() {
+                let state = ts["state"].as_str().unwrap();
+                let os = om["states"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|s| s["state"] == state)
+                    .unwrap_or_else(|| panic!("iteration {it}: {fqn} lacks {state}"));
+                let (tc, oc) = (
+                    ts["calls"].as_array().unwrap(),
+                    os["calls"].as_array().unwrap(),
+                );
+                assert_eq!(tc.len(), oc.len(), "{it} {fqn} {state}: calls");
+                for (k, (a, b)) in tc.iter().zip(oc).enumerate() {
+                    for (dev, row) in a.as_object().unwrap() {
+                        let total = row["Total"].as_i64().unwrap().max(1) as f64;
+                        for (cat, v) in row.as_object().unwrap() {
+                            n += 1;
+                            let x = v.as_i64().unwrap() as f64;
+                            let y = b[dev][cat].as_i64().unwrap_or(0) as f64;
+                            if (x - y).abs() > 0.01 * total {
+                                bad.push(format!(
+                                    "{it} {fqn} {state} #{} {dev} {cat}: MemTracker {x}, memtrack {y}",
+                                    k + 1
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} differences:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+    n
+}

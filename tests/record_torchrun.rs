@@ -1,0 +1,67 @@
+//! `memtrack record` of a torchrun job: every rank connects and gets its own file.
+
+mod record_common;
+
+use record_common::*;
+
+#[test]
+fn two_ranks_with_gloo_give_two_complete_files_and_a_cross_rank_summary() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            &script("ddp_mlp.py"),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !dir.path().join("run.pkl").exists(),
+        "the launcher is not recorded"
+    );
+    let mut peaks = Vec::new();
+    for rank in 0..2 {
+        let f = dir.path().join(format!("run.rank{rank}.pkl"));
+        let j = export(&f);
+        let mt = &j["memtrack"];
+        assert_eq!(mt["rank"], rank);
+        assert_eq!(mt["world_size"], 2);
+        assert_eq!(mt["exit"]["ended"], "exit", "rank {rank}");
+        assert_eq!(
+            mt["modules"].as_array().unwrap().len(),
+            2,
+            "rank {rank}: 2 steps"
+        );
+        assert_eq!(mt["marker_events"].as_array().unwrap().len(), 4);
+        let names = j["ops"].as_array().unwrap();
+        assert!(names.iter().any(|o| o["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("DistributedDataParallel.module.blocks.0.fc.backward.")));
+        // DDP's gradient all-reduce ran through the recorded ops
+        assert!(names
+            .iter()
+            .any(|o| o["name"].as_str().unwrap().contains("allreduce")));
+        peaks.push(mt["peak"]["cpu"]["Total"].as_i64().unwrap());
+    }
+    // rank 1 has a batch twice as large
+    assert!(peaks[1] > peaks[0], "{peaks:?}");
+
+    let o = memtrack()
+        .current_dir(dir.path())
+        .args(["summary", "run.rank0.pkl", "run.rank1.pkl"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("Across ranks"), "{text}");
+    assert!(text.contains("run.rank1.pkl"), "{text}");
+}
