@@ -3,23 +3,26 @@
 //! `load` detects what a file is from its content, never from its name.
 
 pub mod json;
+pub mod snapshot;
 pub mod tracker;
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::model::TrackerStats;
+use crate::model::{Snapshot, TrackerStats};
 use crate::pickle::{self, Document, ReadError, View};
 
 /// A file memtrack reads, by kind.
 pub enum Input {
     Tracker(TrackerStats),
+    Snapshot(Snapshot),
 }
 
 impl Input {
     pub fn kind(&self) -> &'static str {
         match self {
             Input::Tracker(_) => "tracker stats",
+            Input::Snapshot(_) => "allocator snapshot",
         }
     }
 }
@@ -74,6 +77,11 @@ pub fn load(path: &Path) -> Result<Input> {
 
 pub fn from_document(path: &Path, doc: &Document) -> Result<Input> {
     let root = doc.root();
+    if snapshot::is_snapshot(doc, root) {
+        return snapshot::from_document(doc)
+            .map(Input::Snapshot)
+            .map_err(|m| Error::input(path, m));
+    }
     if let Some(d) = doc.as_dict(root) {
         if d.get("memories_allocated").is_some() {
             return tracker::from_document(doc)
@@ -121,5 +129,26 @@ pub fn from_document(path: &Path, doc: &Document) -> Result<Input> {
 pub fn load_tracker(path: &Path) -> Result<TrackerStats> {
     match load(path)? {
         Input::Tracker(t) => Ok(t),
+        other => Err(Error::input(
+            path,
+            format!(
+                "this command reads tracker stats, and this file is an {}",
+                other.kind()
+            ),
+        )),
+    }
+}
+
+/// Load a file that must be an allocator snapshot.
+pub fn load_snapshot(path: &Path) -> Result<Snapshot> {
+    match load(path)? {
+        Input::Snapshot(s) => Ok(s),
+        other => Err(Error::input(
+            path,
+            format!(
+                "this command reads allocator snapshots (torch.cuda.memory._dump_snapshot()), and this file is {}",
+                other.kind()
+            ),
+        )),
     }
 }
