@@ -49,6 +49,8 @@ pub struct DeviceSummary {
     pub counter_mismatches: usize,
     pub pools: Vec<PoolRow>,
     pub trace_entries: usize,
+    /// `time_us` of the first trace entry, when entries carry it.
+    pub trace_start_time_us: Option<i64>,
     pub actions: Vec<ActionCount>,
     pub peak_allocated: Option<Point>,
     pub peak_reserved: Option<Point>,
@@ -115,9 +117,8 @@ fn device_summary(snap: &Snapshot, device: u32) -> DeviceSummary {
                 largest = largest.max(b.size);
             }
         }
-        // a segment whose blocks do not cover it (a hand-made file): the rest is free
-        let covered: u64 = blocks.iter().map(|b| b.size).sum();
-        if covered < s.total_size && blocks.is_empty() {
+        // a segment without blocks (a hand-made file): all of it is free
+        if blocks.is_empty() {
             free += s.total_size;
             largest = largest.max(s.total_size);
         }
@@ -198,6 +199,7 @@ fn device_summary(snap: &Snapshot, device: u32) -> DeviceSummary {
             .collect();
         if !t.events.is_empty() {
             let tl = timeline(snap, device, false);
+            d.trace_start_time_us = tl.t0_us;
             d.peak_allocated = tl.peak_allocated;
             d.peak_reserved = tl.peak_reserved;
             d.ooms = tl.ooms;

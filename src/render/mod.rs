@@ -1,6 +1,8 @@
 //! Text, tables and pictures. Only this module knows how things look.
 
 pub mod plot;
+pub mod segments_svg;
+pub mod snapshot;
 pub mod summary;
 pub mod table;
 
