@@ -48,7 +48,10 @@ pub(crate) fn snapshot_devices(
                 format!(
                     "it has device{} {}",
                     if have.len() == 1 { "" } else { "s" },
-                    have.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+                    have.iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             };
             Err(crate::error::Error::input(

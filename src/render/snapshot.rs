@@ -236,20 +236,14 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
             t.row(vec![
                 "peak allocated (trace)".into(),
                 b(p.bytes as f64, units),
-                format!(
-                    "after {}",
-                    when(p.index, p.time_us, d.trace_start_time_us)
-                ),
+                format!("after {}", when(p.index, p.time_us, d.trace_start_time_us)),
             ]);
         }
         if let Some(p) = d.peak_reserved {
             t.row(vec![
                 "peak reserved (trace)".into(),
                 b(p.bytes as f64, units),
-                format!(
-                    "after {}",
-                    when(p.index, p.time_us, d.trace_start_time_us)
-                ),
+                format!("after {}", when(p.index, p.time_us, d.trace_start_time_us)),
             ]);
         }
         doc.table(&t);
@@ -428,7 +422,10 @@ pub fn segments(m: &SegmentMap, title: &str, format: Format, units: Units) -> St
                 r.size_class.into(),
                 thousands(r.blocks),
                 b(r.allocated_bytes as f64, units),
-                b((r.free_external_bytes + r.free_internal_bytes) as f64, units),
+                b(
+                    (r.free_external_bytes + r.free_internal_bytes) as f64,
+                    units,
+                ),
                 pct(r.internal_percent),
                 b(r.largest_free_block_bytes as f64, units),
                 format!("[{}]", r.map),
