@@ -327,7 +327,7 @@ fn bad_inputs_exit_2_with_a_message() {
     // {'segments': [{'total_size': 'x', 'blocks': []}]}, protocol 2
     std::fs::write(
         &bad,
-        b"\x80\x02}q\x00X\x08\x00\x00\x00segmentsq\x01]q\x02}q\x03(X\n\x00\x00\x00total_sizeq\x04X\x01\x00\x00\x00xq\x05X\x06\x00\x00\x00blocksq\x06]q\x07usas.",
+        b"\x80\x02}q\x00X\x08\x00\x00\x00segmentsq\x01]q\x02}q\x03(X\x0a\x00\x00\x00total_sizeq\x04X\x01\x00\x00\x00xq\x05X\x06\x00\x00\x00blocksq\x06]q\x07uas.",
     )
     .unwrap();
     memtrack()
