@@ -50,7 +50,10 @@ fn json(args: &[&str]) -> Value {
 }
 
 fn golden(name: &str, cmd: &str, actual: &str) {
-    let path = root().join("tests/golden").join(name).join(format!("{cmd}.txt"));
+    let path = root()
+        .join("tests/golden")
+        .join(name)
+        .join(format!("{cmd}.txt"));
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, actual).unwrap();
@@ -157,7 +160,11 @@ fn segments_top_and_trace_agree_with_each_other() {
             .zip(summary["devices"].as_array().unwrap())
         {
             let rows = r["rows"].as_array().unwrap();
-            assert_eq!(rows.len() as u64, u(&r["sites"]), "{name}: all sites listed");
+            assert_eq!(
+                rows.len() as u64,
+                u(&r["sites"]),
+                "{name}: all sites listed"
+            );
             let end: u64 = rows.iter().map(|x| u(&x["end_bytes"])).sum();
             assert_eq!(end, u(&r["end_bytes"]), "{name}: sites add up at the end");
             end_total += end;
@@ -180,7 +187,10 @@ fn segments_top_and_trace_agree_with_each_other() {
         let tr = json(&["trace", p(&f)]);
         for d in tr["devices"].as_array().unwrap() {
             let tt = &d["totals"];
-            assert_eq!(u(&tt["entries"]) as usize, d["events"].as_array().unwrap().len());
+            assert_eq!(
+                u(&tt["entries"]) as usize,
+                d["events"].as_array().unwrap().len()
+            );
             assert_eq!(
                 tt["net_bytes"].as_i64().unwrap(),
                 u(&tt["alloc_bytes"]) as i64 - u(&tt["free_completed_bytes"]) as i64
@@ -196,7 +206,10 @@ fn devices_are_selected_and_checked() {
     assert_eq!(s["devices"].as_array().unwrap().len(), 1);
     assert_eq!(s["devices"][0]["device"], 1);
     assert_eq!(s["devices"][0]["ooms"][0]["requested_bytes"], 1u64 << 30);
-    assert_eq!(s["devices"][0]["ooms"][0]["device_free_bytes"], 100u64 << 20);
+    assert_eq!(
+        s["devices"][0]["ooms"][0]["device_free_bytes"],
+        100u64 << 20
+    );
     for cmd in ["summary", "segments", "top", "trace", "plot"] {
         memtrack()
             .args([cmd, p(&f), "--device", "2"])
@@ -231,7 +244,11 @@ fn folded_stacks_are_flamegraph_input() {
 #[test]
 fn plots_and_svgs_are_written() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["cs336_medium_512_training", "synthetic_multi_device_oom", "flexgen_oom_snapshot_legacy"] {
+    for name in [
+        "cs336_medium_512_training",
+        "synthetic_multi_device_oom",
+        "flexgen_oom_snapshot_legacy",
+    ] {
         let svg = dir.path().join(format!("{name}.svg"));
         memtrack()
             .args(["plot", p(&fixture(name)), "-o", p(&svg)])
@@ -251,7 +268,12 @@ fn plots_and_svgs_are_written() {
     assert!(multi.contains("OOM") && multi.contains("cuda:1"));
     // no trace: a clear error, not an empty picture
     memtrack()
-        .args(["plot", p(&fixture("verl_mem_no_trace_multi_pool")), "-o", p(&dir.path().join("x.svg"))])
+        .args([
+            "plot",
+            p(&fixture("verl_mem_no_trace_multi_pool")),
+            "-o",
+            p(&dir.path().join("x.svg")),
+        ])
         .assert()
         .code(2)
         .stderr(predicates::str::contains("_record_memory_history"));
@@ -334,7 +356,9 @@ fn bad_inputs_exit_2_with_a_message() {
         .args(["summary", p(&bad)])
         .assert()
         .code(2)
-        .stderr(predicates::str::contains("segments[0].total_size: expected an int, found str"));
+        .stderr(predicates::str::contains(
+            "segments[0].total_size: expected an int, found str",
+        ));
 }
 
 #[test]
@@ -353,7 +377,10 @@ fn export_writes_the_snapshot_model() {
     let e = &v["device_traces"][0]["events"][6];
     assert_eq!(e["action"], "oom");
     assert_eq!(e["device_free"], 1u64 << 20);
-    assert_eq!(v["device_traces"][0]["events"][16]["action"], "future_action");
+    assert_eq!(
+        v["device_traces"][0]["events"][16]["action"],
+        "future_action"
+    );
 }
 
 #[test]
