@@ -72,11 +72,9 @@ pub fn live_at_peak(snap: &Snapshot, device: u32) -> Option<(usize, LiveSet)> {
             Action::Alloc => {
                 live.insert(e.addr, (e.size, e.stack));
             }
-            Action::FreeRequested => {
-                if live.remove(&e.addr).is_none() && i > peak {
-                    // allocated before the trace began, still live at the peak
-                    set.add(e.stack, e.size);
-                }
+            Action::FreeRequested if live.remove(&e.addr).is_none() && i > peak => {
+                // allocated before the trace began, still live at the peak
+                set.add(e.stack, e.size);
             }
             _ => {}
         }

@@ -107,16 +107,13 @@ fn usable_times(events: &[TraceEvent]) -> bool {
     let mut last = i64::MIN;
     let mut any = false;
     for e in events {
-        match e.time() {
-            Some(t) => {
-                if t < last {
-                    return false;
-                }
-                last = t;
-                any = true;
+        // an entry without time (e.g. `snapshot`) takes its neighbour's
+        if let Some(t) = e.time() {
+            if t < last {
+                return false;
             }
-            // an entry without time (e.g. `snapshot`) takes its neighbour's
-            None => {}
+            last = t;
+            any = true;
         }
     }
     any

@@ -9,7 +9,7 @@ pub fn run(a: TraceArgs) -> Result<()> {
         Some(_) => super::snapshot_devices(&a.file, &snap, a.device)?,
         // as `_memory_viz trace`: every device whose trace has entries
         None => (0..snap.traces.len() as u32)
-            .filter(|&d| snap.traces[d as usize].events.len() > 0)
+            .filter(|&d| !snap.traces[d as usize].events.is_empty())
             .collect(),
     };
     let listings: Vec<_> = devices.iter().map(|&d| listing(&snap, d)).collect();

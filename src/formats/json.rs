@@ -166,7 +166,7 @@ impl Serialize for SnapshotJson<'_> {
                             requested_size: b.requested_size,
                             state: b.state.name(),
                             stack: stack_ref(b.stack),
-                            history: (b.history_len > 0).then(|| {
+                            history: (b.history_len > 0).then_some({
                                 Seq(b.history_len as usize, move || {
                                     b.history(&snap.history).iter().map(|h| HistoryOut {
                                         addr: h.addr,

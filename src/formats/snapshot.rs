@@ -52,12 +52,9 @@ pub fn from_document(doc: &Document) -> Parse<Snapshot> {
     let d = doc
         .as_dict(root)
         .ok_or("snapshot: top-level value is not a dict")?;
-    match d.get("segments") {
-        Some(v) => {
-            let segs = seq(doc, v, "segments")?;
-            c.segments(segs)?;
-        }
-        None => {}
+    if let Some(v) = d.get("segments") {
+        let segs = seq(doc, v, "segments")?;
+        c.segments(segs)?;
     }
     if let Some(v) = d.get("device_traces") {
         c.snap.layout.has_device_traces = true;
@@ -475,10 +472,8 @@ impl<'d> Conv<'d> {
         for (pos, (k, x)) in d.iter().enumerate() {
             match self.seg_keys.field(doc, pos, k) {
                 0 => seg.device = device_index(doc, x, &ctx("device"))?,
-                1 => {
-                    if x != Value::NONE {
-                        seg.address = non_negative(doc, x, &|| ctx("address"))?;
-                    }
+                1 if x != Value::NONE => {
+                    seg.address = non_negative(doc, x, &|| ctx("address"))?;
                 }
                 2 => {
                     seg.total_size = non_negative(doc, x, &|| ctx("total_size"))?;
