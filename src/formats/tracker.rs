@@ -116,7 +116,7 @@ fn series_dict<'d>(doc: &'d Document, root: &Dict<'d>, s: Series) -> Parse<Dict<
     })
 }
 
-fn entry(doc: &Document, s: Series, k: Value, v: Value) -> Parse<(i64, &str, f64)> {
+fn entry<'d>(doc: &'d Document, s: Series, k: Value, v: Value) -> Parse<(i64, &'d str, f64)> {
     let key = doc.as_int(k).ok_or_else(|| {
         format!(
             "{}: op index keys must be ints, found {}",

@@ -72,7 +72,7 @@ struct Machine<'a> {
     op_start: usize,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    memo: Vec<Value>,
+    memo: Vec<Option<Value>>,
     memo_sparse: HashMap<u64, Value>,
     doc: Document,
     scratch: Vec<Value>,
@@ -170,35 +170,23 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    #[inline]
     fn memo_put(&mut self, id: u64, v: Value) {
         let len = self.memo.len() as u64;
-        if id == len {
-            self.memo.push(v);
-        } else if id < len {
-            self.memo[id as usize] = v;
+        if id < len {
+            self.memo[id as usize] = Some(v);
         } else if id < len + MEMO_DENSE_SLACK {
-            self.memo.resize(id as usize, Value::EMPTY_SLOT);
-            self.memo.push(v);
+            self.memo.resize(id as usize, None);
+            self.memo.push(Some(v));
         } else {
             self.memo_sparse.insert(id, v);
         }
     }
 
-    #[inline]
     fn memo_get(&mut self, id: u64) -> Result<()> {
-        if let Some(&v) = self.memo.get(id as usize) {
-            if v != Value::EMPTY_SLOT {
-                self.stack.push(v);
-                return Ok(());
-            }
-        }
-        self.memo_get_slow(id)
-    }
-
-    #[cold]
-    fn memo_get_slow(&mut self, id: u64) -> Result<()> {
-        let v = self.memo_sparse.get(&id).copied();
+        let v = match self.memo.get(id as usize) {
+            Some(Some(v)) => Some(*v),
+            _ => self.memo_sparse.get(&id).copied(),
+        };
         match v {
             Some(v) => {
                 self.stack.push(v);
@@ -219,27 +207,49 @@ impl<'a> Machine<'a> {
     /// Append `new` to a container's span, relocating the span to the end of the pool (with room
     /// to double) when another container has been written after it.
     fn extend(&mut self, c: Value, new: &[Value]) -> Result<()> {
-        extend_doc(&mut self.doc, c, new).or_else(|m| self.err(m))
-    }
-
-    /// SETITEMS / APPENDS: add everything above the last MARK to the container below it,
-    /// straight from the stack.
-    fn add_marked(&mut self, want_dict: bool) -> Result<()> {
-        let Some(mark) = self.marks.pop() else {
-            return self.err("MARK expected: an opcode needs a marked group but there is no MARK");
+        if new.is_empty() {
+            return Ok(());
+        }
+        let id = c.container_id().expect("extend on a container");
+        let mut depth = self.doc.spans[id].depth;
+        for &v in new {
+            depth = depth.max(self.doc.depth_of(v));
+        }
+        if depth > MAX_DEPTH {
+            return self.err(format!("containers nested more than {MAX_DEPTH} deep"));
+        }
+        let pool = &mut self.doc.items;
+        let Span {
+            start, len, cap, ..
+        } = self.doc.spans[id];
+        let (start, len, cap) = (start as usize, len as usize, cap as usize);
+        let need = len + new.len();
+        let (new_start, new_cap) = if need <= cap {
+            pool[start + len..start + need].copy_from_slice(new);
+            (start, cap)
+        } else if start + cap == pool.len() {
+            let fits = cap - len;
+            pool[start + len..start + cap].copy_from_slice(&new[..fits]);
+            pool.extend_from_slice(&new[fits..]);
+            (start, need)
+        } else {
+            let new_start = pool.len();
+            let new_cap = need.max(2 * len);
+            pool.extend_from_within(start..start + len);
+            pool.extend_from_slice(new);
+            pool.resize(new_start + new_cap, Value::NONE);
+            (new_start, new_cap)
         };
-        if want_dict && !(self.stack.len() - mark).is_multiple_of(2) {
-            return self.err("SETITEMS: odd number of items after MARK");
+        if pool.len() > u32::MAX as usize {
+            return self.err("more than 4 billion values: the file is too large to read");
         }
-        let floor = self.marks.last().copied().unwrap_or(0);
-        if mark <= floor {
-            return self.err("stack underflow: an opcode needs a value but the stack is empty");
-        }
-        let target = self.stack[mark - 1];
-        let c = self.items_target(target, want_dict)?;
-        let r = extend_doc(&mut self.doc, c, &self.stack[mark..]);
-        self.stack.truncate(mark);
-        r.or_else(|m| self.err(m))
+        self.doc.spans[id] = Span {
+            start: new_start as u32,
+            len: need as u32,
+            cap: new_cap as u32,
+            depth,
+        };
+        Ok(())
     }
 
     /// The dict or list that SETITEM(S)/APPEND(S) add to: the value itself, or the item
@@ -498,7 +508,7 @@ impl<'a> Machine<'a> {
                 }
                 b'd' => {
                     self.pop_mark()?;
-                    if !self.scratch.len().is_multiple_of(2) {
+                    if self.scratch.len() % 2 != 0 {
                         return self.err("DICT: odd number of items after MARK");
                     }
                     let items = std::mem::take(&mut self.scratch);
@@ -523,7 +533,15 @@ impl<'a> Machine<'a> {
                     let list = self.items_target(target, false)?;
                     self.extend(list, &[item])?;
                 }
-                b'e' | 0x90 => self.add_marked(false)?,
+                b'e' | 0x90 => {
+                    self.pop_mark()?;
+                    let target = self.top()?;
+                    let list = self.items_target(target, false)?;
+                    let items = std::mem::take(&mut self.scratch);
+                    let r = self.extend(list, &items);
+                    self.scratch = items;
+                    r?;
+                }
                 b's' => {
                     let v = self.pop()?;
                     let k = self.pop()?;
@@ -531,7 +549,18 @@ impl<'a> Machine<'a> {
                     let dict = self.items_target(target, true)?;
                     self.extend(dict, &[k, v])?;
                 }
-                b'u' => self.add_marked(true)?,
+                b'u' => {
+                    self.pop_mark()?;
+                    if self.scratch.len() % 2 != 0 {
+                        return self.err("SETITEMS: odd number of items after MARK");
+                    }
+                    let target = self.top()?;
+                    let dict = self.items_target(target, true)?;
+                    let items = std::mem::take(&mut self.scratch);
+                    let r = self.extend(dict, &items);
+                    self.scratch = items;
+                    r?;
+                }
                 // ---- memo ----
                 b'g' => {
                     let line = self.line()?;
@@ -757,55 +786,6 @@ impl<'a> Machine<'a> {
             .doc
             .int_from_le(&decimal_to_twos_complement_le(negative, digits)))
     }
-}
-
-/// Append `new` to a container's span, relocating the span to the end of the pool (with room
-/// to double) when another container has been written after it.
-#[inline]
-fn extend_doc(doc: &mut Document, c: Value, new: &[Value]) -> std::result::Result<(), String> {
-    if new.is_empty() {
-        return Ok(());
-    }
-    let id = c.container_id().expect("extend on a container");
-    let mut depth = doc.spans[id].depth;
-    for &v in new {
-        depth = depth.max(doc.depth_of(v));
-    }
-    if depth > MAX_DEPTH {
-        return Err(format!("containers nested more than {MAX_DEPTH} deep"));
-    }
-    let pool = &mut doc.items;
-    let Span {
-        start, len, cap, ..
-    } = doc.spans[id];
-    let (start, len, cap) = (start as usize, len as usize, cap as usize);
-    let need = len + new.len();
-    let (new_start, new_cap) = if need <= cap {
-        pool[start + len..start + need].copy_from_slice(new);
-        (start, cap)
-    } else if start + cap == pool.len() {
-        let fits = cap - len;
-        pool[start + len..start + cap].copy_from_slice(&new[..fits]);
-        pool.extend_from_slice(&new[fits..]);
-        (start, need)
-    } else {
-        let new_start = pool.len();
-        let new_cap = need.max(2 * len);
-        pool.extend_from_within(start..start + len);
-        pool.extend_from_slice(new);
-        pool.resize(new_start + new_cap, Value::NONE);
-        (new_start, new_cap)
-    };
-    if pool.len() > u32::MAX as usize {
-        return Err("more than 4 billion values: the file is too large to read".into());
-    }
-    doc.spans[id] = Span {
-        start: new_start as u32,
-        len: need as u32,
-        cap: new_cap as u32,
-        depth,
-    };
-    Ok(())
 }
 
 /// Little-endian two's complement bytes of a decimal integer (for ints wider than 64 bits).

@@ -62,8 +62,6 @@ impl Value {
     pub const NONE: Value = Value::boxed(Tag::None, 0);
     pub const TRUE: Value = Value::boxed(Tag::True, 0);
     pub const FALSE: Value = Value::boxed(Tag::False, 0);
-    /// Never a decoded value (an Object payload no arena reaches): marks an empty memo slot.
-    pub(crate) const EMPTY_SLOT: Value = Value(u64::MAX);
 
     const fn boxed(tag: Tag, payload: u64) -> Value {
         Value((BOX_PREFIX << 51) | ((tag as u64) << TAG_SHIFT) | (payload & PAYLOAD_MASK))
