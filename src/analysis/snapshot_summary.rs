@@ -15,8 +15,6 @@ pub struct SnapshotSummary {
     pub kind: &'static str,
     pub layout: Layout,
     pub devices: Vec<DeviceSummary>,
-    pub distinct_frames: usize,
-    pub distinct_stacks: usize,
     /// `allocator_settings`, as in the file (absent in older files).
     pub allocator_settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
@@ -83,8 +81,6 @@ pub fn snapshot_summary(snap: &Snapshot, devices: &[u32]) -> SnapshotSummary {
         kind: "allocator_snapshot",
         layout: snap.layout.clone(),
         devices,
-        distinct_frames: snap.stacks.frame_count(),
-        distinct_stacks: snap.stacks.stack_count(),
         allocator_settings: snap
             .allocator_settings
             .as_ref()

@@ -13,7 +13,7 @@
 
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, Snapshot, TraceEvent};
+use crate::model::snapshot::{Action, Snapshot, TraceEvent, NO_TIME};
 
 #[derive(Debug, Serialize)]
 pub struct Timeline {
@@ -102,36 +102,74 @@ pub fn final_state(snap: &Snapshot, device: u32) -> (i64, i64) {
     (alloc, reserved)
 }
 
-/// Whether the device's events all carry `time_us`, never going backwards.
-fn usable_times(events: &[TraceEvent]) -> bool {
-    let mut last = i64::MIN;
-    let mut any = false;
-    for e in events {
-        // an entry without time (e.g. `snapshot`) takes its neighbour's
-        if let Some(t) = e.time() {
-            if t < last {
-                return false;
-            }
-            last = t;
-            any = true;
-        }
-    }
-    any
-}
-
 pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
     let events: &[TraceEvent] = snap.trace(device).map_or(&[], |t| &t.events[..]);
+    let trace = snap.trace(device);
     let (final_alloc, final_reserved) = final_state(snap, device);
-    let (mut da, mut dr) = (0i64, 0i64);
-    for e in events {
-        da += allocated_delta(e);
-        dr += reserved_delta(e);
+    // One pass over the events, relative to the (yet unknown) start: peaks do not move when
+    // the whole series shifts by the anchor, which is known only at the end.
+    let (mut a, mut r) = (0i64, 0i64);
+    let (mut pa, mut pr): (Option<(usize, i64)>, Option<(usize, i64)>) = (None, None);
+    let mut ooms: Vec<(usize, i64, i64)> = Vec::new();
+    let (mut monotonic, mut any_time, mut last_t) = (true, false, i64::MIN);
+    let mut allocated = Vec::new();
+    let mut reserved = Vec::new();
+    if with_series {
+        allocated.reserve(events.len());
+        reserved.reserve(events.len());
     }
-    let x_is_time = usable_times(events);
+    for (i, e) in events.iter().enumerate() {
+        // an entry without time (e.g. `snapshot`) takes its neighbour's
+        if e.time_us != NO_TIME {
+            monotonic &= e.time_us >= last_t;
+            last_t = e.time_us;
+            any_time = true;
+        }
+        if e.action == Action::Oom {
+            ooms.push((i, a, r));
+        }
+        a += allocated_delta(e);
+        r += reserved_delta(e);
+        if pa.is_none_or(|p| a > p.1) {
+            pa = Some((i, a));
+        }
+        if pr.is_none_or(|p| r > p.1) {
+            pr = Some((i, r));
+        }
+        if with_series {
+            allocated.push(a);
+            reserved.push(r);
+        }
+    }
+    let init_a = final_alloc - a;
+    let init_r = final_reserved - r;
+    let x_is_time = any_time && monotonic;
     let t0 = if x_is_time {
         events.iter().find_map(|e| e.time())
     } else {
         None
+    };
+    // x of event i: seconds since t0 (carrying the last time over entries without one), or i
+    let x_at = |i: usize| -> f64 {
+        match t0 {
+            Some(t0) => {
+                let t = events[..=i]
+                    .iter()
+                    .rev()
+                    .find_map(|e| e.time())
+                    .unwrap_or(t0);
+                (t - t0) as f64 / 1e6
+            }
+            None => i as f64,
+        }
+    };
+    let point = |p: Option<(usize, i64)>, init: i64| {
+        p.map(|(i, b)| Point {
+            index: i,
+            x: x_at(i),
+            time_us: events[i].time(),
+            bytes: b + init,
+        })
     };
     let mut tl = Timeline {
         device,
@@ -139,68 +177,46 @@ pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
         x_is_time,
         t0_us: t0,
         x: Vec::new(),
-        allocated: Vec::new(),
-        reserved: Vec::new(),
-        initial_allocated_bytes: final_alloc - da,
-        initial_reserved_bytes: final_reserved - dr,
+        allocated,
+        reserved,
+        initial_allocated_bytes: init_a,
+        initial_reserved_bytes: init_r,
         final_allocated_bytes: final_alloc,
         final_reserved_bytes: final_reserved,
-        peak_allocated: None,
-        peak_reserved: None,
-        ooms: Vec::new(),
+        peak_allocated: point(pa, init_a),
+        peak_reserved: point(pr, init_r),
+        ooms: ooms
+            .into_iter()
+            .map(|(i, a, r)| {
+                let e = &events[i];
+                OomMark {
+                    index: i,
+                    x: x_at(i),
+                    time_us: e.time(),
+                    requested_bytes: e.size,
+                    device_free_bytes: trace.and_then(|t| t.aux(e)).and_then(|x| x.device_free),
+                    allocated_bytes: a + init_a,
+                    reserved_bytes: r + init_r,
+                }
+            })
+            .collect(),
         annotations: Vec::new(),
     };
     if with_series {
+        tl.allocated.iter_mut().for_each(|v| *v += init_a);
+        tl.reserved.iter_mut().for_each(|v| *v += init_r);
         tl.x.reserve(events.len());
-        tl.allocated.reserve(events.len());
-        tl.reserved.reserve(events.len());
-    }
-    let mut a = tl.initial_allocated_bytes;
-    let mut r = tl.initial_reserved_bytes;
-    let mut last_t = t0.unwrap_or(0);
-    let trace = snap.trace(device);
-    for (i, e) in events.iter().enumerate() {
-        let x = match (t0, e.time()) {
-            (Some(t0), Some(t)) => {
-                last_t = t;
-                (t - t0) as f64 / 1e6
+        match t0 {
+            Some(t0) => {
+                let mut t = t0;
+                for e in events {
+                    if e.time_us != NO_TIME {
+                        t = e.time_us;
+                    }
+                    tl.x.push((t - t0) as f64 / 1e6);
+                }
             }
-            (Some(t0), None) => (last_t - t0) as f64 / 1e6,
-            _ => i as f64,
-        };
-        if e.action == Action::Oom {
-            tl.ooms.push(OomMark {
-                index: i,
-                x,
-                time_us: e.time(),
-                requested_bytes: e.size,
-                device_free_bytes: trace.and_then(|t| t.aux(e)).and_then(|x| x.device_free),
-                allocated_bytes: a,
-                reserved_bytes: r,
-            });
-        }
-        a += allocated_delta(e);
-        r += reserved_delta(e);
-        if tl.peak_allocated.is_none_or(|p| a > p.bytes) {
-            tl.peak_allocated = Some(Point {
-                index: i,
-                x,
-                time_us: e.time(),
-                bytes: a,
-            });
-        }
-        if tl.peak_reserved.is_none_or(|p| r > p.bytes) {
-            tl.peak_reserved = Some(Point {
-                index: i,
-                x,
-                time_us: e.time(),
-                bytes: r,
-            });
-        }
-        if with_series {
-            tl.x.push(x);
-            tl.allocated.push(a);
-            tl.reserved.push(r);
+            None => tl.x.extend((0..events.len()).map(|i| i as f64)),
         }
     }
     if let Some(t0) = t0 {
@@ -227,7 +243,7 @@ pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::snapshot::{DeviceTrace, StackId, NO_AUX, NO_TIME};
+    use crate::model::snapshot::{DeviceTrace, StackId, NO_AUX};
 
     fn ev(action: Action, size: u64) -> TraceEvent {
         TraceEvent {

@@ -4,7 +4,8 @@ use crate::error::Result;
 use crate::{formats, output, render};
 
 pub fn run(a: SegmentsArgs) -> Result<()> {
-    let snap = formats::load_snapshot(&a.file)?;
+    // the map needs no trace events
+    let snap = formats::load_snapshot_parts(&a.file, formats::SnapshotParts::SegmentsOnly)?;
     let devices = super::snapshot_devices(&a.file, &snap, a.device)?;
     let map = segment_map(&snap, &devices);
     let title = super::display_name(&a.file);

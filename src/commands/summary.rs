@@ -7,7 +7,8 @@ use crate::{output, render};
 
 pub fn run(a: SummaryArgs) -> Result<()> {
     let title = super::display_name(&a.file);
-    let text = match formats::load(&a.file)? {
+    // a snapshot's summary reads events for peaks and OOMs, never their stacks
+    let text = match formats::load_with(&a.file, formats::SnapshotParts::EventsWithoutStacks)? {
         Input::Tracker(stats) => {
             if a.device.is_some() {
                 return Err(Error::Usage(

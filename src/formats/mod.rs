@@ -9,6 +9,7 @@ pub mod tracker;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+pub use crate::model::snapshot::Parts as SnapshotParts;
 use crate::model::{Snapshot, TrackerStats};
 use crate::pickle::{self, Document, ReadError, View};
 
@@ -71,14 +72,23 @@ fn describe_pickle_error(path: &Path, e: &pickle::PickleError) -> String {
 
 /// Load any input memtrack understands.
 pub fn load(path: &Path) -> Result<Input> {
+    load_with(path, SnapshotParts::All)
+}
+
+/// Load any input; of a snapshot, only `parts`.
+pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
     let doc = read_pickle(path)?;
-    from_document(path, &doc)
+    from_document_with(path, &doc, parts)
 }
 
 pub fn from_document(path: &Path, doc: &Document) -> Result<Input> {
+    from_document_with(path, doc, SnapshotParts::All)
+}
+
+fn from_document_with(path: &Path, doc: &Document, parts: SnapshotParts) -> Result<Input> {
     let root = doc.root();
     if snapshot::is_snapshot(doc, root) {
-        return snapshot::from_document(doc)
+        return snapshot::from_document_parts(doc, parts)
             .map(Input::Snapshot)
             .map_err(|m| Error::input(path, m));
     }
@@ -141,7 +151,12 @@ pub fn load_tracker(path: &Path) -> Result<TrackerStats> {
 
 /// Load a file that must be an allocator snapshot.
 pub fn load_snapshot(path: &Path) -> Result<Snapshot> {
-    match load(path)? {
+    load_snapshot_parts(path, SnapshotParts::All)
+}
+
+/// Load only `parts` of a file that must be an allocator snapshot.
+pub fn load_snapshot_parts(path: &Path, parts: SnapshotParts) -> Result<Snapshot> {
+    match load_with(path, parts)? {
         Input::Snapshot(s) => Ok(s),
         other => Err(Error::input(
             path,

@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::{
     Action, Annotation, Block, BlockState, DeviceTrace, EventAux, Frame, FrameId, HistoryEntry,
-    Segment, SizeClass, Snapshot, StackId, StrId, TraceEvent, NO_AUX, NO_TIME,
+    Parts, Segment, SizeClass, Snapshot, StackId, StrId, TraceEvent, NO_AUX, NO_TIME,
 };
 use crate::pickle::{Document, Value, View};
 
@@ -42,8 +42,14 @@ pub fn is_snapshot(doc: &Document, root: Value) -> bool {
 }
 
 pub fn from_document(doc: &Document) -> Parse<Snapshot> {
+    from_document_parts(doc, Parts::All)
+}
+
+/// Convert only `parts` of the snapshot (what a command uses), checking the rest as lists.
+pub fn from_document_parts(doc: &Document, parts: Parts) -> Parse<Snapshot> {
     let root = doc.root();
     let mut c = Conv::new(doc);
+    c.snap.parts = parts;
     if let View::List(segments) = doc.view(root) {
         c.snap.layout.bare_segment_list = true;
         c.segments(segments)?;
@@ -61,7 +67,12 @@ pub fn from_document(doc: &Document) -> Parse<Snapshot> {
         let traces = seq(doc, v, "device_traces")?;
         for (i, &t) in traces.iter().enumerate() {
             let entries = seq(doc, t, &format!("device_traces[{i}]"))?;
-            let trace = c.trace(i, entries)?;
+            c.snap.trace_lengths.push(entries.len());
+            let trace = if parts == Parts::SegmentsOnly {
+                DeviceTrace::default()
+            } else {
+                c.trace(i, entries)?
+            };
             c.snap.traces.push(trace);
         }
     }
@@ -134,7 +145,16 @@ fn describe(doc: &Document, v: Value) -> String {
     }
 }
 
+#[inline]
 fn non_negative(doc: &Document, v: Value, what: &dyn Fn() -> String) -> Parse<u64> {
+    match doc.as_int(v) {
+        Some(i) if i >= 0 => Ok(i as u64),
+        _ => non_negative_slow(doc, v, what),
+    }
+}
+
+#[cold]
+fn non_negative_slow(doc: &Document, v: Value, what: &dyn Fn() -> String) -> Parse<u64> {
     match doc.view(v) {
         View::Int(i) if i >= 0 => Ok(i as u64),
         View::Bool(b) => Ok(b as u64),
@@ -675,7 +695,9 @@ impl<'d> Conv<'d> {
                             .or_else(|| doc.as_f64(x).map(|f| f as i64))
                             .unwrap_or(NO_TIME)
                     }
-                    5 => e.stack = self.stack(x, &|| ctx("frames"))?,
+                    5 if self.snap.parts == Parts::All => {
+                        e.stack = self.stack(x, &|| ctx("frames"))?
+                    }
                     6 => aux.device_free = Some(non_negative(doc, x, &|| ctx("device_free"))?),
                     7 => {
                         if let Some(s) = doc.as_str(x) {

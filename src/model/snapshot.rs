@@ -380,9 +380,25 @@ pub struct Layout {
     pub has_external_annotations: bool,
 }
 
+/// What of a snapshot was converted: commands ask only for what they use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Parts {
+    /// Everything.
+    #[default]
+    All,
+    /// Trace events without their stacks (`stack` is `MISSING`).
+    EventsWithoutStacks,
+    /// Segments and blocks; traces only counted (`trace_lengths`), their events left out.
+    SegmentsOnly,
+}
+
 /// A whole snapshot.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
+    pub parts: Parts,
+    /// Number of entries of each `device_traces` list, whatever was converted.
+    pub trace_lengths: Vec<usize>,
     pub segments: Vec<Segment>,
     pub blocks: Vec<Block>,
     pub history: Vec<HistoryEntry>,
@@ -399,8 +415,8 @@ impl Snapshot {
     /// Devices that hold segments or have trace events, ascending.
     pub fn devices(&self) -> Vec<u32> {
         let mut d: Vec<u32> = self.segments.iter().map(|s| s.device).collect();
-        for (i, t) in self.traces.iter().enumerate() {
-            if !t.events.is_empty() {
+        for (i, &n) in self.trace_lengths.iter().enumerate() {
+            if n > 0 {
                 d.push(i as u32);
             }
         }

@@ -157,18 +157,12 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
     if l.legacy_block_history {
         notes.push("legacy block history (torch 2.0 era)");
     }
-    if l.has_device_traces && !l.has_time_us {
+    if !l.has_time_us && s.devices.iter().any(|d| d.trace_entries > 0) {
         notes.push("trace without time_us");
     }
     if !notes.is_empty() {
         let _ = write!(head, " [{}]", notes.join("; "));
     }
-    let _ = write!(
-        head,
-        "; {} distinct frames in {} distinct stacks",
-        thousands(s.distinct_frames),
-        thousands(s.distinct_stacks)
-    );
     doc.title(&head);
     for d in &s.devices {
         doc.heading(&format!("Device {}", d.device));
