@@ -109,7 +109,8 @@ pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
     // One pass over the events, relative to the (yet unknown) start: peaks do not move when
     // the whole series shifts by the anchor, which is known only at the end.
     let (mut a, mut r) = (0i64, 0i64);
-    let (mut pa, mut pr): (Option<(usize, i64)>, Option<(usize, i64)>) = (None, None);
+    let mut pa: Option<(usize, i64)> = None;
+    let mut pr: Option<(usize, i64)> = None;
     let mut ooms: Vec<(usize, i64, i64)> = Vec::new();
     let (mut monotonic, mut any_time, mut last_t) = (true, false, i64::MIN);
     let mut allocated = Vec::new();
