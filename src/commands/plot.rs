@@ -154,13 +154,19 @@ fn snapshot(a: &PlotArgs, snap: &crate::model::Snapshot) -> Result<()> {
                 Line {
                     label: "allocated (requested bytes of live tensors)".into(),
                     color: plot::BLUE_,
-                    points: min_max_envelope_xy(&xs, &alloc, lo, hi, plot::PLOT_COLUMNS),
+                    points: stepped(min_max_envelope_xy(&xs, &alloc, lo, hi, plot::PLOT_COLUMNS)),
                     peak: peak(tl.peak_allocated),
                 },
                 Line {
                     label: "reserved (segments)".into(),
                     color: plot::GREEN_,
-                    points: min_max_envelope_xy(&xs, &reserved, lo, hi, plot::PLOT_COLUMNS),
+                    points: stepped(min_max_envelope_xy(
+                        &xs,
+                        &reserved,
+                        lo,
+                        hi,
+                        plot::PLOT_COLUMNS,
+                    )),
                     peak: peak(tl.peak_reserved),
                 },
             ],
@@ -174,7 +180,7 @@ fn snapshot(a: &PlotArgs, snap: &crate::model::Snapshot) -> Result<()> {
             .clone()
             .unwrap_or_else(|| super::display_name(&a.file)),
         x_label: if x_is_time {
-            "Time since the first trace event (s)".into()
+            "Time since the first trace event".into()
         } else {
             "# Trace event (the file has no time_us)".into()
         },
@@ -196,6 +202,18 @@ fn snapshot(a: &PlotArgs, snap: &crate::model::Snapshot) -> Result<()> {
         eprintln!("memtrack: wrote {}", out.display());
     }
     Ok(())
+}
+
+/// Memory holds its value until the next event: draw steps, not slopes.
+fn stepped(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len() * 2);
+    for (i, &(x, y)) in points.iter().enumerate() {
+        if i > 0 {
+            out.push((x, points[i - 1].1));
+        }
+        out.push((x, y));
+    }
+    out
 }
 
 fn line(stats: &TrackerStats, s: Series) -> Line {

@@ -144,8 +144,13 @@ fn draw_panel(
         .x_label_area_size(if show_x_label { 48 } else { 28 })
         .y_label_area_size(86)
         .build_cartesian_2d(x0..x1, y0..y1)?;
+    let time_scale = time_unit(x1 - x0);
+    let x_label = match chart.x_kind {
+        XKind::Seconds => format!("{} ({})", chart.x_label, time_scale.1),
+        _ => chart.x_label.clone(),
+    };
     let x_fmt = |x: &f64| match chart.x_kind {
-        XKind::Seconds => trim_number(*x),
+        XKind::Seconds => trim_number(*x * time_scale.0),
         _ => super::thousands(x.max(0.0).round() as usize),
     };
     let mut mesh = c.configure_mesh();
@@ -157,7 +162,7 @@ fn draw_panel(
         .x_label_formatter(&x_fmt)
         .y_label_formatter(&|y| trim_number(*y));
     if show_x_label {
-        mesh.x_desc(chart.x_label.as_str());
+        mesh.x_desc(x_label.as_str());
     }
     mesh.draw()?;
 
@@ -251,7 +256,7 @@ fn draw_panel(
             let at = match chart.x_kind {
                 XKind::Ops => format!("op {}", super::thousands(px.max(0.0) as usize)),
                 XKind::Events => format!("event {}", super::thousands(px.max(0.0) as usize)),
-                XKind::Seconds => format!("{} s", trim_number(px)),
+                XKind::Seconds => format!("{} {}", trim_number(px * time_scale.0), time_scale.1),
             };
             let label = format!(
                 "peak {} at {at}",
@@ -309,6 +314,17 @@ fn y_range(panel: &Panel) -> (f64, f64) {
         (lo, lo + 1.0)
     } else {
         (lo, hi)
+    }
+}
+
+/// Multiplier from seconds and unit name for an x span of `span` seconds.
+fn time_unit(span: f64) -> (f64, &'static str) {
+    if span >= 2.0 {
+        (1.0, "s")
+    } else if span >= 2e-3 {
+        (1e3, "ms")
+    } else {
+        (1e6, "µs")
     }
 }
 
