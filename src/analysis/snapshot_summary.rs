@@ -50,6 +50,10 @@ pub struct DeviceSummary {
     /// `time_us` of the first trace entry, when entries carry it.
     pub trace_start_time_us: Option<i64>,
     pub actions: Vec<ActionCount>,
+    /// What the trace implies before its first event, anchored at the final state; negative
+    /// means the trace and the segments disagree (see docs/snapshots.md, "The timeline").
+    pub initial_allocated_bytes: Option<i64>,
+    pub initial_reserved_bytes: Option<i64>,
     pub peak_allocated: Option<Point>,
     pub peak_reserved: Option<Point>,
     pub ooms: Vec<OomMark>,
@@ -196,6 +200,8 @@ fn device_summary(snap: &Snapshot, device: u32) -> DeviceSummary {
         if !t.events.is_empty() {
             let tl = timeline(snap, device, false);
             d.trace_start_time_us = tl.t0_us;
+            d.initial_allocated_bytes = Some(tl.initial_allocated_bytes);
+            d.initial_reserved_bytes = Some(tl.initial_reserved_bytes);
             d.peak_allocated = tl.peak_allocated;
             d.peak_reserved = tl.peak_reserved;
             d.ooms = tl.ooms;

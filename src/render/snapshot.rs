@@ -303,6 +303,23 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
         } else {
             doc.heading("Trace: none (record with torch.cuda.memory._record_memory_history())");
         }
+        let neg: Vec<String> = [
+            ("allocated", d.initial_allocated_bytes),
+            ("reserved", d.initial_reserved_bytes),
+        ]
+        .iter()
+        .filter_map(|(k, v)| {
+            v.filter(|&v| v < 0)
+                .map(|v| format!("{k} {}", b(v as f64, units)))
+        })
+        .collect();
+        if !neg.is_empty() {
+            doc.para(&format!(
+                "warning: the trace does not add up to the final segments: run back from them, it \
+                 starts at {} (negative); the file's trace and segments disagree",
+                neg.join(", ")
+            ));
+        }
         if d.ooms.is_empty() {
             if d.trace_entries > 0 {
                 doc.para("No out-of-memory events in the trace.");
