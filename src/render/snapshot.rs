@@ -37,7 +37,7 @@ impl Doc {
     }
 
     fn heading(&mut self, h: &str) {
-        if !self.out.is_empty() {
+        if !self.out.is_empty() && !self.out.ends_with("\n\n") {
             self.out.push('\n');
         }
         if self.md {
@@ -58,6 +58,7 @@ impl Doc {
     fn table(&mut self, t: &Table) {
         if self.md {
             self.out.push_str(&t.markdown());
+            self.out.push('\n');
         } else {
             self.out.push_str(&t.text());
         }
