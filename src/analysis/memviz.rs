@@ -41,17 +41,45 @@ pub fn format_size(bytes: i64) -> String {
 }
 
 /// Append `format_size(bytes)` to `out`.
+///
+/// In integers: Python divides by 1024 in floats, which is exact, and `.1f` rounds the exact
+/// value half to even; so does this, without float formatting (the trace listing prints
+/// millions of sizes).
 pub fn push_size(out: &mut String, bytes: i64) {
-    use std::fmt::Write;
-    let mut num = bytes as f64;
-    for unit in ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"] {
-        if num.abs() < 1024.0 {
-            let _ = write!(out, "{num:.1}{unit}B");
-            return;
-        }
-        num /= 1024.0;
+    const UNITS: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let neg = bytes < 0;
+    let mag = bytes.unsigned_abs() as u128;
+    let mut k = 0;
+    while k + 1 < UNITS.len() && mag >= 1u128 << (10 * (k + 1)) {
+        k += 1;
     }
-    let _ = write!(out, "{num:.1}YiB");
+    let d = 1u128 << (10 * k);
+    let (mut q, r) = (mag * 10 / d, mag * 10 % d);
+    if 2 * r > d || (2 * r == d && q % 2 == 1) {
+        q += 1;
+    }
+    if neg {
+        out.push('-');
+    }
+    push_u128(out, q / 10);
+    out.push('.');
+    out.push((b'0' + (q % 10) as u8) as char);
+    out.push_str(UNITS[k]);
+    out.push('B');
+}
+
+fn push_u128(out: &mut String, mut v: u128) {
+    let mut buf = [0u8; 40];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buf[i..]).expect("digits"));
 }
 
 /// Per-frame and per-stack results of the filter, computed once per distinct frame/stack.
@@ -104,6 +132,36 @@ mod tests {
         assert_eq!(format_size(-(3 << 30)), "-3.0GiB");
         // ties round to even on the exact binary value, as Python's format does
         assert_eq!(format_size(1024 + 256 + 51), "1.3KiB");
+        // an exact tie: 1.25 KiB → 1.2 (half to even), 1.75 KiB → 1.8
+        assert_eq!(format_size(1280), "1.2KiB");
+        assert_eq!(format_size(1792), "1.8KiB");
+        // rounding up into the next power still prints in the smaller unit, as Python does
+        assert_eq!(format_size(1024 * 1024 - 1), "1024.0KiB");
+        assert_eq!(format_size(8_091_861_260), "7.5GiB");
+    }
+
+    #[test]
+    fn integer_formatting_matches_float_formatting() {
+        // the float way, as _memory_viz does it
+        fn float_way(bytes: i64) -> String {
+            let mut num = bytes as f64;
+            for unit in ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"] {
+                if num.abs() < 1024.0 {
+                    return format!("{num:.1}{unit}B");
+                }
+                num /= 1024.0;
+            }
+            format!("{num:.1}ZiB")
+        }
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for i in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let bits = (i % 50) as u32;
+            let v = (x >> (64 - bits.max(1))) as i64 * if i % 7 == 0 { -1 } else { 1 };
+            assert_eq!(format_size(v), float_way(v), "{v}");
+        }
     }
 
     #[test]

@@ -20,12 +20,25 @@ use crate::model::snapshot::{Action, Snapshot};
 
 /// A name `_memory_viz` would give: the n-th of `a..z`, `a1..z1`, …
 pub fn name_of(n: u32) -> String {
+    let mut s = String::new();
+    push_name(&mut s, n);
+    s
+}
+
+/// Append `name_of(n)` to `out`.
+pub fn push_name(out: &mut String, n: u32) {
     let (r, m) = (n / 26, n % 26);
-    let c = (b'a' + m as u8) as char;
-    if r == 0 {
-        c.to_string()
-    } else {
-        format!("{c}{r}")
+    out.push((b'a' + m as u8) as char);
+    if r > 0 {
+        let mut buf = [0u8; 10];
+        let mut i = buf.len();
+        let mut v = r;
+        while v > 0 {
+            i -= 1;
+            buf[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        out.push_str(std::str::from_utf8(&buf[i..]).expect("digits"));
     }
 }
 

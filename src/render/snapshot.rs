@@ -8,7 +8,7 @@ use crate::analysis::memviz::push_size;
 use crate::analysis::segments::SegmentMap;
 use crate::analysis::sites::SiteReport;
 use crate::analysis::snapshot_summary::SnapshotSummary;
-use crate::analysis::trace_listing::{name_of, DeviceListing, Line, Place, Ref};
+use crate::analysis::trace_listing::{name_of, push_name, DeviceListing, Line, Place, Ref};
 use crate::model::snapshot::Snapshot;
 use crate::model::{format_bytes, Units};
 
@@ -573,7 +573,7 @@ pub fn top(reports: &[SiteReport], title: &str, format: Format, units: Units) ->
 
 fn push_ref(out: &mut String, r: Ref) {
     match r {
-        Ref::Name(n) => out.push_str(&name_of(n)),
+        Ref::Name(n) => push_name(out, n),
         Ref::Addr(a) => {
             let _ = write!(out, "{a}");
         }
@@ -596,10 +596,10 @@ pub fn trace_text(snap: &Snapshot, listings: &[DeviceListing]) -> String {
                     offset,
                     size,
                 } => {
-                    out.push_str(&name_of(name));
+                    push_name(&mut out, name);
                     out.push_str(" = ");
                     match place {
-                        Place::Named(s) => out.push_str(&name_of(s)),
+                        Place::Named(s) => push_name(&mut out, s),
                         Place::Final(i) => {
                             let _ = write!(out, "seg_{i}");
                         }
