@@ -28,6 +28,14 @@ pub enum Command {
     Plot(PlotArgs),
     /// Write the whole file as JSON, for scripts
     Export(ExportArgs),
+    /// Allocator snapshot: the per-segment map of `_memory_viz stats`, or an SVG of segments
+    Segments(SegmentsArgs),
+    /// Allocator snapshot: bytes by allocation site, live at the end and at the peak
+    Top(TopArgs),
+    /// Allocator snapshot: the event listing of `_memory_viz trace`, with correct totals
+    Trace(TraceArgs),
+    /// Compare two snapshots or two stats files; `--fail-over` makes it a CI gate
+    Diff(DiffArgs),
     /// Run a PyTorch program and record its memory per op and per module (every rank)
     Record(RecordArgs),
     /// Per-module memory by category and state, as PyTorch's MemTracker tabulates it
@@ -49,13 +57,16 @@ pub struct Common {
 
 #[derive(Args, Debug)]
 pub struct SummaryArgs {
-    /// A MemoryTracker stats file (save_stats) or a `memtrack record` file; several (one per
-    /// rank: `run.rank*.pkl`) add a cross-rank comparison
+    /// A MemoryTracker stats file (save_stats), a `memtrack record` file or an allocator
+    /// snapshot; several stats files (one per rank: `run.rank*.pkl`) add a cross-rank comparison
     #[arg(required = true, num_args = 1.., value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// How many of the ops that generate the most memory to list
     #[arg(long, default_value_t = 20)]
     pub top: usize,
+    /// Allocator snapshots: only this CUDA device
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -96,6 +107,9 @@ pub struct PlotArgs {
     /// Chart title (default: the file name)
     #[arg(long)]
     pub title: Option<String>,
+    /// Allocator snapshots: only this CUDA device (default: one panel per device)
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -111,6 +125,87 @@ pub struct ExportArgs {
     /// Where to write; `-` is stdout
     #[arg(short, long, default_value = "-")]
     pub output: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct SegmentsArgs {
+    /// An allocator snapshot (`torch.cuda.memory._dump_snapshot()` or `memory_snapshot()`)
+    pub file: PathBuf,
+    /// Only this CUDA device
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Where to write; `-` is stdout. A name ending in `.svg` draws the segments and their
+    /// blocks instead
+    #[arg(short, long, default_value = "-")]
+    pub output: PathBuf,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    #[arg(long, default_value = "auto", value_name = "auto|B|KiB|MiB|GiB")]
+    pub units: Units,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MomentArg {
+    /// Live when the snapshot was taken
+    End,
+    /// Live when allocated bytes peaked in the trace
+    Peak,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// An allocator snapshot
+    pub file: PathBuf,
+    /// Only this CUDA device
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// How many sites to list
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// Rank sites by bytes live at the end or at the peak (default: peak when the file has a
+    /// trace)
+    #[arg(long, value_enum)]
+    pub by: Option<MomentArg>,
+    /// Write folded stacks (`frame;frame;... bytes`, root first) for flamegraph.pl, inferno or
+    /// speedscope instead of the table
+    #[arg(long)]
+    pub folded: bool,
+    /// With --folded: the live allocations at the end or at the peak
+    #[arg(long, value_enum, default_value_t = MomentArg::End)]
+    pub at: MomentArg,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// An allocator snapshot recorded with `_record_memory_history()`
+    pub file: PathBuf,
+    /// Only this CUDA device
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The baseline: an allocator snapshot or a stats file
+    pub before: PathBuf,
+    /// The candidate, of the same kind
+    pub after: PathBuf,
+    /// Snapshots: only this CUDA device
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// How many sites (snapshots) or ops (stats) to list
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// Exit with code 1 when the peak of allocated bytes grew by more than this: bytes
+    /// (`104857600`, `100MiB`, `1.5GiB`) or a share of the baseline's peak (`5%`)
+    #[arg(long, value_name = "BYTES|PCT")]
+    pub fail_over: Option<crate::analysis::diff::Threshold>,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

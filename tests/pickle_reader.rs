@@ -129,7 +129,7 @@ fn globals_are_recorded_never_called() {
 #[test]
 fn real_snapshots_share_their_frames() {
     // every _dump_snapshot() file shares frame lists through the memo (why serde-pickle fails)
-    let doc = load("../../shared/fixtures/snapshots/cs336_small_mem_snapshot.pickle");
+    let doc = load("snapshots/cs336_small_mem_snapshot.pickle");
     let traces = doc.as_seq(get(&doc, "device_traces")).unwrap();
     let events = doc.as_seq(traces[0]).unwrap();
     assert_eq!(events.len(), 97);

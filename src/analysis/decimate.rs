@@ -56,8 +56,68 @@ pub fn min_max_envelope(
     out
 }
 
+/// The same rule for points at irregular x (e.g. trace timestamps): one bucket per pixel
+/// column of `[x0, x1]`, each keeping its first, minimum, maximum and last point in order.
+/// `xs` must not decrease.
+pub fn min_max_envelope_xy(
+    xs: &[f64],
+    ys: &[f64],
+    x0: f64,
+    x1: f64,
+    columns: usize,
+) -> Vec<(f64, f64)> {
+    let n = xs.len().min(ys.len());
+    let columns = columns.max(1);
+    if n <= columns * 4 {
+        return (0..n).map(|i| (xs[i], ys[i])).collect();
+    }
+    let span = if x1 > x0 { x1 - x0 } else { 1.0 };
+    let col = |x: f64| (((x - x0) / span * columns as f64) as usize).min(columns - 1);
+    let mut out = Vec::with_capacity(columns * 4);
+    let mut i = 0;
+    while i < n {
+        let c = col(xs[i]);
+        let start = i;
+        let (mut min, mut max) = (i, i);
+        while i < n && col(xs[i]) == c {
+            if ys[i] < ys[min] {
+                min = i;
+            }
+            if ys[i] > ys[max] {
+                max = i;
+            }
+            i += 1;
+        }
+        let mut keep = [start, min, max, i - 1];
+        keep.sort_unstable();
+        let mut last = usize::MAX;
+        for k in keep {
+            if k != last {
+                out.push((xs[k], ys[k]));
+                last = k;
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn irregular_x_keeps_every_extreme_per_column() {
+        let n = 100_000;
+        let xs: Vec<f64> = (0..n).map(|i| (i as f64).sqrt()).collect();
+        let mut ys = vec![1.0; n];
+        ys[54_321] = 99.0;
+        ys[7] = -5.0;
+        let x1 = xs[n - 1];
+        let pts = super::min_max_envelope_xy(&xs, &ys, 0.0, x1, 500);
+        assert!(pts.len() <= 2000);
+        assert!(pts.contains(&(xs[54_321], 99.0)));
+        assert!(pts.contains(&(xs[7], -5.0)));
+        assert!(pts.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+
     use super::*;
 
     #[test]

@@ -1,5 +1,12 @@
 //! Computations over the model: no I/O, no formatting.
 
 pub mod decimate;
+pub mod diff;
+pub mod memviz;
 pub mod modules;
+pub mod segments;
+pub mod sites;
+pub mod snapshot_summary;
 pub mod summary;
+pub mod timeline;
+pub mod trace_listing;

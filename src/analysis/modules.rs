@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 
 use serde::Serialize;
 
-use crate::model::{IterationModules, ModState, ModuleStats, RecordInfo, Snapshot};
+use crate::model::{IterationModules, ModState, ModuleSnapshot, ModuleStats, RecordInfo};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IterationSel {
@@ -46,7 +46,7 @@ pub struct ModulesView {
     pub iterations_recorded: usize,
     pub iterations: Vec<IterationView>,
     /// Memory by category at the run's highest total.
-    pub peak: Option<Snapshot>,
+    pub peak: Option<ModuleSnapshot>,
 }
 
 #[derive(Debug, Serialize)]
@@ -54,7 +54,7 @@ pub struct IterationView {
     pub iteration: usize,
     pub first_op: usize,
     pub modules: Vec<ModuleView>,
-    pub peak: Snapshot,
+    pub peak: ModuleSnapshot,
 }
 
 #[derive(Debug, Serialize)]

@@ -8,6 +8,7 @@ pub fn run(a: ExportArgs) -> Result<()> {
     let ExportFormat::Json = a.format;
     let mut bytes = match &input {
         Input::Tracker(t) => serde_json::to_vec(&TrackerJson(t)),
+        Input::Snapshot(s) => serde_json::to_vec(&crate::formats::json::SnapshotJson(s)),
     }
     .map_err(|e| Error::Usage(format!("cannot encode JSON: {e}")))?;
     bytes.push(b'\n');

@@ -1,10 +1,14 @@
 //! One file per subcommand: each wires formats, analysis and render, with no logic of its own.
 
+mod diff;
 mod export;
 mod modules;
 mod plot;
 mod record;
+mod segments;
 mod summary;
+mod top;
+mod trace;
 
 use crate::cli::{Cli, Command};
 use crate::error::Result;
@@ -16,6 +20,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Export(a) => export::run(a),
         Command::Record(a) => record::run(a),
         Command::Modules(a) => modules::run(a),
+        Command::Segments(a) => segments::run(a),
+        Command::Top(a) => top::run(a),
+        Command::Trace(a) => trace::run(a),
+        Command::Diff(a) => diff::run(a),
     }
 }
 
@@ -25,4 +33,35 @@ pub(crate) fn display_name(path: &std::path::Path) -> String {
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     )
+}
+
+/// The devices a snapshot command covers: `--device N` (which the file must have), or all.
+pub(crate) fn snapshot_devices(
+    path: &std::path::Path,
+    snap: &crate::model::Snapshot,
+    device: Option<u32>,
+) -> Result<Vec<u32>> {
+    let have = snap.devices();
+    match device {
+        None => Ok(have),
+        Some(d) if have.contains(&d) => Ok(vec![d]),
+        Some(d) => {
+            let list = if have.is_empty() {
+                "no device holds segments or trace events".to_string()
+            } else {
+                format!(
+                    "it has device{} {}",
+                    if have.len() == 1 { "" } else { "s" },
+                    have.iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            Err(crate::error::Error::input(
+                path,
+                format!("no device {d} in this snapshot: {list}"),
+            ))
+        }
+    }
 }

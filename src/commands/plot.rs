@@ -8,18 +8,23 @@ use crate::render::plot::{self, Chart, Line, Panel, VLine};
 use crate::{formats, output};
 
 pub fn run(a: PlotArgs) -> Result<()> {
-    let stats = formats::load_tracker(&a.file)?;
+    let stats = match formats::load(&a.file)? {
+        formats::Input::Tracker(t) => t,
+        formats::Input::Snapshot(s) => return snapshot(&a, &s),
+    };
     let series: Vec<Series> = a.series.iter().map(|&s| s.into()).collect();
     let panels = if a.split {
         series
             .iter()
             .map(|&s| Panel {
                 lines: vec![line(&stats, s)],
+                ..Panel::default()
             })
             .collect()
     } else {
         vec![Panel {
             lines: series.iter().map(|&s| line(&stats, s)).collect(),
+            ..Panel::default()
         }]
     };
     let markers = stats
@@ -46,6 +51,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
         markers,
         units: a.units,
         annotate_peak: true,
+        x_kind: plot::XKind::Ops,
     };
     let svg = plot::svg(&chart).map_err(|e| Error::Usage(format!("cannot draw the plot: {e}")))?;
     let out = a.output.clone().unwrap_or_else(|| default_output(&a.file));
@@ -54,6 +60,160 @@ pub fn run(a: PlotArgs) -> Result<()> {
         eprintln!("memtrack: wrote {}", out.display());
     }
     Ok(())
+}
+
+/// Allocated and reserved over time, one panel per device, OOMs and annotations marked.
+fn snapshot(a: &PlotArgs, snap: &crate::model::Snapshot) -> Result<()> {
+    use crate::analysis::decimate::min_max_envelope_xy;
+    use crate::analysis::timeline::timeline;
+    let devices: Vec<u32> = super::snapshot_devices(&a.file, snap, a.device)?
+        .into_iter()
+        .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
+        .collect();
+    if devices.is_empty() {
+        return Err(Error::input(
+            &a.file,
+            "no trace events to plot: the snapshot was taken without memory history; \
+             call torch.cuda.memory._record_memory_history() before the run",
+        ));
+    }
+    let tls: Vec<_> = devices.iter().map(|&d| timeline(snap, d, true)).collect();
+    let x_is_time = tls.iter().all(|t| t.x_is_time);
+    // with time on every device, one shared clock: the earliest first event
+    let t0 = tls.iter().filter_map(|t| t.t0_us).min();
+    let mut x_max = 0.0f64;
+    let mut panels = Vec::new();
+    for tl in &tls {
+        let shift = match (x_is_time, tl.t0_us, t0) {
+            (true, Some(mine), Some(all)) => (mine - all) as f64 / 1e6,
+            _ => 0.0,
+        };
+        let xs: Vec<f64> = if x_is_time {
+            tl.x.iter().map(|x| x + shift).collect()
+        } else {
+            (0..tl.x.len()).map(|i| i as f64).collect()
+        };
+        let (lo, hi) = (
+            xs.first().copied().unwrap_or(0.0),
+            xs.last().copied().unwrap_or(0.0),
+        );
+        x_max = x_max.max(hi);
+        let series = |v: &[i64]| -> Vec<f64> { v.iter().map(|&b| b as f64).collect() };
+        let alloc = series(&tl.allocated);
+        let reserved = series(&tl.reserved);
+        let peak = |p: Option<crate::analysis::timeline::Point>| {
+            p.map(|p| {
+                (
+                    if x_is_time {
+                        p.x + shift
+                    } else {
+                        p.index as f64
+                    },
+                    p.bytes as f64,
+                )
+            })
+        };
+        let x_of = |index: usize, x: f64| if x_is_time { x + shift } else { index as f64 };
+        let markers = tl
+            .ooms
+            .iter()
+            .map(|o| VLine {
+                x: x_of(o.index, o.x),
+                label: "OOM".into(),
+                color: plot::MARKER_RED,
+            })
+            .collect();
+        // START/END pairs by name, in order; an unmatched START runs to the end
+        let mut spans = Vec::new();
+        let mut open: Vec<(String, f64)> = Vec::new();
+        for an in &tl.annotations {
+            let x = an.x + shift;
+            if an.stage.eq_ignore_ascii_case("START") {
+                open.push((an.name.clone(), x));
+            } else if let Some(k) = open.iter().rposition(|(n, _)| *n == an.name) {
+                let (name, x0) = open.remove(k);
+                spans.push(plot::Span {
+                    x0,
+                    x1: x,
+                    label: name,
+                    color: plot::PURPLE_,
+                });
+            }
+        }
+        for (name, x0) in open {
+            spans.push(plot::Span {
+                x0,
+                x1: hi,
+                label: name,
+                color: plot::PURPLE_,
+            });
+        }
+        panels.push(Panel {
+            title: (tls.len() > 1).then(|| format!("cuda:{}", tl.device)),
+            lines: vec![
+                Line {
+                    label: "allocated (requested bytes of live tensors)".into(),
+                    color: plot::BLUE_,
+                    points: stepped(min_max_envelope_xy(&xs, &alloc, lo, hi, plot::PLOT_COLUMNS)),
+                    peak: peak(tl.peak_allocated),
+                },
+                Line {
+                    label: "reserved (segments)".into(),
+                    color: plot::GREEN_,
+                    points: stepped(min_max_envelope_xy(
+                        &xs,
+                        &reserved,
+                        lo,
+                        hi,
+                        plot::PLOT_COLUMNS,
+                    )),
+                    peak: peak(tl.peak_reserved),
+                },
+            ],
+            markers,
+            spans,
+        });
+    }
+    let chart = Chart {
+        title: a
+            .title
+            .clone()
+            .unwrap_or_else(|| super::display_name(&a.file)),
+        x_label: if x_is_time {
+            "Time since the first trace event".into()
+        } else {
+            "# Trace event (the file has no time_us)".into()
+        },
+        x_range: (0.0, x_max),
+        panels,
+        markers: Vec::new(),
+        units: a.units,
+        annotate_peak: true,
+        x_kind: if x_is_time {
+            plot::XKind::Seconds
+        } else {
+            plot::XKind::Events
+        },
+    };
+    let svg = plot::svg(&chart).map_err(|e| Error::Usage(format!("cannot draw the plot: {e}")))?;
+    let out = a.output.clone().unwrap_or_else(|| default_output(&a.file));
+    output::emit(&out, svg.as_bytes())?;
+    if out.as_os_str() != "-" {
+        eprintln!("memtrack: wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// Memory holds its value until the next event: draw steps, not slopes.
+fn stepped(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    let mut out = Vec::with_capacity(points.len() * 2);
+    for (i, &(x, y)) in points.iter().enumerate() {
+        if i > 0 {
+            out.push((x, points[i - 1].1));
+        }
+        out.push((x, y));
+    }
+    out
 }
 
 fn line(stats: &TrackerStats, s: Series) -> Line {

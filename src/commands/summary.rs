@@ -1,14 +1,31 @@
+use crate::analysis::snapshot_summary::snapshot_summary;
 use crate::analysis::summary::{cross_rank, tracker_summary};
 use crate::cli::SummaryArgs;
-use crate::error::Result;
-use crate::{formats, output, render};
+use crate::error::{Error, Result};
+use crate::formats::{self, Input};
+use crate::{output, render};
 
 pub fn run(a: SummaryArgs) -> Result<()> {
     let (format, units) = (a.common.format, a.common.units);
     let text = if let [file] = a.files.as_slice() {
-        let stats = formats::load_tracker(file)?;
-        let summary = tracker_summary(&stats, a.top);
-        render::summary::tracker(&summary, &super::display_name(file), format, units)
+        let title = super::display_name(file);
+        // a snapshot's summary reads events for peaks and OOMs, never their stacks
+        match formats::load_with(file, formats::SnapshotParts::EventsWithoutStacks)? {
+            Input::Tracker(stats) => {
+                if a.device.is_some() {
+                    return Err(Error::Usage(
+                        "--device applies to allocator snapshots; this is a stats file".into(),
+                    ));
+                }
+                let summary = tracker_summary(&stats, a.top);
+                render::summary::tracker(&summary, &title, format, units)
+            }
+            Input::Snapshot(snap) => {
+                let devices = super::snapshot_devices(file, &snap, a.device)?;
+                let s = snapshot_summary(&snap, &devices);
+                render::snapshot::summary(&s, &title, format, units)
+            }
+        }
     } else {
         let mut loaded = Vec::with_capacity(a.files.len());
         for f in &a.files {

@@ -4,24 +4,28 @@
 
 pub mod json;
 pub mod record_ext;
+pub mod snapshot;
 pub mod tracker;
 pub mod tracker_stream;
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::model::TrackerStats;
+pub use crate::model::snapshot::Parts as SnapshotParts;
+use crate::model::{Snapshot, TrackerStats};
 use crate::pickle::{self, Document, MappedFile, View};
 
 /// A file memtrack reads, by kind.
 pub enum Input {
     Tracker(TrackerStats),
+    Snapshot(Snapshot),
 }
 
 impl Input {
     pub fn kind(&self) -> &'static str {
         match self {
             Input::Tracker(_) => "tracker stats",
+            Input::Snapshot(_) => "allocator snapshot",
         }
     }
 }
@@ -72,16 +76,30 @@ fn describe_pickle_error(data: &[u8], e: &pickle::PickleError) -> String {
 
 /// Load any input memtrack understands.
 pub fn load(path: &Path) -> Result<Input> {
+    load_with(path, SnapshotParts::All)
+}
+
+/// Load any input; of a snapshot, only `parts`.
+pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
     let file = map(path)?;
     if let Some(stats) = tracker_stream::read(file.bytes(), &mut file.release_behind(&mut ())) {
         return Ok(Input::Tracker(stats));
     }
-    from_document(path, parse(path, &file)?)
+    from_document_with(path, parse(path, &file)?, parts)
 }
 
 /// What a decoded pickle is, from its content.
 pub fn from_document(path: &Path, doc: Document) -> Result<Input> {
+    from_document_with(path, doc, SnapshotParts::All)
+}
+
+fn from_document_with(path: &Path, doc: Document, parts: SnapshotParts) -> Result<Input> {
     let root = doc.root();
+    if snapshot::is_snapshot(&doc, root) {
+        return snapshot::from_document_parts(&doc, parts)
+            .map(Input::Snapshot)
+            .map_err(|m| Error::input(path, m));
+    }
     let has_key = |key: &str| doc.as_dict(root).is_some_and(|d| d.get(key).is_some());
     if has_key("memories_allocated") {
         return tracker::from_document(doc)
@@ -130,5 +148,31 @@ pub fn from_document(path: &Path, doc: Document) -> Result<Input> {
 pub fn load_tracker(path: &Path) -> Result<TrackerStats> {
     match load(path)? {
         Input::Tracker(t) => Ok(t),
+        other => Err(Error::input(
+            path,
+            format!(
+                "this command reads tracker stats, and this file is an {}",
+                other.kind()
+            ),
+        )),
+    }
+}
+
+/// Load a file that must be an allocator snapshot.
+pub fn load_snapshot(path: &Path) -> Result<Snapshot> {
+    load_snapshot_parts(path, SnapshotParts::All)
+}
+
+/// Load only `parts` of a file that must be an allocator snapshot.
+pub fn load_snapshot_parts(path: &Path, parts: SnapshotParts) -> Result<Snapshot> {
+    match load_with(path, parts)? {
+        Input::Snapshot(s) => Ok(s),
+        other => Err(Error::input(
+            path,
+            format!(
+                "this command reads allocator snapshots (torch.cuda.memory._dump_snapshot()), and this file is {}",
+                other.kind()
+            ),
+        )),
     }
 }

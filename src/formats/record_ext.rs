@@ -4,7 +4,7 @@
 
 use crate::model::modules::StateSnapshots;
 use crate::model::{
-    DeviceBytes, ExitInfo, IterationModules, ModState, ModuleStats, RecordInfo, Snapshot,
+    DeviceBytes, ExitInfo, IterationModules, ModState, ModuleSnapshot, ModuleStats, RecordInfo,
     CATEGORIES,
 };
 use crate::pickle::writer::Writer;
@@ -79,7 +79,7 @@ fn modules(doc: &Document, v: Value) -> Parse<Vec<IterationModules>> {
             modules: Vec::new(),
             peak: match d.get("peak") {
                 Some(p) => snapshot(doc, p).map_err(ctx)?,
-                None => Snapshot::default(),
+                None => ModuleSnapshot::default(),
             },
         };
         let mods = d
@@ -130,7 +130,7 @@ fn module(doc: &Document, m: Value) -> Parse<ModuleStats> {
 }
 
 /// `{device: [Parameter, Buffer, Gradient, Activation, Temp, Optstate, Other, Total]}`.
-fn snapshot(doc: &Document, v: Value) -> Parse<Snapshot> {
+fn snapshot(doc: &Document, v: Value) -> Parse<ModuleSnapshot> {
     let d = doc
         .as_dict(v)
         .ok_or_else(|| format!("snapshot: expected a dict, found {}", doc.type_name(v)))?;
@@ -158,7 +158,7 @@ fn snapshot(doc: &Document, v: Value) -> Parse<Snapshot> {
             total,
         });
     }
-    Ok(Snapshot(out))
+    Ok(ModuleSnapshot(out))
 }
 
 // ---- writing ----
@@ -251,7 +251,7 @@ fn iteration(w: &mut Writer, it: &IterationModules) {
     w.end_dict();
 }
 
-fn snapshot_value(w: &mut Writer, s: &Snapshot) {
+fn snapshot_value(w: &mut Writer, s: &ModuleSnapshot) {
     w.begin_dict();
     for d in &s.0 {
         w.str(&d.device);
@@ -275,7 +275,7 @@ mod tests {
     #[test]
     fn module_breakdown_survives_a_round_trip() {
         let snap = |t: i64| {
-            Snapshot(vec![DeviceBytes {
+            ModuleSnapshot(vec![DeviceBytes {
                 device: "cpu".into(),
                 by_category: [t, 0, 0, 1, 0, 0, 0],
                 total: t + 1,

@@ -97,15 +97,15 @@ impl Serialize for DeviceBytes {
 /// Memory by device at one moment (MemTracker's `Dict[torch.device, Dict[str, int]]`); only
 /// devices with tracked memory appear.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Snapshot(pub Vec<DeviceBytes>);
+pub struct ModuleSnapshot(pub Vec<DeviceBytes>);
 
-impl Snapshot {
+impl ModuleSnapshot {
     pub fn total(&self) -> i64 {
         self.0.iter().map(|d| d.total).sum()
     }
 }
 
-impl Serialize for Snapshot {
+impl Serialize for ModuleSnapshot {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(self.0.len()))?;
         for d in &self.0 {
@@ -119,7 +119,7 @@ impl Serialize for Snapshot {
 #[derive(Clone, Debug, Serialize)]
 pub struct StateSnapshots {
     pub state: ModState,
-    pub calls: Vec<Snapshot>,
+    pub calls: Vec<ModuleSnapshot>,
 }
 
 /// One module in one iteration: MemTracker's `_ModMemStats`.
@@ -148,7 +148,7 @@ impl ModuleStats {
     /// The highest total among a state's calls (peak states have one call per module call).
     pub fn max_total(&self, s: ModState) -> Option<i64> {
         self.state(s)
-            .and_then(|x| x.calls.iter().map(Snapshot::total).max())
+            .and_then(|x| x.calls.iter().map(ModuleSnapshot::total).max())
     }
 }
 
@@ -162,5 +162,5 @@ pub struct IterationModules {
     /// Modules in the order they were first called.
     pub modules: Vec<ModuleStats>,
     /// Memory by category at the iteration's highest total.
-    pub peak: Snapshot,
+    pub peak: ModuleSnapshot,
 }

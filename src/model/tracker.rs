@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::modules::{IterationModules, Snapshot};
+use super::modules::{IterationModules, ModuleSnapshot};
 
 /// The three series MemoryTracker samples after every operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -177,7 +177,7 @@ pub struct RecordInfo {
     /// MemTracker's module breakdown, one entry per iteration.
     pub modules: Vec<IterationModules>,
     /// Memory by category at the run's highest total (MemTracker's `get_tracker_snapshot("peak")`).
-    pub peak: Option<Snapshot>,
+    pub peak: Option<ModuleSnapshot>,
     /// The CUDA allocator's `memory_stats()` when the program stopped (empty on CPU).
     pub memory_stats: BTreeMap<String, i64>,
     /// Problems the agent hit inside the program (it never stops the program for them).

@@ -13,8 +13,8 @@ use serde_json::Value as Json;
 
 use crate::model::modules::StateSnapshots;
 use crate::model::{
-    DeviceBytes, ExitInfo, IterationModules, Marker, ModState, ModuleStats, OpNames, RecordInfo,
-    Snapshot, TrackerStats,
+    DeviceBytes, ExitInfo, IterationModules, Marker, ModState, ModuleSnapshot, ModuleStats,
+    OpNames, RecordInfo, TrackerStats,
 };
 
 // record codes, as in _memtrack_agent.py
@@ -812,8 +812,8 @@ pub fn device_name(dev: i32) -> String {
     }
 }
 
-fn snapshot(s: &Snap) -> Snapshot {
-    Snapshot(
+fn snapshot(s: &Snap) -> ModuleSnapshot {
+    ModuleSnapshot(
         s.iter()
             .map(|(dev, row)| {
                 let mut by_category = [0i64; 7];

@@ -2,6 +2,8 @@
 
 pub mod modules;
 pub mod plot;
+pub mod segments_svg;
+pub mod snapshot;
 pub mod summary;
 pub mod table;
 

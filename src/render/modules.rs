@@ -2,7 +2,7 @@
 //! data as Markdown, CSV or JSON.
 
 use crate::analysis::modules::{IterationView, ModulesView};
-use crate::model::{Snapshot, Units, CATEGORIES};
+use crate::model::{ModuleSnapshot, Units, CATEGORIES};
 
 use super::table::Table;
 use super::{json, Format};
@@ -111,7 +111,7 @@ fn iteration(out: &mut String, it: &IterationView, md: bool, units: Units) {
     }
 }
 
-fn snapshot_table(s: &Snapshot, units: Units) -> Table {
+fn snapshot_table(s: &ModuleSnapshot, units: Units) -> Table {
     let mut headers = vec!["Device"];
     let cats: Vec<String> = CATEGORIES
         .iter()

@@ -24,8 +24,31 @@ pub struct Line {
     pub peak: Option<(f64, f64)>,
 }
 
+#[derive(Default)]
 pub struct Panel {
     pub lines: Vec<Line>,
+    /// Drawn above the panel (e.g. `cuda:0`).
+    pub title: Option<String>,
+    /// Markers of this panel only, drawn with the chart's.
+    pub markers: Vec<VLine>,
+    /// Shaded ranges (e.g. START/END annotations), drawn under the data.
+    pub spans: Vec<Span>,
+}
+
+pub struct Span {
+    pub x0: f64,
+    pub x1: f64,
+    pub label: String,
+    pub color: RGBColor,
+}
+
+/// What the x axis counts, for its tick labels and the peak's annotation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XKind {
+    #[default]
+    Ops,
+    Events,
+    Seconds,
 }
 
 pub struct VLine {
@@ -42,6 +65,7 @@ pub struct Chart {
     pub markers: Vec<VLine>,
     pub units: Units,
     pub annotate_peak: bool,
+    pub x_kind: XKind,
 }
 
 pub const BLUE_: RGBColor = RGBColor(31, 119, 180);
@@ -110,28 +134,77 @@ fn draw_panel(
     });
     let (y0, y1) = (y0 - pad, y1 + pad * 2.0);
 
-    let mut c = ChartBuilder::on(area)
+    let mut builder = ChartBuilder::on(area);
+    if let Some(t) = &panel.title {
+        builder.caption(t, ("sans-serif", 15).into_font().style(FontStyle::Bold));
+    }
+    let mut c = builder
         .margin(12)
         .margin_right(28)
         .x_label_area_size(if show_x_label { 48 } else { 28 })
         .y_label_area_size(86)
         .build_cartesian_2d(x0..x1, y0..y1)?;
+    let time_scale = time_unit(x1 - x0);
+    let x_label = match chart.x_kind {
+        XKind::Seconds => format!("{} ({})", chart.x_label, time_scale.1),
+        _ => chart.x_label.clone(),
+    };
+    let x_fmt = |x: &f64| match chart.x_kind {
+        XKind::Seconds => trim_number(*x * time_scale.0),
+        _ => super::thousands(x.max(0.0).round() as usize),
+    };
     let mut mesh = c.configure_mesh();
     mesh.light_line_style(TRANSPARENT)
         .bold_line_style(RGBColor(225, 225, 225))
         .y_desc(format!("Memory ({})", unit.name()))
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 15))
-        .x_label_formatter(&|x| super::thousands(x.max(0.0).round() as usize))
+        .x_label_formatter(&x_fmt)
         .y_label_formatter(&|y| trim_number(*y));
     if show_x_label {
-        mesh.x_desc(chart.x_label.as_str());
+        mesh.x_desc(x_label.as_str());
     }
     mesh.draw()?;
 
-    // markers first, so the data is drawn over them
+    // spans and markers first, so the data is drawn over them
+    let few_spans = panel.spans.len() <= 12;
+    let mut span_labelled = false;
+    for sp in &panel.spans {
+        let x0 = sp.x0.max(x0);
+        let x1 = sp.x1.min(x1).max(x0);
+        let series = c.draw_series(std::iter::once(Rectangle::new(
+            [(x0, y0), (x1, y1)],
+            sp.color.mix(0.18).filled(),
+        )))?;
+        if !span_labelled {
+            span_labelled = true;
+            let color = sp.color;
+            series
+                .label(if few_spans {
+                    "annotation (START..END)".to_string()
+                } else {
+                    format!("{} annotations (START..END)", panel.spans.len())
+                })
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 22, y + 6)], color.mix(0.3).filled())
+                });
+        }
+        if few_spans && !sp.label.is_empty() {
+            c.draw_series(std::iter::once(Text::new(
+                format!(" {}", sp.label),
+                (x0, y1 - (y1 - y0) * 0.035),
+                ("sans-serif", 12).into_font().color(&sp.color).pos(
+                    plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Left,
+                        plotters::style::text_anchor::VPos::Top,
+                    ),
+                ),
+            )))?;
+        }
+    }
+    let all_markers: Vec<&VLine> = chart.markers.iter().chain(panel.markers.iter()).collect();
     let mut labelled: Vec<String> = Vec::new();
-    for m in &chart.markers {
+    for m in all_markers.iter().copied() {
         let style = ShapeStyle {
             color: m.color.mix(0.85),
             filled: false,
@@ -159,8 +232,8 @@ fn draw_panel(
         _ => false,
     };
     let mut named: Vec<&str> = Vec::new();
-    for m in &chart.markers {
-        if named.contains(&m.label.as_str()) || chart.markers.len() > 24 || under_legend(m.x) {
+    for m in all_markers.iter().copied() {
+        if named.contains(&m.label.as_str()) || all_markers.len() > 24 || under_legend(m.x) {
             continue;
         }
         named.push(&m.label);
@@ -197,10 +270,14 @@ fn draw_panel(
     }
     if chart.annotate_peak {
         if let Some((px, py)) = panel.lines.first().and_then(|l| l.peak) {
+            let at = match chart.x_kind {
+                XKind::Ops => format!("op {}", super::thousands(px.max(0.0) as usize)),
+                XKind::Events => format!("event {}", super::thousands(px.max(0.0) as usize)),
+                XKind::Seconds => format!("{} {}", trim_number(px * time_scale.0), time_scale.1),
+            };
             let label = format!(
-                "peak {} at op {}",
+                "peak {} at {at}",
                 crate::model::format_bytes(py, chart.units),
-                super::thousands(px.max(0.0) as usize)
             );
             let right_half = px > x0 + (x1 - x0) * 0.6;
             let anchor = plotters::style::text_anchor::Pos::new(
@@ -282,6 +359,17 @@ fn y_range(panel: &Panel) -> (f64, f64) {
         (lo, lo + 1.0)
     } else {
         (lo, hi)
+    }
+}
+
+/// Multiplier from seconds and unit name for an x span of `span` seconds.
+fn time_unit(span: f64) -> (f64, &'static str) {
+    if span >= 2.0 {
+        (1.0, "s")
+    } else if span >= 2e-3 {
+        (1e3, "ms")
+    } else {
+        (1e6, "µs")
     }
 }
 

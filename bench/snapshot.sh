@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Speed and memory of the snapshot commands against PyTorch's own _memory_viz, on one synthetic
+# snapshot of N trace events (default 1,000,000, about 90 MB).
+#
+#   bench/snapshot.sh [EVENTS]        run from anywhere; data goes to bench/data/ (gitignored)
+#
+# Env: PYTHON (for gen_data.py; default python3), TORCH_PYTHON (an interpreter with torch;
+# default ~/.cache/memtrack/venv/bin/python, skipped when it cannot import torch),
+# SKIP_MEMVIZ=1 to skip the (slow) _memory_viz timing, RUNS / MEMVIZ_RUNS: runs per command
+# (default 3 / 2; the fastest is reported).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EVENTS="${1:-1000000}"
+PYTHON="${PYTHON:-python3}"
+TORCH_PYTHON="${TORCH_PYTHON:-$HOME/.cache/memtrack/venv/bin/python}"
+DATA="bench/data/snapshot_${EVENTS}.pickle"
+mkdir -p bench/data
+if [ ! -f "$DATA" ]; then
+    echo "generating $DATA ($EVENTS events) ..." >&2
+    "$PYTHON" ../shared/bench/gen_data.py snapshot "$DATA" --events "$EVENTS"
+fi
+cargo build --release --quiet
+BIN=target/release/memtrack
+printf '%s: %s bytes\n' "$DATA" "$(stat -c %s "$DATA")"
+
+# prints "wall_s cpu_s max_rss_kib": the fastest of RUNS runs (default 3) of the command (by
+# wall time), its output discarded. The machine may be shared: the fastest run is the least
+# disturbed, and CPU time (user + sys) is reported beside wall time.
+RUNS="${RUNS:-3}"
+measure() {
+    local t best="" cpu="" rss=0 w u s m
+    t=$(mktemp)
+    for _ in $(seq "$RUNS"); do
+        /usr/bin/time -o "$t" -f '%e %U %S %M' "$@" > /dev/null 2> /dev/null
+        read -r w u s m < <(tail -1 "$t")
+        if [ -z "$best" ] || [ "$(echo "$w < $best" | bc -l)" = 1 ]; then
+            best=$w
+            cpu=$(echo "$u + $s" | bc -l)
+        fi
+        if [ "$m" -gt "$rss" ]; then rss=$m; fi
+    done
+    rm -f "$t"
+    echo "$best $cpu $rss"
+}
+
+report() { # name wall cpu rss_kib
+    printf '%-22s %7.2f s wall %7.2f s cpu %8.1f MB peak RSS\n' "$1" "$2" "$3" "$(echo "$4 / 1024" | bc -l)"
+}
+
+declare -A WALL CPU
+for cmd in summary segments trace top; do
+    read -r w c m < <(measure "$BIN" "$cmd" "$DATA")
+    WALL[$cmd]=$w; CPU[$cmd]=$c
+    report "memtrack $cmd" "$w" "$c" "$m"
+done
+read -r w c m < <(measure "$BIN" plot "$DATA" -o bench/data/timeline.svg)
+report "memtrack plot" "$w" "$c" "$m"
+
+if [ "${SKIP_MEMVIZ:-0}" != 1 ] && "$TORCH_PYTHON" -c 'import torch' 2>/dev/null; then
+    read -r w c m < <(RUNS="${MEMVIZ_RUNS:-2}" measure "$TORCH_PYTHON" -m torch.cuda._memory_viz stats "$DATA")
+    report "_memory_viz stats" "$w" "$c" "$m"
+    for cmd in summary segments; do
+        printf '_memory_viz stats / memtrack %-8s %6.1fx wall %6.1fx cpu\n' "$cmd" \
+            "$(echo "$w / ${WALL[$cmd]}" | bc -l)" "$(echo "$c / ${CPU[$cmd]}" | bc -l)"
+    done
+else
+    echo "_memory_viz stats: skipped (no torch at $TORCH_PYTHON, or SKIP_MEMVIZ=1)"
+fi

@@ -1,0 +1,420 @@
+//! `diff A B`: what grew between two snapshots, or between two tracker stats files, and the
+//! CI gate over it.
+
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::model::snapshot::Snapshot;
+use crate::model::{Series, TrackerStats};
+
+use super::sites::{live_at_end, live_at_peak, Sites};
+use super::timeline::timeline;
+
+/// `--fail-over`: growth of the peak past a number of bytes, or past a share of A's peak.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Threshold {
+    Bytes(u64),
+    Percent(f64),
+}
+
+impl std::str::FromStr for Threshold {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        if let Some(p) = t.strip_suffix('%') {
+            return p
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .map(Threshold::Percent)
+                .ok_or_else(|| format!("'{s}': expected a percentage such as 5%"));
+        }
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let num: f64 = num.parse().map_err(|_| {
+            format!("'{s}': expected bytes (1048576, 512MiB, 2GiB) or a percentage (5%)")
+        })?;
+        let mult = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 1.0,
+            "k" | "kb" | "kib" => 1024.0,
+            "m" | "mb" | "mib" => 1024.0 * 1024.0,
+            "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+            "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+            u => {
+                return Err(format!(
+                    "'{s}': unknown unit '{u}' (use B, KiB, MiB, GiB or %)"
+                ))
+            }
+        };
+        Ok(Threshold::Bytes((num * mult).round() as u64))
+    }
+}
+
+/// The gate's verdict.
+#[derive(Debug, Serialize)]
+pub struct Gate {
+    pub threshold: Threshold,
+    /// What is compared: the peak of allocated bytes.
+    pub metric: &'static str,
+    pub before_bytes: f64,
+    pub after_bytes: f64,
+    pub growth_bytes: f64,
+    pub growth_percent: Option<f64>,
+    pub failed: bool,
+}
+
+pub fn gate(threshold: Threshold, before: f64, after: f64) -> Gate {
+    let growth = after - before;
+    let pct = (before > 0.0).then(|| growth / before * 100.0);
+    let failed = match threshold {
+        Threshold::Bytes(b) => growth > b as f64,
+        Threshold::Percent(p) => match pct {
+            Some(g) => g > p,
+            None => growth > 0.0,
+        },
+    };
+    Gate {
+        threshold,
+        metric: "peak allocated",
+        before_bytes: before,
+        after_bytes: after,
+        growth_bytes: growth,
+        growth_percent: pct,
+        failed,
+    }
+}
+
+// ---- snapshots ----
+
+#[derive(Debug, Serialize)]
+pub struct SnapshotDiff {
+    pub kind: &'static str,
+    pub devices: Vec<u32>,
+    pub metrics: Vec<Metric>,
+    pub segments_only_before: Vec<SegmentKey>,
+    pub segments_only_after: Vec<SegmentKey>,
+    pub only_before_bytes: u64,
+    pub only_after_bytes: u64,
+    /// Sites by growth of live bytes at the end (then at the peak), largest first.
+    pub sites: Vec<SiteGrowth>,
+    pub sites_total: usize,
+    pub gate: Option<Gate>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Metric {
+    pub name: &'static str,
+    pub before_bytes: f64,
+    pub after_bytes: f64,
+    pub growth_bytes: f64,
+}
+
+#[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord, Clone)]
+pub struct SegmentKey {
+    pub device: u32,
+    pub address: u64,
+    pub total_size: u64,
+}
+
+#[derive(Debug, Serialize, Default)]
+pub struct SiteGrowth {
+    pub site: String,
+    pub location: String,
+    pub end_before_bytes: u64,
+    pub end_after_bytes: u64,
+    pub end_growth_bytes: i64,
+    pub peak_before_bytes: u64,
+    pub peak_after_bytes: u64,
+    pub peak_growth_bytes: i64,
+}
+
+/// Peak allocated of a snapshot's device: the trace's peak, or the final allocated bytes when
+/// there is no trace.
+fn snapshot_metrics(s: &Snapshot, devices: &[u32]) -> [f64; 4] {
+    let (mut peak, mut end, mut reserved, mut peak_res) = (0.0, 0.0, 0.0, 0.0);
+    for &d in devices {
+        let tl = timeline(s, d, false);
+        end += tl.final_allocated_bytes as f64;
+        reserved += tl.final_reserved_bytes as f64;
+        peak += tl.peak_allocated.map_or(tl.final_allocated_bytes, |p| {
+            p.bytes.max(tl.final_allocated_bytes)
+        }) as f64;
+        peak_res += tl.peak_reserved.map_or(tl.final_reserved_bytes, |p| {
+            p.bytes.max(tl.final_reserved_bytes)
+        }) as f64;
+    }
+    [peak, end, peak_res, reserved]
+}
+
+type SiteBytes = BTreeMap<(String, String), (u64, u64)>;
+
+fn site_bytes(s: &Snapshot, devices: &[u32]) -> SiteBytes {
+    let mut sites = Sites::new(s);
+    let mut out: SiteBytes = BTreeMap::new();
+    for &d in devices {
+        for (&stack, &(bytes, _)) in &live_at_end(s, d).by_stack {
+            let k = sites.site(stack);
+            out.entry((sites.label(k, false), sites.label(k, true)))
+                .or_default()
+                .0 += bytes;
+        }
+        if let Some((_, p)) = live_at_peak(s, d) {
+            for (&stack, &(bytes, _)) in &p.by_stack {
+                let k = sites.site(stack);
+                out.entry((sites.label(k, false), sites.label(k, true)))
+                    .or_default()
+                    .1 += bytes;
+            }
+        }
+    }
+    out
+}
+
+pub fn snapshot_diff(
+    a: &Snapshot,
+    b: &Snapshot,
+    devices: &[u32],
+    top: usize,
+    threshold: Option<Threshold>,
+) -> SnapshotDiff {
+    let ma = snapshot_metrics(a, devices);
+    let mb = snapshot_metrics(b, devices);
+    let names = [
+        "peak allocated",
+        "allocated at end",
+        "peak reserved",
+        "reserved at end",
+    ];
+    let metrics = names
+        .iter()
+        .enumerate()
+        .map(|(i, &name)| Metric {
+            name,
+            before_bytes: ma[i],
+            after_bytes: mb[i],
+            growth_bytes: mb[i] - ma[i],
+        })
+        .collect();
+    let keys = |s: &Snapshot| -> Vec<SegmentKey> {
+        let mut v: Vec<SegmentKey> = s
+            .segments
+            .iter()
+            .filter(|g| devices.contains(&g.device))
+            .map(|g| SegmentKey {
+                device: g.device,
+                address: g.address,
+                total_size: g.total_size,
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let (ka, kb) = (keys(a), keys(b));
+    let only_before: Vec<SegmentKey> = ka
+        .iter()
+        .filter(|k| kb.binary_search(k).is_err())
+        .cloned()
+        .collect();
+    let only_after: Vec<SegmentKey> = kb
+        .iter()
+        .filter(|k| ka.binary_search(k).is_err())
+        .cloned()
+        .collect();
+    let sa = site_bytes(a, devices);
+    let sb = site_bytes(b, devices);
+    let mut all: BTreeMap<(String, String), SiteGrowth> = BTreeMap::new();
+    for (k, (end, peak)) in sa {
+        let g = all.entry(k.clone()).or_default();
+        g.end_before_bytes = end;
+        g.peak_before_bytes = peak;
+    }
+    for (k, (end, peak)) in sb {
+        let g = all.entry(k.clone()).or_default();
+        g.end_after_bytes = end;
+        g.peak_after_bytes = peak;
+    }
+    let mut sites: Vec<SiteGrowth> = all
+        .into_iter()
+        .map(|((site, location), mut g)| {
+            g.site = site;
+            g.location = location;
+            g.end_growth_bytes = g.end_after_bytes as i64 - g.end_before_bytes as i64;
+            g.peak_growth_bytes = g.peak_after_bytes as i64 - g.peak_before_bytes as i64;
+            g
+        })
+        .filter(|g| g.end_growth_bytes != 0 || g.peak_growth_bytes != 0)
+        .collect();
+    sites.sort_by(|x, y| {
+        (y.end_growth_bytes, y.peak_growth_bytes)
+            .cmp(&(x.end_growth_bytes, x.peak_growth_bytes))
+            .then_with(|| x.location.cmp(&y.location))
+    });
+    let sites_total = sites.len();
+    sites.truncate(top);
+    SnapshotDiff {
+        kind: "snapshot_diff",
+        devices: devices.to_vec(),
+        metrics,
+        only_before_bytes: only_before.iter().map(|k| k.total_size).sum(),
+        only_after_bytes: only_after.iter().map(|k| k.total_size).sum(),
+        segments_only_before: only_before,
+        segments_only_after: only_after,
+        sites,
+        sites_total,
+        gate: threshold.map(|t| gate(t, ma[0], mb[0])),
+    }
+}
+
+// ---- tracker stats ----
+
+#[derive(Debug, Serialize)]
+pub struct StatsDiff {
+    pub kind: &'static str,
+    pub ops_before: usize,
+    pub ops_after: usize,
+    pub peaks: Vec<Metric>,
+    /// Ops by growth of the memory they generate (allocated after the op minus after the op
+    /// before, MemoryTracker.summary's measure), matched by op name.
+    pub ops: Vec<OpGrowth>,
+    pub ops_total: usize,
+    pub only_before: usize,
+    pub only_after: usize,
+    pub gate: Option<Gate>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OpGrowth {
+    pub op: String,
+    pub generated_before_bytes: Option<f64>,
+    pub generated_after_bytes: Option<f64>,
+    pub growth_bytes: f64,
+    pub allocated_before_bytes: Option<f64>,
+    pub allocated_after_bytes: Option<f64>,
+}
+
+fn peak(v: &[f64]) -> f64 {
+    v.iter()
+        .copied()
+        .filter(|x| !x.is_nan())
+        .fold(f64::NEG_INFINITY, f64::max)
+        .max(0.0)
+}
+
+/// name → (generated, allocated after), the last occurrence of a repeated name winning, as
+/// MemoryTracker's dicts keep it.
+fn by_name(t: &TrackerStats) -> HashMap<&str, (f64, f64)> {
+    let mut m = HashMap::with_capacity(t.op_count());
+    for i in 0..t.op_count() {
+        let before = if i == 0 { 0.0 } else { t.allocated[i - 1] };
+        m.insert(t.names.get(i), (t.allocated[i] - before, t.allocated[i]));
+    }
+    m
+}
+
+pub fn stats_diff(
+    a: &TrackerStats,
+    b: &TrackerStats,
+    top: usize,
+    threshold: Option<Threshold>,
+) -> StatsDiff {
+    let peaks = Series::ALL
+        .iter()
+        .map(|&s| {
+            let (x, y) = (peak(a.series(s)), peak(b.series(s)));
+            Metric {
+                name: match s {
+                    Series::Allocated => "peak allocated",
+                    Series::Active => "peak active",
+                    Series::Reserved => "peak reserved",
+                },
+                before_bytes: x,
+                after_bytes: y,
+                growth_bytes: y - x,
+            }
+        })
+        .collect();
+    let (na, nb) = (by_name(a), by_name(b));
+    let mut ops: Vec<OpGrowth> = Vec::new();
+    let mut only_before = 0;
+    let mut only_after = 0;
+    let mut seen: Vec<&str> = Vec::new();
+    for i in 0..a.op_count() {
+        seen.push(a.names.get(i));
+    }
+    for i in 0..b.op_count() {
+        let n = b.names.get(i);
+        if !na.contains_key(n) {
+            seen.push(n);
+        }
+    }
+    let mut done = std::collections::HashSet::new();
+    for name in seen {
+        if !done.insert(name) {
+            continue;
+        }
+        let x = na.get(name);
+        let y = nb.get(name);
+        match (x, y) {
+            (Some(_), None) => only_before += 1,
+            (None, Some(_)) => only_after += 1,
+            _ => {}
+        }
+        let growth = y.map_or(0.0, |v| v.0) - x.map_or(0.0, |v| v.0);
+        if growth == 0.0 {
+            continue;
+        }
+        ops.push(OpGrowth {
+            op: name.to_string(),
+            generated_before_bytes: x.map(|v| v.0),
+            generated_after_bytes: y.map(|v| v.0),
+            growth_bytes: growth,
+            allocated_before_bytes: x.map(|v| v.1),
+            allocated_after_bytes: y.map(|v| v.1),
+        });
+    }
+    ops.sort_by(|p, q| q.growth_bytes.total_cmp(&p.growth_bytes));
+    let ops_total = ops.len();
+    ops.truncate(top);
+    let (pa, pb) = (peak(&a.allocated), peak(&b.allocated));
+    StatsDiff {
+        kind: "stats_diff",
+        ops_before: a.op_count(),
+        ops_after: b.op_count(),
+        peaks,
+        ops,
+        ops_total,
+        only_before,
+        only_after,
+        gate: threshold.map(|t| gate(t, pa, pb)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_parse() {
+        assert_eq!("5%".parse::<Threshold>(), Ok(Threshold::Percent(5.0)));
+        assert_eq!("1024".parse::<Threshold>(), Ok(Threshold::Bytes(1024)));
+        assert_eq!("1.5MiB".parse::<Threshold>(), Ok(Threshold::Bytes(3 << 19)));
+        assert_eq!("2 GB".parse::<Threshold>(), Ok(Threshold::Bytes(2 << 30)));
+        assert!("5 parsecs".parse::<Threshold>().is_err());
+        assert!("-1%".parse::<Threshold>().is_err());
+    }
+
+    #[test]
+    fn gate_fails_only_past_the_threshold() {
+        assert!(!gate(Threshold::Bytes(10), 100.0, 110.0).failed);
+        assert!(gate(Threshold::Bytes(10), 100.0, 111.0).failed);
+        assert!(gate(Threshold::Percent(5.0), 100.0, 106.0).failed);
+        assert!(!gate(Threshold::Percent(5.0), 100.0, 90.0).failed);
+    }
+}

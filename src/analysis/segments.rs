@@ -1,0 +1,181 @@
+//! The per-segment map of `python -m torch.cuda._memory_viz stats` (its `segsum`), with the same
+//! totals: reserved, allocated (bytes requested by live tensors), and free split into external
+//! (blocks not allocated) and internal (rounding inside allocated blocks).
+
+use serde::Serialize;
+
+use crate::model::snapshot::{BlockState, Snapshot};
+
+/// One character of the map stands for this many bytes of a segment (20 MiB, as `_memory_viz`).
+pub const PAGE_SIZE: u64 = 20 << 20;
+
+#[derive(Debug, Serialize)]
+pub struct SegmentMap {
+    pub devices: Vec<u32>,
+    pub page_size: u64,
+    pub segments: Vec<SegmentRow>,
+    pub totals: Totals,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Totals {
+    pub segments: usize,
+    pub reserved_bytes: u64,
+    /// Requested bytes of `active_allocated` blocks (`_memory_viz`'s total_allocated).
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    /// Bytes in blocks that are not `active_allocated` (inactive and pending free).
+    pub free_external_bytes: u64,
+    /// Block size minus requested size of `active_allocated` blocks.
+    pub free_internal_bytes: u64,
+    /// Internal share of the free bytes, percent (`None` when nothing is free).
+    pub internal_percent: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SegmentRow {
+    /// Position in the file's `segments` list.
+    pub index: usize,
+    pub device: u32,
+    pub address: u64,
+    pub total_size: u64,
+    pub stream: i64,
+    pub pool: String,
+    pub size_class: &'static str,
+    pub blocks: usize,
+    pub allocated_bytes: u64,
+    pub free_external_bytes: u64,
+    pub free_internal_bytes: u64,
+    pub internal_percent: Option<f64>,
+    pub largest_free_block_bytes: u64,
+    /// `_memory_viz`'s picture of the segment, one character per 20 MiB page: `a-z` a page
+    /// filled by one block, `0-9` partly filled by several (9 = 90%), `*` full with several,
+    /// space free.
+    pub map: String,
+}
+
+fn pct(internal: u64, external: u64) -> Option<f64> {
+    let total = internal + external;
+    (total != 0).then(|| internal as f64 / total as f64 * 100.0)
+}
+
+/// Segments of `devices`, in `_memory_viz`'s order: by size, then by active bytes, then file
+/// order.
+pub fn segment_map(snap: &Snapshot, devices: &[u32]) -> SegmentMap {
+    let mut order: Vec<(u64, u64, usize)> = snap
+        .segments
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| devices.contains(&s.device))
+        .map(|(i, s)| {
+            let active: u64 = s
+                .blocks(&snap.blocks)
+                .iter()
+                .filter(|b| b.state == BlockState::ActiveAllocated)
+                .map(|b| b.size)
+                .sum();
+            (s.total_size, active, i)
+        })
+        .collect();
+    order.sort();
+    let mut totals = Totals::default();
+    let mut rows = Vec::with_capacity(order.len());
+    for (_, _, i) in order {
+        let seg = &snap.segments[i];
+        let mut ext = 0u64;
+        let mut int = 0u64;
+        let mut alloc = 0u64;
+        let mut largest_free = 0u64;
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let mut offset = 0u64;
+        for b in seg.blocks(&snap.blocks) {
+            if b.state == BlockState::ActiveAllocated {
+                let req = b.requested(&snap.history);
+                ranges.push((offset, req));
+                alloc += req;
+                int += b.size.saturating_sub(req);
+            } else {
+                ext += b.size;
+                if b.state == BlockState::Inactive {
+                    largest_free = largest_free.max(b.size);
+                }
+            }
+            offset += b.size;
+        }
+        totals.segments += 1;
+        totals.reserved_bytes += seg.total_size;
+        totals.allocated_bytes += alloc;
+        totals.free_external_bytes += ext;
+        totals.free_internal_bytes += int;
+        rows.push(SegmentRow {
+            index: i,
+            device: seg.device,
+            address: seg.address,
+            total_size: seg.total_size,
+            stream: seg.stream,
+            pool: seg.pool_name(),
+            size_class: seg.size_class.name(),
+            blocks: seg.block_len as usize,
+            allocated_bytes: alloc,
+            free_external_bytes: ext,
+            free_internal_bytes: int,
+            internal_percent: pct(int, ext),
+            largest_free_block_bytes: largest_free,
+            map: page_map(seg.total_size, &ranges),
+        });
+    }
+    totals.free_bytes = totals.free_external_bytes + totals.free_internal_bytes;
+    totals.internal_percent = pct(totals.free_internal_bytes, totals.free_external_bytes);
+    SegmentMap {
+        devices: devices.to_vec(),
+        page_size: PAGE_SIZE,
+        segments: rows,
+        totals,
+    }
+}
+
+/// `segsum`'s picture: ranges are (offset, requested bytes) of the allocated blocks.
+fn page_map(total: u64, ranges: &[(u64, u64)]) -> String {
+    if total == 0 {
+        return String::new();
+    }
+    let pages = ((total - 1) / PAGE_SIZE + 1) as usize;
+    let mut occupied = vec![b' '; pages];
+    let mut frac = vec![0.0f64; pages];
+    for (i, &(start, size)) in ranges.iter().enumerate() {
+        if size == 0 {
+            continue;
+        }
+        let finish = start + size;
+        let first = (start / PAGE_SIZE) as usize;
+        let last = ((finish - 1) / PAGE_SIZE + 1) as usize;
+        let m = b'a' + (i % 26) as u8;
+        for j in first..last.min(pages) {
+            let s = start.max(j as u64 * PAGE_SIZE);
+            let e = finish.min((j as u64 + 1) * PAGE_SIZE);
+            frac[j] += (e - s) as f64 / PAGE_SIZE as f64;
+            if occupied[j] != b' ' {
+                let k = ((frac[j] * 10.0) as usize).min(10);
+                occupied[j] = b"0123456789*"[k];
+            } else {
+                occupied[j] = m;
+            }
+        }
+    }
+    String::from_utf8(occupied).expect("ASCII")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_map_matches_segsum() {
+        let p = PAGE_SIZE;
+        // one block filling two pages and a half, then free
+        assert_eq!(page_map(4 * p, &[(0, 2 * p + p / 2)]), "aaa ");
+        // two blocks sharing a page: 0.5 + 0.25 → '7'
+        assert_eq!(page_map(p, &[(0, p / 2), (p / 2, p / 4)]), "7");
+        assert_eq!(page_map(p, &[(0, p / 2), (p / 2, p / 2)]), "*");
+    }
+}

@@ -1,0 +1,312 @@
+//! Bytes by allocation site: live at the end of the snapshot, and live at the peak of the trace.
+//!
+//! A stack is the frames `_memory_viz` keeps (its `_frame_filter`); a site is the stack's
+//! innermost kept Python frame (`*.py`), or its innermost kept frame when it has no Python
+//! frame, or `<non-python>` for an empty stack and `<no-context>` for a missing one (the labels
+//! `_memory_viz` uses). Bytes are what the program requested (trace sizes, `requested_size`).
+//!
+//! The live set at the peak is rebuilt by replaying the trace: allocations made in the trace
+//! and not yet freed, plus allocations older than the trace that it frees after the peak, plus
+//! blocks live at the end that the trace never touched.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::model::snapshot::{Action, FrameId, Snapshot, StackId};
+
+use super::memviz::FrameFilter;
+use super::timeline::timeline;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SiteKey {
+    Frame(FrameId),
+    NonPython,
+    NoContext,
+}
+
+/// Live allocations at one moment, by stack.
+#[derive(Debug, Default)]
+pub struct LiveSet {
+    /// (stack, bytes, count)
+    pub by_stack: FxHashMap<StackId, (u64, u64)>,
+    pub bytes: u64,
+    pub count: u64,
+}
+
+impl LiveSet {
+    fn add(&mut self, stack: StackId, bytes: u64) {
+        let e = self.by_stack.entry(stack).or_insert((0, 0));
+        e.0 += bytes;
+        e.1 += 1;
+        self.bytes += bytes;
+        self.count += 1;
+    }
+}
+
+/// Allocations live at the end: `active_allocated` blocks of the device.
+pub fn live_at_end(snap: &Snapshot, device: u32) -> LiveSet {
+    let mut live = LiveSet::default();
+    for s in snap.segments_on(device) {
+        for b in s.blocks(&snap.blocks) {
+            if b.state.is_allocated() {
+                live.add(b.alloc_stack(&snap.history), b.requested(&snap.history));
+            }
+        }
+    }
+    live
+}
+
+/// Allocations live right after the trace's peak-allocated event, and that event's index.
+pub fn live_at_peak(snap: &Snapshot, device: u32) -> Option<(usize, LiveSet)> {
+    let trace = snap.trace(device)?;
+    let events = &trace.events;
+    if events.is_empty() {
+        return None;
+    }
+    let peak = timeline(snap, device, false).peak_allocated?.index;
+    let mut live: FxHashMap<u64, (u64, StackId)> = FxHashMap::default();
+    let mut set = LiveSet::default();
+    let mut at_peak: Option<FxHashMap<u64, (u64, StackId)>> = None;
+    for (i, e) in events.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                live.insert(e.addr, (e.size, e.stack));
+            }
+            Action::FreeRequested if live.remove(&e.addr).is_none() && i > peak => {
+                // allocated before the trace began, still live at the peak
+                set.add(e.stack, e.size);
+            }
+            _ => {}
+        }
+        if i == peak {
+            at_peak = Some(live.clone());
+        }
+    }
+    for (_, (size, stack)) in at_peak.unwrap_or_default() {
+        set.add(stack, size);
+    }
+    // blocks live at the end that no trace allocation accounts for were live all along
+    for s in snap.segments_on(device) {
+        for b in s.blocks(&snap.blocks) {
+            if b.state.is_allocated() && !live.contains_key(&b.address) {
+                set.add(b.alloc_stack(&snap.history), b.requested(&snap.history));
+            }
+        }
+    }
+    Some((peak, set))
+}
+
+/// Resolves stacks to sites and kept frames, once per distinct stack.
+pub struct Sites<'s> {
+    pub snap: &'s Snapshot,
+    filter: FrameFilter<'s>,
+    site_of: FxHashMap<StackId, SiteKey>,
+}
+
+impl<'s> Sites<'s> {
+    pub fn new(snap: &'s Snapshot) -> Sites<'s> {
+        Sites {
+            snap,
+            filter: FrameFilter::new(snap),
+            site_of: FxHashMap::default(),
+        }
+    }
+
+    pub fn site(&mut self, stack: StackId) -> SiteKey {
+        if let Some(&k) = self.site_of.get(&stack) {
+            return k;
+        }
+        let k = if stack.is_missing() {
+            SiteKey::NoContext
+        } else {
+            let kept = self.filter.kept(stack);
+            let py = kept.iter().copied().find(|&f| {
+                let fr = self.snap.stacks.frame(f);
+                self.snap.stacks.str(fr.filename).ends_with(".py")
+            });
+            match py.or(kept.first().copied()) {
+                Some(f) => SiteKey::Frame(f),
+                None => SiteKey::NonPython,
+            }
+        };
+        self.site_of.insert(stack, k);
+        k
+    }
+
+    pub fn label(&self, k: SiteKey, full_filename: bool) -> String {
+        match k {
+            SiteKey::Frame(f) => self.snap.frame_label(f, full_filename),
+            SiteKey::NonPython => "<non-python>".into(),
+            SiteKey::NoContext => "<no-context>".into(),
+        }
+    }
+
+    /// The folded-stack line body (root first, `;`-separated), as `_memory_viz` writes them.
+    pub fn folded(&mut self, stack: StackId) -> String {
+        if stack.is_missing() {
+            return "<no-context>".into();
+        }
+        let kept = self.filter.kept(stack);
+        if kept.is_empty() {
+            return "<non-python>".into();
+        }
+        kept.iter()
+            .rev()
+            .map(|&f| self.snap.frame_label(f, false).replace(';', ":"))
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
+    /// Kept frames of a stack, innermost first, formatted with full file names.
+    pub fn frames(&mut self, stack: StackId) -> Vec<String> {
+        self.filter
+            .kept(stack)
+            .iter()
+            .map(|&f| self.snap.frame_label(f, true))
+            .collect()
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct SiteRow {
+    pub device: u32,
+    /// `file:line:function` (file name only), or `<non-python>` / `<no-context>`.
+    pub site: String,
+    /// The same with the full file path.
+    pub location: String,
+    pub end_bytes: u64,
+    pub end_count: u64,
+    pub peak_bytes: Option<u64>,
+    pub peak_count: Option<u64>,
+    /// Kept frames (innermost first) of the stack contributing most bytes to this site.
+    pub example_stack: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SiteReport {
+    pub device: u32,
+    pub end_bytes: u64,
+    pub end_count: u64,
+    /// Index of the trace event after which allocated bytes peaked, when there is a trace.
+    pub peak_event_index: Option<usize>,
+    pub peak_bytes: Option<u64>,
+    pub peak_count: Option<u64>,
+    /// Distinct sites in all (the rows may be the first N).
+    pub sites: usize,
+    pub rows: Vec<SiteRow>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Moment {
+    End,
+    Peak,
+}
+
+pub fn site_report(snap: &Snapshot, device: u32, top: usize, by: Moment) -> SiteReport {
+    let end = live_at_end(snap, device);
+    let peak = live_at_peak(snap, device);
+    let mut sites = Sites::new(snap);
+    #[derive(Default)]
+    struct Acc {
+        end: (u64, u64),
+        peak: (u64, u64),
+        best_stack: Option<(u64, StackId)>,
+    }
+    let mut acc: FxHashMap<SiteKey, Acc> = FxHashMap::default();
+    let note = |a: &mut Acc, stack: StackId, bytes: u64| {
+        if a.best_stack
+            .is_none_or(|(b, s)| bytes > b || (bytes == b && stack < s))
+        {
+            a.best_stack = Some((bytes, stack));
+        }
+    };
+    for (&stack, &(bytes, count)) in &end.by_stack {
+        let a = acc.entry(sites.site(stack)).or_default();
+        a.end.0 += bytes;
+        a.end.1 += count;
+        note(a, stack, bytes);
+    }
+    if let Some((_, p)) = &peak {
+        for (&stack, &(bytes, count)) in &p.by_stack {
+            let a = acc.entry(sites.site(stack)).or_default();
+            a.peak.0 += bytes;
+            a.peak.1 += count;
+            note(a, stack, bytes);
+        }
+    }
+    let has_peak = peak.is_some();
+    let by = if has_peak { by } else { Moment::End };
+    let mut rows: Vec<(SiteKey, Acc)> = acc.into_iter().collect();
+    let n_sites = rows.len();
+    let label_of = |k: SiteKey| sites.label(k, true);
+    rows.sort_by(|(ka, a), (kb, b)| {
+        let (va, vb) = match by {
+            Moment::End => ((a.end.0, a.peak.0), (b.end.0, b.peak.0)),
+            Moment::Peak => ((a.peak.0, a.end.0), (b.peak.0, b.end.0)),
+        };
+        vb.cmp(&va).then_with(|| label_of(*ka).cmp(&label_of(*kb)))
+    });
+    rows.truncate(top);
+    let rows = rows
+        .into_iter()
+        .map(|(k, a)| SiteRow {
+            device,
+            site: sites.label(k, false),
+            location: sites.label(k, true),
+            end_bytes: a.end.0,
+            end_count: a.end.1,
+            peak_bytes: has_peak.then_some(a.peak.0),
+            peak_count: has_peak.then_some(a.peak.1),
+            example_stack: a
+                .best_stack
+                .map(|(_, s)| sites.frames(s))
+                .unwrap_or_default(),
+        })
+        .collect();
+    SiteReport {
+        device,
+        end_bytes: end.bytes,
+        end_count: end.count,
+        peak_event_index: peak.as_ref().map(|(i, _)| *i),
+        peak_bytes: peak.as_ref().map(|(_, p)| p.bytes),
+        peak_count: peak.as_ref().map(|(_, p)| p.count),
+        sites: n_sites,
+        rows,
+    }
+}
+
+/// Folded stacks (`frame;frame;... bytes`, root first) of the live allocations at `at`, for
+/// flamegraph.pl, inferno, speedscope. `prefix` goes first on every line (e.g. `cuda:0`).
+pub fn folded(snap: &Snapshot, device: u32, at: Moment, prefix: Option<&str>) -> String {
+    let live = match at {
+        Moment::End => live_at_end(snap, device),
+        Moment::Peak => match live_at_peak(snap, device) {
+            Some((_, l)) => l,
+            None => live_at_end(snap, device),
+        },
+    };
+    let mut sites = Sites::new(snap);
+    let mut lines: FxHashMap<String, u64> = FxHashMap::default();
+    for (&stack, &(bytes, _)) in &live.by_stack {
+        if bytes == 0 {
+            continue;
+        }
+        let mut line = String::new();
+        if let Some(p) = prefix {
+            line.push_str(p);
+            line.push(';');
+        }
+        line.push_str(&sites.folded(stack));
+        *lines.entry(line).or_default() += bytes;
+    }
+    let mut lines: Vec<(String, u64)> = lines.into_iter().collect();
+    lines.sort();
+    let mut out = String::new();
+    for (l, b) in lines {
+        out.push_str(&l);
+        out.push(' ');
+        out.push_str(&b.to_string());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,211 @@
+//! `summary` of an allocator snapshot: per device, what the allocator holds and how well.
+//!
+//! Counters follow the allocator's own (`memory_stats()` and the segments' `allocated_size`,
+//! `active_size`, `requested_size`); where a file lacks them they are derived from the blocks,
+//! which is what the allocator computes them from.
+
+use serde::Serialize;
+
+use crate::model::snapshot::{Action, Layout, SizeClass, Snapshot};
+
+use super::timeline::{timeline, OomMark, Point};
+
+#[derive(Debug, Serialize)]
+pub struct SnapshotSummary {
+    pub kind: &'static str,
+    pub layout: Layout,
+    pub devices: Vec<DeviceSummary>,
+    /// `allocator_settings`, as in the file (absent in older files).
+    pub allocator_settings: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct DeviceSummary {
+    pub device: u32,
+    pub segments: usize,
+    pub blocks: usize,
+    /// Sum of segment sizes (cudaMalloc'd).
+    pub reserved_bytes: u64,
+    /// Blocks in use by tensors (`active_allocated`), at their rounded size.
+    pub allocated_bytes: u64,
+    /// Allocated plus freed blocks still waiting on a stream (`active_pending_free`).
+    pub active_bytes: u64,
+    /// What the program asked for, over active blocks.
+    pub requested_bytes: u64,
+    /// Reserved but not active: `inactive` blocks, reusable.
+    pub free_bytes: u64,
+    pub pending_free_bytes: u64,
+    /// Active bytes beyond the request: rounding inside blocks.
+    pub internal_fragmentation_bytes: u64,
+    /// Of the free bytes, those not in the largest free block: `1 - largest/free`.
+    pub external_fragmentation: Option<f64>,
+    pub largest_free_block_bytes: u64,
+    /// "file" when every segment carries the allocator's counters, "derived" when none does,
+    /// "mixed" otherwise.
+    pub counters: &'static str,
+    /// Segments whose counters disagree with their blocks.
+    pub counter_mismatches: usize,
+    pub pools: Vec<PoolRow>,
+    pub trace_entries: usize,
+    /// `time_us` of the first trace entry, when entries carry it.
+    pub trace_start_time_us: Option<i64>,
+    pub actions: Vec<ActionCount>,
+    /// What the trace implies before its first event, anchored at the final state; negative
+    /// means the trace and the segments disagree (see docs/snapshots.md, "The timeline").
+    pub initial_allocated_bytes: Option<i64>,
+    pub initial_reserved_bytes: Option<i64>,
+    pub peak_allocated: Option<Point>,
+    pub peak_reserved: Option<Point>,
+    pub ooms: Vec<OomMark>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ActionCount {
+    pub action: &'static str,
+    pub count: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PoolRow {
+    pub pool: String,
+    pub size_class: SizeClass,
+    /// Whether the size class came from the file's `segment_type` or from the segment size.
+    pub size_class_derived: bool,
+    pub segments: usize,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub active_bytes: u64,
+    pub free_bytes: u64,
+    pub largest_free_block_bytes: u64,
+}
+
+pub fn snapshot_summary(snap: &Snapshot, devices: &[u32]) -> SnapshotSummary {
+    let devices = devices.iter().map(|&d| device_summary(snap, d)).collect();
+    SnapshotSummary {
+        kind: "allocator_snapshot",
+        layout: snap.layout.clone(),
+        devices,
+        allocator_settings: snap
+            .allocator_settings
+            .as_ref()
+            .map(|s| s.iter().cloned().collect()),
+    }
+}
+
+fn device_summary(snap: &Snapshot, device: u32) -> DeviceSummary {
+    let mut d = DeviceSummary {
+        device,
+        ..Default::default()
+    };
+    let (mut with, mut without) = (0usize, 0usize);
+    for s in snap.segments_on(device) {
+        let (mut alloc, mut active, mut req, mut free, mut pending, mut largest) =
+            (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let blocks = s.blocks(&snap.blocks);
+        for b in blocks {
+            if b.state.is_allocated() {
+                alloc += b.size;
+            }
+            if b.state.is_active() {
+                active += b.size;
+                req += b.requested(&snap.history);
+                if !b.state.is_allocated() {
+                    pending += b.size;
+                }
+            } else {
+                free += b.size;
+                largest = largest.max(b.size);
+            }
+        }
+        // a segment without blocks (a hand-made file): all of it is free
+        if blocks.is_empty() {
+            free += s.total_size;
+            largest = largest.max(s.total_size);
+        }
+        match (s.allocated_size, s.active_size, s.requested_size) {
+            (Some(a), Some(ac), Some(r)) => {
+                with += 1;
+                if !blocks.is_empty() && (a, ac, r) != (alloc, active, req) {
+                    d.counter_mismatches += 1;
+                }
+                alloc = a;
+                active = ac;
+                req = r;
+            }
+            _ => without += 1,
+        }
+        d.segments += 1;
+        d.blocks += blocks.len();
+        d.reserved_bytes += s.total_size;
+        d.allocated_bytes += alloc;
+        d.active_bytes += active;
+        d.requested_bytes += req;
+        d.free_bytes += free;
+        d.pending_free_bytes += pending;
+        d.largest_free_block_bytes = d.largest_free_block_bytes.max(largest);
+        let key = (s.pool_name(), s.size_class);
+        let row = match d
+            .pools
+            .iter_mut()
+            .position(|p| (p.pool.clone(), p.size_class) == key)
+        {
+            Some(i) => &mut d.pools[i],
+            None => {
+                d.pools.push(PoolRow {
+                    pool: key.0,
+                    size_class: key.1,
+                    size_class_derived: s.size_class_derived,
+                    segments: 0,
+                    reserved_bytes: 0,
+                    allocated_bytes: 0,
+                    active_bytes: 0,
+                    free_bytes: 0,
+                    largest_free_block_bytes: 0,
+                });
+                d.pools.last_mut().expect("just pushed")
+            }
+        };
+        row.segments += 1;
+        row.reserved_bytes += s.total_size;
+        row.allocated_bytes += alloc;
+        row.active_bytes += active;
+        row.free_bytes += free;
+        row.largest_free_block_bytes = row.largest_free_block_bytes.max(largest);
+    }
+    d.pools
+        .sort_by(|a, b| (&a.pool, a.size_class.name()).cmp(&(&b.pool, b.size_class.name())));
+    d.counters = match (with, without) {
+        (_, 0) if with > 0 => "file",
+        (0, _) => "derived",
+        _ => "mixed",
+    };
+    d.internal_fragmentation_bytes = d.active_bytes.saturating_sub(d.requested_bytes);
+    d.external_fragmentation =
+        (d.free_bytes > 0).then(|| 1.0 - d.largest_free_block_bytes as f64 / d.free_bytes as f64);
+    if let Some(t) = snap.trace(device) {
+        d.trace_entries = t.events.len();
+        let mut counts = [0usize; Action::ALL.len()];
+        for e in &t.events {
+            counts[e.action as usize] += 1;
+        }
+        d.actions = Action::ALL
+            .iter()
+            .zip(counts)
+            .filter(|(_, c)| *c > 0)
+            .map(|(a, c)| ActionCount {
+                action: a.name(),
+                count: c,
+            })
+            .collect();
+        if !t.events.is_empty() {
+            let tl = timeline(snap, device, false);
+            d.trace_start_time_us = tl.t0_us;
+            d.initial_allocated_bytes = Some(tl.initial_allocated_bytes);
+            d.initial_reserved_bytes = Some(tl.initial_reserved_bytes);
+            d.peak_allocated = tl.peak_allocated;
+            d.peak_reserved = tl.peak_reserved;
+            d.ooms = tl.ooms;
+        }
+    }
+    d
+}

@@ -1,0 +1,452 @@
+//! A CUDA caching-allocator snapshot (`torch.cuda.memory._dump_snapshot()`), independent of
+//! the pickle it came from and of the schema era that wrote it.
+//!
+//! Sizes are compact on purpose: a 1M-event snapshot holds ~1.5M trace entries, so an event is
+//! 40 bytes of plain data, and stack traces are interned (`StackId`) once per distinct stack,
+//! however often the file repeats them.
+
+use serde::Serialize;
+
+/// Index of an interned stack (a list of frames, innermost first, as PyTorch writes them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct StackId(pub u32);
+
+impl StackId {
+    /// The entry had no `frames` key at all (older schemas, `snapshot` entries). Distinct from
+    /// an empty list, which the file says explicitly.
+    pub const MISSING: StackId = StackId(u32::MAX);
+
+    pub fn is_missing(self) -> bool {
+        self == StackId::MISSING
+    }
+}
+
+/// Index of an interned frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameId(pub u32);
+
+/// Index of an interned string (file names and function names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StrId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub filename: StrId,
+    pub name: StrId,
+    pub line: i64,
+}
+
+/// Every distinct string, frame and stack of a snapshot, stored once.
+#[derive(Clone, Debug, Default)]
+pub struct Stacks {
+    text: String,
+    str_ends: Vec<u32>,
+    frames: Vec<Frame>,
+    stack_items: Vec<FrameId>,
+    stack_ends: Vec<u32>,
+}
+
+impl Stacks {
+    pub fn str(&self, id: StrId) -> &str {
+        let i = id.0 as usize;
+        let start = if i == 0 {
+            0
+        } else {
+            self.str_ends[i - 1] as usize
+        };
+        &self.text[start..self.str_ends[i] as usize]
+    }
+
+    pub fn frame(&self, id: FrameId) -> Frame {
+        self.frames[id.0 as usize]
+    }
+
+    /// The frames of a stack, innermost first; empty for `StackId::MISSING`.
+    pub fn stack(&self, id: StackId) -> &[FrameId] {
+        if id.is_missing() {
+            return &[];
+        }
+        let i = id.0 as usize;
+        let start = if i == 0 {
+            0
+        } else {
+            self.stack_ends[i - 1] as usize
+        };
+        &self.stack_items[start..self.stack_ends[i] as usize]
+    }
+
+    pub fn stack_count(&self) -> usize {
+        self.stack_ends.len()
+    }
+
+    pub fn frame_count(&self) -> usize {
+        self.frames.len()
+    }
+
+    pub fn string_count(&self) -> usize {
+        self.str_ends.len()
+    }
+
+    // ---- construction (the formats layer dedupes by content before calling these) ----
+
+    pub fn push_str(&mut self, s: &str) -> StrId {
+        self.text.push_str(s);
+        self.str_ends
+            .push(u32::try_from(self.text.len()).unwrap_or(u32::MAX));
+        StrId((self.str_ends.len() - 1) as u32)
+    }
+
+    pub fn push_frame(&mut self, f: Frame) -> FrameId {
+        self.frames.push(f);
+        FrameId((self.frames.len() - 1) as u32)
+    }
+
+    pub fn push_stack(&mut self, frames: &[FrameId]) -> StackId {
+        self.stack_items.extend_from_slice(frames);
+        self.stack_ends
+            .push(u32::try_from(self.stack_items.len()).unwrap_or(u32::MAX));
+        StackId((self.stack_ends.len() - 1) as u32)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockState {
+    /// Used by a tensor.
+    ActiveAllocated,
+    /// Freed by the program, waiting for another stream's work to finish
+    /// (`active_pending_free`; the docstring's `active_awaiting_free`).
+    ActivePendingFree,
+    /// Cached, free for reuse.
+    Inactive,
+    /// A state this version of memtrack does not know: counted as neither allocated nor active.
+    Unknown,
+}
+
+impl BlockState {
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "active_allocated",
+            BlockState::ActivePendingFree => "active_pending_free",
+            BlockState::Inactive => "inactive",
+            BlockState::Unknown => "unknown",
+        }
+    }
+
+    pub fn is_allocated(self) -> bool {
+        self == BlockState::ActiveAllocated
+    }
+
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            BlockState::ActiveAllocated | BlockState::ActivePendingFree
+        )
+    }
+}
+
+/// One entry of a legacy block's `history` (about torch 2.0): an allocation that lives in the
+/// block, with its real (requested) size.
+#[derive(Clone, Copy, Debug)]
+pub struct HistoryEntry {
+    pub addr: u64,
+    pub real_size: u64,
+    pub stack: StackId,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    /// From the file, or (legacy files) the segment address plus the sizes of the blocks before.
+    pub address: u64,
+    pub size: u64,
+    /// `requested_size` when the file has it.
+    pub requested_size: Option<u64>,
+    pub state: BlockState,
+    /// `frames` of the block; `MISSING` in legacy files (see `history`).
+    pub stack: StackId,
+    /// Legacy `history`: a range of `Snapshot::history`.
+    pub history_start: u32,
+    pub history_len: u32,
+    /// Whether the block had a `frames` key (decides how `_memory_viz` reads its size).
+    pub has_frames_key: bool,
+}
+
+impl Block {
+    /// The bytes the program asked for, as `_memory_viz._block_extra` reads them: `requested_size`
+    /// when the block has `frames`; for legacy blocks the first history entry's `real_size`, else
+    /// `requested_size`, else `size`.
+    pub fn requested(&self, history: &[HistoryEntry]) -> u64 {
+        if !self.has_frames_key && self.history_len > 0 {
+            return history[self.history_start as usize].real_size;
+        }
+        self.requested_size.unwrap_or(self.size)
+    }
+
+    pub fn history<'h>(&self, history: &'h [HistoryEntry]) -> &'h [HistoryEntry] {
+        let s = self.history_start as usize;
+        &history[s..s + self.history_len as usize]
+    }
+
+    /// The stack the block is attributed to: its frames, or its newest history entry's.
+    pub fn alloc_stack(&self, history: &[HistoryEntry]) -> StackId {
+        if self.history_len > 0 && !self.has_frames_key {
+            return history[self.history_start as usize].stack;
+        }
+        self.stack
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SizeClass {
+    Small,
+    Large,
+}
+
+impl SizeClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            SizeClass::Small => "small",
+            SizeClass::Large => "large",
+        }
+    }
+}
+
+/// Memory from one cudaMalloc (or one expandable segment), split into blocks.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    pub device: u32,
+    pub address: u64,
+    pub total_size: u64,
+    pub stream: i64,
+    /// `segment_type` from the file, or derived from the size (small segments are 2 MiB).
+    pub size_class: SizeClass,
+    pub size_class_derived: bool,
+    /// `segment_pool_id`; absent in older files (the default pool, (0, 0)).
+    pub pool_id: Option<(i64, i64)>,
+    pub is_expandable: Option<bool>,
+    /// The allocator's own counters, when the file has them.
+    pub allocated_size: Option<u64>,
+    pub active_size: Option<u64>,
+    pub requested_size: Option<u64>,
+    pub stack: StackId,
+    pub block_start: u32,
+    pub block_len: u32,
+}
+
+impl Segment {
+    pub fn blocks<'b>(&self, blocks: &'b [Block]) -> &'b [Block] {
+        let s = self.block_start as usize;
+        &blocks[s..s + self.block_len as usize]
+    }
+
+    pub fn pool_name(&self) -> String {
+        let (a, b) = self.pool_id.unwrap_or((0, 0));
+        format!("({a}, {b})")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Alloc,
+    FreeRequested,
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    Oom,
+    Snapshot,
+    Annotate,
+    /// An action this version does not know; its name is in the event's aux entry.
+    Other,
+}
+
+impl Action {
+    pub const ALL: [Action; 11] = [
+        Action::Alloc,
+        Action::FreeRequested,
+        Action::FreeCompleted,
+        Action::SegmentAlloc,
+        Action::SegmentFree,
+        Action::SegmentMap,
+        Action::SegmentUnmap,
+        Action::Oom,
+        Action::Snapshot,
+        Action::Annotate,
+        Action::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Oom => "oom",
+            Action::Snapshot => "snapshot",
+            Action::Annotate => "annotate",
+            Action::Other => "other",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Action {
+        Action::ALL
+            .into_iter()
+            .find(|a| a.name() == s && *a != Action::Other)
+            .unwrap_or(Action::Other)
+    }
+}
+
+/// `time_us` absent.
+pub const NO_TIME: i64 = i64::MIN;
+/// The event has no aux entry.
+pub const NO_AUX: u32 = u32::MAX;
+
+/// One `device_traces` entry.
+#[derive(Clone, Copy, Debug)]
+pub struct TraceEvent {
+    /// `addr` (0 when absent, as for `oom`).
+    pub addr: u64,
+    /// `size`: for alloc/free the bytes requested, for segment actions the segment's size.
+    pub size: u64,
+    /// `time_us`, or `NO_TIME`.
+    pub time_us: i64,
+    pub stream: i64,
+    pub stack: StackId,
+    pub action: Action,
+    /// Index into `DeviceTrace::aux`, or `NO_AUX`.
+    pub aux: u32,
+}
+
+impl TraceEvent {
+    pub fn time(&self) -> Option<i64> {
+        (self.time_us != NO_TIME).then_some(self.time_us)
+    }
+}
+
+/// What only some events carry.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EventAux {
+    /// `oom`: what CUDA still reported free.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_free: Option<u64>,
+    /// `user_metadata` when not empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_metadata: Option<String>,
+    /// `compile_context` when not empty or "N/A".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compile_context: Option<String>,
+    /// The action's name when it is `Other`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action_name: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DeviceTrace {
+    pub events: Vec<TraceEvent>,
+    pub aux: Vec<EventAux>,
+}
+
+impl DeviceTrace {
+    pub fn aux(&self, e: &TraceEvent) -> Option<&EventAux> {
+        (e.aux != NO_AUX).then(|| &self.aux[e.aux as usize])
+    }
+}
+
+/// `external_annotations` entry: a START/END mark (e.g. the profiler's record_function ranges).
+#[derive(Clone, Debug, Serialize)]
+pub struct Annotation {
+    pub device: Option<u32>,
+    pub stage: String,
+    pub name: String,
+    pub time_us: Option<i64>,
+}
+
+/// How the file was laid out: which schema-era features it has.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Layout {
+    /// `torch.cuda.memory_snapshot()` output: a bare list of segments, no traces.
+    pub bare_segment_list: bool,
+    pub has_device_traces: bool,
+    /// Blocks carry `history` and no `address` (about torch 2.0).
+    pub legacy_block_history: bool,
+    pub has_time_us: bool,
+    pub has_allocator_settings: bool,
+    pub has_external_annotations: bool,
+}
+
+/// What of a snapshot was converted: commands ask only for what they use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Parts {
+    /// Everything.
+    #[default]
+    All,
+    /// Trace events without their stacks (`stack` is `MISSING`).
+    EventsWithoutStacks,
+    /// Segments and blocks; traces only counted (`trace_lengths`), their events left out.
+    SegmentsOnly,
+}
+
+/// A whole snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub parts: Parts,
+    /// Number of entries of each `device_traces` list, whatever was converted.
+    pub trace_lengths: Vec<usize>,
+    pub segments: Vec<Segment>,
+    pub blocks: Vec<Block>,
+    pub history: Vec<HistoryEntry>,
+    /// `device_traces`, one per device index (may be longer than the devices with segments).
+    pub traces: Vec<DeviceTrace>,
+    pub stacks: Stacks,
+    /// `allocator_settings`, in file order, values as JSON.
+    pub allocator_settings: Option<Vec<(String, serde_json::Value)>>,
+    pub annotations: Vec<Annotation>,
+    pub layout: Layout,
+}
+
+impl Snapshot {
+    /// Devices that hold segments or have trace events, ascending.
+    pub fn devices(&self) -> Vec<u32> {
+        let mut d: Vec<u32> = self.segments.iter().map(|s| s.device).collect();
+        for (i, &n) in self.trace_lengths.iter().enumerate() {
+            if n > 0 {
+                d.push(i as u32);
+            }
+        }
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
+    pub fn trace(&self, device: u32) -> Option<&DeviceTrace> {
+        self.traces.get(device as usize)
+    }
+
+    pub fn segments_on(&self, device: u32) -> impl Iterator<Item = &Segment> + '_ {
+        self.segments.iter().filter(move |s| s.device == device)
+    }
+
+    /// Frames formatted as `_memory_viz` does (`file:line:name`, file name only).
+    pub fn frame_label(&self, f: FrameId, full_filename: bool) -> String {
+        let fr = self.stacks.frame(f);
+        let file = self.stacks.str(fr.filename);
+        let file = if full_filename {
+            file
+        } else {
+            short_filename(file)
+        };
+        format!("{}:{}:{}", file, fr.line, self.stacks.str(fr.name))
+    }
+}
+
+/// The last path component, for `/` and (Windows captures) `\` separators.
+pub fn short_filename(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
+}

@@ -1,0 +1,393 @@
+//! End-to-end tests of the snapshot commands over every fixture: golden text output, JSON
+//! checked for internal consistency, and errors with exit code 2.
+//!
+//! Golden files: `tests/golden/<fixture>/<command>.txt`. After an intended change of output,
+//! regenerate them with `UPDATE_GOLDEN=1 cargo test --test snapshot_cli` and review the diff.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+const FIXTURES: &[&str] = &[
+    "cs336_small_mem_snapshot",
+    "cs336_medium_512_training",
+    "cs336_windows_partial_frames",
+    "flexgen_oom_snapshot_legacy",
+    "verl_mem_no_trace_multi_pool",
+    "synthetic_multi_device_oom",
+    "synthetic_bare_segment_list",
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    root()
+        .join("fixtures/snapshots")
+        .join(format!("{name}.pickle"))
+}
+
+fn memtrack() -> Command {
+    Command::cargo_bin("memtrack").unwrap()
+}
+
+fn run_ok(args: &[&str]) -> String {
+    let out = memtrack().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "memtrack {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.extend(["--format", "json"]);
+    serde_json::from_str(&run_ok(&a)).unwrap()
+}
+
+fn golden(name: &str, cmd: &str, actual: &str) {
+    let path = root()
+        .join("tests/golden")
+        .join(name)
+        .join(format!("{cmd}.txt"));
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "{} missing: run UPDATE_GOLDEN=1 cargo test --test snapshot_cli",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{cmd} on {name} differs from {} at line {}:\n expected: {:?}\n   actual: {:?}",
+            path.display(),
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn golden_text_output_of_every_fixture() {
+    for name in FIXTURES {
+        let f = fixture(name);
+        for cmd in ["summary", "segments", "top", "trace"] {
+            let out = run_ok(&[cmd, p(&f)]);
+            golden(name, cmd, &out);
+        }
+    }
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64()
+        .unwrap_or_else(|| panic!("not an unsigned int: {v}"))
+}
+
+#[test]
+fn summary_json_adds_up() {
+    for name in FIXTURES {
+        let f = fixture(name);
+        let s = json(&["summary", p(&f)]);
+        assert_eq!(s["kind"], "allocator_snapshot");
+        for d in s["devices"].as_array().unwrap() {
+            let reserved = u(&d["reserved_bytes"]);
+            let active = u(&d["active_bytes"]);
+            let allocated = u(&d["allocated_bytes"]);
+            let free = u(&d["free_bytes"]);
+            assert_eq!(active + free, reserved, "{name}: active + free = reserved");
+            assert!(allocated <= active && u(&d["requested_bytes"]) <= active);
+            assert_eq!(
+                active - u(&d["requested_bytes"]),
+                u(&d["internal_fragmentation_bytes"])
+            );
+            assert_eq!(active - allocated, u(&d["pending_free_bytes"]), "{name}");
+            let pools = d["pools"].as_array().unwrap();
+            let sum = |k: &str| pools.iter().map(|p| u(&p[k])).sum::<u64>();
+            assert_eq!(sum("reserved_bytes"), reserved);
+            assert_eq!(sum("allocated_bytes"), allocated);
+            assert_eq!(sum("free_bytes"), free);
+            assert_eq!(
+                pools.iter().map(|p| u(&p["segments"])).sum::<u64>(),
+                u(&d["segments"])
+            );
+            assert_eq!(d["counter_mismatches"], 0, "{name}");
+        }
+    }
+}
+
+#[test]
+fn segments_top_and_trace_agree_with_each_other() {
+    for name in FIXTURES {
+        let f = fixture(name);
+        let seg = json(&["segments", p(&f)]);
+        let t = &seg["totals"];
+        assert_eq!(
+            u(&t["allocated_bytes"]) + u(&t["free_external_bytes"]) + u(&t["free_internal_bytes"]),
+            u(&t["reserved_bytes"]),
+            "{name}: segsum accounting"
+        );
+        let rows = seg["segments"].as_array().unwrap();
+        assert_eq!(rows.len() as u64, u(&t["segments"]));
+        assert_eq!(
+            rows.iter().map(|r| u(&r["allocated_bytes"])).sum::<u64>(),
+            u(&t["allocated_bytes"])
+        );
+        let summary = json(&["summary", p(&f)]);
+        let top = json(&["top", p(&f), "--top", "1000000"]);
+        let mut end_total = 0;
+        for (r, d) in top
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(summary["devices"].as_array().unwrap())
+        {
+            let rows = r["rows"].as_array().unwrap();
+            assert_eq!(
+                rows.len() as u64,
+                u(&r["sites"]),
+                "{name}: all sites listed"
+            );
+            let end: u64 = rows.iter().map(|x| u(&x["end_bytes"])).sum();
+            assert_eq!(end, u(&r["end_bytes"]), "{name}: sites add up at the end");
+            end_total += end;
+            if let Some(peak) = r["peak_bytes"].as_u64() {
+                let sum: u64 = rows.iter().map(|x| u(&x["peak_bytes"])).sum();
+                assert_eq!(sum, peak, "{name}: sites add up at the peak");
+                // the replayed live set at the peak is the timeline's peak
+                assert_eq!(
+                    peak as i64,
+                    d["peak_allocated"]["bytes"].as_i64().unwrap(),
+                    "{name}: peak live set = peak allocated"
+                );
+            }
+        }
+        assert_eq!(
+            end_total,
+            u(&t["allocated_bytes"]),
+            "{name}: live at end = total_allocated"
+        );
+        let tr = json(&["trace", p(&f)]);
+        for d in tr["devices"].as_array().unwrap() {
+            let tt = &d["totals"];
+            assert_eq!(
+                u(&tt["entries"]) as usize,
+                d["events"].as_array().unwrap().len()
+            );
+            assert_eq!(
+                tt["net_bytes"].as_i64().unwrap(),
+                u(&tt["alloc_bytes"]) as i64 - u(&tt["free_completed_bytes"]) as i64
+            );
+        }
+    }
+}
+
+#[test]
+fn devices_are_selected_and_checked() {
+    let f = fixture("synthetic_multi_device_oom");
+    let s = json(&["summary", p(&f), "--device", "1"]);
+    assert_eq!(s["devices"].as_array().unwrap().len(), 1);
+    assert_eq!(s["devices"][0]["device"], 1);
+    assert_eq!(s["devices"][0]["ooms"][0]["requested_bytes"], 1u64 << 30);
+    assert_eq!(
+        s["devices"][0]["ooms"][0]["device_free_bytes"],
+        100u64 << 20
+    );
+    for cmd in ["summary", "segments", "top", "trace", "plot"] {
+        memtrack()
+            .args([cmd, p(&f), "--device", "2"])
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("no device 2"));
+    }
+    let tr = run_ok(&["trace", p(&f), "--device", "0"]);
+    assert!(tr.starts_with("Device 0 ---"));
+    assert!(!tr.contains("Device 1"));
+}
+
+#[test]
+fn folded_stacks_are_flamegraph_input() {
+    let f = fixture("cs336_medium_512_training");
+    let out = run_ok(&["top", p(&f), "--folded"]);
+    let mut total = 0u64;
+    for line in out.lines() {
+        let (stack, n) = line.rsplit_once(' ').expect("stack and count");
+        assert!(!stack.is_empty() && !stack.contains('\n'));
+        total += n.parse::<u64>().expect("byte count");
+    }
+    let seg = json(&["segments", p(&f)]);
+    assert_eq!(total, u(&seg["totals"]["allocated_bytes"]));
+    // several devices: one root per device
+    let m = fixture("synthetic_multi_device_oom");
+    let out = run_ok(&["top", p(&m), "--folded", "--at", "peak"]);
+    assert!(out.lines().any(|l| l.starts_with("cuda:0;")));
+    assert!(out.lines().any(|l| l.starts_with("cuda:1;")));
+}
+
+#[test]
+fn plots_and_svgs_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "cs336_medium_512_training",
+        "synthetic_multi_device_oom",
+        "flexgen_oom_snapshot_legacy",
+    ] {
+        let svg = dir.path().join(format!("{name}.svg"));
+        memtrack()
+            .args(["plot", p(&fixture(name)), "-o", p(&svg)])
+            .assert()
+            .success();
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.starts_with("<svg") && text.contains("allocated"));
+        let seg = dir.path().join(format!("{name}.segments.svg"));
+        memtrack()
+            .args(["segments", p(&fixture(name)), "-o", p(&seg)])
+            .assert()
+            .success();
+        let text = std::fs::read_to_string(&seg).unwrap();
+        assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+    }
+    let multi = std::fs::read_to_string(dir.path().join("synthetic_multi_device_oom.svg")).unwrap();
+    assert!(multi.contains("OOM") && multi.contains("cuda:1"));
+    // no trace: a clear error, not an empty picture
+    memtrack()
+        .args([
+            "plot",
+            p(&fixture("verl_mem_no_trace_multi_pool")),
+            "-o",
+            p(&dir.path().join("x.svg")),
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("_record_memory_history"));
+}
+
+#[test]
+fn diff_gates_on_peak_growth() {
+    let small = fixture("cs336_small_mem_snapshot");
+    let medium = fixture("cs336_medium_512_training");
+    let same = json(&["diff", p(&small), p(&small), "--fail-over", "0"]);
+    assert_eq!(same["gate"]["failed"], false);
+    assert_eq!(same["sites"].as_array().unwrap().len(), 0);
+    assert_eq!(same["segments_only_after"].as_array().unwrap().len(), 0);
+    memtrack()
+        .args(["diff", p(&small), p(&medium), "--fail-over", "5%"])
+        .assert()
+        .code(1)
+        .stdout(predicates::str::contains("FAIL"));
+    memtrack()
+        .args(["diff", p(&medium), p(&small), "--fail-over", "1GiB"])
+        .assert()
+        .success();
+    let d = json(&["diff", p(&small), p(&medium)]);
+    let m = &d["metrics"][0];
+    assert_eq!(m["name"], "peak allocated");
+    assert_eq!(
+        m["growth_bytes"].as_f64().unwrap(),
+        m["after_bytes"].as_f64().unwrap() - m["before_bytes"].as_f64().unwrap()
+    );
+    // stats files
+    let t = root().join("fixtures/tracker/synthetic_2000_ops.pkl");
+    let t0 = root().join("fixtures/tracker/memory_tracker_cpu_torch2.15.0.pkl");
+    let sd = json(&["diff", p(&t0), p(&t)]);
+    assert_eq!(sd["kind"], "stats_diff");
+    assert_eq!(sd["peaks"].as_array().unwrap().len(), 3);
+    memtrack()
+        .args(["diff", p(&t0), p(&t), "--fail-over", "10MiB"])
+        .assert()
+        .code(1);
+    memtrack()
+        .args(["diff", p(&t), p(&t), "--fail-over", "0%"])
+        .assert()
+        .success();
+    // kinds must match
+    memtrack()
+        .args(["diff", p(&t), p(&small)])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("one kind"));
+}
+
+#[test]
+fn bad_inputs_exit_2_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(fixture("cs336_small_mem_snapshot")).unwrap();
+    let cut = dir.path().join("cut.pickle");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    for cmd in ["summary", "segments", "top", "trace"] {
+        memtrack()
+            .args([cmd, p(&cut)])
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains("not a readable pickle"));
+    }
+    let tracker = root().join("fixtures/tracker/synthetic_2000_ops.pkl");
+    memtrack()
+        .args(["segments", p(&tracker)])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("allocator snapshots"));
+    // a segment whose size is a string
+    let bad = dir.path().join("bad.pickle");
+    // {'segments': [{'total_size': 'x', 'blocks': []}]}, protocol 2
+    std::fs::write(
+        &bad,
+        b"\x80\x02}q\x00X\x08\x00\x00\x00segmentsq\x01]q\x02}q\x03(X\x0a\x00\x00\x00total_sizeq\x04X\x01\x00\x00\x00xq\x05X\x06\x00\x00\x00blocksq\x06]q\x07uas.",
+    )
+    .unwrap();
+    memtrack()
+        .args(["summary", p(&bad)])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "segments[0].total_size: expected an int, found str",
+        ));
+}
+
+#[test]
+fn export_writes_the_snapshot_model() {
+    let f = fixture("synthetic_multi_device_oom");
+    let v: Value = serde_json::from_str(&run_ok(&["export", p(&f)])).unwrap();
+    assert_eq!(v["kind"], "allocator_snapshot");
+    assert_eq!(v["devices"], serde_json::json!([0, 1]));
+    assert_eq!(v["device_traces"].as_array().unwrap().len(), 3);
+    let frames = v["frames"].as_array().unwrap().len() as u64;
+    for s in v["stacks"].as_array().unwrap() {
+        for f in s.as_array().unwrap() {
+            assert!(u(f) < frames);
+        }
+    }
+    let e = &v["device_traces"][0]["events"][6];
+    assert_eq!(e["action"], "oom");
+    assert_eq!(e["device_free"], 1u64 << 20);
+    assert_eq!(
+        v["device_traces"][0]["events"][16]["action"],
+        "future_action"
+    );
+}
+
+#[test]
+fn frames_are_interned_once() {
+    // the medium capture repeats its frame lists thousands of times
+    let f = fixture("cs336_medium_512_training");
+    let v: Value = serde_json::from_str(&run_ok(&["export", p(&f)])).unwrap();
+    assert_eq!(v["stacks"].as_array().unwrap().len(), 189);
+    assert_eq!(v["frames"].as_array().unwrap().len(), 538);
+}
