@@ -17,8 +17,8 @@ use crate::pickle::{self, Document, MappedFile, View};
 
 /// A file memtrack reads, by kind.
 pub enum Input {
-    Tracker(TrackerStats),
-    Snapshot(Snapshot),
+    Tracker(Box<TrackerStats>),
+    Snapshot(Box<Snapshot>),
 }
 
 impl Input {
@@ -83,7 +83,7 @@ pub fn load(path: &Path) -> Result<Input> {
 pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
     let file = map(path)?;
     if let Some(stats) = tracker_stream::read(file.bytes(), &mut file.release_behind(&mut ())) {
-        return Ok(Input::Tracker(stats));
+        return Ok(Input::Tracker(Box::new(stats)));
     }
     from_document_with(path, parse(path, &file)?, parts)
 }
@@ -97,13 +97,13 @@ fn from_document_with(path: &Path, doc: Document, parts: SnapshotParts) -> Resul
     let root = doc.root();
     if snapshot::is_snapshot(&doc, root) {
         return snapshot::from_document_parts(&doc, parts)
-            .map(Input::Snapshot)
+            .map(|s| Input::Snapshot(Box::new(s)))
             .map_err(|m| Error::input(path, m));
     }
     let has_key = |key: &str| doc.as_dict(root).is_some_and(|d| d.get(key).is_some());
     if has_key("memories_allocated") {
         return tracker::from_document(doc)
-            .map(Input::Tracker)
+            .map(|t| Input::Tracker(Box::new(t)))
             .map_err(|m| Error::input(path, m));
     }
     if let Some(d) = doc.as_dict(root) {
@@ -147,7 +147,7 @@ fn from_document_with(path: &Path, doc: Document, parts: SnapshotParts) -> Resul
 /// Load a file that must be tracker stats.
 pub fn load_tracker(path: &Path) -> Result<TrackerStats> {
     match load(path)? {
-        Input::Tracker(t) => Ok(t),
+        Input::Tracker(t) => Ok(*t),
         other => Err(Error::input(
             path,
             format!(
@@ -166,7 +166,7 @@ pub fn load_snapshot(path: &Path) -> Result<Snapshot> {
 /// Load only `parts` of a file that must be an allocator snapshot.
 pub fn load_snapshot_parts(path: &Path, parts: SnapshotParts) -> Result<Snapshot> {
     match load_with(path, parts)? {
-        Input::Snapshot(s) => Ok(s),
+        Input::Snapshot(s) => Ok(*s),
         other => Err(Error::input(
             path,
             format!(
