@@ -8,7 +8,6 @@ pub mod cli;
 pub mod commands;
 pub mod error;
 pub mod formats;
-pub mod hugepages;
 pub mod model;
 pub mod output;
 pub mod pickle;

@@ -190,12 +190,12 @@ fn to_json(doc: &Document, v: Value, depth: usize) -> serde_json::Value {
         }
         View::Dict(items) => {
             let mut m = serde_json::Map::new();
-            for kv in items.chunks_exact(2) {
-                let k = match doc.as_str(kv[0]) {
+            for (k, v) in items.iter() {
+                let k = match doc.as_str(k) {
                     Some(s) => s.to_string(),
-                    None => to_json(doc, kv[0], depth + 1).to_string(),
+                    None => to_json(doc, k, depth + 1).to_string(),
                 };
-                m.insert(k, to_json(doc, kv[1], depth + 1));
+                m.insert(k, to_json(doc, v, depth + 1));
             }
             J::Object(m)
         }

@@ -8,7 +8,6 @@
 //! generic reader, so it can only make a file faster, never read it differently:
 //! `tests/reader_equivalence.rs` and the fuzz target check that both paths agree.
 
-use crate::hugepages;
 use crate::model::units::MIB;
 use crate::model::{Marker, OpNames, TrackerStats};
 use crate::pickle::ops::{Cursor, Op};
@@ -66,16 +65,14 @@ pub fn read(data: &[u8], progress: &mut dyn Progress) -> Option<TrackerStats> {
     let mut s = Stream {
         cursor: Cursor::new(data),
         pending: None,
-        memo: hugepages::vec_with_room(ops_guess * 4),
+        memo: Vec::with_capacity(ops_guess * 4),
         last: SLOT_OTHER,
         text: String::new(),
-        strings: hugepages::vec_with_room(ops_guess),
+        strings: Vec::with_capacity(ops_guess),
         progress,
         next_report: PROGRESS_STEP,
     };
-    if s.text.try_reserve(data.len() / 2).is_ok() {
-        hugepages::advise_string(&s.text);
-    }
+    let _ = s.text.try_reserve(data.len() / 2);
     let stats = s.root(ops_guess);
     s.progress.advanced(s.cursor.position());
     stats
@@ -366,11 +363,11 @@ impl<'a> Stream<'a, '_> {
         let keep_names = expect_len.is_none();
         let mut d = SeriesData {
             names: if keep_names {
-                hugepages::vec_with_room(room)
+                Vec::with_capacity(room)
             } else {
                 Vec::new()
             },
-            values: hugepages::vec_with_room(room),
+            values: Vec::with_capacity(room),
         };
         self.items(
             |s| s.raw_entry(),

@@ -10,7 +10,7 @@ mod value;
 pub mod writer;
 
 pub use reader::{parse, parse_with_progress, PickleError, Progress, MAX_DEPTH};
-pub use value::{big_int_to_f64, Dict, Document, Object, ObjectKind, Value, View};
+pub use value::{big_int_to_f64, Dict, DictIter, Document, Object, ObjectKind, Value, View};
 
 use std::fs::File;
 use std::path::Path;

@@ -62,7 +62,6 @@ pub fn parse_with_progress(data: &[u8], progress: &mut dyn Progress) -> Result<D
         scratch: Vec::new(),
     };
     m.memo.reserve(data.len() / 16);
-    crate::hugepages::advise(&m.memo);
     m.run(progress)?;
     Ok(m.doc)
 }
@@ -127,6 +126,118 @@ impl<'a> Machine<'a> {
         }
     }
 
+    /// A small dict written in one batch whose items are all numbers, None/bools or memo
+    /// references — `}` [MEMOIZE] `(` item… `u`, the shape of every trace event and block of an
+    /// allocator snapshot — executed as one step: the same dict, memo entry and stack as the
+    /// opcodes one by one would leave, at a fraction of the work. Called just after EMPTY_DICT;
+    /// false (having changed nothing) for anything else, which then runs opcode by opcode.
+    fn flat_dict(&mut self) -> Result<bool> {
+        const MAX_ITEMS: usize = 32;
+        let b = self.cursor.rest();
+        let memoized = b.first() == Some(&0x94);
+        let mut i = memoized as usize;
+        if b.get(i) != Some(&b'(') {
+            return Ok(false);
+        }
+        i += 1;
+        let mut items = [Value::NONE; MAX_ITEMS];
+        let mut n = 0;
+        loop {
+            let Some(&code) = b.get(i) else {
+                return Ok(false);
+            };
+            if code == b'u' {
+                i += 1;
+                break;
+            }
+            if n == MAX_ITEMS {
+                return Ok(false);
+            }
+            let arg = |len: usize| b.get(i + 1..i + 1 + len);
+            let (v, len) = match code {
+                b'h' | b'j' => {
+                    let (id, len) = match code {
+                        b'h' => (
+                            *match arg(1) {
+                                Some(a) => &a[0],
+                                None => return Ok(false),
+                            } as usize,
+                            1,
+                        ),
+                        _ => match arg(4) {
+                            Some(a) => (u32::from_le_bytes(a.try_into().unwrap()) as usize, 4),
+                            None => return Ok(false),
+                        },
+                    };
+                    match self.memo.get(id) {
+                        Some(&v) if v != UNSET => (v, len),
+                        _ => return Ok(false),
+                    }
+                }
+                b'K' => match arg(1) {
+                    Some(a) => (self.doc.int(a[0] as i64), 1),
+                    None => return Ok(false),
+                },
+                b'M' => match arg(2) {
+                    Some(a) => (
+                        self.doc
+                            .int(u16::from_le_bytes(a.try_into().unwrap()) as i64),
+                        2,
+                    ),
+                    None => return Ok(false),
+                },
+                b'J' => match arg(4) {
+                    Some(a) => (
+                        self.doc
+                            .int(i32::from_le_bytes(a.try_into().unwrap()) as i64),
+                        4,
+                    ),
+                    None => return Ok(false),
+                },
+                0x8a => match arg(1) {
+                    // LONG1 of up to 8 bytes (Python writes the fewest that hold the value)
+                    Some(&[k]) if k <= 8 => match b.get(i + 2..i + 2 + k as usize) {
+                        Some(le) => (self.doc.int_from_le(le), 1 + k as usize),
+                        None => return Ok(false),
+                    },
+                    _ => return Ok(false),
+                },
+                b'G' => match arg(8) {
+                    Some(a) => (Value::float(f64::from_be_bytes(a.try_into().unwrap())), 8),
+                    None => return Ok(false),
+                },
+                b'N' => (Value::NONE, 0),
+                0x88 => (Value::TRUE, 0),
+                0x89 => (Value::FALSE, 0),
+                _ => return Ok(false),
+            };
+            items[n] = v;
+            n += 1;
+            i += 1 + len;
+        }
+        if n == 0 || n % 2 != 0 {
+            return Ok(false);
+        }
+        // matched: now the effects, in the order the opcodes would have them
+        let mut keys = [Value::NONE; MAX_ITEMS / 2];
+        let mut values = [Value::NONE; MAX_ITEMS / 2];
+        for k in 0..n / 2 {
+            keys[k] = items[2 * k];
+            values[k] = items[2 * k + 1];
+        }
+        let dict = self
+            .doc
+            .shaped_dict(&keys[..n / 2], &values[..n / 2])
+            .map_err(|m| self.cursor.error(m))?;
+        if memoized {
+            let id = self.memo.len() as u64;
+            self.memo_put(id, dict);
+        }
+        self.stack.push(dict);
+        self.cursor.advance(i);
+        Ok(true)
+    }
+
     fn memo_get(&mut self, id: u64) -> Result<()> {
         let v = match self.memo.get(id as usize) {
             Some(&v) if v != UNSET => Some(v),
@@ -154,48 +265,30 @@ impl<'a> Machine<'a> {
         Ok(c)
     }
 
-    /// Append `new` to a container: in place at the end of the pool when the container is
-    /// there (or still empty), else in the container's own vector (see `Span`).
     fn extend(&mut self, c: Value, new: &[Value]) -> Result<()> {
-        if new.is_empty() {
-            return Ok(());
+        self.doc
+            .extend(c, new)
+            .map_err(|m| self.cursor.error(m.into()))
+    }
+
+    /// SETITEMS / APPENDS / ADDITEMS: the values above the last MARK go straight from the
+    /// stack into the container below it (no intermediate copy: every event dict of a
+    /// snapshot passes here).
+    fn add_marked(&mut self, want_dict: bool) -> Result<()> {
+        let Some(mark) = self.marks.pop() else {
+            return self.err("MARK expected: an opcode needs a marked group but there is no MARK");
+        };
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if mark <= floor {
+            return self.err("stack underflow: no container below the MARK");
         }
-        let id = c.container_id().expect("extend on a container");
-        let mut span = self.doc.spans[id];
-        for &v in new {
-            span.depth = span.depth.max(self.doc.depth_of(v));
+        if want_dict && !(self.stack.len() - mark).is_multiple_of(2) {
+            return self.err("SETITEMS: odd number of items after MARK");
         }
-        if span.depth > MAX_DEPTH {
-            return self.err(format!("containers nested more than {MAX_DEPTH} deep"));
-        }
-        let pool = &mut self.doc.items;
-        if span.owned {
-            let own = &mut self.doc.own[span.start as usize];
-            let cap = own.capacity();
-            own.extend_from_slice(new);
-            if own.capacity() != cap {
-                crate::hugepages::advise(own);
-            }
-        } else if span.len == 0 || (span.start + span.len) as usize == pool.len() {
-            if span.len == 0 {
-                span.start = pool.len() as u32;
-            }
-            pool.extend_from_slice(new);
-            if pool.len() > u32::MAX as usize {
-                return self.err("more than 4 billion values: the file is too large to read");
-            }
-        } else {
-            let (start, len) = (span.start as usize, span.len as usize);
-            let mut own = Vec::with_capacity((len + new.len()) * 2);
-            own.extend_from_slice(&pool[start..start + len]);
-            own.extend_from_slice(new);
-            span.start = self.doc.own.len() as u32;
-            span.owned = true;
-            self.doc.own.push(own);
-        }
-        span.len += new.len() as u32;
-        self.doc.spans[id] = span;
-        Ok(())
+        let target = self.items_target(self.stack[mark - 1], want_dict)?;
+        let r = self.doc.extend(target, &self.stack[mark..]);
+        self.stack.truncate(mark);
+        r.map_err(|m| self.cursor.error(m.into()))
     }
 
     /// The dict or list that SETITEM(S)/APPEND(S) add to: the value itself, or the item
@@ -332,8 +425,10 @@ impl<'a> Machine<'a> {
                 }
                 Op::List => self.build_from_mark(ContainerKind::List)?,
                 Op::EmptyDict => {
-                    let v = self.doc.new_container(ContainerKind::Dict);
-                    self.stack.push(v);
+                    if !self.flat_dict()? {
+                        let v = self.doc.new_container(ContainerKind::Dict);
+                        self.stack.push(v);
+                    }
                 }
                 Op::Dict => self.build_from_mark(ContainerKind::Dict)?,
                 Op::EmptySet => {
@@ -347,15 +442,7 @@ impl<'a> Machine<'a> {
                     let list = self.items_target(target, false)?;
                     self.extend(list, &[item])?;
                 }
-                Op::Appends | Op::AddItems => {
-                    self.pop_mark()?;
-                    let target = self.top()?;
-                    let list = self.items_target(target, false)?;
-                    let items = std::mem::take(&mut self.scratch);
-                    let r = self.extend(list, &items);
-                    self.scratch = items;
-                    r?;
-                }
+                Op::Appends | Op::AddItems => self.add_marked(false)?,
                 Op::SetItem => {
                     let v = self.pop()?;
                     let k = self.pop()?;
@@ -363,18 +450,7 @@ impl<'a> Machine<'a> {
                     let dict = self.items_target(target, true)?;
                     self.extend(dict, &[k, v])?;
                 }
-                Op::SetItems => {
-                    self.pop_mark()?;
-                    if !self.scratch.len().is_multiple_of(2) {
-                        return self.err("SETITEMS: odd number of items after MARK");
-                    }
-                    let target = self.top()?;
-                    let dict = self.items_target(target, true)?;
-                    let items = std::mem::take(&mut self.scratch);
-                    let r = self.extend(dict, &items);
-                    self.scratch = items;
-                    r?;
-                }
+                Op::SetItems => self.add_marked(true)?,
                 // ---- memo ----
                 Op::Get(id) => self.memo_get(id)?,
                 Op::Put(id) => {
@@ -669,6 +745,34 @@ mod tests {
         assert_eq!(decimal_to_twos_complement_le(false, "256"), vec![0, 1, 0]);
         let neg = decimal_to_twos_complement_le(true, "1");
         assert!(neg.iter().all(|&b| b == 0xff));
+    }
+
+    #[test]
+    fn flat_dicts_read_in_one_step_behave_like_any_dict() {
+        // ['a', 'b', d] where d = {'a': 5, 'b': 6} is one flat batch of memo keys (the fused
+        // path, a shaped dict), then gets a second batch {'a': 7} (back to an ordinary dict)
+        let bytes = b"\x80\x04]\x94(\x8c\x01a\x94\x8c\x01b\x94}\x94(h\x01K\x05h\x02K\x06u(h\x01K\x07uh\x03e.";
+        let doc = parse(bytes).unwrap();
+        let list = doc.as_seq(doc.root()).unwrap();
+        assert_eq!(list.len(), 4);
+        assert_eq!(
+            list[2], list[3],
+            "the dict and its memo reference are one object"
+        );
+        let d = doc.as_dict(list[2]).unwrap();
+        let pairs: Vec<(&str, i64)> = d
+            .iter()
+            .map(|(k, v)| (doc.as_str(k).unwrap(), doc.as_int(v).unwrap()))
+            .collect();
+        assert_eq!(pairs, [("a", 5), ("b", 6), ("a", 7)]);
+        assert_eq!(doc.as_int(d.get("a").unwrap()), Some(7));
+        // a second dict with the same keys shares the shape
+        let bytes = b"\x80\x04]\x94(\x8c\x01a\x94\x8c\x01b\x94}\x94(h\x01K\x01h\x02K\x02u}\x94(h\x01K\x03h\x02K\x04ue.";
+        let doc = parse(bytes).unwrap();
+        let list = doc.as_seq(doc.root()).unwrap();
+        let second = doc.as_dict(list[3]).unwrap();
+        assert_eq!(doc.as_int(second.get("b").unwrap()), Some(4));
+        assert_eq!(second.len(), 2);
     }
 
     #[test]

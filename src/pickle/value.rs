@@ -179,15 +179,26 @@ pub struct Object {
 /// Where a container's items are. Most containers are written in one batch (a tuple, an event
 /// dict) and sit contiguously in the shared pool; one that grows again after other values were
 /// written (a big dict, batched 1000 items per SETITEMS) moves to a vector of its own, so
-/// growing never leaves copies behind in the pool.
+/// growing never leaves copies behind in the pool. A small dict read in one step (see
+/// `reader::flat_dict`) stores only its values, behind the id of its key list ("shape"): the
+/// 1.5M event dicts of a snapshot share six keys, which would otherwise be half their size.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Span {
-    /// Pool offset, or index into `Document::own` when `owned`.
+    /// Pool offset, or index into `Document::own` when `Owned`.
     pub start: u32,
+    /// Items: values only when `Shaped`, keys and values interleaved for other dicts.
     pub len: u32,
     /// Nesting depth of containers below this one (0 for a container of scalars).
     pub depth: u16,
-    pub owned: bool,
+    pub storage: Storage,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Storage {
+    Pool,
+    Owned,
+    /// In the pool: the shape id (as raw bits), then `len` values.
+    Shaped,
 }
 
 /// A decoded pickle: the root value and the arena that every handle points into.
@@ -203,6 +214,11 @@ pub struct Document {
     pub(crate) items: Vec<Value>,
     pub(crate) own: Vec<Vec<Value>>,
     pub(crate) spans: Vec<Span>,
+    /// Key lists of shaped dicts, and each list's id.
+    shapes: Vec<Vec<Value>>,
+    shape_ids: rustc_hash::FxHashMap<Vec<Value>, u32>,
+    /// The shape used last: consecutive dicts (trace events) nearly always share it.
+    last_shape: u32,
     globals: Vec<(Value, Value)>,
     pub(crate) objects: Vec<Object>,
     global_cache: HashMap<(String, String), Value>,
@@ -222,7 +238,7 @@ pub enum View<'d> {
     Tuple(&'d [Value]),
     List(&'d [Value]),
     /// Keys and values interleaved: `[k0, v0, k1, v1, ...]`.
-    Dict(&'d [Value]),
+    Dict(Dict<'d>),
     Set(&'d [Value]),
     Global {
         module: &'d str,
@@ -233,18 +249,14 @@ pub enum View<'d> {
 
 impl Document {
     /// An empty document with room reserved for what a file of `file_len` bytes typically
-    /// decodes to. Reserved capacity is address space only until written, and is marked for
-    /// transparent huge pages: a 100 MB file otherwise costs ~50k page faults.
+    /// decodes to (address space only until written), so the big buffers are not copied as
+    /// they grow.
     pub(crate) fn with_room_for(file_len: usize) -> Document {
         let mut d = Document::default();
         let _ = d.items.try_reserve(file_len / 4);
         let _ = d.text.try_reserve(file_len / 2);
         let _ = d.text_ends.try_reserve(file_len / 32);
         let _ = d.spans.try_reserve(file_len / 32);
-        crate::hugepages::advise(&d.items);
-        crate::hugepages::advise_string(&d.text);
-        crate::hugepages::advise(&d.text_ends);
-        crate::hugepages::advise(&d.spans);
         d
     }
 
@@ -269,7 +281,7 @@ impl Document {
             Tag::Tuple => View::Tuple(self.span_items(i)),
             Tag::ScalarTuple => View::Tuple(self.scalar_tuple(i)),
             Tag::List => View::List(self.span_items(i)),
-            Tag::Dict => View::Dict(self.span_items(i)),
+            Tag::Dict => View::Dict(self.dict_at(i)),
             Tag::Set => View::Set(self.span_items(i)),
             Tag::Global => {
                 let (m, n) = self.globals[i];
@@ -302,10 +314,22 @@ impl Document {
 
     fn span_items(&self, i: usize) -> &[Value] {
         let s = self.spans[i];
-        if s.owned {
-            &self.own[s.start as usize]
-        } else {
-            &self.items[s.start as usize..(s.start + s.len) as usize]
+        let (start, len) = (s.start as usize, s.len as usize);
+        match s.storage {
+            Storage::Owned => &self.own[start],
+            Storage::Pool => &self.items[start..start + len],
+            Storage::Shaped => &self.items[start + 1..start + 1 + len],
+        }
+    }
+
+    fn dict_at(&self, i: usize) -> Dict<'_> {
+        let s = self.spans[i];
+        let keys = (s.storage == Storage::Shaped)
+            .then(|| self.shapes[self.items[s.start as usize].0 as usize].as_slice());
+        Dict {
+            doc: self,
+            keys,
+            items: self.span_items(i),
         }
     }
 
@@ -389,10 +413,7 @@ impl Document {
 
     pub fn as_dict(&self, v: Value) -> Option<Dict<'_>> {
         match v.tag() {
-            Some(Tag::Dict) => Some(Dict {
-                doc: self,
-                items: self.span_items(v.index()),
-            }),
+            Some(Tag::Dict) => Some(self.dict_at(v.index())),
             _ => None,
         }
     }
@@ -444,6 +465,7 @@ impl Document {
     }
 
     /// An integer from little-endian two's complement bytes (LONG1 / LONG4).
+    #[inline]
     pub(crate) fn int_from_le(&mut self, bytes: &[u8]) -> Value {
         if bytes.is_empty() {
             return self.int(0);
@@ -491,7 +513,7 @@ impl Document {
             start: 0,
             len: 0,
             depth: 0,
-            owned: false,
+            storage: Storage::Pool,
         });
         let id = (self.spans.len() - 1) as u64;
         Value::boxed(kind.tag(), id)
@@ -508,6 +530,115 @@ impl Document {
             None if v.tag() == Some(Tag::ScalarTuple) => 1,
             None => 0,
         }
+    }
+
+    /// Append `new` to a container: in place at the end of the pool when the container is
+    /// there (or still empty), else in the container's own vector (see `Span`).
+    pub(crate) fn extend(&mut self, c: Value, new: &[Value]) -> Result<(), String> {
+        if new.is_empty() {
+            return Ok(());
+        }
+        let id = c.container_id().expect("extend on a container");
+        let mut span = self.spans[id];
+        for &v in new {
+            if !v.is_scalar() {
+                span.depth = span.depth.max(self.depth_of(v));
+            }
+        }
+        if span.depth > super::MAX_DEPTH {
+            return Err(format!(
+                "containers nested more than {} deep",
+                super::MAX_DEPTH
+            ));
+        }
+        if span.storage == Storage::Shaped {
+            // more items after all: keys and values interleaved, in a vector of its own
+            let start = span.start as usize;
+            let keys = &self.shapes[self.items[start].0 as usize];
+            let values = &self.items[start + 1..start + 1 + span.len as usize];
+            let mut own = Vec::with_capacity((values.len() * 2 + new.len()) * 2);
+            for (k, v) in keys.iter().zip(values) {
+                own.push(*k);
+                own.push(*v);
+            }
+            span = Span {
+                start: self.own.len() as u32,
+                len: own.len() as u32,
+                depth: span.depth,
+                storage: Storage::Owned,
+            };
+            self.own.push(own);
+        }
+        let pool = &mut self.items;
+        if span.storage == Storage::Owned {
+            self.own[span.start as usize].extend_from_slice(new);
+        } else if span.len == 0 || (span.start + span.len) as usize == pool.len() {
+            if span.len == 0 {
+                span.start = pool.len() as u32;
+            }
+            pool.extend_from_slice(new);
+            if pool.len() > u32::MAX as usize {
+                return Err("more than 4 billion values: the file is too large to read".into());
+            }
+        } else {
+            let (start, len) = (span.start as usize, span.len as usize);
+            let mut own = Vec::with_capacity((len + new.len()) * 2);
+            own.extend_from_slice(&pool[start..start + len]);
+            own.extend_from_slice(new);
+            span.start = self.own.len() as u32;
+            span.storage = Storage::Owned;
+            self.own.push(own);
+        }
+        span.len += new.len() as u32;
+        self.spans[id] = span;
+        Ok(())
+    }
+
+    /// A new dict of `keys` and `values` (as many of each), its keys stored once per distinct
+    /// key list. Further items turn it into an ordinary dict (see `extend`).
+    pub(crate) fn shaped_dict(
+        &mut self,
+        keys: &[Value],
+        values: &[Value],
+    ) -> Result<Value, String> {
+        let shape = match self.shapes.get(self.last_shape as usize) {
+            Some(last) if last.as_slice() == keys => self.last_shape,
+            _ => match self.shape_ids.get(keys) {
+                Some(&id) => id,
+                None => {
+                    let id = self.shapes.len() as u32;
+                    self.shapes.push(keys.to_vec());
+                    self.shape_ids.insert(keys.to_vec(), id);
+                    id
+                }
+            },
+        };
+        self.last_shape = shape;
+        let mut depth = 0;
+        for &v in keys.iter().chain(values) {
+            if !v.is_scalar() {
+                depth = depth.max(self.depth_of(v));
+            }
+        }
+        if depth > super::MAX_DEPTH {
+            return Err(format!(
+                "containers nested more than {} deep",
+                super::MAX_DEPTH
+            ));
+        }
+        let start = self.items.len();
+        if start + 1 + values.len() > u32::MAX as usize {
+            return Err("more than 4 billion values: the file is too large to read".into());
+        }
+        self.items.push(Value(shape as u64));
+        self.items.extend_from_slice(values);
+        self.spans.push(Span {
+            start: start as u32,
+            len: values.len() as u32,
+            depth,
+            storage: Storage::Shaped,
+        });
+        Ok(Value::boxed(Tag::Dict, (self.spans.len() - 1) as u64))
     }
 
     /// A tuple of `items`, inline when they are few scalars, else as a container.
@@ -550,12 +681,24 @@ impl ContainerKind {
 #[derive(Clone, Copy)]
 pub struct Dict<'d> {
     doc: &'d Document,
+    /// The shared key list of a shaped dict (then `items` are its values), else None (then
+    /// `items` are keys and values interleaved).
+    keys: Option<&'d [Value]>,
     items: &'d [Value],
+}
+
+impl std::fmt::Debug for Dict<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
 }
 
 impl<'d> Dict<'d> {
     pub fn len(&self) -> usize {
-        self.items.len() / 2
+        match self.keys {
+            Some(k) => k.len(),
+            None => self.items.len() / 2,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -570,8 +713,34 @@ impl<'d> Dict<'d> {
             .last()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (Value, Value)> + 'd {
-        self.items.chunks_exact(2).map(|kv| (kv[0], kv[1]))
+    pub fn iter(&self) -> DictIter<'d> {
+        DictIter {
+            keys: self.keys,
+            items: self.items,
+            next: 0,
+        }
+    }
+}
+
+/// The (key, value) pairs of a [`Dict`], in order.
+pub struct DictIter<'d> {
+    keys: Option<&'d [Value]>,
+    items: &'d [Value],
+    next: usize,
+}
+
+impl Iterator for DictIter<'_> {
+    type Item = (Value, Value);
+
+    #[inline]
+    fn next(&mut self) -> Option<(Value, Value)> {
+        let i = self.next;
+        let pair = match self.keys {
+            Some(keys) => (*keys.get(i)?, *self.items.get(i)?),
+            None => (*self.items.get(2 * i)?, *self.items.get(2 * i + 1)?),
+        };
+        self.next += 1;
+        Some(pair)
     }
 }
 
