@@ -268,7 +268,7 @@ impl<'a> Machine<'a> {
     fn extend(&mut self, c: Value, new: &[Value]) -> Result<()> {
         self.doc
             .extend(c, new)
-            .map_err(|m| self.cursor.error(m.into()))
+            .map_err(|m| self.cursor.error(m))
     }
 
     /// SETITEMS / APPENDS / ADDITEMS: the values above the last MARK go straight from the
@@ -288,7 +288,7 @@ impl<'a> Machine<'a> {
         let target = self.items_target(self.stack[mark - 1], want_dict)?;
         let r = self.doc.extend(target, &self.stack[mark..]);
         self.stack.truncate(mark);
-        r.map_err(|m| self.cursor.error(m.into()))
+        r.map_err(|m| self.cursor.error(m))
     }
 
     /// The dict or list that SETITEM(S)/APPEND(S) add to: the value itself, or the item
