@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 mkdir -p corpus
 export RUSTC_BOOTSTRAP=1
-exec cargo fuzz run pickle_reader corpus ../fixtures/tracker ../fixtures/pickle -- \
+exec cargo fuzz run pickle_reader corpus ../fixtures/tracker ../fixtures/pickle ../fixtures/snapshots -- \
     -max_total_time="${1:-300}" -max_len=65536 -timeout=10 -rss_limit_mb=2048

@@ -1,15 +1,52 @@
-//! Any bytes: the generic reader errors or decodes, never panics or runs away; the streaming
-//! MemoryTracker reader, when it accepts the bytes, agrees with the generic one.
+//! Any bytes: the reader errors or decodes, never panics or runs away; its fused fast paths
+//! decode exactly what executing opcode by opcode does; and the streaming MemoryTracker
+//! reader, when it accepts the bytes, agrees with the generic one.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use memtrack::formats::{tracker, tracker_stream};
+use memtrack::pickle::{self, Document, Value, View};
+
+/// Structural equality of two decoded values, to a bounded depth and size (values may be
+/// cyclic or shared).
+fn same(a: &Document, x: Value, b: &Document, y: Value, depth: usize, budget: &mut usize) -> bool {
+    if depth > 64 || *budget == 0 {
+        return true;
+    }
+    *budget -= 1;
+    let seq = |p: &[Value], q: &[Value], budget: &mut usize| {
+        p.len() == q.len() && p.iter().zip(q).all(|(&m, &n)| same(a, m, b, n, depth + 1, budget))
+    };
+    match (a.view(x), b.view(y)) {
+        (View::Float(p), View::Float(q)) => p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
+        (View::Tuple(p), View::Tuple(q)) | (View::List(p), View::List(q)) | (View::Set(p), View::Set(q)) => {
+            seq(p, q, budget)
+        }
+        (View::Dict(p), View::Dict(q)) => {
+            p.len() == q.len()
+                && p.iter().zip(q.iter()).all(|((k1, v1), (k2, v2))| {
+                    same(a, k1, b, k2, depth + 1, budget) && same(a, v1, b, v2, depth + 1, budget)
+                })
+        }
+        (View::Object(p), View::Object(q)) => {
+            p.kind == q.kind
+                && same(a, p.callable, b, q.callable, depth + 1, budget)
+                && same(a, p.args, b, q.args, depth + 1, budget)
+                && same(a, p.state, b, q.state, depth + 1, budget)
+                && same(a, p.items, b, q.items, depth + 1, budget)
+        }
+        (p, q) => format!("{p:?}") == format!("{q:?}"),
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
-    let generic = memtrack::pickle::parse(data);
-    if let Ok(doc) = generic.as_ref() {
-        // walk the top level as the formats layer would
-        let _ = doc.type_name(doc.root());
+    let generic = pickle::parse(data);
+    let reference = pickle::parse_opcode_by_opcode(data);
+    match (&generic, &reference) {
+        (Ok(d), Ok(r)) => assert!(same(d, d.root(), r, r.root(), 0, &mut 100_000), "fused and opcode-by-opcode decoding differ"),
+        // both fail (the offsets may differ: a fused step reports where it began)
+        (Err(_), Err(_)) => {}
+        _ => panic!("fused and opcode-by-opcode decoding disagree on success: {:?} / {:?}", generic.is_ok(), reference.is_ok()),
     }
     if let Some(fast) = tracker_stream::read(data, &mut ()) {
         let doc = generic.expect("the stream reader accepted bytes the generic reader rejects");

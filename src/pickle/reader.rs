@@ -52,7 +52,18 @@ pub fn parse(data: &[u8]) -> Result<Document> {
 }
 
 pub fn parse_with_progress(data: &[u8], progress: &mut dyn Progress) -> Result<Document> {
+    run_machine(data, progress, true)
+}
+
+/// Decode executing every opcode one by one, without the fused fast paths (`flat_dict`):
+/// the reference the fuzz target compares the fast paths against.
+pub fn parse_opcode_by_opcode(data: &[u8]) -> Result<Document> {
+    run_machine(data, &mut (), false)
+}
+
+fn run_machine(data: &[u8], progress: &mut dyn Progress, fuse: bool) -> Result<Document> {
     let mut m = Machine {
+        fuse,
         cursor: Cursor::new(data),
         stack: Vec::with_capacity(64),
         marks: Vec::new(),
@@ -68,6 +79,8 @@ pub fn parse_with_progress(data: &[u8], progress: &mut dyn Progress) -> Result<D
 
 struct Machine<'a> {
     cursor: Cursor<'a>,
+    /// Use the fused fast paths (off only for `parse_opcode_by_opcode`).
+    fuse: bool,
     stack: Vec<Value>,
     marks: Vec<usize>,
     /// Dense memo; `UNSET` marks ids never stored (8 bytes a slot: files memoize millions).
@@ -425,7 +438,7 @@ impl<'a> Machine<'a> {
                 }
                 Op::List => self.build_from_mark(ContainerKind::List)?,
                 Op::EmptyDict => {
-                    if !self.flat_dict()? {
+                    if !(self.fuse && self.flat_dict()?) {
                         let v = self.doc.new_container(ContainerKind::Dict);
                         self.stack.push(v);
                     }
