@@ -1,69 +1,27 @@
 //! memtrack's numbers against what PyTorch's own `torch.cuda._memory_viz` computes on the same
-//! files, with the real torch: `tests/py/check_memviz.py` runs under `MEMTRACK_PYTHON` (default:
-//! `~/.cache/memtrack/venv/bin/python` when it exists, else `python3`).
+//! files, with the real torch: `tests/py/check_memviz.py` runs under the Python that
+//! `common::python_with_torch` finds.
 //!
 //! Without an importable torch the test prints a loud SKIPPED line and passes, unless `CI` is
 //! set: there it fails, so CI never goes green without the cross-check.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command as Proc;
 
-use assert_cmd::Command;
+use common::root;
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("MEMTRACK_PYTHON") {
-        return PathBuf::from(p);
-    }
-    if let Some(home) = std::env::var_os("HOME") {
-        let venv = PathBuf::from(home).join(".cache/memtrack/venv/bin/python");
-        if venv.exists() {
-            return venv;
-        }
-    }
-    PathBuf::from("python3")
-}
-
 fn memtrack_json(args: &[&str]) -> Value {
-    let out = Command::cargo_bin("memtrack")
-        .unwrap()
-        .args(args)
-        .args(["--format", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "memtrack {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let mut a = args.to_vec();
+    a.extend(["--format", "json"]);
+    common::json_out(&a)
 }
 
 fn memtrack_text(args: &[&str]) -> String {
-    let out = Command::cargo_bin("memtrack")
-        .unwrap()
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn skip_or_fail(why: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("torch cross-check cannot run in CI: {why}");
-    }
-    eprintln!();
-    eprintln!("################################################################");
-    eprintln!("## SKIPPED: torch not available ({why})");
-    eprintln!("## set MEMTRACK_PYTHON to an interpreter with torch to run it");
-    eprintln!("################################################################");
-    eprintln!();
+    common::stdout(args)
 }
 
 #[test]
@@ -76,18 +34,14 @@ fn memviz_crosscheck() {
         .collect();
     files.sort();
     assert!(files.len() >= 7);
-    let py = python();
-    let out = match Proc::new(&py)
+    let Some(py) = common::python_with_torch() else {
+        return;
+    };
+    let out = Proc::new(&py)
         .arg(root().join("tests/py/check_memviz.py"))
         .args(&files)
         .output()
-    {
-        Ok(o) => o,
-        Err(e) => return skip_or_fail(&format!("{}: {e}", py.display())),
-    };
-    if out.status.code() == Some(3) {
-        return skip_or_fail(String::from_utf8_lossy(&out.stderr).trim());
-    }
+        .unwrap();
     assert!(
         out.status.success(),
         "check_memviz.py failed: {}",

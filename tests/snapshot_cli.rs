@@ -4,9 +4,11 @@
 //! Golden files: `tests/golden/<fixture>/<command>.txt`. After an intended change of output,
 //! regenerate them with `UPDATE_GOLDEN=1 cargo test --test snapshot_cli` and review the diff.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
+use common::{memtrack, root};
 use serde_json::Value;
 
 const FIXTURES: &[&str] = &[
@@ -19,66 +21,22 @@ const FIXTURES: &[&str] = &[
     "synthetic_bare_segment_list",
 ];
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn fixture(name: &str) -> PathBuf {
-    root()
-        .join("fixtures/snapshots")
-        .join(format!("{name}.pickle"))
-}
-
-fn memtrack() -> Command {
-    Command::cargo_bin("memtrack").unwrap()
+fn snapshot(name: &str) -> PathBuf {
+    common::fixture(&format!("snapshots/{name}.pickle"))
 }
 
 fn run_ok(args: &[&str]) -> String {
-    let out = memtrack().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "memtrack {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    common::stdout(args)
 }
 
 fn json(args: &[&str]) -> Value {
     let mut a = args.to_vec();
     a.extend(["--format", "json"]);
-    serde_json::from_str(&run_ok(&a)).unwrap()
+    common::json_out(&a)
 }
 
 fn golden(name: &str, cmd: &str, actual: &str) {
-    let path = root()
-        .join("tests/golden")
-        .join(name)
-        .join(format!("{cmd}.txt"));
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
-            "{} missing: run UPDATE_GOLDEN=1 cargo test --test snapshot_cli",
-            path.display()
-        )
-    });
-    if expected != actual {
-        let first = expected
-            .lines()
-            .zip(actual.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(expected.lines().count().min(actual.lines().count()));
-        panic!(
-            "{cmd} on {name} differs from {} at line {}:\n expected: {:?}\n   actual: {:?}",
-            path.display(),
-            first + 1,
-            expected.lines().nth(first),
-            actual.lines().nth(first)
-        );
-    }
+    common::golden(&format!("{name}/{cmd}.txt"), actual)
 }
 
 fn p(path: &Path) -> &str {
@@ -88,7 +46,7 @@ fn p(path: &Path) -> &str {
 #[test]
 fn golden_text_output_of_every_fixture() {
     for name in FIXTURES {
-        let f = fixture(name);
+        let f = snapshot(name);
         for cmd in ["summary", "segments", "top", "trace"] {
             let out = run_ok(&[cmd, p(&f)]);
             golden(name, cmd, &out);
@@ -104,7 +62,7 @@ fn u(v: &Value) -> u64 {
 #[test]
 fn summary_json_adds_up() {
     for name in FIXTURES {
-        let f = fixture(name);
+        let f = snapshot(name);
         let s = json(&["summary", p(&f)]);
         assert_eq!(s["kind"], "allocator_snapshot");
         for d in s["devices"].as_array().unwrap() {
@@ -136,7 +94,7 @@ fn summary_json_adds_up() {
 #[test]
 fn segments_top_and_trace_agree_with_each_other() {
     for name in FIXTURES {
-        let f = fixture(name);
+        let f = snapshot(name);
         let seg = json(&["segments", p(&f)]);
         let t = &seg["totals"];
         assert_eq!(
@@ -201,7 +159,7 @@ fn segments_top_and_trace_agree_with_each_other() {
 
 #[test]
 fn devices_are_selected_and_checked() {
-    let f = fixture("synthetic_multi_device_oom");
+    let f = snapshot("synthetic_multi_device_oom");
     let s = json(&["summary", p(&f), "--device", "1"]);
     assert_eq!(s["devices"].as_array().unwrap().len(), 1);
     assert_eq!(s["devices"][0]["device"], 1);
@@ -224,7 +182,7 @@ fn devices_are_selected_and_checked() {
 
 #[test]
 fn folded_stacks_are_flamegraph_input() {
-    let f = fixture("cs336_medium_512_training");
+    let f = snapshot("cs336_medium_512_training");
     let out = run_ok(&["top", p(&f), "--folded"]);
     let mut total = 0u64;
     for line in out.lines() {
@@ -235,7 +193,7 @@ fn folded_stacks_are_flamegraph_input() {
     let seg = json(&["segments", p(&f)]);
     assert_eq!(total, u(&seg["totals"]["allocated_bytes"]));
     // several devices: one root per device
-    let m = fixture("synthetic_multi_device_oom");
+    let m = snapshot("synthetic_multi_device_oom");
     let out = run_ok(&["top", p(&m), "--folded", "--at", "peak"]);
     assert!(out.lines().any(|l| l.starts_with("cuda:0;")));
     assert!(out.lines().any(|l| l.starts_with("cuda:1;")));
@@ -251,14 +209,14 @@ fn plots_and_svgs_are_written() {
     ] {
         let svg = dir.path().join(format!("{name}.svg"));
         memtrack()
-            .args(["plot", p(&fixture(name)), "-o", p(&svg)])
+            .args(["plot", p(&snapshot(name)), "-o", p(&svg)])
             .assert()
             .success();
         let text = std::fs::read_to_string(&svg).unwrap();
         assert!(text.starts_with("<svg") && text.contains("allocated"));
         let seg = dir.path().join(format!("{name}.segments.svg"));
         memtrack()
-            .args(["segments", p(&fixture(name)), "-o", p(&seg)])
+            .args(["segments", p(&snapshot(name)), "-o", p(&seg)])
             .assert()
             .success();
         let text = std::fs::read_to_string(&seg).unwrap();
@@ -270,7 +228,7 @@ fn plots_and_svgs_are_written() {
     memtrack()
         .args([
             "plot",
-            p(&fixture("verl_mem_no_trace_multi_pool")),
+            p(&snapshot("verl_mem_no_trace_multi_pool")),
             "-o",
             p(&dir.path().join("x.svg")),
         ])
@@ -281,8 +239,8 @@ fn plots_and_svgs_are_written() {
 
 #[test]
 fn diff_gates_on_peak_growth() {
-    let small = fixture("cs336_small_mem_snapshot");
-    let medium = fixture("cs336_medium_512_training");
+    let small = snapshot("cs336_small_mem_snapshot");
+    let medium = snapshot("cs336_medium_512_training");
     let same = json(&["diff", p(&small), p(&small), "--fail-over", "0"]);
     assert_eq!(same["gate"]["failed"], false);
     assert_eq!(same["sites"].as_array().unwrap().len(), 0);
@@ -328,7 +286,7 @@ fn diff_gates_on_peak_growth() {
 #[test]
 fn bad_inputs_exit_2_with_a_message() {
     let dir = tempfile::tempdir().unwrap();
-    let bytes = std::fs::read(fixture("cs336_small_mem_snapshot")).unwrap();
+    let bytes = std::fs::read(snapshot("cs336_small_mem_snapshot")).unwrap();
     let cut = dir.path().join("cut.pickle");
     std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     for cmd in ["summary", "segments", "top", "trace"] {
@@ -363,7 +321,7 @@ fn bad_inputs_exit_2_with_a_message() {
 
 #[test]
 fn export_writes_the_snapshot_model() {
-    let f = fixture("synthetic_multi_device_oom");
+    let f = snapshot("synthetic_multi_device_oom");
     let v: Value = serde_json::from_str(&run_ok(&["export", p(&f)])).unwrap();
     assert_eq!(v["kind"], "allocator_snapshot");
     assert_eq!(v["devices"], serde_json::json!([0, 1]));
@@ -386,7 +344,7 @@ fn export_writes_the_snapshot_model() {
 #[test]
 fn frames_are_interned_once() {
     // the medium capture repeats its frame lists thousands of times
-    let f = fixture("cs336_medium_512_training");
+    let f = snapshot("cs336_medium_512_training");
     let v: Value = serde_json::from_str(&run_ok(&["export", p(&f)])).unwrap();
     assert_eq!(v["stacks"].as_array().unwrap().len(), 189);
     assert_eq!(v["frames"].as_array().unwrap().len(), 538);

@@ -2,28 +2,13 @@
 
 mod common;
 
-use common::{fixture, golden, memtrack};
-use serde_json::Value;
+use common::{fixture, golden, json_out as json, memtrack, stdout};
 
 const FIXTURES: [&str; 3] = [
     "tracker/memory_tracker_cpu_torch2.15.0.pkl",
     "tracker/memory_tracker_without_op_index.pkl",
     "tracker/synthetic_2000_ops.pkl",
 ];
-
-fn stdout(args: &[&str]) -> String {
-    let out = memtrack().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "memtrack {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn json(args: &[&str]) -> Value {
-    serde_json::from_str(&stdout(args)).unwrap()
-}
 
 #[test]
 fn summary_text_matches_golden_files() {

@@ -9,7 +9,9 @@ mod reader;
 mod value;
 pub mod writer;
 
-pub use reader::{parse, parse_opcode_by_opcode, parse_with_progress, PickleError, Progress, MAX_DEPTH};
+pub use reader::{
+    parse, parse_opcode_by_opcode, parse_with_progress, PickleError, Progress, MAX_DEPTH,
+};
 pub use value::{big_int_to_f64, Dict, DictIter, Document, Object, ObjectKind, Value, View};
 
 use std::fs::File;

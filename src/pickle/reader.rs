@@ -279,9 +279,7 @@ impl<'a> Machine<'a> {
     }
 
     fn extend(&mut self, c: Value, new: &[Value]) -> Result<()> {
-        self.doc
-            .extend(c, new)
-            .map_err(|m| self.cursor.error(m))
+        self.doc.extend(c, new).map_err(|m| self.cursor.error(m))
     }
 
     /// SETITEMS / APPENDS / ADDITEMS: the values above the last MARK go straight from the

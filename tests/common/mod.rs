@@ -16,25 +16,51 @@ pub fn fixture(rel: &str) -> PathBuf {
     root().join("fixtures").join(rel)
 }
 
-/// Compare `actual` with the golden file `tests/golden/<name>`; `MEMTRACK_BLESS=1` rewrites it.
-pub fn golden(name: &str, actual: &str) {
-    let path = root().join("tests/golden").join(name);
-    if std::env::var_os("MEMTRACK_BLESS").is_some() {
+/// What `memtrack ARGS` prints, asserting it succeeded.
+pub fn stdout(args: &[&str]) -> String {
+    let out = memtrack().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "memtrack {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `memtrack ARGS` parsed as JSON (ARGS include `--format json` where the command needs it).
+pub fn json_out(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&stdout(args)).unwrap()
+}
+
+/// Compare `actual` with the golden file `tests/golden/<rel>`. After an intended change of
+/// output, `UPDATE_GOLDEN=1 cargo test` rewrites them: review the diff before committing.
+pub fn golden(rel: &str, actual: &str) {
+    let path = root().join("tests/golden").join(rel);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, actual).unwrap();
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e} (run with MEMTRACK_BLESS=1 to create it)",
+            "{}: {e} (UPDATE_GOLDEN=1 cargo test creates it)",
             path.display()
         )
     });
-    assert_eq!(
-        actual,
-        expected,
-        "output differs from {} (MEMTRACK_BLESS=1 rewrites it)",
-        path.display()
-    );
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "output differs from {} at line {} (UPDATE_GOLDEN=1 rewrites it):\n expected: {:?}\n   actual: {:?}",
+            path.display(),
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
 }
 
 /// The Python to run PyTorch with: `MEMTRACK_PYTHON`, else the venv `.ci/run` makes, else
