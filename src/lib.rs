@@ -6,6 +6,7 @@
 pub mod analysis;
 pub mod cli;
 pub mod commands;
+pub mod device;
 pub mod error;
 pub mod formats;
 pub mod hugepages;

@@ -1,6 +1,11 @@
 //! One file per subcommand: each wires formats, analysis and render, with no logic of its own.
 
+mod allocator;
+mod completions;
+mod cycles;
 mod export;
+mod gpus;
+mod man;
 mod modules;
 mod plot;
 mod record;
@@ -16,6 +21,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Export(a) => export::run(a),
         Command::Record(a) => record::run(a),
         Command::Modules(a) => modules::run(a),
+        Command::Gpus(a) => gpus::run(a),
+        Command::Allocator(a) => allocator::run(a),
+        Command::Cycles(a) => cycles::run(a),
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => man::run(a),
     }
 }
 

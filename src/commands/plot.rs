@@ -1,25 +1,52 @@
 use std::path::PathBuf;
 
 use crate::analysis::decimate::min_max_envelope;
-use crate::cli::PlotArgs;
+use crate::cli::{PlotArgs, SeriesArg};
 use crate::error::{Error, Result};
-use crate::model::{Series, TrackerStats};
+use crate::model::{DeviceSeries, Series, TrackerStats};
 use crate::render::plot::{self, Chart, Line, Panel, VLine};
 use crate::{formats, output};
 
 pub fn run(a: PlotArgs) -> Result<()> {
     let stats = formats::load_tracker(&a.file)?;
-    let series: Vec<Series> = a.series.iter().map(|&s| s.into()).collect();
+    let driver: &[DeviceSeries] = stats
+        .record
+        .as_ref()
+        .map_or(&[], |r| r.device_memory.as_slice());
+    let series: Vec<SeriesArg> = if a.series.is_empty() {
+        let mut s = vec![SeriesArg::Allocated, SeriesArg::Active, SeriesArg::Reserved];
+        if !driver.is_empty() {
+            s.push(SeriesArg::Device);
+        }
+        s
+    } else {
+        a.series.clone()
+    };
+    if series.contains(&SeriesArg::Device) && driver.is_empty() {
+        return Err(Error::input(
+            &a.file,
+            "no driver-level (device) series: `memtrack record` samples it only where the NVIDIA              driver's NVML is present (and --device-interval is not 0)",
+        ));
+    }
+    let last_op = stats.op_count().saturating_sub(1) as f64;
+    let lines_of = |s: SeriesArg| -> Vec<Line> {
+        match s.tracker_series() {
+            Some(t) => vec![line(&stats, t)],
+            None => driver
+                .iter()
+                .enumerate()
+                .map(|(k, d)| device_line(d, k, driver.len() > 1, last_op))
+                .collect(),
+        }
+    };
     let panels = if a.split {
         series
             .iter()
-            .map(|&s| Panel {
-                lines: vec![line(&stats, s)],
-            })
+            .map(|&s| Panel { lines: lines_of(s) })
             .collect()
     } else {
         vec![Panel {
-            lines: series.iter().map(|&s| line(&stats, s)).collect(),
+            lines: series.iter().flat_map(|&s| lines_of(s)).collect(),
         }]
     };
     let markers = stats
@@ -78,6 +105,31 @@ fn line(stats: &TrackerStats, s: Series) -> Line {
         },
         points: points.into_iter().map(|(i, v)| (i as f64, v)).collect(),
         peak: peak.map(|(i, v)| (i as f64, v)),
+    }
+}
+
+/// The process's GPU memory as the driver counted it, at the op positions of its samples.
+fn device_line(d: &DeviceSeries, k: usize, several: bool, last_op: f64) -> Line {
+    let values: Vec<f64> = d.samples.iter().map(|s| s.bytes as f64).collect();
+    let points = min_max_envelope(&values, 0, values.len(), plot::PLOT_COLUMNS);
+    const COLORS: [plotters::style::RGBColor; 4] = [
+        plot::PURPLE_,
+        plotters::style::RGBColor(140, 86, 75),
+        plotters::style::RGBColor(227, 119, 194),
+        plotters::style::RGBColor(127, 127, 127),
+    ];
+    Line {
+        label: if several {
+            format!("device_memory (driver, GPU {})", d.nvml_index)
+        } else {
+            "device_memory (driver)".into()
+        },
+        color: COLORS[k % COLORS.len()],
+        points: points
+            .into_iter()
+            .map(|(i, v)| ((d.samples[i].op_index as f64).min(last_op), v))
+            .collect(),
+        peak: None,
     }
 }
 

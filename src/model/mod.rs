@@ -1,9 +1,14 @@
 //! Domain types, independent of any file format.
 
+pub mod cycles;
+pub mod gpu;
 pub mod modules;
 pub mod tracker;
 pub mod units;
 
+pub use cycles::{Cycle, CycleEdge, CycleNode, CycleTensor};
 pub use modules::{DeviceBytes, IterationModules, ModState, ModuleStats, Snapshot, CATEGORIES};
-pub use tracker::{ExitInfo, Marker, OpNames, RecordInfo, Series, TrackerStats};
+pub use tracker::{
+    DeviceSample, DeviceSeries, ExitInfo, Marker, OpNames, RecordInfo, Series, TrackerStats,
+};
 pub use units::{format_bytes, Units};

@@ -198,6 +198,7 @@ mod tests {
             note: None,
             said_bye: true,
             stats: TrackerStats::default(),
+            time_marks: Vec::new(),
         }
     }
 
