@@ -146,6 +146,7 @@ pub fn dot(items: &[Item], title: &str, units: Units) -> String {
 
 const CHAR_W: f64 = 7.25; // 12 px DejaVu Sans Mono
 const LABEL_CHAR_W: f64 = 6.05; // 10 px
+const SANS_CHAR_W: f64 = 6.6; // 12 px DejaVu Sans, on average
 const LINE_H: f64 = 16.0;
 const PAD: f64 = 9.0;
 const ROW_GAP: f64 = 40.0;
@@ -286,7 +287,9 @@ fn layout(r: &CycleReport, c: &Cycle, units: Units) -> Layout {
     let mut left = 24.0;
     for e in &c.edges {
         let (a, b) = (&nodes[e.from], &nodes[e.to]);
-        if a.col == b.col && !(b.row == a.row + 1) {
+        if e.from == e.to {
+            left = f64::max(left, 62.0 + label_w(&e.label));
+        } else if a.col == b.col && b.row != a.row + 1 {
             left = f64::max(
                 left,
                 46.0 + 14.0 * a.row.abs_diff(b.row) as f64 + label_w(&e.label),
@@ -377,12 +380,14 @@ fn marker_id(k: Kind) -> &'static str {
 }
 
 /// One cycle's panel, drawn at (0, y0); `html` adds hover hooks to nodes.
+#[allow(clippy::too_many_arguments)]
 fn panel(
     out: &mut String,
     r: &CycleReport,
     c: &Cycle,
     l: &Layout,
     y0: f64,
+    width: f64,
     units: Units,
     html: bool,
 ) {
@@ -390,7 +395,7 @@ fn panel(
     let _ = writeln!(
         out,
         "<rect x=\"8\" y=\"4\" width=\"{:.1}\" height=\"{:.1}\" rx=\"6\" fill=\"#fafafa\" stroke=\"#dddddd\"/>",
-        l.width - 16.0,
+        width - 16.0,
         l.height - 8.0
     );
     let _ = writeln!(
@@ -406,7 +411,8 @@ fn panel(
         let (a, b) = (&l.nodes[e.from], &l.nodes[e.to]);
         let stroke = color(k);
         let width = if k == Kind::Loop { 2.2 } else { 1.4 };
-        let (d, lx, ly, anchor) = if e.from == e.to {
+        let (d, lx, ly, anchor) = if e.from == e.to && a.col == 0 {
+            // on the left, where the first column's arcs are
             let (x, y) = (a.x, a.cy());
             (
                 format!(
@@ -421,6 +427,23 @@ fn panel(
                 x - 40.0,
                 y + 4.0,
                 "end",
+            )
+        } else if e.from == e.to {
+            // above the box, clear of the references coming in from the left
+            let (x, y) = (a.x + a.w * 0.5, a.y);
+            (
+                format!(
+                    "M{:.1},{y:.1} C{:.1},{:.1} {:.1},{:.1} {:.1},{y:.1}",
+                    x - 14.0,
+                    x - 24.0,
+                    y - 30.0,
+                    x + 24.0,
+                    y - 30.0,
+                    x + 14.0,
+                ),
+                x,
+                y - 26.0,
+                "middle",
             )
         } else if a.col == b.col && b.row == a.row + 1 {
             let x = a.x + 28.0;
@@ -545,7 +568,7 @@ fn markers() -> String {
     for k in [Kind::Loop, Kind::ToTensor, Kind::Other] {
         let _ = writeln!(
             s,
-            "<marker id=\"{}\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerWidth=\"8\" markerHeight=\"8\" orient=\"auto-start-reverse\"><path d=\"M0,0 L10,5 L0,10 z\" fill=\"{}\"/></marker>",
+            "<marker id=\"{}\" viewBox=\"0 0 10 10\" refX=\"9\" refY=\"5\" markerUnits=\"userSpaceOnUse\" markerWidth=\"10\" markerHeight=\"9\" orient=\"auto\"><path d=\"M0,0 L10,5 L0,10 z\" fill=\"{}\"/></marker>",
             marker_id(k),
             color(k)
         );
@@ -558,7 +581,31 @@ fn markers() -> String {
 fn svg_doc(items: &[Item], title: &str, units: Units, html: bool) -> String {
     let layouts: Vec<Layout> = items.iter().map(|(r, c)| layout(r, c, units)).collect();
     let head_h = 74.0;
-    let width = layouts.iter().map(|l| l.width).fold(640.0, f64::max);
+    let total: i64 = items.iter().map(|(r, _)| r.bytes).sum();
+    let title_text = format!(
+        "{title}: {} reference cycle{} held {} of tensors until the garbage collector ran",
+        items.len(),
+        if items.len() == 1 { "" } else { "s" },
+        format_bytes(total as f64, units)
+    );
+    const LEGEND: [(&str, &str, &str); 3] = [
+        ("#e3eefa", BLUE, "the loop of references that kept it alive"),
+        (
+            "#fde2e2",
+            RED,
+            "a tensor it held (and the references to it)",
+        ),
+        ("#ffffff", GREY, "other object"),
+    ];
+    let legend_w: f64 = LEGEND
+        .iter()
+        .map(|(_, _, t)| 24.0 + t.len() as f64 * SANS_CHAR_W + 22.0)
+        .sum();
+    let width = layouts
+        .iter()
+        .map(|l| l.width)
+        .fold(legend_w + 28.0, f64::max)
+        .max(title_text.chars().count() as f64 * 9.6 + 28.0);
     let height = head_h + layouts.iter().map(|l| l.height + 12.0).sum::<f64>() + 8.0;
     let mut s = String::new();
     if !html {
@@ -599,11 +646,11 @@ fn svg_doc(items: &[Item], title: &str, units: Units, html: bool) -> String {
             x + 24.0,
             xml(text)
         );
-        x += 24.0 + text.len() as f64 * 6.8 + 22.0;
+        x += 24.0 + text.len() as f64 * SANS_CHAR_W + 22.0;
     }
     let mut y = head_h;
     for ((r, c), l) in items.iter().zip(&layouts) {
-        panel(&mut s, r, c, l, y, units, html);
+        panel(&mut s, r, c, l, y, width, units, html);
         y += l.height + 12.0;
     }
     s.push_str("</svg>\n");

@@ -1266,10 +1266,11 @@ def _annotate(o, torch):
     if isinstance(o, types.MethodType):
         return f"method {getattr(o.__func__, '__qualname__', '?')}"
     if isinstance(o, types.FrameType):
-        f = o.f_code.co_filename
-        if len(f) > 32:
-            f = "..." + f[-29:]
+        f = os.path.basename(o.f_code.co_filename)
         return f"frame {o.f_code.co_name} {f}:{o.f_lineno}"
+    if isinstance(o, types.TracebackType):
+        f = os.path.basename(o.tb_frame.f_code.co_filename)
+        return f"traceback {f}:{o.tb_lineno}"
     if isinstance(o, types.ModuleType):
         return f"module {o.__name__}"
     if isinstance(o, type):
@@ -1320,6 +1321,10 @@ def _references(o):
                     add(f"local {k}", v)
         elif isinstance(o, types.MethodType):
             attrs("__self__", "__func__")
+        elif isinstance(o, types.TracebackType):
+            attrs("tb_frame", "tb_next")
+        elif isinstance(o, BaseException):
+            attrs("__traceback__", "__context__", "__cause__", "args")
         elif type(o).__name__ == "cell":
             attrs("cell_contents")
         elif type(o) is weakref.ref:
