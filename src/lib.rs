@@ -13,5 +13,6 @@ pub mod hugepages;
 pub mod model;
 pub mod output;
 pub mod pickle;
+pub mod progress;
 pub mod record;
 pub mod render;

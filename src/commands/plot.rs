@@ -74,7 +74,9 @@ pub fn run(a: PlotArgs) -> Result<()> {
         units: a.units,
         annotate_peak: true,
     };
+    let drawing = crate::progress::Stage::new("drawing");
     let svg = plot::svg(&chart).map_err(|e| Error::Usage(format!("cannot draw the plot: {e}")))?;
+    drop(drawing);
     let out = a.output.clone().unwrap_or_else(|| default_output(&a.file));
     output::emit(&out, svg.as_bytes())?;
     if out.as_os_str() != "-" {
