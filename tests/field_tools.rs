@@ -31,7 +31,10 @@ fn gpus_without_a_driver_says_so_and_exits_2() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("no NVIDIA driver"), "{err}");
-    assert!(err.contains("libnvidia-ml.so.1") && err.contains("NVML"), "{err}");
+    assert!(
+        err.contains("libnvidia-ml.so.1") && err.contains("NVML"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(o.stdout.is_empty());
 
@@ -42,7 +45,10 @@ fn gpus_without_a_driver_says_so_and_exits_2() {
             let j: serde_json::Value = serde_json::from_str(&out).unwrap();
             assert!(j["gpus"].is_array());
         }
-        2 => assert!(err.contains("NVIDIA driver") || err.contains("NVML"), "{err}"),
+        2 => assert!(
+            err.contains("NVIDIA driver") || err.contains("NVML"),
+            "{err}"
+        ),
         c => panic!("gpus exited {c}: {err}"),
     }
 }
@@ -80,7 +86,10 @@ fn realistic_memory_stats() -> BTreeMap<String, i64> {
             }
         }
     }
-    for (m, metric) in ["oversize_allocations", "oversize_segments"].iter().enumerate() {
+    for (m, metric) in ["oversize_allocations", "oversize_segments"]
+        .iter()
+        .enumerate()
+    {
         for (k, kind) in ["current", "peak", "allocated", "freed"].iter().enumerate() {
             s.insert(format!("{metric}.{kind}"), (m * 10 + k) as i64);
         }
@@ -141,13 +150,18 @@ fn allocator_prints_memory_summary_from_recorded_counters() {
         "{text}"
     );
     let box_text = text.split_once('\n').unwrap().1;
-    assert!(box_text.contains("PyTorch CUDA memory summary, device ID 1"), "{text}");
+    assert!(
+        box_text.contains("PyTorch CUDA memory summary, device ID 1"),
+        "{text}"
+    );
     assert!(box_text.contains("CUDA OOMs: 1 "), "{text}");
     assert!(box_text.contains("cudaMalloc retries: 3 "), "{text}");
     // 3 GiB + 12345 B in MiB, 123 TiB in GiB: memory_summary's units (it steps up while the
     // `all` value is at least 768 of the next unit)
     assert!(
-        box_text.contains("| Allocated memory      |   3072 MiB |    900 MiB |   5001 B   | 125952 GiB |"),
+        box_text.contains(
+            "| Allocated memory      |   3072 MiB |    900 MiB |   5001 B   | 125952 GiB |"
+        ),
         "{text}"
     );
 
@@ -181,7 +195,9 @@ fn allocator_prints_memory_summary_from_recorded_counters() {
     assert!(!abbreviated.contains("from large pool"));
 
     // the same counters through PyTorch's own memory_summary, character for character
-    let Some(py) = python_with_torch() else { return };
+    let Some(py) = python_with_torch() else {
+        return;
+    };
     let json_path = dir.path().join("stats.json");
     std::fs::write(&json_path, serde_json::to_vec(&counters).unwrap()).unwrap();
     for (abbreviated, args) in [
@@ -250,7 +266,10 @@ fn completions_and_man_page() {
     for section in ["MEMTRACK RECORD", "MEMTRACK GPUS", "MEMTRACK CYCLES"] {
         assert!(page.contains(section), "no {section}");
     }
-    assert!(page.contains("device\\-interval"), "record's options are on the page");
+    assert!(
+        page.contains("device\\-interval"),
+        "record's options are on the page"
+    );
     // it renders, where man is installed
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("memtrack.1");
@@ -287,5 +306,21 @@ fn no_colour_under_no_color() {
     };
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("Usage"), "{out}");
-    assert!(!out.contains('\u{1b}'), "escape codes under NO_COLOR: {out:?}");
+    assert!(
+        !out.contains('\u{1b}'),
+        "escape codes under NO_COLOR: {out:?}"
+    );
+    // the control: the same on a terminal without NO_COLOR is styled
+    let o = std::process::Command::new("script")
+        .args(["-qec", &format!("{exe} --help"), "/dev/null"])
+        .env_remove("NO_COLOR")
+        .env_remove("CLICOLOR")
+        .env("TERM", "xterm")
+        .output()
+        .unwrap();
+    let styled = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        styled.contains('\u{1b}'),
+        "a terminal gets styles: {styled:?}"
+    );
 }

@@ -49,16 +49,15 @@ fn device_peaks(stats: &TrackerStats) -> Vec<DevicePeak> {
     r.device_memory
         .iter()
         .filter_map(|d| {
-            let best = d
-                .samples
-                .iter()
-                .fold(None, |b: Option<&crate::model::DeviceSample>, s| match b {
+            let best = d.samples.iter().fold(
+                None,
+                |b: Option<&crate::model::DeviceSample>, s| match b {
                     Some(b) if b.bytes >= s.bytes => Some(b),
                     _ => Some(s),
-                })?;
+                },
+            )?;
             // the sample came after `op_index` ops: the op before it set the counters
-            let op = (best.op_index > 0 && n > 0)
-                .then(|| (best.op_index as usize).min(n) - 1);
+            let op = (best.op_index > 0 && n > 0).then(|| (best.op_index as usize).min(n) - 1);
             let reserved = match (mine, op) {
                 (Some(m), Some(i)) if std::ptr::eq(m, d) => Some(stats.reserved[i]),
                 _ => None,

@@ -46,9 +46,10 @@ fn parse(path: &Path, file: &MappedFile) -> Result<Document> {
 
 /// Progress for reading `path` (on a terminal, after a second).
 fn bar(path: &Path, file: &MappedFile) -> crate::progress::Bar {
-    let name = path
-        .file_name()
-        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     crate::progress::Bar::bytes(file.bytes().len() as u64, format!("reading {name}"))
 }
 
