@@ -107,6 +107,7 @@ fn line(stats: &TrackerStats, s: Series) -> Line {
         },
         points: points.into_iter().map(|(i, v)| (i as f64, v)).collect(),
         peak: peak.map(|(i, v)| (i as f64, v)),
+        width: None,
     }
 }
 
@@ -127,11 +128,21 @@ fn device_line(d: &DeviceSeries, k: usize, several: bool, last_op: f64) -> Line 
             "device_memory (driver)".into()
         },
         color: COLORS[k % COLORS.len()],
+        // a sample holds until the next one: steps, not slopes
         points: points
             .into_iter()
             .map(|(i, v)| ((d.samples[i].op_index as f64).min(last_op), v))
-            .collect(),
+            .fold(Vec::new(), |mut acc: Vec<(f64, f64)>, (x, y)| {
+                if let Some(&(_, prev)) = acc.last() {
+                    if prev != y {
+                        acc.push((x, prev));
+                    }
+                }
+                acc.push((x, y));
+                acc
+            }),
         peak: None,
+        width: Some(3),
     }
 }
 
