@@ -1187,12 +1187,15 @@ def _report_cycles(torch, garbage, generation, is_tensor):
 
 
 def _tensor_facts(t, stacks):
-    st = t.untyped_storage()
-    nb = st.nbytes()
     dev = t.device
+    try:
+        st = t.untyped_storage()
+        nb = st.nbytes()
+        ptr = st.data_ptr()
+    except Exception:  # sparse, nested and other layouts without one storage
+        nb, ptr = 0, 0
     if dev.type == "cuda":
         nb = -(-nb // _min_alloc) * _min_alloc
-    ptr = st.data_ptr()
     return {
         "bytes": nb,
         "storage": ptr if ptr else id(t),
