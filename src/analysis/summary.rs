@@ -30,8 +30,9 @@ pub struct DevicePeak {
     pub nvml_index: i64,
     pub device: String,
     pub bytes: i64,
-    /// The op count when it was sampled (the op shown is the last one before).
-    pub op_index: i64,
+    /// The op it was sampled after (the last op before the sample), as the other peaks
+    /// give the op after which they were reached; None before the first op.
+    pub op_index: Option<usize>,
     pub op: Option<String>,
     pub time_s: f64,
     /// Reserved after that op, when this GPU is the allocator's.
@@ -66,7 +67,7 @@ fn device_peaks(stats: &TrackerStats) -> Vec<DevicePeak> {
                 nvml_index: d.nvml_index,
                 device: d.title(),
                 bytes: best.bytes,
-                op_index: best.op_index,
+                op_index: op,
                 op: op.map(|i| stats.names.get(i).to_string()),
                 time_s: best.time_s,
                 reserved_bytes: reserved,

@@ -40,7 +40,7 @@ pub fn tracker(s: &TrackerSummary, title: &str, format: Format, units: Units) ->
                 peaks.row(vec![
                     format!("device (driver, GPU {})", d.nvml_index),
                     format_bytes(d.bytes as f64, units),
-                    thousands(d.op_index.max(0) as usize),
+                    d.op_index.map_or_else(|| "-".into(), thousands),
                     d.op.clone().unwrap_or_default(),
                 ]);
             }
@@ -49,8 +49,7 @@ pub fn tracker(s: &TrackerSummary, title: &str, format: Format, units: Units) ->
             for d in &s.device_peaks {
                 if let (Some(r), Some(o)) = (d.reserved_bytes, d.outside_allocator_bytes) {
                     out.push_str(&format!(
-                        "{}{}: the driver counted {} at its peak, where the allocator had {} reserved: {} outside PyTorch's caching allocator (CUDA context, NCCL, cuBLAS workspaces, other libraries)\n",
-                        if md { "\n" } else { "" },
+                        "\n{}: the driver counted {} at its peak, where the allocator had {} reserved: {} outside PyTorch's caching allocator (CUDA context, NCCL, cuBLAS workspaces, other libraries)\n",
                         d.device,
                         format_bytes(d.bytes as f64, units),
                         format_bytes(r, units),
