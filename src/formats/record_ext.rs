@@ -602,4 +602,99 @@ mod tests {
         assert_eq!(st.calls, vec![snap(10), snap(20)]);
         assert_eq!(r.modules[0].peak, snap(30));
     }
+
+    #[test]
+    fn field_keys_survive_a_round_trip() {
+        let mut names = OpNames::default();
+        names.push("Net.forward.mm.default_0");
+        let cycle = Cycle {
+            op_index: 1,
+            generation: 2,
+            nodes: vec![
+                CycleNode {
+                    label: "Holder".into(),
+                    type_name: "__main__.Holder".into(),
+                    tensor: None,
+                },
+                CycleNode {
+                    label: "Tensor float32[4] cuda:0".into(),
+                    type_name: "torch.Tensor".into(),
+                    tensor: Some(CycleTensor {
+                        bytes: 512,
+                        storage: 140_000_000_000,
+                        shape: vec![4],
+                        dtype: "float32".into(),
+                        device: "cuda:0".into(),
+                        stack: vec!["train.py:3:make".into()],
+                    }),
+                },
+            ],
+            edges: vec![
+                CycleEdge {
+                    from: 0,
+                    to: 0,
+                    label: ".me".into(),
+                },
+                CycleEdge {
+                    from: 0,
+                    to: 1,
+                    label: ".t".into(),
+                },
+            ],
+            omitted_nodes: 3,
+        };
+        let series = DeviceSeries {
+            nvml_index: 2,
+            name: Some("NVIDIA H100".into()),
+            uuid: Some("GPU-1234".into()),
+            samples: vec![
+                DeviceSample {
+                    op_index: 0,
+                    time_s: 0.0,
+                    bytes: 500 << 20,
+                },
+                DeviceSample {
+                    op_index: 1,
+                    time_s: 0.05,
+                    bytes: 600 << 20,
+                },
+            ],
+        };
+        let record = RecordInfo {
+            backend: "cuda".into(),
+            device_index: Some(1),
+            device_uuid: Some("GPU-1234".into()),
+            memory_stats_oom: [("num_ooms".to_string(), 1)].into(),
+            device_memory: vec![series.clone()],
+            cycles_watched: true,
+            cycles: vec![cycle.clone()],
+            ..RecordInfo::default()
+        };
+        let stats = TrackerStats {
+            names,
+            allocated: vec![1.0],
+            active: vec![1.0],
+            reserved: vec![1.0],
+            record: Some(record),
+            ..TrackerStats::default()
+        };
+        let bytes = tracker::to_pickle_bytes(&stats);
+        let back = tracker::from_document(crate::pickle::parse(&bytes).unwrap()).unwrap();
+        let r = back.record.unwrap();
+        assert_eq!(r.device_index, Some(1));
+        assert_eq!(r.device_uuid.as_deref(), Some("GPU-1234"));
+        assert_eq!(r.memory_stats_oom["num_ooms"], 1);
+        assert_eq!(r.device_memory, vec![series]);
+        assert!(r.cycles_watched);
+        assert_eq!(r.cycles, vec![cycle]);
+        assert!(r.allocator_device_series().is_some());
+
+        // a file from before these keys reads as having none
+        let mut old = TrackerStats::default();
+        old.record = Some(RecordInfo::default());
+        let back =
+            tracker::from_document(crate::pickle::parse(&tracker::to_pickle_bytes(&old)).unwrap())
+                .unwrap();
+        assert!(back.record.unwrap().cycles.is_empty());
+    }
 }

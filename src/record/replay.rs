@@ -1013,4 +1013,32 @@ mod tests {
         let s = replay(&j);
         assert_eq!(s.stats.op_count(), 2);
     }
+
+    #[test]
+    fn cycles_and_time_marks_land_at_their_ops() {
+        let mut j = json(r#"{"t":"hello","backend":"cpu","pid":7,"cycles":true}"#);
+        j.extend(json(r#"{"t":"op","id":0,"name":"mm.default"}"#));
+        j.extend(ints(&[TIME, 1_000, 0, 0, TIME, 2_000]));
+        // the message comes before the record that places it (the agent flushes names first)
+        j.extend(json(
+            r#"{"t":"cycles","id":1,"generation":0,"nodes":[{"label":"list[2]","type":"list","tensor":null},{"label":"Tensor","type":"torch.Tensor","tensor":{"bytes":4000,"storage":9,"shape":[1000],"dtype":"float32","device":"cpu","stack":[]}},{"label":"dict[0]","type":"dict","tensor":null}],"edges":[[0,0,"[1]"],[0,1,"[0]"]]}"#,
+        ));
+        j.extend(ints(&[0, CYCLE, 1, 0]));
+        j.extend(json(
+            r#"{"t":"oom","device":0,"memory_stats":{"num_ooms":0,"x":"y"}}"#,
+        ));
+        let s = replay(&j);
+        assert_eq!(s.time_marks, vec![(1_000, 0), (2_000, 2)]);
+        let r = s.stats.record.as_ref().unwrap();
+        assert!(r.cycles_watched);
+        assert_eq!(
+            r.cycles.len(),
+            1,
+            "the dict holds no tensor: not a cycle of its own"
+        );
+        assert_eq!(r.cycles[0].op_index, 3);
+        assert_eq!(r.cycles[0].bytes(), 4000);
+        assert_eq!(r.memory_stats_oom.len(), 1);
+        assert_eq!(s.stats.op_count(), 4);
+    }
 }

@@ -257,8 +257,8 @@ fn layout(r: &CycleReport, c: &Cycle, units: Units) -> Layout {
         })
         .collect();
     // order each column by the mean row of its neighbours in earlier columns
-    for k in 1..ncols {
-        let mut keyed: Vec<(f64, usize)> = columns[k]
+    for (k, column) in columns.iter_mut().enumerate().skip(1) {
+        let mut keyed: Vec<(f64, usize)> = column
             .iter()
             .map(|&i| {
                 let rows: Vec<f64> = adj[i]
@@ -275,8 +275,8 @@ fn layout(r: &CycleReport, c: &Cycle, units: Units) -> Layout {
             })
             .collect();
         keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        columns[k] = keyed.into_iter().map(|(_, i)| i).collect();
-        for (row, &i) in columns[k].iter().enumerate() {
+        *column = keyed.into_iter().map(|(_, i)| i).collect();
+        for (row, &i) in column.iter().enumerate() {
             nodes[i].row = row;
         }
     }
