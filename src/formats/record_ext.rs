@@ -690,8 +690,10 @@ mod tests {
         assert!(r.allocator_device_series().is_some());
 
         // a file from before these keys reads as having none
-        let mut old = TrackerStats::default();
-        old.record = Some(RecordInfo::default());
+        let old = TrackerStats {
+            record: Some(RecordInfo::default()),
+            ..TrackerStats::default()
+        };
         let back =
             tracker::from_document(crate::pickle::parse(&tracker::to_pickle_bytes(&old)).unwrap())
                 .unwrap();
