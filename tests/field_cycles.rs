@@ -143,6 +143,46 @@ fn record_cycles_finds_them_with_their_bytes_and_draws_them() {
     assert!(!html.contains("src=\"http") && !html.contains("src='http"));
     roxmltree::Document::parse(&html[html.find("<svg").unwrap()..html.find("</svg>").unwrap() + 6])
         .expect("the inline SVG is well-formed");
+    // its script parses, where node is installed
+    let script = html.rsplit("<script>").next().unwrap();
+    let script = &script[..script.find("</script>").unwrap()];
+    let js = dir.path().join("page.js");
+    std::fs::write(&js, script).unwrap();
+    if let Ok(o) = std::process::Command::new("node")
+        .arg("--check")
+        .arg(&js)
+        .output()
+    {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        // and, on a minimal stand-in for the page's DOM, pointing at a tensor shows its details
+        let data = html.split("type=\"application/json\">").nth(1).unwrap();
+        let data = &data[..data.find("</script>").unwrap()];
+        let harness = format!(
+            "const data = {data:?};\n\
+             const els = {{}};\n\
+             function el(id) {{ return els[id] || (els[id] = {{ id, textContent: '', style: {{}}, offsetWidth: 100, handlers: {{}},\n\
+               addEventListener(k, f) {{ this.handlers[k] = f; }}, getAttribute(a) {{ return this.attrs[a]; }}, attrs: {{}} }}); }}\n\
+             el('memtrack-data').textContent = data;\n\
+             const nodes = Object.keys(JSON.parse(data)).map(k => {{ const e = el('node ' + k); e.attrs['data-node'] = k; return e; }});\n\
+             global.window = {{ innerWidth: 1000 }};\n\
+             global.document = {{ getElementById: el, querySelectorAll: () => nodes }};\n\
+             {script}\n\
+             const tensor = nodes.find(n => JSON.parse(data)[n.attrs['data-node']].includes('storage of'));\n\
+             tensor.handlers.mouseover(); tensor.handlers.mousemove({{ clientX: 10, clientY: 10 }});\n\
+             if (el('details').textContent !== JSON.parse(data)[tensor.attrs['data-node']]) throw new Error('panel');\n\
+             if (el('tip').style.display !== 'block' || !el('tip').textContent.includes('Tensor')) throw new Error('tooltip');\n\
+             tensor.handlers.mouseout(); if (el('tip').style.display !== 'none') throw new Error('tooltip stays');\n\
+             console.log('hover ok');\n"
+        );
+        let h = dir.path().join("hover.js");
+        std::fs::write(&h, harness).unwrap();
+        let o = std::process::Command::new("node").arg(&h).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("hover ok"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 
     // the file still loads in PyTorch's MemoryTracker
     let o = std::process::Command::new(&py)

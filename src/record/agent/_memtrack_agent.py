@@ -304,6 +304,7 @@ def _after_fork_in_child():
     global _sock, _active
     _active = False
     _sock = None
+    _cycles_state["on"] = False  # nothing to report to: no collections kept for it either
     try:
         C = _torch._C
         others = []
