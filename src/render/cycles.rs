@@ -132,10 +132,9 @@ fn detail(r: &CycleReport, md: bool, units: Units) -> String {
         out.push_str(&head);
         out.push('\n');
     }
+    let bullet = if md { "- " } else { "" };
     out.push_str(&format!(
-        "{pre}{}loop:{} {code_open}{}{code_close}\n",
-        if md { "- " } else { "" },
-        "",
+        "{pre}{bullet}loop: {code_open}{}{code_close}\n",
         loop_text(r)
     ));
     if r.omitted_objects > 0 {
@@ -146,8 +145,7 @@ fn detail(r: &CycleReport, md: bool, units: Units) -> String {
     }
     for p in &r.tensor_paths {
         out.push_str(&format!(
-            "{pre}{}tensor {} ({}): {code_open}{}{code_close}\n",
-            if md { "- " } else { "" },
+            "{pre}{bullet}tensor {} ({}): {code_open}{}{code_close}\n",
             p.tensor,
             b(p.bytes),
             path_text(&p.path)
