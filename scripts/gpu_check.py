@@ -7,6 +7,11 @@
    memtrack's must be at most half of MemoryTracker's.
 3. `--snapshot`: allocator snapshots at exit and at a CUDA out-of-memory error, named in the
    stats, and the OOM recorded.
+4. `memtrack gpus` agrees with nvidia-smi (GPUs, UUIDs, total/used/free memory, processes).
+5. The driver-level series (NVML) is in the recording and at least reserved.
+6. `memtrack allocator` on the CUDA recordings (at exit, and at the OOM).
+7. `record --cycles` finds a CUDA tensor held by a reference cycle, its bytes and its
+   allocation stack.
 
 Modes (--mode) are run as separate processes by main(); each prints one JSON line.
 """
@@ -96,6 +101,36 @@ def mode_oom(args):
     torch.empty(total * 2, dtype=torch.uint8, device="cuda")  # raises OutOfMemoryError
 
 
+def mode_cuda_cycle(args):
+    """A 1 MiB CUDA tensor kept by an object that refers to itself, freed by gc.collect()."""
+    import gc
+
+    import torch
+
+    class Holder:
+        pass
+
+    def make():
+        h = Holder()
+        h.t = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        h.me = h
+
+    gc.disable()
+    make()
+    torch.ones(4, device="cuda")
+    gc.collect()
+    print(json.dumps({"ok": True}))
+
+
+def mode_hold(args):
+    """Hold 1 GiB of GPU memory until killed (a process for `gpus` to list)."""
+    import torch
+
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # noqa: F841
+    print(json.dumps({"pid": os.getpid()}), flush=True)
+    time.sleep(120)
+
+
 def sh(cmd, **kw):
     print("+", " ".join(cmd), file=sys.stderr)
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
@@ -128,7 +163,8 @@ def main():
     ap.add_argument("--memtrack", default=os.path.join(ROOT, "target", "release", "memtrack"))
     args = ap.parse_args()
     if args.mode:
-        {"time": mode_time, "trace": mode_trace, "oom": mode_oom}[args.mode](args)
+        {"time": mode_time, "trace": mode_trace, "oom": mode_oom,
+         "cuda_cycle": mode_cuda_cycle, "hold": mode_hold}[args.mode](args)
         return
 
     import torch
@@ -197,6 +233,93 @@ def main():
         with open(x, "rb") as f:
             snap = pickle.load(f)  # what torch.cuda.memory._dump_snapshot wrote
         report.setdefault("snapshot_segments", {})[os.path.basename(x)] = len(snap["segments"])
+
+    # 4. gpus vs nvidia-smi, while a process of ours holds 1 GiB
+    holder = subprocess.Popen([py, me, "--mode", "hold"], stdout=subprocess.PIPE, text=True)
+    try:
+        held_pid = json.loads(holder.stdout.readline())["pid"]
+        time.sleep(1)
+        g = json.loads(sh([mt, "gpus", "--format", "json"]).stdout)
+        smi = sh(["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,memory.used,memory.free",
+                  "--format=csv,noheader,nounits"]).stdout
+        apps = sh(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory",
+                   "--format=csv,noheader,nounits"]).stdout
+    finally:
+        holder.kill()
+    rows = [[c.strip() for c in line.split(",")] for line in smi.strip().splitlines()]
+    report["gpus"] = len(g["gpus"])
+    if len(rows) != len(g["gpus"]):
+        failures.append(f"gpus lists {len(g['gpus'])} GPUs, nvidia-smi {len(rows)}")
+    mib = 1 << 20
+    for row, gpu in zip(rows, g["gpus"]):
+        idx, uuid, name, total, used, free = row
+        if (int(idx), uuid, name) != (gpu["index"], gpu["uuid"], gpu["name"]):
+            failures.append(f"GPU {idx}: nvidia-smi {uuid} {name}, gpus {gpu['uuid']} {gpu['name']}")
+        if abs(int(total) - gpu["total_bytes"] // mib) > 1:
+            failures.append(f"GPU {idx}: total {total} MiB vs {gpu['total_bytes'] // mib} MiB")
+        # used may or may not include the driver's reservation, depending on the driver
+        ours_used = [gpu["used_bytes"] // mib, (gpu["used_bytes"] + gpu["reserved_bytes"]) // mib]
+        if min(abs(int(used) - u) for u in ours_used) > 64:
+            failures.append(f"GPU {idx}: used {used} MiB vs {ours_used} MiB")
+        if abs(int(free) - gpu["free_bytes"] // mib) > 64:
+            failures.append(f"GPU {idx}: free {free} MiB vs {gpu['free_bytes'] // mib} MiB")
+    smi_pids = {int(line.split(",")[1]) for line in apps.strip().splitlines() if line.strip()}
+    our_pids = {p["pid"] for gpu in g["gpus"] for p in gpu["processes"] if p["kind"] == "compute"}
+    report["gpus_processes"] = sorted(our_pids)
+    if held_pid not in our_pids or held_pid not in smi_pids:
+        failures.append(f"the holding process {held_pid}: gpus {sorted(our_pids)}, nvidia-smi {sorted(smi_pids)}")
+    held = [p for gpu in g["gpus"] for p in gpu["processes"] if p["pid"] == held_pid]
+    if held and (held[0]["used_bytes"] or 0) < (1 << 30):
+        failures.append(f"the holding process shows {held[0]['used_bytes']} bytes, less than the 1 GiB it holds")
+
+    # 5. the driver-level series of the trace recording: present, at least reserved
+    o = json.loads(sh([mt, "export", ours]).stdout)
+    series = o["memtrack"]["device_memory"]
+    reserved = [x["reserved_bytes"] for x in o["ops"]]
+    report["device_series"] = [(s["nvml_index"], len(s["samples"])) for s in series]
+    if not series or not series[0]["samples"]:
+        failures.append("no driver-level series in the CUDA recording")
+    else:
+        s0 = max(series, key=lambda s: max(x["bytes"] for x in s["samples"]))
+        below = [x for x in s0["samples"]
+                 if 0 < x["op_index"] <= len(reserved) and x["bytes"] < reserved[x["op_index"] - 1]]
+        report["device_peak_bytes"] = max(x["bytes"] for x in s0["samples"])
+        report["reserved_peak_bytes"] = max(reserved)
+        report["device_samples_below_reserved"] = len(below)
+        if report["device_peak_bytes"] < report["reserved_peak_bytes"]:
+            failures.append("the driver-level peak is below the reserved peak")
+        if len(below) > len(s0["samples"]) // 20:
+            failures.append(f"{len(below)} of {len(s0['samples'])} driver-level samples below reserved")
+        text = sh([mt, "summary", ours]).stdout
+        if "device (driver" not in text or "outside PyTorch's caching allocator" not in text:
+            failures.append("summary does not show the driver-level series")
+
+    # 6. allocator on the CUDA recordings
+    p = sh([mt, "allocator", ours])
+    if p.returncode != 0 or "PyTorch CUDA memory summary" not in p.stdout:
+        failures.append(f"allocator: exit {p.returncode}: {p.stderr}")
+    a = json.loads(sh([mt, "allocator", ours, "--format", "json"]).stdout)
+    report["allocator_reserved_peak"] = a["metrics"][3]["rows"][0]["peak"]
+    if a["metrics"][3]["rows"][0]["peak"] < max(reserved):
+        failures.append("allocator: reserved peak below the per-op reserved peak")
+    p = sh([mt, "allocator", snap_out, "--at", "oom"])
+    report["allocator_at_oom_exit"] = p.returncode
+    if p.returncode != 0:
+        failures.append(f"allocator --at oom: {p.stderr}")
+
+    # 7. a reference cycle holding a CUDA tensor
+    cyc = os.path.join(tmp, "cycles.pkl")
+    sh([mt, "record", "--cycles", "-o", cyc, "--", py, me, "--mode", "cuda_cycle"])
+    c = json.loads(sh([mt, "cycles", cyc, "--format", "json"]).stdout)["cycles"]
+    report["cycles"] = [(x["bytes"], len(x["tensor_paths"][0]["stack"]) if x["tensor_paths"] else 0) for x in c]
+    if not c or c[0]["bytes"] != 1 << 20:
+        failures.append(f"cycles: expected one cycle of 1 MiB, found {report['cycles']}")
+    elif not c[0]["tensor_paths"][0]["stack"]:
+        failures.append("cycles: no allocation stack for the CUDA tensor")
+    for ext in ("svg", "html", "dot"):
+        p = sh([mt, "cycles", cyc, "-o", os.path.join(tmp, f"cycles.{ext}")])
+        if p.returncode != 0:
+            failures.append(f"cycles -o .{ext}: {p.stderr}")
 
     print(json.dumps(report, indent=2))
     if failures:

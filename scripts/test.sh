@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Run every test, as CI does: installs what it needs first (Rust crates through cargo, a
-# Python venv with torch through scripts/setup-python.sh).
+# Python venv with torch through scripts/setup-python.sh), then prints one line of totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "memtrack: cargo not found: install Rust (https://rustup.rs)" >&2; exit 2; }
 MEMTRACK_PYTHON="$(scripts/setup-python.sh)"
 export MEMTRACK_PYTHON
-cargo test --locked "$@"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --locked "$@" 2>&1 | tee "$log" || status=$?
+passed=$(grep -oE '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
+failed=$(grep -oE '; [0-9]+ failed' "$log" | awk '{s += $2} END {print s + 0}')
+echo "memtrack tests: $passed passed, $failed failed"
+exit "$status"

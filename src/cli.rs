@@ -40,6 +40,16 @@ pub enum Command {
     Record(RecordArgs),
     /// Per-module memory by category and state, as PyTorch's MemTracker tabulates it
     Modules(ModulesArgs),
+    /// NVIDIA GPUs: memory and the processes using it, through NVML (no CUDA context)
+    Gpus(GpusArgs),
+    /// The CUDA caching allocator's counters, as torch.cuda.memory_summary() prints them
+    Allocator(AllocatorArgs),
+    /// Reference cycles that held tensors (`record --cycles`): listed by bytes, or drawn
+    Cycles(CyclesArgs),
+    /// Print a shell completion script (bash, zsh or fish)
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), generated from the command-line definition
+    Man(ManArgs),
 }
 
 #[derive(Args, Debug)]
@@ -76,14 +86,20 @@ pub enum SeriesArg {
     Allocated,
     Active,
     Reserved,
+    /// The process's GPU memory as the driver sees it (files `record` wrote where NVML was
+    /// present): the allocator's reserved plus the CUDA context, NCCL buffers, cuBLAS
+    /// workspaces and other memory the caching allocator cannot see
+    Device,
 }
 
-impl From<SeriesArg> for Series {
-    fn from(s: SeriesArg) -> Series {
-        match s {
-            SeriesArg::Allocated => Series::Allocated,
-            SeriesArg::Active => Series::Active,
-            SeriesArg::Reserved => Series::Reserved,
+impl SeriesArg {
+    /// The MemoryTracker series; None for the driver-level one.
+    pub fn tracker_series(self) -> Option<Series> {
+        match self {
+            SeriesArg::Allocated => Some(Series::Allocated),
+            SeriesArg::Active => Some(Series::Active),
+            SeriesArg::Reserved => Some(Series::Reserved),
+            SeriesArg::Device => None,
         }
     }
 }
@@ -95,8 +111,9 @@ pub struct PlotArgs {
     /// The SVG to write (`-` for stdout); default: the input's name with .svg, here
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// Series to draw, comma-separated
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SeriesArg::Allocated, SeriesArg::Active, SeriesArg::Reserved])]
+    /// Series to draw, comma-separated [default: allocated,active,reserved, and device when
+    /// the file has the driver-level series]
+    #[arg(long, value_enum, value_delimiter = ',')]
     pub series: Vec<SeriesArg>,
     /// One panel per series (as show_traces draws separate figures) instead of one shared panel
     #[arg(long)]
@@ -236,6 +253,16 @@ pub struct RecordArgs {
     /// Allocator history entries kept for --snapshot (`max_entries`)
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     pub max_snapshot_entries: usize,
+    /// Watch the garbage collector for reference cycles that hold tensors (CUDA tensors; CPU
+    /// tensors on the cpu backend) and keep each one's objects and references (`memtrack
+    /// cycles`). Costs time at every collection that finds garbage; on CUDA it also turns on
+    /// the allocator's history, for allocation stacks
+    #[arg(long)]
+    pub cycles: bool,
+    /// Milliseconds between samples of the program's GPU memory as the driver sees it (NVML);
+    /// 0 turns sampling off. Without an NVIDIA driver nothing is sampled
+    #[arg(long, default_value_t = 50, value_name = "MS")]
+    pub device_interval: u64,
     /// The program and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
@@ -264,4 +291,87 @@ pub struct ModulesArgs {
     /// Units for byte amounts in text and Markdown (JSON and CSV always give bytes)
     #[arg(long, default_value = "B", value_name = "B|KiB|MiB|GiB")]
     pub units: Units,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  memtrack gpus\n  memtrack gpus --watch 2\n  memtrack gpus --format json"
+)]
+pub struct GpusArgs {
+    /// Print again every SECONDS until interrupted (JSON: one object per line)
+    #[arg(long, value_name = "SECONDS")]
+    pub watch: Option<f64>,
+    /// With --watch: stop after N listings
+    #[arg(long, value_name = "N", requires = "watch")]
+    pub count: Option<u64>,
+    /// Output format; JSON is the stable contract for scripts and CI
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Units for byte amounts in text and Markdown (JSON and CSV always give bytes)
+    #[arg(long, default_value = "auto", value_name = "auto|B|KiB|MiB|GiB")]
+    pub units: Units,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StatsMoment {
+    /// When the program stopped
+    Exit,
+    /// When the allocator reported running out of memory
+    Oom,
+}
+
+#[derive(Args, Debug)]
+pub struct AllocatorArgs {
+    /// A `memtrack record` file recorded on CUDA
+    pub file: PathBuf,
+    /// Which counters: at the program's end or at its CUDA out-of-memory error
+    #[arg(long, value_enum, default_value_t = StatsMoment::Exit)]
+    pub at: StatsMoment,
+    /// Only the `all` rows, as memory_summary(abbreviated=True)
+    #[arg(long)]
+    pub abbreviated: bool,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  memtrack record --cycles -o run.pkl -- python train.py\n  memtrack cycles run.pkl\n  memtrack cycles run.pkl -o cycles.html   (or .svg, .dot)"
+)]
+pub struct CyclesArgs {
+    /// A `memtrack record --cycles` file
+    pub file: PathBuf,
+    /// Where to write; `-` is stdout. A name ending in .svg, .dot or .html draws the cycles
+    #[arg(short, long, default_value = "-")]
+    pub output: PathBuf,
+    /// Only the cycle with this number (as listed, 1 holds the most bytes)
+    #[arg(long, value_name = "N")]
+    pub cycle: Option<usize>,
+    /// How many cycles to list or draw, most bytes first
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// Output format of the listing; JSON is the stable contract for scripts and CI
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Units for byte amounts in text and Markdown (JSON and CSV always give bytes)
+    #[arg(long, default_value = "auto", value_name = "auto|B|KiB|MiB|GiB")]
+    pub units: Units,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Install:\n  bash: memtrack completions bash > ~/.local/share/bash-completion/completions/memtrack\n  zsh:  memtrack completions zsh > ~/.zfunc/_memtrack   (with fpath+=~/.zfunc before compinit)\n  fish: memtrack completions fish > ~/.config/fish/completions/memtrack.fish"
+)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Example:\n  memtrack man > memtrack.1 && man ./memtrack.1")]
+pub struct ManArgs {
+    /// Also write one page per subcommand (memtrack-record.1, …) into this folder
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }

@@ -16,6 +16,9 @@ pub enum Error {
     /// Arguments that make no sense together.
     #[error("{0}")]
     Usage(String),
+    /// Something this machine lacks for the command (an NVIDIA driver for `gpus`).
+    #[error("{0}")]
+    Unavailable(String),
     /// A check the user asked for did not pass (e.g. `diff --fail-over`).
     #[error("{0}")]
     CheckFailed(String),

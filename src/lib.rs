@@ -6,10 +6,12 @@
 pub mod analysis;
 pub mod cli;
 pub mod commands;
+pub mod device;
 pub mod error;
 pub mod formats;
 pub mod model;
 pub mod output;
 pub mod pickle;
+pub mod progress;
 pub mod record;
 pub mod render;

@@ -1,5 +1,7 @@
 //! Computations over the model: no I/O, no formatting.
 
+pub mod allocator;
+pub mod cycles;
 pub mod decimate;
 pub mod diff;
 pub mod memviz;

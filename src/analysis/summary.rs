@@ -18,6 +18,63 @@ pub struct TrackerSummary {
     pub record: Option<RecordInfo>,
     /// Per-module peaks of the last iteration (files from `memtrack record`).
     pub module_peaks: Option<ModulePeaks>,
+    /// The driver-level (NVML) series' peaks, where `record` sampled them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub device_peaks: Vec<DevicePeak>,
+}
+
+/// The highest GPU memory the driver counted for the process on one GPU, and how much of it
+/// the caching allocator did not know about.
+#[derive(Debug, Serialize)]
+pub struct DevicePeak {
+    pub nvml_index: i64,
+    pub device: String,
+    pub bytes: i64,
+    /// The op it was sampled after (the last op before the sample), as the other peaks
+    /// give the op after which they were reached; None before the first op.
+    pub op_index: Option<usize>,
+    pub op: Option<String>,
+    pub time_s: f64,
+    /// Reserved after that op, when this GPU is the allocator's.
+    pub reserved_bytes: Option<f64>,
+    /// bytes − reserved: CUDA context, NCCL buffers, cuBLAS workspaces, other libraries.
+    pub outside_allocator_bytes: Option<f64>,
+}
+
+fn device_peaks(stats: &TrackerStats) -> Vec<DevicePeak> {
+    let Some(r) = &stats.record else {
+        return Vec::new();
+    };
+    let mine = r.allocator_device_series();
+    let n = stats.op_count();
+    r.device_memory
+        .iter()
+        .filter_map(|d| {
+            let best = d.samples.iter().fold(
+                None,
+                |b: Option<&crate::model::DeviceSample>, s| match b {
+                    Some(b) if b.bytes >= s.bytes => Some(b),
+                    _ => Some(s),
+                },
+            )?;
+            // the sample came after `op_index` ops: the op before it set the counters
+            let op = (best.op_index > 0 && n > 0).then(|| (best.op_index as usize).min(n) - 1);
+            let reserved = match (mine, op) {
+                (Some(m), Some(i)) if std::ptr::eq(m, d) => Some(stats.reserved[i]),
+                _ => None,
+            };
+            Some(DevicePeak {
+                nvml_index: d.nvml_index,
+                device: d.title(),
+                bytes: best.bytes,
+                op_index: op,
+                op: op.map(|i| stats.names.get(i).to_string()),
+                time_s: best.time_s,
+                reserved_bytes: reserved,
+                outside_allocator_bytes: reserved.map(|x| best.bytes as f64 - x),
+            })
+        })
+        .collect()
 }
 
 /// MemTracker's Peak-Forward / Peak-Backward totals per module: the most memory in use while
@@ -202,6 +259,7 @@ pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
         markers: stats.markers.clone(),
         record: stats.record.clone(),
         module_peaks: stats.record.as_ref().and_then(module_peaks),
+        device_peaks: device_peaks(stats),
     }
 }
 

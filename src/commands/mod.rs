@@ -1,7 +1,12 @@
 //! One file per subcommand: each wires formats, analysis and render, with no logic of its own.
 
+mod allocator;
+mod completions;
+mod cycles;
 mod diff;
 mod export;
+mod gpus;
+mod man;
 mod modules;
 mod plot;
 mod record;
@@ -24,6 +29,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Top(a) => top::run(a),
         Command::Trace(a) => trace::run(a),
         Command::Diff(a) => diff::run(a),
+        Command::Gpus(a) => gpus::run(a),
+        Command::Allocator(a) => allocator::run(a),
+        Command::Cycles(a) => cycles::run(a),
+        Command::Completions(a) => completions::run(a),
+        Command::Man(a) => man::run(a),
     }
 }
 

@@ -13,6 +13,8 @@ pub fn run(a: RecordArgs) -> Result<()> {
         },
         snapshot: a.snapshot,
         max_snapshot_entries: a.max_snapshot_entries,
+        cycles: a.cycles,
+        device_interval: std::time::Duration::from_millis(a.device_interval),
         command: a.command,
     })?;
     std::process::exit(code)

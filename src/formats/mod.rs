@@ -43,8 +43,18 @@ fn map(path: &Path) -> Result<MappedFile> {
 }
 
 fn parse(path: &Path, file: &MappedFile) -> Result<Document> {
-    pickle::parse_mapped(file, &mut ())
+    let mut bar = bar(path, file);
+    pickle::parse_mapped(file, &mut bar)
         .map_err(|e| Error::input(path, describe_pickle_error(file.bytes(), &e)))
+}
+
+/// Progress for reading `path` (on a terminal, after a second).
+fn bar(path: &Path, file: &MappedFile) -> crate::progress::Bar {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    crate::progress::Bar::bytes(file.bytes().len() as u64, format!("reading {name}"))
 }
 
 fn describe_pickle_error(data: &[u8], e: &pickle::PickleError) -> String {
@@ -82,9 +92,12 @@ pub fn load(path: &Path) -> Result<Input> {
 /// Load any input; of a snapshot, only `parts`.
 pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
     let file = map(path)?;
-    if let Some(stats) = tracker_stream::read(file.bytes(), &mut file.release_behind(&mut ())) {
+    let mut progress = bar(path, &file);
+    if let Some(stats) = tracker_stream::read(file.bytes(), &mut file.release_behind(&mut progress))
+    {
         return Ok(Input::Tracker(Box::new(stats)));
     }
+    drop(progress);
     from_document_with(path, parse(path, &file)?, parts)
 }
 

@@ -2,10 +2,12 @@
 //! breakdown, peaks, allocator stats (docs/format.md). Reading takes a decoded document;
 //! writing adds entries to the `memtrack` dict that `tracker::to_pickle_bytes` has open.
 
+use std::collections::BTreeMap;
+
 use crate::model::modules::StateSnapshots;
 use crate::model::{
-    DeviceBytes, ExitInfo, IterationModules, ModState, ModuleSnapshot, ModuleStats, RecordInfo,
-    CATEGORIES,
+    Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes, DeviceSample, DeviceSeries, ExitInfo,
+    IterationModules, ModState, ModuleSnapshot, ModuleStats, RecordInfo, CATEGORIES,
 };
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value};
@@ -43,14 +45,170 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     if let Some(p) = d.get("peak").filter(|p| !doc.is_none(*p)) {
         info.peak = Some(snapshot(doc, p).map_err(|e| format!("memtrack.peak: {e}"))?);
     }
-    if let Some(ms) = d.get("memory_stats").and_then(|v| doc.as_dict(v)) {
+    info.memory_stats = int_dict(doc, d.get("memory_stats"));
+    info.memory_stats_oom = int_dict(doc, d.get("memory_stats_oom"));
+    info.device_index = d.get("device_index").and_then(|v| doc.as_int(v));
+    info.device_uuid = s("device_uuid");
+    if let Some(v) = d.get("device_memory") {
+        info.device_memory = device_memory(doc, v)?;
+    }
+    info.cycles_watched = d
+        .get("cycles_watched")
+        .and_then(|v| doc.as_bool(v))
+        .unwrap_or(false);
+    if let Some(v) = d.get("cycles") {
+        info.cycles = cycles(doc, v)?;
+    }
+    Ok(())
+}
+
+/// `{str: int}`; entries of other types are skipped.
+fn int_dict(doc: &Document, v: Option<Value>) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    if let Some(ms) = v.and_then(|v| doc.as_dict(v)) {
         for (k, v) in ms.iter() {
             if let (Some(k), Some(v)) = (doc.as_str(k), doc.as_int(v)) {
-                info.memory_stats.insert(k.to_string(), v);
+                out.insert(k.to_string(), v);
             }
         }
     }
-    Ok(())
+    out
+}
+
+/// `memtrack.device_memory`: per GPU, the samples as three parallel lists.
+fn device_memory(doc: &Document, v: Value) -> Parse<Vec<DeviceSeries>> {
+    let list = doc
+        .as_seq(v)
+        .ok_or("memtrack.device_memory: expected a list")?;
+    let mut out = Vec::with_capacity(list.len());
+    for (n, item) in list.iter().enumerate() {
+        let bad = |what: &str| format!("memtrack.device_memory[{n}]: {what}");
+        let d = doc.as_dict(*item).ok_or_else(|| bad("expected a dict"))?;
+        let seq = |k: &str| -> Parse<&[Value]> {
+            d.get(k)
+                .and_then(|v| doc.as_seq(v))
+                .ok_or_else(|| bad(&format!("'{k}' is not a list")))
+        };
+        let (ops, times, bytes) = (seq("op_index")?, seq("time_s")?, seq("bytes")?);
+        if ops.len() != times.len() || ops.len() != bytes.len() {
+            return Err(bad("op_index, time_s and bytes differ in length"));
+        }
+        let mut samples = Vec::with_capacity(ops.len());
+        for ((o, t), b) in ops.iter().zip(times).zip(bytes) {
+            match (doc.as_int(*o), doc.as_f64(*t), doc.as_int(*b)) {
+                (Some(op_index), Some(time_s), Some(bytes)) => samples.push(DeviceSample {
+                    op_index,
+                    time_s,
+                    bytes,
+                }),
+                _ => return Err(bad("a sample is not (int, float, int)")),
+            }
+        }
+        let s = |k: &str| d.get(k).and_then(|v| doc.as_str(v)).map(str::to_string);
+        out.push(DeviceSeries {
+            nvml_index: d.get("nvml_index").and_then(|v| doc.as_int(v)).unwrap_or(0),
+            name: s("name"),
+            uuid: s("uuid"),
+            samples,
+        });
+    }
+    Ok(out)
+}
+
+/// `memtrack.cycles`: a list of cycles, each its nodes and labelled edges.
+fn cycles(doc: &Document, v: Value) -> Parse<Vec<Cycle>> {
+    let list = doc.as_seq(v).ok_or("memtrack.cycles: expected a list")?;
+    let mut out = Vec::with_capacity(list.len());
+    for (n, item) in list.iter().enumerate() {
+        let bad = |what: String| format!("memtrack.cycles[{n}]: {what}");
+        let d = doc
+            .as_dict(*item)
+            .ok_or_else(|| bad("expected a dict".into()))?;
+        let int = |k: &str| d.get(k).and_then(|v| doc.as_int(v)).unwrap_or(0);
+        let mut c = Cycle {
+            op_index: int("op_index"),
+            generation: int("generation"),
+            omitted_nodes: int("omitted_nodes"),
+            ..Cycle::default()
+        };
+        let nodes = d
+            .get("nodes")
+            .and_then(|v| doc.as_seq(v))
+            .ok_or_else(|| bad("'nodes' is not a list".into()))?;
+        for (k, node) in nodes.iter().enumerate() {
+            c.nodes
+                .push(cycle_node(doc, *node).map_err(|e| bad(format!("nodes[{k}]: {e}")))?);
+        }
+        let edges = d
+            .get("edges")
+            .and_then(|v| doc.as_seq(v))
+            .ok_or_else(|| bad("'edges' is not a list".into()))?;
+        for e in edges {
+            let Some([from, to, label]) = doc.as_seq(*e) else {
+                return Err(bad("an edge is not (from, to, label)".into()));
+            };
+            let (Some(from), Some(to), Some(label)) =
+                (doc.as_int(*from), doc.as_int(*to), doc.as_str(*label))
+            else {
+                return Err(bad("an edge is not (int, int, str)".into()));
+            };
+            let ok = |i: i64| (0..c.nodes.len() as i64).contains(&i);
+            if !ok(from) || !ok(to) {
+                return Err(bad(format!(
+                    "edge {from} -> {to} names a node beyond the {} there are",
+                    c.nodes.len()
+                )));
+            }
+            c.edges.push(CycleEdge {
+                from: from as usize,
+                to: to as usize,
+                label: label.to_string(),
+            });
+        }
+        out.push(c);
+    }
+    Ok(out)
+}
+
+fn cycle_node(doc: &Document, v: Value) -> Parse<CycleNode> {
+    let d = doc.as_dict(v).ok_or("expected a dict")?;
+    let s = |k: &str| {
+        d.get(k)
+            .and_then(|v| doc.as_str(v))
+            .unwrap_or("")
+            .to_string()
+    };
+    let tensor = match d.get("tensor").filter(|t| !doc.is_none(*t)) {
+        None => None,
+        Some(t) => {
+            let t = doc.as_dict(t).ok_or("'tensor' is not a dict")?;
+            let int = |k: &str| t.get(k).and_then(|v| doc.as_int(v)).unwrap_or(0);
+            let ts = |k: &str| {
+                t.get(k)
+                    .and_then(|v| doc.as_str(v))
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let seq = |k: &str| t.get(k).and_then(|v| doc.as_seq(v)).unwrap_or(&[]);
+            Some(CycleTensor {
+                bytes: int("bytes"),
+                storage: int("storage"),
+                shape: seq("shape").iter().filter_map(|x| doc.as_int(*x)).collect(),
+                dtype: ts("dtype"),
+                device: ts("device"),
+                stack: seq("stack")
+                    .iter()
+                    .filter_map(|x| doc.as_str(*x))
+                    .map(str::to_string)
+                    .collect(),
+            })
+        }
+    };
+    Ok(CycleNode {
+        label: s("label"),
+        type_name: s("type"),
+        tensor,
+    })
 }
 
 fn read_exit(doc: &Document, exit: &Dict, e: &mut ExitInfo) {
@@ -196,16 +354,118 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
         Some(p) => snapshot_value(w, p),
         None => w.none(),
     });
-    w.entry("memory_stats", |w| {
-        w.begin_dict();
-        for (k, v) in &r.memory_stats {
-            w.str(k);
-            w.int(*v);
-            w.end_entry();
-        }
-        w.end_dict();
-    });
+    w.entry("memory_stats", |w| int_dict_value(w, &r.memory_stats));
     w.entry("agent_errors", |w| str_list(w, &r.agent_errors));
+    w.entry("device_index", |w| w.opt_int(r.device_index));
+    w.entry("device_uuid", |w| w.opt_str(r.device_uuid.as_deref()));
+    w.entry("memory_stats_oom", |w| {
+        int_dict_value(w, &r.memory_stats_oom)
+    });
+    w.entry("device_memory", |w| {
+        w.begin_list();
+        for s in &r.device_memory {
+            w.begin_dict();
+            w.entry("nvml_index", |w| w.int(s.nvml_index));
+            w.entry("name", |w| w.opt_str(s.name.as_deref()));
+            w.entry("uuid", |w| w.opt_str(s.uuid.as_deref()));
+            w.entry("op_index", |w| {
+                w.begin_list();
+                for x in &s.samples {
+                    w.int(x.op_index);
+                    w.end_element();
+                }
+                w.end_list();
+            });
+            w.entry("time_s", |w| {
+                w.begin_list();
+                for x in &s.samples {
+                    w.float(x.time_s);
+                    w.end_element();
+                }
+                w.end_list();
+            });
+            w.entry("bytes", |w| {
+                w.begin_list();
+                for x in &s.samples {
+                    w.int(x.bytes);
+                    w.end_element();
+                }
+                w.end_list();
+            });
+            w.end_dict();
+            w.end_element();
+        }
+        w.end_list();
+    });
+    w.entry("cycles_watched", |w| w.bool(r.cycles_watched));
+    w.entry("cycles", |w| {
+        w.begin_list();
+        for c in &r.cycles {
+            cycle_value(w, c);
+            w.end_element();
+        }
+        w.end_list();
+    });
+}
+
+fn int_dict_value(w: &mut Writer, d: &BTreeMap<String, i64>) {
+    w.begin_dict();
+    for (k, v) in d {
+        w.str(k);
+        w.int(*v);
+        w.end_entry();
+    }
+    w.end_dict();
+}
+
+fn cycle_value(w: &mut Writer, c: &Cycle) {
+    w.begin_dict();
+    w.entry("op_index", |w| w.int(c.op_index));
+    w.entry("generation", |w| w.int(c.generation));
+    w.entry("omitted_nodes", |w| w.int(c.omitted_nodes));
+    w.entry("nodes", |w| {
+        w.begin_list();
+        for n in &c.nodes {
+            w.begin_dict();
+            w.entry("label", |w| w.str(&n.label));
+            w.entry("type", |w| w.str(&n.type_name));
+            w.entry("tensor", |w| match &n.tensor {
+                None => w.none(),
+                Some(t) => {
+                    w.begin_dict();
+                    w.entry("bytes", |w| w.int(t.bytes));
+                    w.entry("storage", |w| w.int(t.storage));
+                    w.entry("shape", |w| {
+                        w.begin_list();
+                        for d in &t.shape {
+                            w.int(*d);
+                            w.end_element();
+                        }
+                        w.end_list();
+                    });
+                    w.entry("dtype", |w| w.str(&t.dtype));
+                    w.entry("device", |w| w.str(&t.device));
+                    w.entry("stack", |w| str_list(w, &t.stack));
+                    w.end_dict();
+                }
+            });
+            w.end_dict();
+            w.end_element();
+        }
+        w.end_list();
+    });
+    w.entry("edges", |w| {
+        w.begin_list();
+        for e in &c.edges {
+            w.int(e.from as i64);
+            w.int(e.to as i64);
+            w.str(&e.label);
+            w.tuple(3);
+            w.end_element();
+        }
+        w.end_list();
+    });
+    w.end_dict();
 }
 
 /// The exit keys beyond the first version's, as entries of the open `exit` dict.
@@ -341,5 +601,102 @@ mod tests {
         let st = m.state(ModState::PeakBackward).unwrap();
         assert_eq!(st.calls, vec![snap(10), snap(20)]);
         assert_eq!(r.modules[0].peak, snap(30));
+    }
+
+    #[test]
+    fn field_keys_survive_a_round_trip() {
+        let mut names = OpNames::default();
+        names.push("Net.forward.mm.default_0");
+        let cycle = Cycle {
+            op_index: 1,
+            generation: 2,
+            nodes: vec![
+                CycleNode {
+                    label: "Holder".into(),
+                    type_name: "__main__.Holder".into(),
+                    tensor: None,
+                },
+                CycleNode {
+                    label: "Tensor float32[4] cuda:0".into(),
+                    type_name: "torch.Tensor".into(),
+                    tensor: Some(CycleTensor {
+                        bytes: 512,
+                        storage: 140_000_000_000,
+                        shape: vec![4],
+                        dtype: "float32".into(),
+                        device: "cuda:0".into(),
+                        stack: vec!["train.py:3:make".into()],
+                    }),
+                },
+            ],
+            edges: vec![
+                CycleEdge {
+                    from: 0,
+                    to: 0,
+                    label: ".me".into(),
+                },
+                CycleEdge {
+                    from: 0,
+                    to: 1,
+                    label: ".t".into(),
+                },
+            ],
+            omitted_nodes: 3,
+        };
+        let series = DeviceSeries {
+            nvml_index: 2,
+            name: Some("NVIDIA H100".into()),
+            uuid: Some("GPU-1234".into()),
+            samples: vec![
+                DeviceSample {
+                    op_index: 0,
+                    time_s: 0.0,
+                    bytes: 500 << 20,
+                },
+                DeviceSample {
+                    op_index: 1,
+                    time_s: 0.05,
+                    bytes: 600 << 20,
+                },
+            ],
+        };
+        let record = RecordInfo {
+            backend: "cuda".into(),
+            device_index: Some(1),
+            device_uuid: Some("GPU-1234".into()),
+            memory_stats_oom: [("num_ooms".to_string(), 1)].into(),
+            device_memory: vec![series.clone()],
+            cycles_watched: true,
+            cycles: vec![cycle.clone()],
+            ..RecordInfo::default()
+        };
+        let stats = TrackerStats {
+            names,
+            allocated: vec![1.0],
+            active: vec![1.0],
+            reserved: vec![1.0],
+            record: Some(record),
+            ..TrackerStats::default()
+        };
+        let bytes = tracker::to_pickle_bytes(&stats);
+        let back = tracker::from_document(crate::pickle::parse(&bytes).unwrap()).unwrap();
+        let r = back.record.unwrap();
+        assert_eq!(r.device_index, Some(1));
+        assert_eq!(r.device_uuid.as_deref(), Some("GPU-1234"));
+        assert_eq!(r.memory_stats_oom["num_ooms"], 1);
+        assert_eq!(r.device_memory, vec![series]);
+        assert!(r.cycles_watched);
+        assert_eq!(r.cycles, vec![cycle]);
+        assert!(r.allocator_device_series().is_some());
+
+        // a file from before these keys reads as having none
+        let old = TrackerStats {
+            record: Some(RecordInfo::default()),
+            ..TrackerStats::default()
+        };
+        let back =
+            tracker::from_document(crate::pickle::parse(&tracker::to_pickle_bytes(&old)).unwrap())
+                .unwrap();
+        assert!(back.record.unwrap().cycles.is_empty());
     }
 }

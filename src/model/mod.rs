@@ -1,13 +1,18 @@
 //! Domain types, independent of any file format.
 
+pub mod cycles;
+pub mod gpu;
 pub mod modules;
 pub mod snapshot;
 pub mod tracker;
 pub mod units;
 
+pub use cycles::{Cycle, CycleEdge, CycleNode, CycleTensor};
 pub use modules::{
     DeviceBytes, IterationModules, ModState, ModuleSnapshot, ModuleStats, CATEGORIES,
 };
 pub use snapshot::Snapshot;
-pub use tracker::{ExitInfo, Marker, OpNames, RecordInfo, Series, TrackerStats};
+pub use tracker::{
+    DeviceSample, DeviceSeries, ExitInfo, Marker, OpNames, RecordInfo, Series, TrackerStats,
+};
 pub use units::{format_bytes, Units};

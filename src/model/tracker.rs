@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::cycles::Cycle;
 use super::modules::{IterationModules, ModuleSnapshot};
 
 /// The three series MemoryTracker samples after every operator.
@@ -182,6 +183,69 @@ pub struct RecordInfo {
     pub memory_stats: BTreeMap<String, i64>,
     /// Problems the agent hit inside the program (it never stops the program for them).
     pub agent_errors: Vec<String>,
+    /// The CUDA device (the process's index) the allocator counters are for.
+    pub device_index: Option<i64>,
+    /// That device's UUID (`GPU-…`, as NVML and nvidia-smi give it), when torch says.
+    pub device_uuid: Option<String>,
+    /// The allocator's `memory_stats()` when it reported running out of memory.
+    pub memory_stats_oom: BTreeMap<String, i64>,
+    /// The process's GPU memory as the driver (NVML) counts it, sampled during the run: one
+    /// series per GPU it used. Empty where NVML was absent.
+    pub device_memory: Vec<DeviceSeries>,
+    /// Reference cycles holding tensors that the garbage collector freed (`record --cycles`).
+    pub cycles: Vec<Cycle>,
+    /// Whether the recording watched for cycles (an empty `cycles` then means none were found).
+    pub cycles_watched: bool,
+}
+
+/// One GPU's driver-level memory for the recorded process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DeviceSeries {
+    /// NVML's index (PCI bus order, as nvidia-smi numbers GPUs).
+    pub nvml_index: i64,
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    pub samples: Vec<DeviceSample>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct DeviceSample {
+    /// The number of ops recorded before the sample (as markers count).
+    pub op_index: i64,
+    /// Seconds since the first sample.
+    pub time_s: f64,
+    pub bytes: i64,
+}
+
+impl DeviceSeries {
+    /// `GPU 0 (NVIDIA H100 …)`.
+    pub fn title(&self) -> String {
+        match &self.name {
+            Some(n) => format!("GPU {} ({n})", self.nvml_index),
+            None => format!("GPU {}", self.nvml_index),
+        }
+    }
+}
+
+impl RecordInfo {
+    /// The driver-level series of the device the allocator counters are for: the one whose
+    /// UUID matches, else the only one.
+    pub fn allocator_device_series(&self) -> Option<&DeviceSeries> {
+        let norm = |u: &str| u.trim_start_matches("GPU-").to_ascii_lowercase();
+        if let Some(u) = &self.device_uuid {
+            if let Some(s) = self
+                .device_memory
+                .iter()
+                .find(|s| s.uuid.as_deref().is_some_and(|x| norm(x) == norm(u)))
+            {
+                return Some(s);
+            }
+        }
+        match self.device_memory.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
 }
 
 /// How the recorded program ended.

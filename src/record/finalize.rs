@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
 use super::replay::{replay, Note, Session};
+use super::sampler::{series_for, Samples};
 use super::server::journal_files;
 use crate::error::{Error, Result};
 use crate::formats::tracker;
@@ -55,6 +56,7 @@ pub fn finalize(
     output: &Path,
     child_pid: u32,
     status: Option<ExitStatus>,
+    samples: Option<&Samples>,
 ) -> Result<Report> {
     let files = journal_files(journal).map_err(|e| Error::input(journal, format!("{e}")))?;
     let mut complete = true;
@@ -78,6 +80,9 @@ pub fn finalize(
         }
     }
     for s in &mut sessions {
+        if let (Some(samples), Some(pid), Some(r)) = (samples, s.pid, s.stats.record.as_mut()) {
+            r.device_memory = series_for(samples, pid, &s.time_marks);
+        }
         if s.pid == Some(child_pid as i64) {
             if let (Some(st), Some(exit)) = (
                 status,
@@ -198,6 +203,7 @@ mod tests {
             note: None,
             said_bye: true,
             stats: TrackerStats::default(),
+            time_marks: Vec::new(),
         }
     }
 

@@ -10,6 +10,7 @@
 pub mod agent;
 pub mod finalize;
 pub mod replay;
+pub mod sampler;
 pub mod server;
 pub mod signals;
 
@@ -47,6 +48,10 @@ pub struct Options {
     pub backend: Backend,
     pub snapshot: bool,
     pub max_snapshot_entries: usize,
+    /// Watch the garbage collector for cycles holding tensors.
+    pub cycles: bool,
+    /// Between driver-level samples (NVML); zero: none.
+    pub device_interval: Duration,
     pub command: Vec<OsString>,
 }
 
@@ -89,6 +94,9 @@ pub fn run(o: &Options) -> Result<i32> {
     cmd.env("PYTHONPATH", pythonpath)
         .env("MEMTRACK_SOCKET", &socket)
         .env("MEMTRACK_BACKEND", o.backend.name());
+    if o.cycles {
+        cmd.env("MEMTRACK_CYCLES", "1");
+    }
     if o.snapshot {
         cmd.env("MEMTRACK_SNAPSHOT", snapshot_prefix(&o.output))
             .env(
@@ -109,6 +117,7 @@ pub fn run(o: &Options) -> Result<i32> {
         }
     };
     let pid = child.id();
+    let sampler = sampler::Sampler::start(pid, o.device_interval);
 
     let mut interrupts = 0;
     let mut terms = 0;
@@ -154,7 +163,8 @@ pub fn run(o: &Options) -> Result<i32> {
         Some(st) => exit_code(st),
         None => 130,
     };
-    let report = finalize::finalize(&journal, &o.output, pid, status)?;
+    let samples = sampler.map(sampler::Sampler::finish);
+    let report = finalize::finalize(&journal, &o.output, pid, status, samples.as_ref())?;
     if report.complete {
         let _ = std::fs::remove_dir_all(&journal);
     } else {

@@ -11,10 +11,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value as Json;
 
+use crate::analysis::cycles::split_into_cycles;
 use crate::model::modules::StateSnapshots;
 use crate::model::{
-    DeviceBytes, ExitInfo, IterationModules, Marker, ModState, ModuleSnapshot, ModuleStats,
-    OpNames, RecordInfo, TrackerStats,
+    Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes, ExitInfo, IterationModules, Marker,
+    ModState, ModuleSnapshot, ModuleStats, OpNames, RecordInfo, TrackerStats,
 };
 
 // record codes, as in _memtrack_agent.py
@@ -33,6 +34,8 @@ const ITER: i64 = -12;
 const MARK: i64 = -13;
 const OPT_BEGIN: i64 = -14;
 const OPT_END: i64 = -15;
+const CYCLE: i64 = -16;
+const TIME: i64 = -17;
 
 pub const FRAME_JSON: u8 = 1;
 pub const FRAME_RECORDS: u8 = 2;
@@ -134,6 +137,9 @@ pub struct Session {
     /// Whether the agent said goodbye (otherwise the process vanished).
     pub said_bye: bool,
     pub stats: TrackerStats,
+    /// (CLOCK_MONOTONIC ns, ops recorded by then): where the op stream was in time, for
+    /// placing the collector's driver-level samples among the ops.
+    pub time_marks: Vec<(u64, usize)>,
 }
 
 /// Decode a whole journal (the bytes one connection sent). A frame cut short at the end (the
@@ -199,6 +205,12 @@ struct Replay {
     snapshot_paths: Vec<String>,
     agent_errors: Vec<String>,
     note: Option<Note>,
+    device_index: Option<i64>,
+    device_uuid: Option<String>,
+    memory_stats_oom: BTreeMap<String, i64>,
+    /// Collections that found cycles, by the agent's id: (ops when reported, the graph).
+    cycles: Vec<(i64, usize, Cycle)>,
+    time_marks: Vec<(u64, usize)>,
 }
 
 fn as_string(v: &Json) -> Option<String> {
@@ -229,6 +241,15 @@ impl Replay {
             "device" => {
                 self.device_name = as_string(&m["name"]);
                 self.device_total = m["total_bytes"].as_u64();
+                self.device_index = m["index"].as_i64();
+                if let Some(u) = as_string(&m["uuid"]) {
+                    self.device_uuid = Some(u);
+                }
+            }
+            "cycles" => {
+                let id = m["id"].as_i64().unwrap_or(-1);
+                let ops = self.ops.len();
+                self.cycles.push((id, ops, cycle_graph(m)));
             }
             "exception" => {
                 self.exception = as_string(&m["text"]);
@@ -239,6 +260,9 @@ impl Replay {
             "oom" => {
                 self.oom = true;
                 self.oom_op_index.get_or_insert(self.ops.len() as i64);
+                if self.memory_stats_oom.is_empty() {
+                    self.memory_stats_oom = int_map(&m["memory_stats"]);
+                }
             }
             "snapshot" => {
                 if let Some(p) = as_string(&m["path"]) {
@@ -255,13 +279,7 @@ impl Replay {
                 if self.ended.is_none() {
                     self.ended = as_string(&m["how"]);
                 }
-                if let Some(ms) = m["memory_stats"].as_object() {
-                    for (k, v) in ms {
-                        if let Some(v) = v.as_i64() {
-                            self.memory_stats.insert(k.clone(), v);
-                        }
-                    }
-                }
+                self.memory_stats.extend(int_map(&m["memory_stats"]));
             }
             "no_torch" => {
                 self.note = Some(Note::NoTorch {
@@ -410,6 +428,24 @@ impl Replay {
                 OPT_END => {
                     self.optimizer = None;
                     i += 1;
+                }
+                CYCLE => {
+                    if !need(1) {
+                        return;
+                    }
+                    let (id, ops) = (v[i + 1], self.ops.len());
+                    if let Some(c) = self.cycles.iter_mut().find(|c| c.0 == id) {
+                        c.1 = ops;
+                    }
+                    i += 2;
+                }
+                TIME => {
+                    if !need(1) {
+                        return;
+                    }
+                    self.time_marks
+                        .push((v[i + 1].max(0) as u64, self.ops.len()));
+                    i += 2;
                 }
                 _ => return, // unknown: the rest of the frame cannot be framed
             }
@@ -757,6 +793,18 @@ impl Replay {
             peak: Some(snapshot(&self.peak)),
             memory_stats: std::mem::take(&mut self.memory_stats),
             agent_errors: std::mem::take(&mut self.agent_errors),
+            device_index: self.device_index,
+            device_uuid: self.device_uuid.clone(),
+            memory_stats_oom: std::mem::take(&mut self.memory_stats_oom),
+            device_memory: Vec::new(),
+            cycles_watched: hello["cycles"].as_bool().unwrap_or(false),
+            cycles: std::mem::take(&mut self.cycles)
+                .into_iter()
+                .flat_map(|(_, ops, mut c)| {
+                    c.op_index = ops as i64;
+                    split_into_cycles(c)
+                })
+                .collect(),
         };
         let stats = TrackerStats {
             names,
@@ -780,7 +828,71 @@ impl Replay {
             note: self.note.clone(),
             said_bye: self.said_bye,
             stats,
+            time_marks: std::mem::take(&mut self.time_marks),
         }
+    }
+}
+
+/// `{"key": int}` from a JSON object; other values are skipped.
+fn int_map(v: &Json) -> BTreeMap<String, i64> {
+    v.as_object()
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| v.as_i64().map(|v| (k.clone(), v)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The agent's `cycles` message: every object of one collection that leads to a tensor.
+fn cycle_graph(m: &Json) -> Cycle {
+    let empty = Vec::new();
+    let nodes: Vec<CycleNode> = m["nodes"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .map(|n| {
+            let t = &n["tensor"];
+            CycleNode {
+                label: n["label"].as_str().unwrap_or("?").to_string(),
+                type_name: n["type"].as_str().unwrap_or("").to_string(),
+                tensor: t.is_object().then(|| CycleTensor {
+                    bytes: t["bytes"].as_i64().unwrap_or(0),
+                    storage: t["storage"].as_i64().unwrap_or(0),
+                    shape: t["shape"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Json::as_i64).collect())
+                        .unwrap_or_default(),
+                    dtype: t["dtype"].as_str().unwrap_or("").to_string(),
+                    device: t["device"].as_str().unwrap_or("").to_string(),
+                    stack: t["stack"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(as_string).collect())
+                        .unwrap_or_default(),
+                }),
+            }
+        })
+        .collect();
+    let n = nodes.len();
+    let edges = m["edges"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .filter_map(|e| {
+            let (from, to) = (e[0].as_u64()? as usize, e[1].as_u64()? as usize);
+            (from < n && to < n).then(|| CycleEdge {
+                from,
+                to,
+                label: e[2].as_str().unwrap_or("?").to_string(),
+            })
+        })
+        .collect();
+    Cycle {
+        op_index: 0,
+        generation: m["generation"].as_i64().unwrap_or(0),
+        nodes,
+        edges,
+        omitted_nodes: m["omitted"].as_i64().unwrap_or(0),
     }
 }
 
@@ -900,5 +1012,33 @@ mod tests {
         j.extend(tail);
         let s = replay(&j);
         assert_eq!(s.stats.op_count(), 2);
+    }
+
+    #[test]
+    fn cycles_and_time_marks_land_at_their_ops() {
+        let mut j = json(r#"{"t":"hello","backend":"cpu","pid":7,"cycles":true}"#);
+        j.extend(json(r#"{"t":"op","id":0,"name":"mm.default"}"#));
+        j.extend(ints(&[TIME, 1_000, 0, 0, TIME, 2_000]));
+        // the message comes before the record that places it (the agent flushes names first)
+        j.extend(json(
+            r#"{"t":"cycles","id":1,"generation":0,"nodes":[{"label":"list[2]","type":"list","tensor":null},{"label":"Tensor","type":"torch.Tensor","tensor":{"bytes":4000,"storage":9,"shape":[1000],"dtype":"float32","device":"cpu","stack":[]}},{"label":"dict[0]","type":"dict","tensor":null}],"edges":[[0,0,"[1]"],[0,1,"[0]"]]}"#,
+        ));
+        j.extend(ints(&[0, CYCLE, 1, 0]));
+        j.extend(json(
+            r#"{"t":"oom","device":0,"memory_stats":{"num_ooms":0,"x":"y"}}"#,
+        ));
+        let s = replay(&j);
+        assert_eq!(s.time_marks, vec![(1_000, 0), (2_000, 2)]);
+        let r = s.stats.record.as_ref().unwrap();
+        assert!(r.cycles_watched);
+        assert_eq!(
+            r.cycles.len(),
+            1,
+            "the dict holds no tensor: not a cycle of its own"
+        );
+        assert_eq!(r.cycles[0].op_index, 3);
+        assert_eq!(r.cycles[0].bytes(), 4000);
+        assert_eq!(r.memory_stats_oom.len(), 1);
+        assert_eq!(s.stats.op_count(), 4);
     }
 }

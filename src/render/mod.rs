@@ -1,5 +1,9 @@
 //! Text, tables and pictures. Only this module knows how things look.
 
+pub mod allocator;
+pub mod cycles;
+pub mod gpus;
+pub mod graph;
 pub mod modules;
 pub mod plot;
 pub mod segments_svg;

@@ -22,6 +22,8 @@ pub struct Line {
     pub points: Vec<(f64, f64)>,
     /// The series' true peak (x, bytes), annotated when `annotate_peak`.
     pub peak: Option<(f64, f64)>,
+    /// A line width of its own; None: nested widths (the first series thinnest, on top).
+    pub width: Option<u32>,
 }
 
 #[derive(Default)]
@@ -260,7 +262,9 @@ fn draw_panel(
     let count = panel.lines.len() as u32;
     for (k, line) in panel.lines.iter().enumerate().rev() {
         let color = line.color;
-        let width = 2 + 2 * (k as u32).min(count.saturating_sub(1));
+        let width = line
+            .width
+            .unwrap_or(2 + 2 * (k as u32).min(count.saturating_sub(1)));
         c.draw_series(LineSeries::new(
             line.points.iter().map(|&(x, y)| (x, scale(y))),
             color.stroke_width(width),
@@ -322,14 +326,43 @@ fn legend_corner(
         (SeriesLabelPosition::UpperRight, x1 - w, y1 - h),
         (SeriesLabelPosition::LowerRight, x1 - w, y0),
         (SeriesLabelPosition::LowerLeft, x0, y0),
+        (SeriesLabelPosition::MiddleLeft, x0, (y0 + y1 - h) / 2.0),
+        (
+            SeriesLabelPosition::MiddleRight,
+            x1 - w,
+            (y0 + y1 - h) / 2.0,
+        ),
     ];
+    // how much of each line runs through the box: its points there, and where it crosses
+    // the box between points (a line of few points, like a sampled series, still counts)
     let covered = |bx: f64, by: f64| {
+        let inside = |x: f64, y: f64| (bx..=bx + w).contains(&x) && (by..=by + h).contains(&y);
         panel
             .lines
             .iter()
-            .flat_map(|l| l.points.iter())
-            .filter(|&&(x, y)| (bx..=bx + w).contains(&x) && (by..=by + h).contains(&scale(y)))
-            .count()
+            .map(|l| {
+                let points = l
+                    .points
+                    .iter()
+                    .filter(|&&(x, y)| inside(x, scale(y)))
+                    .count();
+                let crossings = (0..=16)
+                    .filter(|k| {
+                        let x = bx + w * *k as f64 / 16.0;
+                        let i = l.points.partition_point(|p| p.0 < x);
+                        let y = match (i.checked_sub(1).map(|j| l.points[j]), l.points.get(i)) {
+                            (Some((xa, ya)), Some(&(xb, yb))) if xb > xa => {
+                                ya + (yb - ya) * (x - xa) / (xb - xa)
+                            }
+                            (_, Some(&(_, y))) | (Some((_, y)), None) => y,
+                            _ => return false,
+                        };
+                        inside(x, scale(y))
+                    })
+                    .count();
+                points + crossings * 8
+            })
+            .sum::<usize>()
     };
     corners
         .into_iter()

@@ -36,8 +36,27 @@ pub fn tracker(s: &TrackerSummary, title: &str, format: Format, units: Units) ->
                     p.op.clone(),
                 ]);
             }
+            for d in &s.device_peaks {
+                peaks.row(vec![
+                    format!("device (driver, GPU {})", d.nvml_index),
+                    format_bytes(d.bytes as f64, units),
+                    d.op_index.map_or_else(|| "-".into(), thousands),
+                    d.op.clone().unwrap_or_default(),
+                ]);
+            }
             out.push_str(&heading("Peaks"));
             out.push_str(&table(&peaks));
+            for d in &s.device_peaks {
+                if let (Some(r), Some(o)) = (d.reserved_bytes, d.outside_allocator_bytes) {
+                    out.push_str(&format!(
+                        "\n{}: the driver counted {} at its peak, where the allocator had {} reserved: {} outside PyTorch's caching allocator (CUDA context, NCCL, cuBLAS workspaces, other libraries)\n",
+                        d.device,
+                        format_bytes(d.bytes as f64, units),
+                        format_bytes(r, units),
+                        format_bytes(o, units),
+                    ));
+                }
+            }
 
             if !s.phases.is_empty() {
                 let mut t = Table::new(&[

@@ -21,6 +21,7 @@ import threading
 ADD, DEL, REF, SIZE, PUSH, POP, RESET, MOD, SNAP, INPUT, OUTPUT, ITER, MARK, OPT_BEGIN, OPT_END = (
     range(-1, -16, -1)
 )
+CYCLE, TIME = -16, -17
 # MemTracker's categories (_MemRefType), in its order
 PARAM, BUFFER, GRAD, ACT, TEMP, OPT, OTH = range(7)
 # MemTracker's module states (_ModState)
@@ -212,10 +213,14 @@ def _message(msg, now=True, wait=True):
 def _flusher():
     import time
 
+    # A time mark every flush: where the op stream was at a moment of CLOCK_MONOTONIC, so
+    # the collector can place its driver-level memory samples (taken by time) among the ops.
+    mono = time.clock_gettime_ns
+    clock = time.CLOCK_MONOTONIC
     while _sock is not None:
         time.sleep(FLUSH_SECONDS)
-        if _buf or _pending_json:
-            flush()
+        _ext((TIME, mono(clock)))
+        flush()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,9 +261,11 @@ def _activate(torch):
         "rank": _int_env("RANK"),
         "world_size": _int_env("WORLD_SIZE"),
         "local_rank": _int_env("LOCAL_RANK"),
+        "cycles": bool(os.environ.get("MEMTRACK_CYCLES")),
     }
     _message(hello)
     _active = _started = True
+    _time_mark()
 
     _install_hooks(torch)
     threading.Thread(target=_flusher, name="memtrack-flush", daemon=True).start()
@@ -270,6 +277,17 @@ def _activate(torch):
     _install_sigterm()
     if _backend == "cuda":
         _setup_cuda(torch)
+    if os.environ.get("MEMTRACK_CYCLES"):
+        try:
+            _watch_cycles(torch)
+        except Exception as e:
+            _internal_error(e)
+
+
+def _time_mark():
+    import time
+
+    _ext((TIME, time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
 
 
 def _int_env(name):
@@ -286,6 +304,7 @@ def _after_fork_in_child():
     global _sock, _active
     _active = False
     _sock = None
+    _cycles_state["on"] = False  # nothing to report to: no collections kept for it either
     try:
         C = _torch._C
         others = []
@@ -912,6 +931,8 @@ def _finish(how, wait=True):
     if _finished[0] or _sock is None:
         return
     _finished[0] = True
+    _cycles_state["on"] = False
+    _time_mark()
     msg = {"t": "bye", "how": how}
     try:
         if _backend == "cuda" and _torch.cuda.is_initialized():
@@ -942,23 +963,29 @@ def _setup_cuda(torch):
 
     def on_oom(device, alloc, device_allocated, device_free):
         try:
-            _message(
-                {
-                    "t": "oom",
-                    "device": device,
-                    "alloc": alloc,
-                    "device_allocated": device_allocated,
-                    "device_free": device_free,
-                },
-                now=False,
-            )
+            msg = {
+                "t": "oom",
+                "device": device,
+                "alloc": alloc,
+                "device_allocated": device_allocated,
+                "device_free": device_free,
+            }
+            try:
+                # the allocator's counters as they stood when it gave up (the observer runs
+                # without the allocator's lock held, as _dump_snapshot below needs too)
+                msg["memory_stats"] = dict(torch.cuda.memory_stats(device))
+            except Exception as e:
+                msg["memory_stats_error"] = repr(e)
+            _message(msg, now=False)
             _write_snapshot("oom")
             flush()
         except Exception:
             pass
 
     def on_cuda_init():
-        if os.environ.get("MEMTRACK_SNAPSHOT"):
+        # --cycles wants allocation stacks for the tensors it finds, as
+        # torch.utils.viz._cycles.observe_tensor_cycles turns the history on
+        if os.environ.get("MEMTRACK_SNAPSHOT") or os.environ.get("MEMTRACK_CYCLES"):
             try:
                 n = int(os.environ.get("MEMTRACK_MAX_SNAPSHOT_ENTRIES", "100000"))
                 torch.cuda.memory._record_memory_history(max_entries=n)
@@ -980,7 +1007,12 @@ def _send_device(torch):
     try:
         i = torch._C._cuda_getDevice()
         p = torch.cuda.get_device_properties(i)
-        _message({"t": "device", "name": p.name, "total_bytes": p.total_memory, "index": i})
+        msg = {"t": "device", "name": p.name, "total_bytes": p.total_memory, "index": i}
+        uuid = getattr(p, "uuid", None)
+        if uuid is not None:
+            u = str(uuid)
+            msg["uuid"] = u if u.startswith(("GPU-", "MIG-")) else "GPU-" + u
+        _message(msg)
     except Exception:
         pass
 
@@ -997,3 +1029,320 @@ def _write_snapshot(reason):
     path = f"{prefix}{tag}.{reason}.pickle"
     torch.cuda.memory._dump_snapshot(path)
     _message({"t": "snapshot", "reason": reason, "path": path}, now=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# --cycles: reference cycles that hold tensors, found as torch.utils.viz._cycles finds them
+#
+# A gc callback turns on DEBUG_SAVEALL when a collection starts, so what it finds unreachable
+# lands in gc.garbage instead of being freed. When the collection found something, a one-shot
+# profile hook runs right after it (the callback itself may not start a collection): it
+# collects everything else that is garbage, describes the objects that lead to a tensor (their
+# references labelled as _cycles.annotated_references labels them), sends that, and frees the
+# garbage with a last collection. Collections that find nothing cost one callback.
+
+_cycles_state = {"on": False, "busy": False, "count": 0}
+MAX_CYCLE_NODES = 300
+MAX_CYCLE_REPORTS = 200
+
+
+def _watch_cycles(torch):
+    import gc
+
+    state = _cycles_state
+    state["on"] = True
+    cuda = _backend == "cuda"
+
+    def is_tensor(obj):
+        try:
+            if not isinstance(obj, torch.Tensor):
+                return False
+            dev = obj.device.type
+            if dev == "meta":
+                return False
+            if cuda and dev != "cuda":
+                return False
+            try:
+                from torch._subclasses.fake_tensor import is_fake
+
+                if is_fake(obj):
+                    return False
+            except Exception:
+                pass
+            return True
+        except Exception:
+            return False
+
+    def callback(phase, info):
+        if not state["on"] or state["busy"]:
+            return
+        if phase == "start":
+            state["debug"] = gc.get_debug()
+            if not state["debug"] & gc.DEBUG_SAVEALL:  # the program's own SAVEALL: hands off
+                gc.set_debug(state["debug"] | gc.DEBUG_SAVEALL)
+            return
+        debug = state.get("debug", 0)
+        if debug & gc.DEBUG_SAVEALL:
+            return
+        if not gc.garbage:
+            gc.set_debug(debug)
+            return
+        # The collector is still running (gc.collect() would do nothing): continue at the
+        # first profile event after this callback has returned.
+        state["busy"] = True
+        generation = info.get("generation", 2)
+        prev = sys.getprofile()
+        me = callback.__code__
+
+        def after(frame, event, arg):
+            if frame is not None and frame.f_code is me:
+                return None  # the return from this callback, still inside the collection
+            sys.setprofile(prev)
+            try:
+                if generation != 2:
+                    gc.collect()  # still saving: whatever else is garbage is reported too
+                garbage = list(gc.garbage)
+                gc.garbage.clear()
+                gc.set_debug(debug)
+                if any(is_tensor(o) for o in garbage):
+                    _report_cycles(torch, garbage, generation, is_tensor)
+                del garbage
+                gc.collect()  # now free what was saved
+            except Exception as e:
+                gc.set_debug(debug)
+                _internal_error(e)
+            finally:
+                state["busy"] = False
+            return prev(frame, event, arg) if prev is not None else None
+
+        sys.setprofile(after)
+
+    gc.callbacks.append(callback)
+
+
+def _report_cycles(torch, garbage, generation, is_tensor):
+    import gc
+    import weakref
+
+    state = _cycles_state
+    if state["count"] >= MAX_CYCLE_REPORTS:
+        return
+    objs = [o for o in garbage if not isinstance(o, weakref.ProxyTypes)]
+    index = {id(o): i for i, o in enumerate(objs)}
+    referents = []
+    referrers = [[] for _ in objs]
+    for i, o in enumerate(objs):
+        rs = []
+        for r in gc.get_referents(o):
+            j = index.get(id(r))
+            if j is not None:
+                rs.append(j)
+                referrers[j].append(i)
+        referents.append(rs)
+    # keep what leads to a tensor: search backwards from the tensors, nearest first
+    roots = [i for i, o in enumerate(objs) if is_tensor(o)]
+    keep, order, todo = set(), [], list(roots)
+    while todo:
+        nxt = []
+        for i in todo:
+            if i in keep:
+                continue
+            keep.add(i)
+            order.append(i)
+            nxt.extend(referrers[i])
+        todo = nxt
+    omitted = max(0, len(order) - MAX_CYCLE_NODES)
+    order = order[:MAX_CYCLE_NODES]
+    new_id = {old: k for k, old in enumerate(order)}
+    stacks = _allocation_stacks(torch) if any(
+        objs[i].device.type == "cuda" for i in roots if i in new_id
+    ) else {}
+    nodes, edges = [], []
+    for old in order:
+        o = objs[old]
+        node = {"label": _annotate(o, torch), "type": _type_name(o), "tensor": None}
+        if old in roots:
+            node["tensor"] = _tensor_facts(o, stacks)
+        nodes.append(node)
+        labels = _references(o)
+        for j in referents[old]:
+            k = new_id.get(j)
+            if k is None:
+                continue
+            names = labels.get(id(objs[j]), ["?"])
+            edges.append([new_id[old], k, ", ".join(dict.fromkeys(names))])
+    state["count"] += 1
+    cid = state["count"]
+    _pending_json.append(
+        {
+            "t": "cycles",
+            "id": cid,
+            "generation": generation,
+            "garbage": len(objs),
+            "omitted": omitted,
+            "nodes": nodes,
+            "edges": edges,
+        }
+    )
+    _ext((CYCLE, cid))
+
+
+def _tensor_facts(t, stacks):
+    dev = t.device
+    try:
+        st = t.untyped_storage()
+        nb = st.nbytes()
+        ptr = st.data_ptr()
+    except Exception:  # sparse, nested and other layouts without one storage
+        nb, ptr = 0, 0
+    if dev.type == "cuda":
+        nb = -(-nb // _min_alloc) * _min_alloc
+    return {
+        "bytes": nb,
+        "storage": ptr if ptr else id(t),
+        "shape": list(t.shape),
+        "dtype": str(t.dtype).replace("torch.", ""),
+        "device": str(dev),
+        "stack": stacks.get(ptr, []) if ptr else [],
+    }
+
+
+def _allocation_stacks(torch):
+    """Storage address -> allocation stack (innermost first), from the allocator's history."""
+    out = {}
+    try:
+        snap = torch.cuda.memory._snapshot()
+    except Exception:
+        return out
+    try:
+        from torch.cuda._memory_viz import _frame_filter
+    except Exception:
+        _frame_filter = None
+    for seg in snap.get("segments", []):
+        addr = seg["address"]
+        for blk in seg.get("blocks", []):
+            if blk.get("state") == "active_allocated":
+                frames = blk.get("frames")
+                if frames is None and blk.get("history"):
+                    frames = blk["history"][0].get("frames", [])
+                lines = []
+                for f in frames or []:
+                    name, filename = f.get("name", "?"), f.get("filename", "?")
+                    if _frame_filter is not None and not _frame_filter(name, filename):
+                        continue
+                    if "_memtrack_agent" in filename:
+                        continue
+                    lines.append(f"{filename}:{f.get('line', 0)}:{name}")
+                    if len(lines) >= 40:
+                        break
+                out[addr] = lines
+            addr += blk["size"]
+    return out
+
+
+def _type_name(o):
+    t = type(o)
+    m = getattr(t, "__module__", "")
+    q = getattr(t, "__qualname__", t.__name__)
+    return q if m in ("builtins", None, "") else f"{m}.{q}"
+
+
+def _short(x, n=40):
+    try:
+        r = repr(x)
+    except Exception:
+        r = "?"
+    return r if len(r) <= n else r[: n - 3] + "..."
+
+
+def _annotate(o, torch):
+    """A short description of an object, as _cycles.object_annotation writes one."""
+    import types
+
+    if isinstance(o, (int, float, complex, type(None), str, bytes)):
+        return _short(o)
+    if isinstance(o, torch.Tensor):
+        shape = ", ".join(str(d) for d in o.shape)
+        kind = "Parameter" if isinstance(o, torch.nn.Parameter) else type(o).__name__
+        return f"{kind} {str(o.dtype).replace('torch.', '')}[{shape}] {o.device}"
+    if isinstance(o, types.FunctionType):
+        return f"function {o.__qualname__}"
+    if isinstance(o, types.MethodType):
+        return f"method {getattr(o.__func__, '__qualname__', '?')}"
+    if isinstance(o, types.FrameType):
+        f = os.path.basename(o.f_code.co_filename)
+        return f"frame {o.f_code.co_name} {f}:{o.f_lineno}"
+    if isinstance(o, types.TracebackType):
+        f = os.path.basename(o.tb_frame.f_code.co_filename)
+        return f"traceback {f}:{o.tb_lineno}"
+    if isinstance(o, types.ModuleType):
+        return f"module {o.__name__}"
+    if isinstance(o, type):
+        return f"type {o.__name__}"
+    if isinstance(o, (list, tuple, set, frozenset, dict)):
+        return f"{type(o).__name__}[{len(o)}]"
+    if type(o).__name__ == "cell":
+        return "cell"
+    if isinstance(o, torch.nn.Module):
+        return f"{type(o).__name__} (nn.Module)"
+    return type(o).__qualname__
+
+
+def _references(o):
+    """id(referent) -> labels of the references o holds (_cycles.annotated_references)."""
+    import types
+    import weakref
+
+    refs = {}
+
+    def add(name, x):
+        refs.setdefault(id(x), []).append(name)
+
+    def attrs(*names):
+        for a in names:
+            try:
+                add(a, getattr(o, a))
+            except Exception:
+                pass
+
+    try:
+        if isinstance(o, (tuple, list)):
+            for i, x in enumerate(o):
+                add(f"[{i}]", x)
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                add("key", k)
+                add(f"[{_short(k, 30)}]", v)
+        elif isinstance(o, (set, frozenset)):
+            for x in o:
+                add("element", x)
+        elif isinstance(o, types.FunctionType):
+            attrs("__defaults__", "__closure__", "__globals__", "__code__", "__kwdefaults__")
+        elif isinstance(o, types.FrameType):
+            attrs("f_back", "f_code", "f_globals", "f_builtins")
+            if type(o.f_locals) is dict:
+                for k, v in o.f_locals.items():
+                    add(f"local {k}", v)
+        elif isinstance(o, types.MethodType):
+            attrs("__self__", "__func__")
+        elif isinstance(o, types.TracebackType):
+            attrs("tb_frame", "tb_next")
+        elif isinstance(o, BaseException):
+            attrs("__traceback__", "__context__", "__cause__", "args")
+        elif type(o).__name__ == "cell":
+            attrs("cell_contents")
+        elif type(o) is weakref.ref:
+            import gc
+
+            rs = gc.get_referents(o)
+            if len(rs) == 1:
+                add("__callback__", rs[0])
+        d = getattr(o, "__dict__", None)
+        if isinstance(d, dict) and not isinstance(o, type):
+            add("__dict__", d)
+            for k, v in d.items():
+                add(f".{k}", v)  # values held inline (3.11+ managed dicts)
+        attrs("__class__")
+    except Exception:
+        pass
+    return refs
