@@ -3,14 +3,13 @@
 //! grammar) and self-contained HTML.
 
 mod common;
-mod record_common;
 
 use std::path::Path;
 
 use serde_json::Value;
 
 fn memtrack() -> std::process::Command {
-    record_common::memtrack()
+    common::memtrack_process()
 }
 
 fn cycles_json(file: &Path) -> Value {
@@ -38,12 +37,12 @@ fn record_cycles_finds_them_with_their_bytes_and_draws_them() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (code, err) = record_common::record(
+    let (code, err) = common::record(
         dir.path(),
         "c.pkl",
         &["--cycles", "--backend", "cpu"],
         &py,
-        &[&record_common::script("cycles.py")],
+        &[&common::script("cycles.py")],
     );
     assert_eq!(code, 0, "{err}");
     let file = dir.path().join("c.pkl");

@@ -4,7 +4,6 @@
 //! or every `python*` process with its resident memory as GPU memory (FAKE_NVML_SCAN_COMM).
 
 mod common;
-mod record_common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,7 +93,7 @@ fn record_samples_driver_level_memory_among_the_ops() {
     let Some(lib) = fake_nvml(dir.path()) else {
         return;
     };
-    let o = record_common::memtrack()
+    let o = common::memtrack_process()
         .current_dir(dir.path())
         .env("MEMTRACK_NVML_LIB", &lib)
         .env("FAKE_NVML_SCAN_COMM", "python")
@@ -110,7 +109,7 @@ fn record_samples_driver_level_memory_among_the_ops() {
         ])
         .arg(&py)
         .args([
-            &record_common::example("mlp_batchnorm.py"),
+            &common::example("mlp_batchnorm.py"),
             "--steps",
             "2",
             "--blocks",
@@ -120,7 +119,7 @@ fn record_samples_driver_level_memory_among_the_ops() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let file = dir.path().join("run.pkl");
-    let j = record_common::export(&file);
+    let j = common::export(&file);
     let ops = j["op_count"].as_i64().unwrap();
     let series = j["memtrack"]["device_memory"].as_array().unwrap();
     assert_eq!(
@@ -159,7 +158,7 @@ fn record_samples_driver_level_memory_among_the_ops() {
         .unwrap();
     assert!(peak > 50 << 20, "{peak}");
 
-    let o = record_common::memtrack()
+    let o = common::memtrack_process()
         .arg("summary")
         .arg(&file)
         .output()
@@ -170,7 +169,7 @@ fn record_samples_driver_level_memory_among_the_ops() {
         text.contains("outside PyTorch's caching allocator"),
         "{text}"
     );
-    let o = record_common::memtrack()
+    let o = common::memtrack_process()
         .args(["plot", "-o", "-"])
         .arg(&file)
         .output()
@@ -178,7 +177,7 @@ fn record_samples_driver_level_memory_among_the_ops() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("device_memory (driver)"));
 
     // --device-interval 0: no series
-    let o = record_common::memtrack()
+    let o = common::memtrack_process()
         .current_dir(dir.path())
         .env("MEMTRACK_NVML_LIB", &lib)
         .env("FAKE_NVML_SCAN_COMM", "python")
@@ -194,7 +193,7 @@ fn record_samples_driver_level_memory_among_the_ops() {
         ])
         .arg(&py)
         .args([
-            &record_common::example("mlp_batchnorm.py"),
+            &common::example("mlp_batchnorm.py"),
             "--steps",
             "1",
             "--blocks",
@@ -203,6 +202,6 @@ fn record_samples_driver_level_memory_among_the_ops() {
         .output()
         .unwrap();
     assert!(o.status.success());
-    let j = record_common::export(&dir.path().join("off.pkl"));
+    let j = common::export(&dir.path().join("off.pkl"));
     assert_eq!(j["memtrack"]["device_memory"].as_array().unwrap().len(), 0);
 }

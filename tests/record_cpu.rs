@@ -1,9 +1,9 @@
 //! `memtrack record` on CPU with the real torch: the file loads in PyTorch's MemoryTracker,
 //! and the module breakdown equals PyTorch's own MemTracker on the same model and inputs.
 
-mod record_common;
+mod common;
 
-use record_common::*;
+use common::{example, export, memtrack_process as memtrack, python, record, script};
 use serde_json::Value;
 
 #[test]

@@ -1,11 +1,11 @@
 //! `memtrack record` when the program ends badly: nothing received is lost, the file says how
 //! it ended, and `record` exits with the program's code (128 + signal when killed).
 
-mod record_common;
+mod common;
 
 use std::time::{Duration, Instant};
 
-use record_common::*;
+use common::{exit_code, export, memtrack_process as memtrack, python, record, script};
 
 #[test]
 fn sigkill_mid_run_keeps_the_ops_before_it() {

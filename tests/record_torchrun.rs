@@ -1,8 +1,8 @@
 //! `memtrack record` of a torchrun job: every rank connects and gets its own file.
 
-mod record_common;
+mod common;
 
-use record_common::*;
+use common::{export, memtrack_process as memtrack, python, record, script};
 
 #[test]
 fn two_ranks_with_gloo_give_two_complete_files_and_a_cross_rank_summary() {

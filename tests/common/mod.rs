@@ -100,3 +100,55 @@ pub fn write_temp(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     std::fs::write(&p, bytes).unwrap();
     p
 }
+
+/// `python_with_torch`, for the record tests.
+pub fn python() -> Option<PathBuf> {
+    python_with_torch()
+}
+
+/// The binary as a plain process (for tests that spawn it and send it signals).
+pub fn memtrack_process() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_memtrack"))
+}
+
+/// `memtrack record -o OUT [extra] -- python ARGS…`, run in `dir`; (exit code, stderr).
+pub fn record(dir: &Path, out: &str, extra: &[&str], py: &Path, args: &[&str]) -> (i32, String) {
+    let o = memtrack_process()
+        .current_dir(dir)
+        .arg("record")
+        .args(["-o", out])
+        .args(extra)
+        .arg("--")
+        .arg(py)
+        .args(args)
+        .output()
+        .expect("memtrack runs");
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    eprintln!("{stderr}");
+    (exit_code(o.status), stderr)
+}
+
+pub fn exit_code(st: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
+
+/// `memtrack export FILE` as JSON.
+pub fn export(file: &Path) -> serde_json::Value {
+    let o = memtrack_process().arg("export").arg(file).output().unwrap();
+    assert!(
+        o.status.success(),
+        "export {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+pub fn example(name: &str) -> String {
+    root().join("examples").join(name).display().to_string()
+}
+
+pub fn script(name: &str) -> String {
+    root().join("tests/py").join(name).display().to_string()
+}
