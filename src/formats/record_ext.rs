@@ -322,12 +322,7 @@ fn snapshot(doc: &Document, v: Value) -> Parse<ModuleSnapshot> {
 // ---- writing ----
 
 fn str_list(w: &mut Writer, items: &[String]) {
-    w.begin_list();
-    for s in items {
-        w.str(s);
-        w.end_element();
-    }
-    w.end_list();
+    w.list(items, |w, s| w.str(s));
 }
 
 /// The record keys beyond the first version's, as entries of the open `memtrack` dict.
@@ -335,20 +330,13 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
     w.entry("pid", |w| w.opt_int(r.pid));
     w.entry("torch_version", |w| w.opt_str(r.torch_version.as_deref()));
     w.entry("categories", |w| {
-        w.begin_list();
-        for c in CATEGORIES.iter().chain(std::iter::once(&"Total")) {
-            w.str(c);
-            w.end_element();
-        }
-        w.end_list();
+        w.list(
+            CATEGORIES.iter().chain(std::iter::once(&"Total")),
+            |w, c| w.str(c),
+        );
     });
     w.entry("modules", |w| {
-        w.begin_list();
-        for it in &r.modules {
-            iteration(w, it);
-            w.end_element();
-        }
-        w.end_list();
+        w.list(&r.modules, |w, it| iteration(w, it));
     });
     w.entry("peak", |w| match &r.peak {
         Some(p) => snapshot_value(w, p),
@@ -362,49 +350,26 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
         int_dict_value(w, &r.memory_stats_oom)
     });
     w.entry("device_memory", |w| {
-        w.begin_list();
-        for s in &r.device_memory {
+        w.list(&r.device_memory, |w, s| {
             w.begin_dict();
             w.entry("nvml_index", |w| w.int(s.nvml_index));
             w.entry("name", |w| w.opt_str(s.name.as_deref()));
             w.entry("uuid", |w| w.opt_str(s.uuid.as_deref()));
             w.entry("op_index", |w| {
-                w.begin_list();
-                for x in &s.samples {
-                    w.int(x.op_index);
-                    w.end_element();
-                }
-                w.end_list();
+                w.list(&s.samples, |w, x| w.int(x.op_index));
             });
             w.entry("time_s", |w| {
-                w.begin_list();
-                for x in &s.samples {
-                    w.float(x.time_s);
-                    w.end_element();
-                }
-                w.end_list();
+                w.list(&s.samples, |w, x| w.float(x.time_s));
             });
             w.entry("bytes", |w| {
-                w.begin_list();
-                for x in &s.samples {
-                    w.int(x.bytes);
-                    w.end_element();
-                }
-                w.end_list();
+                w.list(&s.samples, |w, x| w.int(x.bytes));
             });
             w.end_dict();
-            w.end_element();
-        }
-        w.end_list();
+        });
     });
     w.entry("cycles_watched", |w| w.bool(r.cycles_watched));
     w.entry("cycles", |w| {
-        w.begin_list();
-        for c in &r.cycles {
-            cycle_value(w, c);
-            w.end_element();
-        }
-        w.end_list();
+        w.list(&r.cycles, |w, c| cycle_value(w, c));
     });
 }
 
@@ -424,8 +389,7 @@ fn cycle_value(w: &mut Writer, c: &Cycle) {
     w.entry("generation", |w| w.int(c.generation));
     w.entry("omitted_nodes", |w| w.int(c.omitted_nodes));
     w.entry("nodes", |w| {
-        w.begin_list();
-        for n in &c.nodes {
+        w.list(&c.nodes, |w, n| {
             w.begin_dict();
             w.entry("label", |w| w.str(&n.label));
             w.entry("type", |w| w.str(&n.type_name));
@@ -436,12 +400,7 @@ fn cycle_value(w: &mut Writer, c: &Cycle) {
                     w.entry("bytes", |w| w.int(t.bytes));
                     w.entry("storage", |w| w.int(t.storage));
                     w.entry("shape", |w| {
-                        w.begin_list();
-                        for d in &t.shape {
-                            w.int(*d);
-                            w.end_element();
-                        }
-                        w.end_list();
+                        w.list(&t.shape, |w, d| w.int(*d));
                     });
                     w.entry("dtype", |w| w.str(&t.dtype));
                     w.entry("device", |w| w.str(&t.device));
@@ -450,20 +409,15 @@ fn cycle_value(w: &mut Writer, c: &Cycle) {
                 }
             });
             w.end_dict();
-            w.end_element();
-        }
-        w.end_list();
+        });
     });
     w.entry("edges", |w| {
-        w.begin_list();
-        for e in &c.edges {
+        w.list(&c.edges, |w, e| {
             w.int(e.from as i64);
             w.int(e.to as i64);
             w.str(&e.label);
             w.tuple(3);
-            w.end_element();
-        }
-        w.end_list();
+        });
     });
     w.end_dict();
 }
@@ -480,8 +434,7 @@ fn iteration(w: &mut Writer, it: &IterationModules) {
     w.entry("first_op", |w| w.int(it.first_op as i64));
     w.entry("peak", |w| snapshot_value(w, &it.peak));
     w.entry("modules", |w| {
-        w.begin_list();
-        for m in &it.modules {
+        w.list(&it.modules, |w, m| {
             w.begin_dict();
             w.entry("fqn", |w| w.str(&m.fqn));
             w.entry("parameter_bytes", |w| w.int(m.parameter_bytes));
@@ -489,24 +442,14 @@ fn iteration(w: &mut Writer, it: &IterationModules) {
             w.entry("input_bytes", |w| w.int(m.input_bytes));
             w.entry("output_bytes", |w| w.int(m.output_bytes));
             w.entry("states", |w| {
-                w.begin_list();
-                for s in &m.states {
+                w.list(&m.states, |w, s| {
                     w.str(s.state.name());
-                    w.begin_list();
-                    for c in &s.calls {
-                        snapshot_value(w, c);
-                        w.end_element();
-                    }
-                    w.end_list();
+                    w.list(&s.calls, |w, c| snapshot_value(w, c));
                     w.tuple(2);
-                    w.end_element();
-                }
-                w.end_list();
+                });
             });
             w.end_dict();
-            w.end_element();
-        }
-        w.end_list();
+        });
     });
     w.end_dict();
 }
@@ -515,12 +458,10 @@ fn snapshot_value(w: &mut Writer, s: &ModuleSnapshot) {
     w.begin_dict();
     for d in &s.0 {
         w.str(&d.device);
-        w.begin_list();
-        for b in d.by_category.iter().chain(std::iter::once(&d.total)) {
-            w.int(*b);
-            w.end_element();
-        }
-        w.end_list();
+        w.list(
+            d.by_category.iter().chain(std::iter::once(&d.total)),
+            |w, b| w.int(*b),
+        );
         w.end_entry();
     }
     w.end_dict();

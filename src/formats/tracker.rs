@@ -275,24 +275,16 @@ fn write_record(w: &mut Writer, r: &RecordInfo) {
         w.opt_int(r.device_total_bytes.map(|b| b as i64))
     });
     w.entry("argv", |w| {
-        w.begin_list();
-        for a in &r.argv {
-            w.str(a);
-            w.end_element();
-        }
-        w.end_list();
+        w.list(&r.argv, |w, a| w.str(a));
     });
     w.entry("rank", |w| w.opt_int(r.rank));
     w.entry("world_size", |w| w.opt_int(r.world_size));
     w.entry("marker_events", |w| {
-        w.begin_list();
-        for m in &r.marker_events {
+        w.list(&r.marker_events, |w, m| {
             w.str(&m.name);
             w.int(m.op_index);
             w.tuple(2);
-            w.end_element();
-        }
-        w.end_list();
+        });
     });
     if let Some(e) = &r.exit {
         w.entry("exit", |w| {
@@ -306,12 +298,7 @@ fn write_record(w: &mut Writer, r: &RecordInfo) {
         });
     }
     w.entry("snapshot_paths", |w| {
-        w.begin_list();
-        for p in &r.snapshot_paths {
-            w.str(p);
-            w.end_element();
-        }
-        w.end_list();
+        w.list(&r.snapshot_paths, |w, p| w.str(p));
     });
     record_ext::write(w, r);
     w.end_dict();

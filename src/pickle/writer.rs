@@ -138,6 +138,20 @@ impl Writer {
         self.open.push((self.out.len(), 0));
     }
 
+    /// A list of `items`, each written by `item`.
+    pub fn list<T>(
+        &mut self,
+        items: impl IntoIterator<Item = T>,
+        mut item: impl FnMut(&mut Writer, T),
+    ) {
+        self.begin_list();
+        for x in items {
+            item(self, x);
+            self.end_element();
+        }
+        self.end_list();
+    }
+
     /// After each item of the innermost open list.
     pub fn end_element(&mut self) {
         self.end_item(b'e');
