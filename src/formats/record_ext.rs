@@ -336,7 +336,7 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
         );
     });
     w.entry("modules", |w| {
-        w.list(&r.modules, |w, it| iteration(w, it));
+        w.list(&r.modules, iteration);
     });
     w.entry("peak", |w| match &r.peak {
         Some(p) => snapshot_value(w, p),
@@ -369,7 +369,7 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
     });
     w.entry("cycles_watched", |w| w.bool(r.cycles_watched));
     w.entry("cycles", |w| {
-        w.list(&r.cycles, |w, c| cycle_value(w, c));
+        w.list(&r.cycles, cycle_value);
     });
 }
 
@@ -444,7 +444,7 @@ fn iteration(w: &mut Writer, it: &IterationModules) {
             w.entry("states", |w| {
                 w.list(&m.states, |w, s| {
                     w.str(s.state.name());
-                    w.list(&s.calls, |w, c| snapshot_value(w, c));
+                    w.list(&s.calls, snapshot_value);
                     w.tuple(2);
                 });
             });
