@@ -292,10 +292,25 @@ pub fn top_ops(stats: &TrackerStats, top: usize) -> Vec<TopOp> {
             .then(a.0.cmp(&b.0))
     };
     if top < entries.len() {
-        entries.select_nth_unstable_by(top, order);
-        entries.truncate(top);
+        // one pass keeping the best `top` in order: almost every entry is compared with the
+        // worst kept and dropped (a selection over all of them touches each several times)
+        let mut kept: Vec<(usize, usize)> = Vec::with_capacity(top + 1);
+        for e in entries {
+            if kept.len() == top {
+                match kept.last() {
+                    Some(worst) if order(&e, worst).is_lt() => {
+                        kept.pop();
+                    }
+                    _ => continue,
+                }
+            }
+            let at = kept.partition_point(|k| order(k, &e).is_lt());
+            kept.insert(at, e);
+        }
+        entries = kept;
+    } else {
+        entries.sort_by(order);
     }
-    entries.sort_by(order);
     entries
         .into_iter()
         .take(top)
