@@ -473,6 +473,23 @@ mod tests {
     use crate::formats::tracker;
     use crate::model::{OpNames, TrackerStats};
 
+    /// `record` written into a one-op stats file and read back.
+    fn round_trip(record: RecordInfo) -> RecordInfo {
+        let mut names = OpNames::default();
+        names.push("Net.forward.mm.default_0");
+        let stats = TrackerStats {
+            names,
+            allocated: vec![1.0],
+            active: vec![1.0],
+            reserved: vec![1.0],
+            record: Some(record),
+            ..TrackerStats::default()
+        };
+        let bytes = tracker::to_pickle_bytes(&stats);
+        let back = tracker::from_document(crate::pickle::parse(&bytes).unwrap()).unwrap();
+        back.record.unwrap()
+    }
+
     #[test]
     fn module_breakdown_survives_a_round_trip() {
         let snap = |t: i64| {
@@ -482,8 +499,6 @@ mod tests {
                 total: t + 1,
             }])
         };
-        let mut names = OpNames::default();
-        names.push("Net.forward.mm.default_0");
         let record = RecordInfo {
             backend: "cpu".into(),
             pid: Some(42),
@@ -513,18 +528,7 @@ mod tests {
             }),
             ..RecordInfo::default()
         };
-        let stats = TrackerStats {
-            names,
-            allocated: vec![1.0],
-            active: vec![1.0],
-            reserved: vec![1.0],
-            record: Some(record),
-            ..TrackerStats::default()
-        };
-        let bytes = tracker::to_pickle_bytes(&stats);
-        let doc = crate::pickle::parse(&bytes).unwrap();
-        let back = tracker::from_document(doc).unwrap();
-        let r = back.record.unwrap();
+        let r = round_trip(record);
         assert_eq!(r.pid, Some(42));
         assert_eq!(r.torch_version.as_deref(), Some("2.15.0"));
         assert_eq!(r.memory_stats["num_alloc_retries"], 3);
@@ -546,8 +550,6 @@ mod tests {
 
     #[test]
     fn field_keys_survive_a_round_trip() {
-        let mut names = OpNames::default();
-        names.push("Net.forward.mm.default_0");
         let cycle = Cycle {
             op_index: 1,
             generation: 2,
@@ -611,17 +613,7 @@ mod tests {
             cycles: vec![cycle.clone()],
             ..RecordInfo::default()
         };
-        let stats = TrackerStats {
-            names,
-            allocated: vec![1.0],
-            active: vec![1.0],
-            reserved: vec![1.0],
-            record: Some(record),
-            ..TrackerStats::default()
-        };
-        let bytes = tracker::to_pickle_bytes(&stats);
-        let back = tracker::from_document(crate::pickle::parse(&bytes).unwrap()).unwrap();
-        let r = back.record.unwrap();
+        let r = round_trip(record);
         assert_eq!(r.device_index, Some(1));
         assert_eq!(r.device_uuid.as_deref(), Some("GPU-1234"));
         assert_eq!(r.memory_stats_oom["num_ooms"], 1);
