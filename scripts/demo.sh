@@ -9,5 +9,4 @@ cargo build --release --locked --quiet
 mkdir -p demo
 ./target/release/memtrack record -o demo/mlp.pkl -- "$py" examples/mlp_batchnorm.py
 ./target/release/memtrack summary demo/mlp.pkl --top 10
-./target/release/memtrack modules demo/mlp.pkl --depth 2 --iteration last
 ./target/release/memtrack plot demo/mlp.pkl -o demo/mlp.svg
