@@ -145,7 +145,8 @@ impl<'a> Machine<'a> {
     /// opcodes one by one would leave, at a fraction of the work. Called just after EMPTY_DICT;
     /// false (having changed nothing) for anything else, which then runs opcode by opcode.
     fn flat_dict(&mut self) -> Result<bool> {
-        const MAX_ITEMS: usize = 32;
+        // snapshot events have 6 pairs, blocks 5; larger dicts go opcode by opcode
+        const MAX_PAIRS: usize = 12;
         let b = self.cursor.rest();
         let memoized = b.first() == Some(&0x94);
         let mut i = memoized as usize;
@@ -153,7 +154,8 @@ impl<'a> Machine<'a> {
             return Ok(false);
         }
         i += 1;
-        let mut items = [Value::NONE; MAX_ITEMS];
+        let mut keys = [Value::NONE; MAX_PAIRS];
+        let mut values = [Value::NONE; MAX_PAIRS];
         let mut n = 0;
         loop {
             let Some(&code) = b.get(i) else {
@@ -163,7 +165,7 @@ impl<'a> Machine<'a> {
                 i += 1;
                 break;
             }
-            if n == MAX_ITEMS {
+            if n == 2 * MAX_PAIRS {
                 return Ok(false);
             }
             let arg = |len: usize| b.get(i + 1..i + 1 + len);
@@ -224,7 +226,11 @@ impl<'a> Machine<'a> {
                 0x89 => (Value::FALSE, 0),
                 _ => return Ok(false),
             };
-            items[n] = v;
+            if n % 2 == 0 {
+                keys[n / 2] = v;
+            } else {
+                values[n / 2] = v;
+            }
             n += 1;
             i += 1 + len;
         }
@@ -232,12 +238,6 @@ impl<'a> Machine<'a> {
             return Ok(false);
         }
         // matched: now the effects, in the order the opcodes would have them
-        let mut keys = [Value::NONE; MAX_ITEMS / 2];
-        let mut values = [Value::NONE; MAX_ITEMS / 2];
-        for k in 0..n / 2 {
-            keys[k] = items[2 * k];
-            values[k] = items[2 * k + 1];
-        }
         let dict = self
             .doc
             .shaped_dict(&keys[..n / 2], &values[..n / 2])
