@@ -658,6 +658,8 @@ impl<'d> Conv<'d> {
             events: Vec::with_capacity(entries.len()),
             aux: Vec::new(),
         };
+        let mut shape_keys: &[Value] = &[];
+        let mut shape_fields: Vec<u8> = Vec::new();
         for (n, &v) in entries.iter().enumerate() {
             let ctx = |f: &str| format!("device_traces[{dev}][{n}].{f}");
             let d = doc.as_dict(v).ok_or_else(|| {
@@ -678,8 +680,26 @@ impl<'d> Conv<'d> {
             let mut have_action = false;
             let mut aux = EventAux::default();
             let mut other_name = None;
+            // the fields of a shaped dict (every event of a real snapshot has one of a few
+            // key lists) are looked up once per key list, not once per event
+            let fields: &[u8] = match d.shaped() {
+                Some((keys, _)) => {
+                    if !std::ptr::eq(keys, shape_keys) {
+                        shape_keys = keys;
+                        shape_fields = (keys.iter().enumerate())
+                            .map(|(pos, &k)| self.event_keys.field(doc, pos, k))
+                            .collect();
+                    }
+                    &shape_fields
+                }
+                None => &[],
+            };
             for (pos, (k, x)) in d.iter().enumerate() {
-                match self.event_keys.field(doc, pos, k) {
+                let f = match fields.get(pos) {
+                    Some(&f) => f,
+                    None => self.event_keys.field(doc, pos, k),
+                };
+                match f {
                     0 => {
                         let (a, name) = self.action(x, &|| ctx("action"))?;
                         e.action = a;

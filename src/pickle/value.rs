@@ -713,6 +713,13 @@ impl<'d> Dict<'d> {
             .last()
     }
 
+    /// For a dict read in one step (see `reader::flat_dict`): its key list, shared with every
+    /// dict of the same keys (compare with `std::ptr::eq` to recognise the shape), and its
+    /// values in the same order. None for other dicts.
+    pub fn shaped(&self) -> Option<(&'d [Value], &'d [Value])> {
+        self.keys.map(|k| (k, self.items))
+    }
+
     pub fn iter(&self) -> DictIter<'d> {
         DictIter {
             keys: self.keys,
