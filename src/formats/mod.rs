@@ -32,12 +32,6 @@ impl Input {
 
 pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtrack record files and allocator snapshots (_dump_snapshot)";
 
-/// Read and decode `path` as a pickle, with errors that name the file and say what was wrong.
-pub fn read_pickle(path: &Path) -> Result<Document> {
-    let file = map(path)?;
-    parse(path, &file)
-}
-
 fn map(path: &Path) -> Result<MappedFile> {
     pickle::map_file(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))
 }
