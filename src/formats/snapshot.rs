@@ -343,14 +343,7 @@ impl<'d> Conv<'d> {
                 ))
             }
         };
-        let id = match self.str_by_text.get(s) {
-            Some(&id) => id,
-            None => {
-                let id = self.snap.stacks.push_str(s);
-                self.str_by_text.insert(s, id);
-                id
-            }
-        };
+        let id = self.string_text(s);
         self.str_by_handle.insert(v, id);
         Ok(id)
     }
@@ -387,27 +380,22 @@ impl<'d> Conv<'d> {
             },
             line,
         };
-        let id = match self.frame_by_content.get(&f) {
-            Some(&id) => id,
-            None => {
-                let id = self.snap.stacks.push_frame(f);
-                self.frame_by_content.insert(f, id);
-                id
-            }
-        };
+        let stacks = &mut self.snap.stacks;
+        let id = *self
+            .frame_by_content
+            .entry(f)
+            .or_insert_with(|| stacks.push_frame(f));
         self.frame_by_handle.insert(v, id);
         Ok(id)
     }
 
-    fn string_text(&mut self, s: &'static str) -> StrId {
-        match self.str_by_text.get(s) {
-            Some(&id) => id,
-            None => {
-                let id = self.snap.stacks.push_str(s);
-                self.str_by_text.insert(s, id);
-                id
-            }
-        }
+    /// The id of a string's text, pushed the first time it is seen.
+    fn string_text(&mut self, s: &'d str) -> StrId {
+        let stacks = &mut self.snap.stacks;
+        *self
+            .str_by_text
+            .entry(s)
+            .or_insert_with(|| stacks.push_str(s))
     }
 
     /// A `frames` list; `None` (Python None) reads as an empty stack.
