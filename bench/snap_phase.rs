@@ -1,24 +1,38 @@
+//! Where the time of `memtrack summary SNAPSHOT` goes: parse (with the trace-event sink, as
+//! `formats::load` reads), conversion to the model, summary.
+//!
+//!   cargo run --release --example snap_phase bench/data/snapshot_1000000.pickle
 use std::time::Instant;
+
+use memtrack::formats::snapshot::{from_document_taken, EventSink};
+use memtrack::formats::SnapshotParts;
+
 fn main() {
-    let p = std::path::PathBuf::from(std::env::args().nth(1).unwrap());
+    let p = std::path::PathBuf::from(std::env::args().nth(1).expect("a snapshot file"));
     let file = memtrack::pickle::map_file(&p).unwrap();
+    // fault the file in first, so that parse times the parse and not the disk
     let sum: u64 = file.bytes().iter().step_by(4096).map(|&b| b as u64).sum();
-    eprintln!("mapped {sum}");
+    eprintln!("mapped (checksum {sum})");
+    let parts = SnapshotParts::EventsWithoutStacks;
     let t = Instant::now();
-    let doc = memtrack::pickle::parse_mapped(&file, &mut ()).unwrap();
-    eprintln!("parse {:?}", t.elapsed());
+    let mut sink = EventSink::for_parts(parts);
+    let doc = memtrack::pickle::parse_mapped_with_sink(&file, &mut (), &mut sink).unwrap();
+    eprintln!(
+        "parse {:?} ({} events taken)",
+        t.elapsed(),
+        doc.taken_dicts()
+    );
     let t = Instant::now();
-    let snap = memtrack::formats::snapshot::from_document_parts(
-        &doc,
-        memtrack::formats::SnapshotParts::EventsWithoutStacks,
-    )
-    .unwrap();
+    let snap = from_document_taken(&doc, sink, parts).expect("the sink's events add up");
     eprintln!("convert {:?}", t.elapsed());
     let t = Instant::now();
     drop(doc);
     eprintln!("drop doc {:?}", t.elapsed());
     let t = Instant::now();
-    let devices: Vec<u32> = (0..1).collect();
-    let s = memtrack::analysis::snapshot_summary::snapshot_summary(&snap, &devices);
-    eprintln!("summary {:?} {}", t.elapsed(), std::mem::size_of_val(&s));
+    let s = memtrack::analysis::snapshot_summary::snapshot_summary(&snap, &snap.devices());
+    eprintln!(
+        "summary {:?} ({} bytes)",
+        t.elapsed(),
+        std::mem::size_of_val(&s)
+    );
 }

@@ -1,10 +1,12 @@
-//! The streaming MemoryTracker reader and the generic document reader agree on every file the
-//! streaming one accepts.
+//! The fast paths read exactly what the generic document reader reads: the streaming
+//! MemoryTracker reader on every file it accepts, and the snapshot reader that takes trace
+//! events straight from the opcode stream (`formats::snapshot::EventSink`) on every snapshot.
 
 mod common;
 
 use common::fixture;
-use memtrack::formats::{tracker, tracker_stream};
+use memtrack::formats::snapshot::{self, EventSink};
+use memtrack::formats::{tracker, tracker_stream, Input, SnapshotParts};
 use memtrack::model::TrackerStats;
 
 fn both(bytes: &[u8]) -> (Option<TrackerStats>, Result<TrackerStats, String>) {
@@ -74,4 +76,80 @@ fn files_the_stream_reader_declines_still_read() {
     let generic = generic.unwrap();
     assert_eq!(generic.op_count(), 2);
     assert_eq!(generic.reserved[1], 4.0 * 1024.0 * 1024.0);
+}
+
+const SNAPSHOTS: [&str; 10] = [
+    "cs336_medium_512_training.pickle",
+    "cs336_small_mem_snapshot.pickle",
+    "cs336_windows_partial_frames.pickle",
+    "flexgen_oom_snapshot_legacy.pickle",
+    "synthetic_bare_segment_list.pickle",
+    "synthetic_multi_device_oom.pickle",
+    "verl_mem_no_trace_multi_pool.pickle",
+    "synthetic_flat_events.pickle",
+    "synthetic_event_reused.pickle",
+    "synthetic_event_elsewhere.pickle",
+];
+
+/// The snapshot as `formats::load_with` reads it (sink first) and as the generic path reads it.
+fn snapshot_both_ways(name: &str, parts: SnapshotParts) -> (String, String) {
+    let path = fixture(&format!("snapshots/{name}"));
+    let loaded = match memtrack::formats::load_with(&path, parts) {
+        Ok(Input::Snapshot(s)) => s,
+        _ => panic!("{name}: not read as a snapshot"),
+    };
+    let doc = memtrack::pickle::parse(&std::fs::read(&path).unwrap()).unwrap();
+    let generic = snapshot::from_document_parts(&doc, parts).unwrap();
+    (format!("{loaded:?}"), format!("{generic:?}"))
+}
+
+#[test]
+fn snapshots_read_the_same_with_and_without_the_event_sink() {
+    for name in SNAPSHOTS {
+        for parts in [
+            SnapshotParts::All,
+            SnapshotParts::EventsWithoutStacks,
+            SnapshotParts::SegmentsOnly,
+        ] {
+            let (fast, generic) = snapshot_both_ways(name, parts);
+            assert!(
+                fast == generic,
+                "{name} ({parts:?}): the two readings differ"
+            );
+        }
+    }
+}
+
+/// What the sink takes of a file, and whether its conversion stands (None: read again).
+fn sink_reading(name: &str) -> (u64, bool) {
+    let bytes = std::fs::read(fixture(&format!("snapshots/{name}"))).unwrap();
+    let mut sink = EventSink::for_parts(SnapshotParts::All);
+    let doc = memtrack::pickle::parse_with_sink(&bytes, &mut (), &mut sink).unwrap();
+    let taken = doc.taken_dicts();
+    (
+        taken,
+        snapshot::from_document_taken(&doc, sink, SnapshotParts::All).is_some(),
+    )
+}
+
+#[test]
+fn the_event_sink_takes_plain_events_and_steps_aside_when_it_must() {
+    // frame lists shared through the memo: nearly every event is taken; the ones with text
+    // to keep, an unknown action, a float time, a bool address or device_free are not
+    let (taken, stands) = sink_reading("synthetic_flat_events.pickle");
+    assert!(taken > 100, "only {taken} events taken");
+    assert!(stands);
+    let snap = memtrack::formats::load_snapshot(&fixture("snapshots/synthetic_flat_events.pickle"))
+        .unwrap();
+    assert_eq!(snap.traces.len(), 2);
+    assert!(snap.traces.iter().all(|t| t.events.len() == 71));
+    // an event listed twice, or also used elsewhere: the fast reading is dropped
+    for name in [
+        "synthetic_event_reused.pickle",
+        "synthetic_event_elsewhere.pickle",
+    ] {
+        let (taken, stands) = sink_reading(name);
+        assert!(taken > 100, "{name}: only {taken} events taken");
+        assert!(!stands, "{name}: the sink's reading must not stand");
+    }
 }

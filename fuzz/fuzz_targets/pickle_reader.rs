@@ -1,10 +1,12 @@
 //! Any bytes: the reader errors or decodes, never panics or runs away; its fused fast paths
-//! decode exactly what executing opcode by opcode does; and the streaming MemoryTracker
-//! reader, when it accepts the bytes, agrees with the generic one.
+//! decode exactly what executing opcode by opcode does; the streaming MemoryTracker reader,
+//! when it accepts the bytes, agrees with the generic one; and a snapshot read with the trace
+//! event sink, when that reading stands, is the generic path's snapshot.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memtrack::formats::{tracker, tracker_stream};
+use memtrack::formats::snapshot::{self, EventSink};
+use memtrack::formats::{tracker, tracker_stream, SnapshotParts};
 use memtrack::pickle::{self, Document, Value, View};
 
 /// Structural equality of two decoded values, to a bounded depth and size (values may be
@@ -47,6 +49,16 @@ fuzz_target!(|data: &[u8]| {
         // both fail (the offsets may differ: a fused step reports where it began)
         (Err(_), Err(_)) => {}
         _ => panic!("fused and opcode-by-opcode decoding disagree on success: {:?} / {:?}", generic.is_ok(), reference.is_ok()),
+    }
+    let mut sink = EventSink::for_parts(SnapshotParts::All);
+    if let Ok(doc) = pickle::parse_with_sink(data, &mut (), &mut sink) {
+        if doc.taken_dicts() > 0 && snapshot::is_snapshot(&doc, doc.root()) {
+            if let Some(fast) = snapshot::from_document_taken(&doc, sink, SnapshotParts::All) {
+                let plain = generic.as_ref().expect("the sink's reading stands on bytes the generic reader rejects");
+                let slow = snapshot::from_document(plain).expect("and the generic path converts them");
+                assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "the event sink reads a snapshot differently");
+            }
+        }
     }
     if let Some(fast) = tracker_stream::read(data, &mut ()) {
         let doc = generic.expect("the stream reader accepted bytes the generic reader rejects");

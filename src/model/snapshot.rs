@@ -323,6 +323,21 @@ pub struct TraceEvent {
     pub aux: u32,
 }
 
+impl Default for TraceEvent {
+    /// An entry with only an unknown action: no address, size, time, stack or aux.
+    fn default() -> TraceEvent {
+        TraceEvent {
+            addr: 0,
+            size: 0,
+            time_us: NO_TIME,
+            stream: 0,
+            stack: StackId::MISSING,
+            action: Action::Other,
+            aux: NO_AUX,
+        }
+    }
+}
+
 impl TraceEvent {
     pub fn time(&self) -> Option<i64> {
         (self.time_us != NO_TIME).then_some(self.time_us)

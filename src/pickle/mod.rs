@@ -10,7 +10,8 @@ mod value;
 pub mod writer;
 
 pub use reader::{
-    parse, parse_opcode_by_opcode, parse_with_progress, PickleError, Progress, MAX_DEPTH,
+    parse, parse_opcode_by_opcode, parse_with_progress, parse_with_sink, DictSink, FlatValue,
+    PickleError, Progress, MAX_DEPTH,
 };
 pub use value::{big_int_to_f64, Dict, DictIter, Document, Object, ObjectKind, Value, View};
 
@@ -66,6 +67,16 @@ pub fn parse_mapped(
 ) -> Result<Document, PickleError> {
     let mut releaser = file.release_behind(progress);
     parse_with_progress(file.bytes(), &mut releaser)
+}
+
+/// Decode a mapped file, releasing pages behind the parse, handing `sink` the dicts it wants.
+pub fn parse_mapped_with_sink(
+    file: &MappedFile,
+    progress: &mut dyn Progress,
+    sink: &mut dyn DictSink,
+) -> Result<Document, PickleError> {
+    let mut releaser = file.release_behind(progress);
+    parse_with_sink(file.bytes(), &mut releaser, sink)
 }
 
 /// Memory-map `path` and decode it.

@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 
 use super::ops::{Cursor, Op};
-use super::value::{ContainerKind, Document, ObjectKind, Value, View};
+use super::value::{
+    int_from_short_le, ContainerKind, Document, ObjectKind, Value, View, TAKEN_DEPTH,
+};
 
 /// Containers nested deeper than this are refused: Python's own pickler cannot write them
 /// (it recurses), and every consumer may then walk a document without exhausting its stack.
@@ -45,6 +47,29 @@ impl Progress for () {
     fn advanced(&mut self, _consumed: usize) {}
 }
 
+/// A value of a flat dict as the fused path decoded it, before it became a document value.
+#[derive(Clone, Copy, Debug)]
+pub enum FlatValue {
+    Int(i64),
+    Float(f64),
+    /// A memo reference, None or a bool.
+    Value(Value),
+}
+
+/// Takes small flat dicts (see `Machine::flat_dict`) straight from the opcode stream instead
+/// of the document, for a reader that wants millions of them as its own records (a snapshot's
+/// trace events). The document then holds a [`View::Taken`] handle where the dict would be.
+/// Any dict the sink declines is read as usual, so a sink changes where dicts live, never
+/// what they say.
+pub trait DictSink {
+    /// Asked once per key list (`shape` numbers them in the document): offer dicts with these
+    /// keys to `take`?
+    fn wants(&mut self, doc: &Document, shape: u32, keys: &[Value]) -> bool;
+    /// One dict of a wanted key list, its values in key order: its handle, or None to leave
+    /// it to the document. Values that are containers nest less than the document's bound.
+    fn take(&mut self, doc: &Document, shape: u32, values: &[FlatValue]) -> Option<u64>;
+}
+
 /// Decode one pickle from `data`. Bytes after the `STOP` opcode are ignored, as `pickle.load`
 /// ignores what follows in the stream.
 pub fn parse(data: &[u8]) -> Result<Document> {
@@ -52,18 +77,34 @@ pub fn parse(data: &[u8]) -> Result<Document> {
 }
 
 pub fn parse_with_progress(data: &[u8], progress: &mut dyn Progress) -> Result<Document> {
-    run_machine(data, progress, true)
+    run_machine(data, progress, true, None)
+}
+
+/// Decode, handing the flat dicts `sink` wants to it.
+pub fn parse_with_sink(
+    data: &[u8],
+    progress: &mut dyn Progress,
+    sink: &mut dyn DictSink,
+) -> Result<Document> {
+    run_machine(data, progress, true, Some(sink))
 }
 
 /// Decode executing every opcode one by one, without the fused fast paths (`flat_dict`):
 /// the reference the fuzz target compares the fast paths against.
 pub fn parse_opcode_by_opcode(data: &[u8]) -> Result<Document> {
-    run_machine(data, &mut (), false)
+    run_machine(data, &mut (), false, None)
 }
 
-fn run_machine(data: &[u8], progress: &mut dyn Progress, fuse: bool) -> Result<Document> {
+fn run_machine(
+    data: &[u8],
+    progress: &mut dyn Progress,
+    fuse: bool,
+    sink: Option<&mut dyn DictSink>,
+) -> Result<Document> {
     let mut m = Machine {
         fuse,
+        sink,
+        sink_wants: Vec::new(),
         cursor: Cursor::new(data),
         stack: Vec::with_capacity(64),
         marks: Vec::new(),
@@ -77,10 +118,13 @@ fn run_machine(data: &[u8], progress: &mut dyn Progress, fuse: bool) -> Result<D
     Ok(m.doc)
 }
 
-struct Machine<'a> {
+struct Machine<'a, 's> {
     cursor: Cursor<'a>,
     /// Use the fused fast paths (off only for `parse_opcode_by_opcode`).
     fuse: bool,
+    sink: Option<&'s mut dyn DictSink>,
+    /// By shape id: 0 not asked yet, 1 wanted, 2 not.
+    sink_wants: Vec<u8>,
     stack: Vec<Value>,
     marks: Vec<usize>,
     /// Dense memo; `UNSET` marks ids never stored (8 bytes a slot: files memoize millions).
@@ -93,7 +137,7 @@ struct Machine<'a> {
 const PROGRESS_STEP: usize = 16 << 20;
 const UNSET: Value = Value::UNSET;
 
-impl<'a> Machine<'a> {
+impl<'a> Machine<'a, '_> {
     fn err<T>(&self, message: impl Into<String>) -> Result<T> {
         Err(self.cursor.error(message.into()))
     }
@@ -154,8 +198,7 @@ impl<'a> Machine<'a> {
             return Ok(false);
         }
         i += 1;
-        let mut keys = [Value::NONE; MAX_PAIRS];
-        let mut values = [Value::NONE; MAX_PAIRS];
+        let mut raw = [FlatValue::Value(Value::NONE); 2 * MAX_PAIRS];
         let mut n = 0;
         loop {
             let Some(&code) = b.get(i) else {
@@ -185,26 +228,24 @@ impl<'a> Machine<'a> {
                         },
                     };
                     match self.memo.get(id) {
-                        Some(&v) if v != UNSET => (v, len),
+                        Some(&v) if v != UNSET => (FlatValue::Value(v), len),
                         _ => return Ok(false),
                     }
                 }
                 b'K' => match arg(1) {
-                    Some(a) => (self.doc.int(a[0] as i64), 1),
+                    Some(a) => (FlatValue::Int(a[0] as i64), 1),
                     None => return Ok(false),
                 },
                 b'M' => match arg(2) {
                     Some(a) => (
-                        self.doc
-                            .int(u16::from_le_bytes(a.try_into().unwrap()) as i64),
+                        FlatValue::Int(u16::from_le_bytes(a.try_into().unwrap()) as i64),
                         2,
                     ),
                     None => return Ok(false),
                 },
                 b'J' => match arg(4) {
                     Some(a) => (
-                        self.doc
-                            .int(i32::from_le_bytes(a.try_into().unwrap()) as i64),
+                        FlatValue::Int(i32::from_le_bytes(a.try_into().unwrap()) as i64),
                         4,
                     ),
                     None => return Ok(false),
@@ -212,25 +253,24 @@ impl<'a> Machine<'a> {
                 0x8a => match arg(1) {
                     // LONG1 of up to 8 bytes (Python writes the fewest that hold the value)
                     Some(&[k]) if k <= 8 => match b.get(i + 2..i + 2 + k as usize) {
-                        Some(le) => (self.doc.int_from_le(le), 1 + k as usize),
+                        Some(le) => (FlatValue::Int(int_from_short_le(le)), 1 + k as usize),
                         None => return Ok(false),
                     },
                     _ => return Ok(false),
                 },
                 b'G' => match arg(8) {
-                    Some(a) => (Value::float(f64::from_be_bytes(a.try_into().unwrap())), 8),
+                    Some(a) => (
+                        FlatValue::Float(f64::from_be_bytes(a.try_into().unwrap())),
+                        8,
+                    ),
                     None => return Ok(false),
                 },
-                b'N' => (Value::NONE, 0),
-                0x88 => (Value::TRUE, 0),
-                0x89 => (Value::FALSE, 0),
+                b'N' => (FlatValue::Value(Value::NONE), 0),
+                0x88 => (FlatValue::Value(Value::TRUE), 0),
+                0x89 => (FlatValue::Value(Value::FALSE), 0),
                 _ => return Ok(false),
             };
-            if n % 2 == 0 {
-                keys[n / 2] = v;
-            } else {
-                values[n / 2] = v;
-            }
+            raw[n] = v;
             n += 1;
             i += 1 + len;
         }
@@ -238,10 +278,29 @@ impl<'a> Machine<'a> {
             return Ok(false);
         }
         // matched: now the effects, in the order the opcodes would have them
-        let dict = self
-            .doc
-            .shaped_dict(&keys[..n / 2], &values[..n / 2])
-            .map_err(|m| self.cursor.error(m))?;
+        let pairs = n / 2;
+        let mut keys = [Value::NONE; MAX_PAIRS];
+        for (k, r) in keys.iter_mut().zip(raw.iter().step_by(2)).take(pairs) {
+            *k = self.value_of(*r);
+        }
+        let shape = self.doc.shape_of(&keys[..pairs]);
+        let mut values = [FlatValue::Value(Value::NONE); MAX_PAIRS];
+        for (v, r) in values.iter_mut().zip(raw.iter().skip(1).step_by(2)) {
+            *v = *r;
+        }
+        let values = &values[..pairs];
+        let dict = match self.offer_to_sink(shape, &keys[..pairs], values) {
+            Some(taken) => taken,
+            None => {
+                let mut items = [Value::NONE; MAX_PAIRS];
+                for (item, &v) in items.iter_mut().zip(values) {
+                    *item = self.value_of(v);
+                }
+                self.doc
+                    .shaped_dict(shape, &items[..pairs])
+                    .map_err(|m| self.cursor.error(m))?
+            }
+        };
         if memoized {
             let id = self.memo.len() as u64;
             self.memo_put(id, dict);
@@ -251,6 +310,51 @@ impl<'a> Machine<'a> {
         Ok(true)
     }
 
+    fn value_of(&mut self, v: FlatValue) -> Value {
+        match v {
+            FlatValue::Int(i) => self.doc.int(i),
+            FlatValue::Float(f) => Value::float(f),
+            FlatValue::Value(v) => {
+                if v.is_taken() {
+                    self.doc.taken_reused = true;
+                }
+                v
+            }
+        }
+    }
+
+    /// The taken handle if the sink wants dicts of `shape` and takes this one.
+    #[inline]
+    fn offer_to_sink(&mut self, shape: u32, keys: &[Value], values: &[FlatValue]) -> Option<Value> {
+        let sink = self.sink.as_deref_mut()?;
+        let s = shape as usize;
+        if s >= self.sink_wants.len() {
+            self.sink_wants.resize(s + 1, 0);
+        }
+        if self.sink_wants[s] == 0 {
+            let nested = keys.iter().any(|k| !k.is_scalar());
+            self.sink_wants[s] = if !nested && sink.wants(&self.doc, shape, keys) {
+                1
+            } else {
+                2
+            };
+        }
+        if self.sink_wants[s] != 1 {
+            return None;
+        }
+        for &v in values {
+            if let FlatValue::Value(v) = v {
+                // a taken dict inside another: declined, and read as usual (which notes it)
+                if v.is_taken() || self.doc.depth_of(v) >= TAKEN_DEPTH {
+                    return None;
+                }
+            }
+        }
+        let handle = sink.take(&self.doc, shape, values)?;
+        self.doc.taken_dicts += 1;
+        Some(Value::taken(handle))
+    }
+
     fn memo_get(&mut self, id: u64) -> Result<()> {
         let v = match self.memo.get(id as usize) {
             Some(&v) if v != UNSET => Some(v),
@@ -258,6 +362,9 @@ impl<'a> Machine<'a> {
         };
         match v {
             Some(v) => {
+                if v.is_taken() {
+                    self.doc.taken_reused = true;
+                }
                 self.stack.push(v);
                 Ok(())
             }
@@ -374,6 +481,9 @@ impl<'a> Machine<'a> {
                 Op::PopMark => self.pop_mark()?,
                 Op::Dup => {
                     let v = self.top()?;
+                    if v.is_taken() {
+                        self.doc.taken_reused = true;
+                    }
                     self.stack.push(v);
                 }
                 // ---- scalars ----

@@ -17,6 +17,26 @@ const TAG_SHIFT: u32 = 47;
 const PAYLOAD_MASK: u64 = (1 << TAG_SHIFT) - 1;
 const INLINE_INT_MIN: i64 = -(1 << 46);
 const INLINE_INT_MAX: i64 = (1 << 46) - 1;
+/// Little-endian two's complement of 0..=8 bytes (LONG1 as Python writes it) as an i64.
+#[inline]
+pub(crate) fn int_from_short_le(bytes: &[u8]) -> i64 {
+    debug_assert!(bytes.len() <= 8);
+    if bytes.is_empty() {
+        return 0;
+    }
+    // byte by byte, not a copy into a buffer: a variable-length memcpy followed by an 8-byte
+    // load stalls on store forwarding, and every address in a snapshot is read here
+    let mut v = 0u64;
+    for (i, &b) in bytes.iter().enumerate() {
+        v |= (b as u64) << (8 * i);
+    }
+    let unused = 64 - 8 * bytes.len() as u32;
+    ((v << unused) as i64) >> unused
+}
+
+/// What `depth_of` says of a taken dict: the reader hands a sink only dicts whose values nest
+/// less deep, so the document's depth bound holds without the sink's help.
+pub(crate) const TAKEN_DEPTH: u16 = 9;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u8)]
@@ -38,6 +58,9 @@ enum Tag {
     /// A tuple of 1..=15 scalars, items inline in the pool: payload = offset << 4 | len.
     /// MemoryTracker files hold millions of (name, MiB) pairs; this saves each its span.
     ScalarTuple = 14,
+    /// A flat dict that a `DictSink` took instead of the document: payload = the sink's handle.
+    /// (`Value::UNSET` has this tag too, with an all-ones payload no handle reaches.)
+    Taken = 15,
 }
 
 impl Tag {
@@ -59,7 +82,7 @@ impl Tag {
             Tag::Global,
             Tag::Object,
             Tag::ScalarTuple,
-            Tag::Object, // 15 is only `Value::UNSET`, never viewed
+            Tag::Taken,
         ];
         TAGS[(bits & 0xF) as usize]
     }
@@ -110,9 +133,9 @@ impl Value {
     /// Not a container: nothing nests below it.
     #[inline]
     pub(crate) fn is_scalar(self) -> bool {
-        // tags 8..=11 are containers, 14 an inline tuple
+        // tags 8..=11 are containers, 14 an inline tuple, 15 a dict a sink took
         let tag = (self.0 >> TAG_SHIFT) & 0xF;
-        !self.is_boxed() || !((8..=11).contains(&tag) || tag == 14)
+        !self.is_boxed() || !((8..=11).contains(&tag) || tag >= 14)
     }
 
     /// The container id of a tuple, list, dict or set.
@@ -133,6 +156,15 @@ impl Value {
 
     pub(crate) fn is_set(self) -> bool {
         self.tag() == Some(Tag::Set)
+    }
+
+    pub(crate) fn taken(handle: u64) -> Value {
+        Value::boxed(Tag::Taken, handle)
+    }
+
+    #[inline]
+    pub(crate) fn is_taken(self) -> bool {
+        self != Value::UNSET && self.tag() == Some(Tag::Taken)
     }
 
     pub(crate) fn object_id(self) -> Option<usize> {
@@ -222,6 +254,8 @@ pub struct Document {
     globals: Vec<(Value, Value)>,
     pub(crate) objects: Vec<Object>,
     global_cache: HashMap<(String, String), Value>,
+    pub(crate) taken_dicts: u64,
+    pub(crate) taken_reused: bool,
 }
 
 /// A resolved value, borrowing from its [`Document`].
@@ -245,6 +279,8 @@ pub enum View<'d> {
         name: &'d str,
     },
     Object(&'d Object),
+    /// A dict that a [`DictSink`](super::DictSink) took while reading: its handle there.
+    Taken(u64),
 }
 
 impl Document {
@@ -262,6 +298,23 @@ impl Document {
 
     pub fn root(&self) -> Value {
         self.root.unwrap_or(Value::NONE)
+    }
+
+    /// The handle of a dict a [`DictSink`](super::DictSink) took.
+    #[inline]
+    pub fn as_taken(&self, v: Value) -> Option<u64> {
+        v.is_taken().then(|| v.payload())
+    }
+
+    /// How many dicts the sink took while reading.
+    pub fn taken_dicts(&self) -> u64 {
+        self.taken_dicts
+    }
+
+    /// Whether a taken dict was referenced again (memo GET, DUP, inside another flat dict):
+    /// then it may sit anywhere in the document, not only where it was first placed.
+    pub fn taken_reused(&self) -> bool {
+        self.taken_reused
     }
 
     pub fn view(&self, v: Value) -> View<'_> {
@@ -291,6 +344,7 @@ impl Document {
                 }
             }
             Tag::Object => View::Object(&self.objects[i]),
+            Tag::Taken => View::Taken(v.payload()),
         }
     }
 
@@ -434,7 +488,7 @@ impl Document {
             View::Bytes(_) => "bytes",
             View::Tuple(_) => "tuple",
             View::List(_) => "list",
-            View::Dict(_) => "dict",
+            View::Dict(_) | View::Taken(_) => "dict",
             View::Set(_) => "set",
             View::Global { .. } => "global",
             View::Object(_) => "object",
@@ -471,10 +525,7 @@ impl Document {
             return self.int(0);
         }
         if bytes.len() <= 8 {
-            let negative = bytes[bytes.len() - 1] & 0x80 != 0;
-            let mut buf = if negative { [0xFFu8; 8] } else { [0u8; 8] };
-            buf[..bytes.len()].copy_from_slice(bytes);
-            return self.int(i64::from_le_bytes(buf));
+            return self.int(int_from_short_le(bytes));
         }
         self.big_ints.push(bytes.to_vec());
         Value::boxed(Tag::BigInt, (self.big_ints.len() - 1) as u64)
@@ -528,6 +579,7 @@ impl Document {
         match v.container_id() {
             Some(id) => self.spans[id].depth.saturating_add(1),
             None if v.tag() == Some(Tag::ScalarTuple) => 1,
+            None if v.is_taken() => TAKEN_DEPTH,
             None => 0,
         }
     }
@@ -596,11 +648,9 @@ impl Document {
 
     /// A new dict of `keys` and `values` (as many of each), its keys stored once per distinct
     /// key list. Further items turn it into an ordinary dict (see `extend`).
-    pub(crate) fn shaped_dict(
-        &mut self,
-        keys: &[Value],
-        values: &[Value],
-    ) -> Result<Value, String> {
+    /// The id of a key list, registering it the first time.
+    #[inline]
+    pub(crate) fn shape_of(&mut self, keys: &[Value]) -> u32 {
         let shape = match self.shapes.get(self.last_shape as usize) {
             Some(last) if last.as_slice() == keys => self.last_shape,
             _ => match self.shape_ids.get(keys) {
@@ -614,6 +664,12 @@ impl Document {
             },
         };
         self.last_shape = shape;
+        shape
+    }
+
+    /// A dict of the key list `shape` (from `shape_of`) and `values`.
+    pub(crate) fn shaped_dict(&mut self, shape: u32, values: &[Value]) -> Result<Value, String> {
+        let keys = &self.shapes[shape as usize];
         let mut depth = 0;
         for &v in keys.iter().chain(values) {
             if !v.is_scalar() {
