@@ -205,3 +205,58 @@ fn export_writes_the_whole_model() {
     assert_eq!(e["markers"][0]["name"], "fw_start");
     assert_eq!(e["markers"][1]["op_index"], 8);
 }
+
+#[test]
+fn diff_finds_the_module_whose_ops_grew() {
+    // B = A with one extra 64 MiB kept from the first op of layers.5.mlp on: that module's
+    // ops generate 64 MiB more, every other module generates the same (later peaks move)
+    let a_path = fixture("tracker/synthetic_2000_ops.pkl");
+    let a = memtrack::formats::load_tracker(&a_path).unwrap();
+    let mut b = a.clone();
+    let first = (0..b.op_count())
+        .find(|&i| b.names.get(i).starts_with("layers.5.mlp.forward."))
+        .expect("the fixture has layers.5.mlp");
+    const EXTRA: f64 = 64.0 * 1024.0 * 1024.0;
+    for s in [&mut b.allocated, &mut b.active] {
+        for v in &mut s[first..] {
+            *v += EXTRA;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let b_path = dir.path().join("b.pkl");
+    memtrack::formats::tracker::write(&b, &b_path).unwrap();
+    let d = json(&[
+        "diff",
+        a_path.to_str().unwrap(),
+        b_path.to_str().unwrap(),
+        "--format",
+        "json",
+        "--top",
+        "1000",
+    ]);
+    let modules = d["modules"].as_array().unwrap();
+    assert_eq!(modules[0]["module"], "layers.5.mlp");
+    assert_eq!(modules[0]["growth_bytes"].as_f64().unwrap(), EXTRA);
+    assert!(
+        modules[1..]
+            .iter()
+            .all(|m| m["growth_bytes"].as_f64().unwrap().abs() < 1.0),
+        "only layers.5.mlp's ops generate more"
+    );
+    assert!(
+        modules.len() > 1,
+        "modules after it peak higher, and are listed"
+    );
+    assert_eq!(d["ops"][0]["op"].as_str().unwrap(), a.names.get(first));
+    assert_eq!(d["peaks"][0]["growth_bytes"].as_f64().unwrap(), EXTRA);
+    // CSV: op rows, then module rows
+    let csv = stdout(&[
+        "diff",
+        a_path.to_str().unwrap(),
+        b_path.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    assert!(csv.starts_with("kind,name,generated_before_bytes"));
+    assert!(csv.lines().any(|l| l.starts_with("module,layers.5.mlp,")));
+}

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::model::snapshot::Snapshot;
-use crate::model::{Series, TrackerStats};
+use crate::model::{op_module, Series, TrackerStats};
 
 use super::sites::{live_at_end, live_at_peak, Sites};
 use super::timeline::timeline;
@@ -286,7 +286,23 @@ pub struct StatsDiff {
     pub ops_total: usize,
     pub only_before: usize,
     pub only_after: usize,
+    /// Modules (from the op names) by growth of the memory their ops generate.
+    pub modules: Vec<ModuleGrowth>,
+    pub modules_total: usize,
     pub gate: Option<Gate>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModuleGrowth {
+    /// `(root)` for the root module PyTorch's tracker names "", `(no module)` for ops outside.
+    pub module: String,
+    /// The sum of what its ops generate (see `OpGrowth`), over the whole file.
+    pub generated_before_bytes: Option<f64>,
+    pub generated_after_bytes: Option<f64>,
+    pub growth_bytes: f64,
+    /// The highest allocated bytes after any of its ops.
+    pub peak_before_bytes: Option<f64>,
+    pub peak_after_bytes: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -316,6 +332,57 @@ fn by_name(t: &TrackerStats) -> HashMap<&str, (f64, f64)> {
         m.insert(t.names.get(i), (t.allocated[i] - before, t.allocated[i]));
     }
     m
+}
+
+/// module → (generated, peak allocated), in order of first appearance.
+fn by_module(t: &TrackerStats) -> Vec<(String, f64, f64)> {
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut out: Vec<(String, f64, f64)> = Vec::new();
+    for i in 0..t.op_count() {
+        let name = match op_module(t.names.get(i)) {
+            Some("") => "(root)",
+            Some(m) => m,
+            None => "(no module)",
+        };
+        let before = if i == 0 { 0.0 } else { t.allocated[i - 1] };
+        let k = *index.entry(name).or_insert_with(|| {
+            out.push((name.to_string(), 0.0, f64::NEG_INFINITY));
+            out.len() - 1
+        });
+        out[k].1 += t.allocated[i] - before;
+        out[k].2 = out[k].2.max(t.allocated[i]);
+    }
+    out
+}
+
+fn module_growth(a: &TrackerStats, b: &TrackerStats) -> Vec<ModuleGrowth> {
+    let (ma, mb) = (by_module(a), by_module(b));
+    let in_b: HashMap<&str, (f64, f64)> =
+        mb.iter().map(|(m, g, p)| (m.as_str(), (*g, *p))).collect();
+    let in_a: HashMap<&str, (f64, f64)> =
+        ma.iter().map(|(m, g, p)| (m.as_str(), (*g, *p))).collect();
+    let names = ma.iter().map(|(m, _, _)| m.as_str()).chain(
+        mb.iter()
+            .map(|(m, _, _)| m.as_str())
+            .filter(|m| !in_a.contains_key(m)),
+    );
+    let mut out: Vec<ModuleGrowth> = names
+        .filter_map(|m| {
+            let (x, y) = (in_a.get(m), in_b.get(m));
+            let growth = y.map_or(0.0, |v| v.0) - x.map_or(0.0, |v| v.0);
+            let peak_moved = x.map(|v| v.1) != y.map(|v| v.1);
+            (growth != 0.0 || peak_moved).then(|| ModuleGrowth {
+                module: m.to_string(),
+                generated_before_bytes: x.map(|v| v.0),
+                generated_after_bytes: y.map(|v| v.0),
+                growth_bytes: growth,
+                peak_before_bytes: x.map(|v| v.1),
+                peak_after_bytes: y.map(|v| v.1),
+            })
+        })
+        .collect();
+    out.sort_by(|p, q| q.growth_bytes.total_cmp(&p.growth_bytes));
+    out
 }
 
 pub fn stats_diff(
@@ -382,6 +449,9 @@ pub fn stats_diff(
     ops.sort_by(|p, q| q.growth_bytes.total_cmp(&p.growth_bytes));
     let ops_total = ops.len();
     ops.truncate(top);
+    let mut modules = module_growth(a, b);
+    let modules_total = modules.len();
+    modules.truncate(top);
     let (pa, pb) = (peak(&a.allocated), peak(&b.allocated));
     StatsDiff {
         kind: "stats_diff",
@@ -392,6 +462,8 @@ pub fn stats_diff(
         ops_total,
         only_before,
         only_after,
+        modules,
+        modules_total,
         gate: threshold.map(|t| gate(t, pa, pb)),
     }
 }

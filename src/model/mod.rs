@@ -13,6 +13,7 @@ pub use modules::{
 };
 pub use snapshot::Snapshot;
 pub use tracker::{
-    DeviceSample, DeviceSeries, ExitInfo, Marker, OpNames, RecordInfo, Series, TrackerStats,
+    op_module, DeviceSample, DeviceSeries, ExitInfo, Marker, OpNames, RecordInfo, Series,
+    TrackerStats,
 };
 pub use units::{format_bytes, Units};

@@ -114,6 +114,18 @@ pub struct Marker {
     pub op_index: i64,
 }
 
+/// The module an op ran in, from MemoryTracker's op names, `{module}.{forward|backward}.{op}_{n}`
+/// (`layers.0.attn.forward.view.default_1` → `layers.0.attn`); `memtrack record` names ops the
+/// same way. The root module of PyTorch's tracker is named "" (`.forward.mm.default_0`). None
+/// for an op recorded outside every module (`.mm.default_0`: no phase).
+pub fn op_module(name: &str) -> Option<&str> {
+    let phase = [".forward.", ".backward."]
+        .iter()
+        .filter_map(|p| name.find(p))
+        .min()?;
+    Some(&name[..phase])
+}
+
 /// A MemoryTracker stats file, with memtrack's own extension when `record` wrote it.
 #[derive(Clone, Debug, Default)]
 pub struct TrackerStats {
@@ -263,4 +275,22 @@ pub struct ExitInfo {
     pub ended: Option<String>,
     /// The op count when the CUDA allocator reported running out of memory.
     pub oom_op_index: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::op_module;
+
+    #[test]
+    fn op_names_say_their_module() {
+        assert_eq!(
+            op_module("layers.0.attn.forward.view.default_1"),
+            Some("layers.0.attn")
+        );
+        assert_eq!(op_module("Net.fc.backward.mm.default_3"), Some("Net.fc"));
+        assert_eq!(op_module(".forward.mm.default_0"), Some(""));
+        assert_eq!(op_module(".mm.default_0"), None);
+        // an op whose own name has a dot after the phase
+        assert_eq!(op_module("2.0.forward.add.Tensor_4"), Some("2.0"));
+    }
 }

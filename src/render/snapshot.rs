@@ -934,23 +934,43 @@ pub fn stats_diff(d: &StatsDiff, title: &str, format: Format, units: Units) -> S
         return json(d);
     }
     if format == Format::Csv {
+        // one table: op rows, then module rows; a column that does not apply is empty
         let mut t = Table::new(&[
-            "op",
+            "kind",
+            "name",
             "generated_before_bytes",
             "generated_after_bytes",
             "growth_bytes",
             "allocated_before_bytes",
             "allocated_after_bytes",
+            "peak_before_bytes",
+            "peak_after_bytes",
         ]);
         let o = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
         for g in &d.ops {
             t.row(vec![
+                "op".into(),
                 g.op.clone(),
                 o(g.generated_before_bytes),
                 o(g.generated_after_bytes),
                 g.growth_bytes.to_string(),
                 o(g.allocated_before_bytes),
                 o(g.allocated_after_bytes),
+                String::new(),
+                String::new(),
+            ]);
+        }
+        for m in &d.modules {
+            t.row(vec![
+                "module".into(),
+                m.module.clone(),
+                o(m.generated_before_bytes),
+                o(m.generated_after_bytes),
+                m.growth_bytes.to_string(),
+                String::new(),
+                String::new(),
+                o(m.peak_before_bytes),
+                o(m.peak_after_bytes),
             ]);
         }
         return t.csv();
@@ -986,6 +1006,30 @@ pub fn stats_diff(d: &StatsDiff, title: &str, format: Format, units: Units) -> S
             o(g.generated_after_bytes),
             signed(g.growth_bytes, units),
             g.op.clone(),
+        ]);
+    }
+    doc.table(&t);
+    doc.heading(&format!(
+        "Growth per module: what its ops generate, and the peak allocated after them ({} of {} modules that changed)",
+        d.modules.len(),
+        d.modules_total
+    ));
+    let mut t = Table::new(&[
+        ">before",
+        ">after",
+        ">growth",
+        ">peak before",
+        ">peak after",
+        "module",
+    ]);
+    for m in &d.modules {
+        t.row(vec![
+            o(m.generated_before_bytes),
+            o(m.generated_after_bytes),
+            signed(m.growth_bytes, units),
+            o(m.peak_before_bytes),
+            o(m.peak_after_bytes),
+            m.module.clone(),
         ]);
     }
     doc.table(&t);
