@@ -15,7 +15,7 @@ fn main() {
     eprintln!("mapped (checksum {sum})");
     let parts = SnapshotParts::EventsWithoutStacks;
     let t = Instant::now();
-    let mut sink = EventSink::for_parts(parts);
+    let mut sink = EventSink::for_parts(parts, file.bytes().len());
     let doc = memtrack::pickle::parse_mapped_with_sink(&file, &mut (), &mut sink).unwrap();
     eprintln!(
         "parse {:?} ({} events taken)",

@@ -123,7 +123,7 @@ fn snapshots_read_the_same_with_and_without_the_event_sink() {
 /// What the sink takes of a file, and whether its conversion stands (None: read again).
 fn sink_reading(name: &str) -> (u64, bool) {
     let bytes = std::fs::read(fixture(&format!("snapshots/{name}"))).unwrap();
-    let mut sink = EventSink::for_parts(SnapshotParts::All);
+    let mut sink = EventSink::for_parts(SnapshotParts::All, bytes.len());
     let doc = memtrack::pickle::parse_with_sink(&bytes, &mut (), &mut sink).unwrap();
     let taken = doc.taken_dicts();
     (

@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
         (Err(_), Err(_)) => {}
         _ => panic!("fused and opcode-by-opcode decoding disagree on success: {:?} / {:?}", generic.is_ok(), reference.is_ok()),
     }
-    let mut sink = EventSink::for_parts(SnapshotParts::All);
+    let mut sink = EventSink::for_parts(SnapshotParts::All, data.len());
     if let Ok(doc) = pickle::parse_with_sink(data, &mut (), &mut sink) {
         if doc.taken_dicts() > 0 && snapshot::is_snapshot(&doc, doc.root()) {
             if let Some(fast) = snapshot::from_document_taken(&doc, sink, SnapshotParts::All) {

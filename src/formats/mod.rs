@@ -95,7 +95,7 @@ pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
     // Read trace events straight into the model; anything the fast path cannot vouch for
     // (nothing taken, not a snapshot, a conversion that did not add up) is read again the
     // generic way, so this only ever makes a snapshot faster to read.
-    let mut sink = snapshot::EventSink::for_parts(parts);
+    let mut sink = snapshot::EventSink::for_parts(parts, file.bytes().len());
     let mut bar = bar(path, &file);
     if let Ok(doc) = pickle::parse_mapped_with_sink(&file, &mut bar, &mut sink) {
         drop(bar);

@@ -323,9 +323,11 @@ const NO_FRAMES: Value = Value::FALSE;
 pub struct EventSink {
     /// Only count the events (a read of segments only never looks at them).
     count_only: bool,
+    /// Keep each event's `frames` (only a read with stacks needs them).
+    keep_frames: bool,
     taken: u64,
     events: Vec<TraceEvent>,
-    /// Each event's `frames` value, or `NO_FRAMES`.
+    /// Each event's `frames` value, or `NO_FRAMES` (empty when not `keep_frames`).
     frames: Vec<Value>,
     /// By shape id: the `EVENT_FIELDS` index of each key; empty when not wanted.
     shape_fields: Vec<Vec<u8>>,
@@ -336,10 +338,19 @@ pub struct EventSink {
 }
 
 impl EventSink {
-    /// A sink for reading `parts` of a snapshot.
-    pub fn for_parts(parts: Parts) -> EventSink {
+    /// A sink for reading `parts` of a snapshot of `file_len` bytes.
+    pub fn for_parts(parts: Parts, file_len: usize) -> EventSink {
+        let count_only = parts == Parts::SegmentsOnly;
+        let keep_frames = parts == Parts::All;
+        // Room for as many events as the file could hold (one takes at least ~40 bytes),
+        // reserved up front: address space only until written, and the vectors then never
+        // move (a growing 70 MB vector is copied, page faults and all, at each doubling).
+        let room = if count_only { 0 } else { file_len / 40 };
         EventSink {
-            count_only: parts == Parts::SegmentsOnly,
+            count_only,
+            keep_frames,
+            events: Vec::with_capacity(room),
+            frames: Vec::with_capacity(if keep_frames { room } else { 0 }),
             ..EventSink::default()
         }
     }
@@ -432,7 +443,9 @@ impl DictSink for EventSink {
             return None;
         }
         self.events.push(e);
-        self.frames.push(frames);
+        if self.keep_frames {
+            self.frames.push(frames);
+        }
         self.taken += 1;
         Some(handle)
     }
@@ -837,19 +850,17 @@ impl<'d> Conv<'d> {
             let ctx = |f: &str| format!("device_traces[{dev}][{n}].{f}");
             if let (Some(h), Some(sink)) = (doc.as_taken(v), &self.taken) {
                 let h = h as usize;
-                let frames = *sink
-                    .frames
-                    .get(h)
-                    .ok_or("a taken event the sink does not hold")?;
-                let stack = if self.snap.parts == Parts::All && frames != NO_FRAMES {
-                    self.stack(frames, &|| ctx("frames"))?
-                } else {
-                    StackId::MISSING
-                };
-                let sink = self.taken.as_mut().expect("checked above");
-                sink.events[h].stack = stack;
+                if h >= sink.events.len() {
+                    return Err("a taken event the sink does not hold".into());
+                }
+                let frames = sink.frames.get(h).copied().unwrap_or(NO_FRAMES);
+                if self.snap.parts == Parts::All && frames != NO_FRAMES {
+                    let stack = self.stack(frames, &|| ctx("frames"))?;
+                    self.taken.as_mut().expect("checked above").events[h].stack = stack;
+                }
                 if !in_place {
-                    t.events.push(sink.events[h]);
+                    t.events
+                        .push(self.taken.as_ref().expect("checked above").events[h]);
                 }
                 self.taken_consumed += 1;
                 continue;

@@ -198,7 +198,8 @@ impl<'a> Machine<'a, '_> {
             return Ok(false);
         }
         i += 1;
-        let mut raw = [FlatValue::Value(Value::NONE); 2 * MAX_PAIRS];
+        let mut raw_keys = [FlatValue::Value(Value::NONE); MAX_PAIRS];
+        let mut values = [FlatValue::Value(Value::NONE); MAX_PAIRS];
         let mut n = 0;
         loop {
             let Some(&code) = b.get(i) else {
@@ -270,7 +271,11 @@ impl<'a> Machine<'a, '_> {
                 0x89 => (FlatValue::Value(Value::FALSE), 0),
                 _ => return Ok(false),
             };
-            raw[n] = v;
+            if n % 2 == 0 {
+                raw_keys[n / 2] = v;
+            } else {
+                values[n / 2] = v;
+            }
             n += 1;
             i += 1 + len;
         }
@@ -280,14 +285,10 @@ impl<'a> Machine<'a, '_> {
         // matched: now the effects, in the order the opcodes would have them
         let pairs = n / 2;
         let mut keys = [Value::NONE; MAX_PAIRS];
-        for (k, r) in keys.iter_mut().zip(raw.iter().step_by(2)).take(pairs) {
-            *k = self.value_of(*r);
+        for (k, &r) in keys.iter_mut().zip(&raw_keys[..pairs]) {
+            *k = self.value_of(r);
         }
         let shape = self.doc.shape_of(&keys[..pairs]);
-        let mut values = [FlatValue::Value(Value::NONE); MAX_PAIRS];
-        for (v, r) in values.iter_mut().zip(raw.iter().skip(1).step_by(2)) {
-            *v = *r;
-        }
         let values = &values[..pairs];
         let dict = match self.offer_to_sink(shape, &keys[..pairs], values) {
             Some(taken) => taken,
