@@ -78,7 +78,7 @@ fn files_the_stream_reader_declines_still_read() {
     assert_eq!(generic.reserved[1], 4.0 * 1024.0 * 1024.0);
 }
 
-const SNAPSHOTS: [&str; 10] = [
+const SNAPSHOTS: [&str; 11] = [
     "cs336_medium_512_training.pickle",
     "cs336_small_mem_snapshot.pickle",
     "cs336_windows_partial_frames.pickle",
@@ -89,6 +89,7 @@ const SNAPSHOTS: [&str; 10] = [
     "synthetic_flat_events.pickle",
     "synthetic_event_reused.pickle",
     "synthetic_event_elsewhere.pickle",
+    "synthetic_trace_elsewhere.pickle",
 ];
 
 /// The snapshot as `formats::load_with` reads it (sink first) and as the generic path reads it.
@@ -143,10 +144,12 @@ fn the_event_sink_takes_plain_events_and_steps_aside_when_it_must() {
         .unwrap();
     assert_eq!(snap.traces.len(), 2);
     assert!(snap.traces.iter().all(|t| t.events.len() == 71));
-    // an event listed twice, or also used elsewhere: the fast reading is dropped
+    // an event listed twice, or used elsewhere too, or a whole trace used elsewhere too: the
+    // fast reading is dropped
     for name in [
         "synthetic_event_reused.pickle",
         "synthetic_event_elsewhere.pickle",
+        "synthetic_trace_elsewhere.pickle",
     ] {
         let (taken, stands) = sink_reading(name);
         assert!(taken > 100, "{name}: only {taken} events taken");

@@ -114,10 +114,11 @@ fn convert_counting(doc: &Document, parts: Parts, sink: Option<EventSink>) -> Pa
         })?;
         let mut out = Vec::with_capacity(s.len());
         for (k, v) in s.iter() {
-            let key = doc
-                .as_str(k)
-                .map_or_else(|| to_json(doc, k, 0).to_string(), str::to_string);
-            out.push((key, to_json(doc, v, 0)));
+            let key = match doc.as_str(k) {
+                Some(s) => s.to_string(),
+                None => to_json(doc, k, 0)?.to_string(),
+            };
+            out.push((key, to_json(doc, v, 0)?));
         }
         c.snap.allocator_settings = Some(out);
     }
@@ -128,10 +129,13 @@ fn convert_counting(doc: &Document, parts: Parts, sink: Option<EventSink>) -> Pa
             let ad = doc
                 .as_dict(a)
                 .ok_or_else(|| format!("{}: expected a dict", ctx()))?;
-            let text = |key: &str| {
-                ad.get(key).map(|v| match doc.as_str(v) {
-                    Some(s) => s.to_string(),
-                    None => to_json(doc, v, 0).to_string(),
+            let text = |key: &str| -> Parse<String> {
+                Ok(match ad.get(key) {
+                    None => String::new(),
+                    Some(v) => match doc.as_str(v) {
+                        Some(s) => s.to_string(),
+                        None => to_json(doc, v, 0)?.to_string(),
+                    },
                 })
             };
             let device = match ad.get("device") {
@@ -140,8 +144,8 @@ fn convert_counting(doc: &Document, parts: Parts, sink: Option<EventSink>) -> Pa
             };
             c.snap.annotations.push(Annotation {
                 device,
-                stage: text("stage").unwrap_or_default(),
-                name: text("name").unwrap_or_default(),
+                stage: text("stage")?,
+                name: text("name")?,
                 time_us: ad.get("time_us").and_then(|v| doc.as_int(v)),
             });
         }
@@ -200,12 +204,12 @@ fn non_negative_slow(doc: &Document, v: Value, what: &dyn Fn() -> String) -> Par
 }
 
 /// Plain pickle values as JSON (settings and annotations hold only these).
-fn to_json(doc: &Document, v: Value, depth: usize) -> serde_json::Value {
+fn to_json(doc: &Document, v: Value, depth: usize) -> Parse<serde_json::Value> {
     use serde_json::Value as J;
     if depth > 32 {
-        return J::Null;
+        return Ok(J::Null);
     }
-    match doc.view(v) {
+    Ok(match doc.view(v) {
         View::None => J::Null,
         View::Bool(b) => J::Bool(b),
         View::Int(i) => J::from(i),
@@ -213,26 +217,28 @@ fn to_json(doc: &Document, v: Value, depth: usize) -> serde_json::Value {
         View::Float(f) => serde_json::Number::from_f64(f).map_or(J::Null, J::Number),
         View::Str(s) => J::String(s.to_string()),
         View::Bytes(b) => J::String(String::from_utf8_lossy(b).into_owned()),
-        View::Tuple(items) | View::List(items) | View::Set(items) => {
-            J::Array(items.iter().map(|&x| to_json(doc, x, depth + 1)).collect())
-        }
+        View::Tuple(items) | View::List(items) | View::Set(items) => J::Array(
+            (items.iter())
+                .map(|&x| to_json(doc, x, depth + 1))
+                .collect::<Parse<_>>()?,
+        ),
         View::Dict(items) => {
             let mut m = serde_json::Map::new();
             for (k, v) in items.iter() {
                 let k = match doc.as_str(k) {
                     Some(s) => s.to_string(),
-                    None => to_json(doc, k, depth + 1).to_string(),
+                    None => to_json(doc, k, depth + 1)?.to_string(),
                 };
-                m.insert(k, to_json(doc, v, depth + 1));
+                m.insert(k, to_json(doc, v, depth + 1)?);
             }
             J::Object(m)
         }
         View::Global { module, name } => J::String(format!("{module}.{name}")),
         View::Object(_) => J::String("<object>".into()),
-        // only trace events are taken, and a conversion that meets one elsewhere is redone
-        // without the sink (`from_document_taken`)
-        View::Taken(_) => J::Null,
-    }
+        // a trace event (EventSink) where settings or annotations were expected: the failed
+        // conversion makes `from_document_taken` read the file again without the sink
+        View::Taken(_) => return Err("a trace event where plain values were expected".into()),
+    })
 }
 
 /// Resolves dict keys to field numbers, predicting that dicts of one kind list their keys in
