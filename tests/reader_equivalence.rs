@@ -136,7 +136,7 @@ fn sink_reading(name: &str) -> (u64, bool) {
 #[test]
 fn the_event_sink_takes_plain_events_and_steps_aside_when_it_must() {
     // frame lists shared through the memo: nearly every event is taken; the ones with text
-    // to keep, an unknown action, a float time, a bool address or device_free are not
+    // to keep, an unknown action, a float time, a bool stream or device_free are not
     let (taken, stands) = sink_reading("synthetic_flat_events.pickle");
     assert!(taken > 100, "only {taken} events taken");
     assert!(stands);
