@@ -116,13 +116,13 @@ pub struct Marker {
 
 /// The module an op ran in, from MemoryTracker's op names, `{module}.{forward|backward}.{op}_{n}`
 /// (`layers.0.attn.forward.view.default_1` → `layers.0.attn`); `memtrack record` names ops the
-/// same way. The root module of PyTorch's tracker is named "" (`.forward.mm.default_0`). None
+/// same way, and an optimizer's ops `{optimizer}.step.{op}_{n}` (`Adam.step.add.Tensor_3` →
+/// `Adam`). The root module of PyTorch's tracker is named "" (`.forward.mm.default_0`). None
 /// for an op recorded outside every module (`.mm.default_0`: no phase).
 pub fn op_module(name: &str) -> Option<&str> {
-    let phase = [".forward.", ".backward."]
-        .iter()
-        .filter_map(|p| name.find(p))
-        .min()?;
+    let first = |phases: &[&str]| phases.iter().filter_map(|p| name.find(p)).min();
+    // a submodule may be called `step` (`net.step.forward.mm_0`): forward/backward decide first
+    let phase = first(&[".forward.", ".backward."]).or_else(|| first(&[".step."]))?;
     Some(&name[..phase])
 }
 
@@ -292,5 +292,8 @@ mod tests {
         assert_eq!(op_module(".mm.default_0"), None);
         // an op whose own name has a dot after the phase
         assert_eq!(op_module("2.0.forward.add.Tensor_4"), Some("2.0"));
+        // memtrack record: an optimizer's step; a submodule that happens to be called `step`
+        assert_eq!(op_module("Adam.step.zeros_like.default_0"), Some("Adam"));
+        assert_eq!(op_module("net.step.forward.mm.default_0"), Some("net.step"));
     }
 }
