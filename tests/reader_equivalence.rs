@@ -143,7 +143,7 @@ fn the_event_sink_takes_plain_events_and_steps_aside_when_it_must() {
     let snap = memtrack::formats::load_snapshot(&fixture("snapshots/synthetic_flat_events.pickle"))
         .unwrap();
     assert_eq!(snap.traces.len(), 2);
-    assert!(snap.traces.iter().all(|t| t.events.len() == 71));
+    assert!(snap.traces.iter().all(|t| t.events.len() == 72));
     // an event listed twice, or used elsewhere too, or a whole trace used elsewhere too: the
     // fast reading is dropped
     for name in [
