@@ -2,7 +2,7 @@
 //! data as Markdown, CSV or JSON.
 
 use crate::analysis::modules::{IterationView, ModulesView};
-use crate::model::{ModuleSnapshot, Units, CATEGORIES};
+use crate::model::{DeviceBytes, ModuleSnapshot, Units, CATEGORIES};
 
 use super::table::Table;
 use super::{json, Format};
@@ -76,11 +76,7 @@ fn iteration(out: &mut String, it: &IterationView, md: bool, units: Units) {
             if md { "\n" } else { "" }
         ));
         let mut headers = vec!["State & Call", "Device"];
-        let cats: Vec<String> = CATEGORIES
-            .iter()
-            .chain(std::iter::once(&"Total"))
-            .map(|c| format!(">{c}"))
-            .collect();
+        let cats = category_headers();
         headers.extend(cats.iter().map(String::as_str));
         let mut t = Table::new(&headers);
         let mut last_call = String::new();
@@ -101,8 +97,7 @@ fn iteration(out: &mut String, it: &IterationView, md: bool, units: Units) {
                         d.device.clone(),
                     ];
                     last_call = call.clone();
-                    row.extend(d.by_category.iter().map(|&b| amount(b, units)));
-                    row.push(amount(d.total, units));
+                    row.extend(category_cells(d, units));
                     t.row(row);
                 }
             }
@@ -111,19 +106,26 @@ fn iteration(out: &mut String, it: &IterationView, md: bool, units: Units) {
     }
 }
 
+/// Right-aligned column headers: MemTracker's categories, then Total.
+fn category_headers() -> Vec<String> {
+    (CATEGORIES.iter().chain(std::iter::once(&"Total")))
+        .map(|c| format!(">{c}"))
+        .collect()
+}
+
+/// One device's bytes under `category_headers`.
+fn category_cells(d: &DeviceBytes, units: Units) -> impl Iterator<Item = String> + '_ {
+    (d.by_category.iter().chain(std::iter::once(&d.total))).map(move |&b| amount(b, units))
+}
+
 fn snapshot_table(s: &ModuleSnapshot, units: Units) -> Table {
     let mut headers = vec!["Device"];
-    let cats: Vec<String> = CATEGORIES
-        .iter()
-        .chain(std::iter::once(&"Total"))
-        .map(|c| format!(">{c}"))
-        .collect();
+    let cats = category_headers();
     headers.extend(cats.iter().map(String::as_str));
     let mut t = Table::new(&headers);
     for d in &s.0 {
         let mut row = vec![d.device.clone()];
-        row.extend(d.by_category.iter().map(|&b| amount(b, units)));
-        row.push(amount(d.total, units));
+        row.extend(category_cells(d, units));
         t.row(row);
     }
     t
