@@ -189,9 +189,12 @@ def main():
     rops = [(op_kind(n), mib) for n, mib in r["memories_allocated"].values()]
     ops = o["ops"]
     # memtrack records from `import torch`; MemoryTracker from start_monitor: align on the
-    # fw_start of the first traced step (the third iteration: two warm-up steps precede it)
+    # fw_start of the first traced step (the third iteration: two warm-up steps precede it).
+    # A traced step begins with zero_grad's record_function ops, before its forward: the
+    # first H100 run compared from fw_start and so was two ops off.
     starts = [m["op_index"] for m in o["memtrack"]["marker_events"] if m["name"] == "fw_start"]
-    first = starts[2]
+    before_forward = next(i for i, (n, _) in enumerate(r["memories_allocated"].values()) if ".forward." in n)
+    first = starts[2] - before_forward
     mine = [(op_kind(x["name"]), x["allocated_bytes"] / 2**20) for x in ops[first:first + len(rops)]]
     report["ops_compared"] = len(rops)
     diff = [(i, a, b) for i, (a, b) in enumerate(zip(rops, mine)) if a[0] != b[0] or abs(a[1] - b[1]) > 0]
