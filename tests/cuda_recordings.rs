@@ -91,4 +91,25 @@ fn per_op_peaks_stay_within_the_allocators_own_peak_counters() {
     let f = path("h100_gpt2_train.pkl");
     let summary = json_out(&["summary", &f, "--format", "json"]);
     assert_eq!(series_peak(&summary, "allocated"), 1_066_114_048.0);
+    assert!(summary.get("peaks_inside_ops").is_none());
+}
+
+#[test]
+fn summary_says_when_the_peak_was_inside_an_op() {
+    let f = path("h100_resnet18_train.pkl");
+    let summary = json_out(&["summary", &f, "--format", "json"]);
+    let inside = summary["peaks_inside_ops"].as_array().unwrap();
+    let allocated = inside.iter().find(|p| p["series"] == "allocated").unwrap();
+    assert_eq!(allocated["counter_peak_bytes"], 912_932_352);
+    assert_eq!(
+        allocated["sampled_peak_bytes"],
+        series_peak(&summary, "allocated")
+    );
+    // reserved peaked between ops: no line for it
+    assert!(inside.iter().all(|p| p["series"] != "reserved"));
+    let text = common::stdout(&["summary", &f]);
+    assert!(
+        text.contains("allocated and active: the allocator's own peak counter reached 870.64 MiB"),
+        "{text}"
+    );
 }

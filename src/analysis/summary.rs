@@ -21,6 +21,37 @@ pub struct TrackerSummary {
     /// The driver-level (NVML) series' peaks, where `record` sampled them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub device_peaks: Vec<DevicePeak>,
+    /// Series whose allocator peak counter (CUDA `memory_stats()` at exit) is above every
+    /// per-op sample: memory held only inside an op, which sampling after each op cannot see.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub peaks_inside_ops: Vec<PeakInsideOp>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PeakInsideOp {
+    pub series: Series,
+    /// `{series}_bytes.all.peak` from the allocator's counters when the program stopped.
+    pub counter_peak_bytes: i64,
+    /// The highest per-op sample of the series.
+    pub sampled_peak_bytes: f64,
+}
+
+fn peaks_inside_ops(stats: &TrackerStats, peaks: &[Peak]) -> Vec<PeakInsideOp> {
+    let Some(r) = &stats.record else {
+        return Vec::new();
+    };
+    peaks
+        .iter()
+        .filter_map(|p| {
+            let key = format!("{}_bytes.all.peak", p.series.name());
+            let counter = *r.memory_stats.get(&key)?;
+            (counter as f64 > p.bytes).then_some(PeakInsideOp {
+                series: p.series,
+                counter_peak_bytes: counter,
+                sampled_peak_bytes: p.bytes,
+            })
+        })
+        .collect()
 }
 
 /// The highest GPU memory the driver counted for the process on one GPU, and how much of it
@@ -248,18 +279,19 @@ pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
                 op: stats.names.get(i).to_string(),
             })
         })
-        .collect();
+        .collect::<Vec<Peak>>();
     TrackerSummary {
         ops: n,
         op_index: stats.op_index,
         num_alloc_retries: stats.num_alloc_retries,
-        peaks,
         phases: phases(stats),
         top_ops: top_ops(stats, top),
         markers: stats.markers.clone(),
         record: stats.record.clone(),
         module_peaks: stats.record.as_ref().and_then(module_peaks),
         device_peaks: device_peaks(stats),
+        peaks_inside_ops: peaks_inside_ops(stats, &peaks),
+        peaks,
     }
 }
 

@@ -57,6 +57,27 @@ pub fn tracker(s: &TrackerSummary, title: &str, format: Format, units: Units) ->
                     ));
                 }
             }
+            // allocated and active usually peak together: one line names both
+            for (i, p) in s.peaks_inside_ops.iter().enumerate() {
+                let same = |q: &crate::analysis::summary::PeakInsideOp| {
+                    (q.counter_peak_bytes, q.sampled_peak_bytes)
+                        == (p.counter_peak_bytes, p.sampled_peak_bytes)
+                };
+                if i > 0 && same(&s.peaks_inside_ops[i - 1]) {
+                    continue;
+                }
+                let names: Vec<&str> = s.peaks_inside_ops[i..]
+                    .iter()
+                    .take_while(|q| same(q))
+                    .map(|q| q.series.name())
+                    .collect();
+                out.push_str(&format!(
+                    "\n{}: the allocator's own peak counter reached {}, {} above the highest per-op sample: memory held only inside an op (workspaces, temporaries freed before it returned)\n",
+                    names.join(" and "),
+                    format_bytes(p.counter_peak_bytes as f64, units),
+                    format_bytes(p.counter_peak_bytes as f64 - p.sampled_peak_bytes, units),
+                ));
+            }
 
             if !s.phases.is_empty() {
                 let mut t = Table::new(&[
