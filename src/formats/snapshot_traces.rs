@@ -317,6 +317,9 @@ impl TraceReader {
         let mut pos = 0;
         while !r.eat(b'u') {
             let k = scalar(r)?;
+            if k.value().is_some_and(|k| k.is_taken()) {
+                return Err(r.error("a frame list or event as a key"));
+            }
             let field = match k.value() {
                 Some(k) => self.field(r.doc(), pos, k),
                 None => F_UNKNOWN,

@@ -326,7 +326,7 @@ fn run_machine(data: &[u8], progress: &mut dyn Progress, fuse: bool) -> Result<D
     Ok(m.doc)
 }
 
-pub struct Machine<'a, 's> {
+struct Machine<'a, 's> {
     cursor: Cursor<'a>,
     divert: Option<&'s mut dyn Divert>,
     /// The top-level key just read is one `divert` wants: it reads the value.
