@@ -167,6 +167,10 @@ impl<'a> Diverted<'_, 'a, '_> {
                 }
                 _ => return Ok(()),
             };
+            if out.is_none() && !self.m.memo_holes && id < self.m.memo.len() {
+                self.m.cursor.advance(len); // stored: only its presence matters here
+                continue;
+            }
             let v = match self.m.memo.get(id) {
                 Some(&v) if v != UNSET => v,
                 _ => {
@@ -340,6 +344,9 @@ struct Machine<'a, 's> {
     marks: Vec<usize>,
     /// Dense memo; `UNSET` marks ids never stored (8 bytes a slot: files memoize millions).
     memo: Vec<Value>,
+    /// Whether `memo` may hold `UNSET` slots (ids PUT out of order): without them, every id
+    /// below its length is stored, which `Diverted::memo_refs` checks without a memory load.
+    memo_holes: bool,
     memo_sparse: HashMap<u64, Value>,
     doc: Document,
     scratch: Vec<Value>,
@@ -359,6 +366,7 @@ impl<'a, 's> Machine<'a, 's> {
             stack: Vec::with_capacity(64),
             marks: Vec::new(),
             memo: Vec::new(),
+            memo_holes: false,
             memo_sparse: HashMap::new(),
             doc: Document::with_room_for(data.len()),
             scratch: Vec::new(),
@@ -452,9 +460,11 @@ impl<'a, 's> Machine<'a, 's> {
         if id < len {
             self.memo[id as usize] = v;
         } else if id < len + MEMO_DENSE_SLACK {
+            self.memo_holes |= id > len;
             self.memo.resize(id as usize, UNSET);
             self.memo.push(v);
         } else {
+            self.memo_holes = true;
             self.memo_sparse.insert(id, v);
         }
     }
