@@ -233,23 +233,24 @@ fn to_json(doc: &Document, v: Value, depth: usize) -> Parse<serde_json::Value> {
 
 /// Resolves dict keys to field numbers, predicting that dicts of one kind list their keys in
 /// the same order with the same (memo-shared) key strings: one compare per key when they do.
-struct KeyCache {
+pub(super) struct KeyCache {
     fields: &'static [&'static str],
     seen: Vec<(Value, u8)>,
 }
 
-const UNKNOWN: u8 = u8::MAX;
+pub(super) const UNKNOWN: u8 = u8::MAX;
 
 impl KeyCache {
-    fn new(fields: &'static [&'static str]) -> KeyCache {
+    pub(super) fn new(fields: &'static [&'static str]) -> KeyCache {
         KeyCache {
             fields,
             seen: Vec::new(),
         }
     }
 
+    /// The field number of key `k` at position `pos` of a dict (`UNKNOWN`: none).
     #[inline]
-    fn field(&mut self, doc: &Document, pos: usize, k: Value) -> u8 {
+    pub(super) fn field(&mut self, doc: &Document, pos: usize, k: Value) -> u8 {
         if let Some(&(v, f)) = self.seen.get(pos) {
             if v == k {
                 return f;
@@ -290,7 +291,8 @@ const BLOCK_FIELDS: &[&str] = &[
     "frames",
     "history",
 ];
-const EVENT_FIELDS: &[&str] = &[
+/// The keys of a trace event memtrack reads (`snapshot_traces` numbers its fields by them).
+pub(super) const EVENT_FIELDS: &[&str] = &[
     "action",
     "addr",
     "size",
@@ -779,15 +781,7 @@ impl<'d> Conv<'d> {
                 return Err(format!("device_traces[{dev}][{n}]: no 'action'"));
             }
             aux.action_name = other_name;
-            if aux.device_free.is_some()
-                || aux.user_metadata.is_some()
-                || aux.compile_context.is_some()
-                || aux.action_name.is_some()
-            {
-                e.aux = t.aux.len() as u32;
-                t.aux.push(aux);
-            }
-            t.events.push(e);
+            t.push(e, aux);
         }
         Ok(t)
     }

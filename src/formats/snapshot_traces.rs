@@ -14,7 +14,7 @@
 use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::{
-    Action, DeviceTrace, EventAux, Parts, Snapshot, StackId, TraceEvent, NO_AUX, NO_TIME,
+    Action, DeviceTrace, EventAux, Parts, Snapshot, StackId, TraceEvent, NO_TIME,
 };
 use crate::pickle::{Divert, Diverted, Document, IntOrRef, Op, PickleError, Progress, Value, View};
 
@@ -25,17 +25,9 @@ const EVENT_HANDLE: u64 = 1 << 40;
 /// Memo handle of a frame list whose stack was not kept (reads without stacks).
 const NO_STACK_HANDLE: u64 = EVENT_HANDLE + 1;
 
-const EVENT_FIELDS: &[&str] = &[
-    "action",
-    "addr",
-    "size",
-    "stream",
-    "time_us",
-    "frames",
-    "device_free",
-    "user_metadata",
-    "compile_context",
-];
+use super::snapshot::{KeyCache, EVENT_FIELDS, UNKNOWN as F_UNKNOWN};
+
+// positions in EVENT_FIELDS
 const F_ACTION: u8 = 0;
 const F_ADDR: u8 = 1;
 const F_SIZE: u8 = 2;
@@ -45,7 +37,6 @@ const F_FRAMES: u8 = 5;
 const F_DEVICE_FREE: u8 = 6;
 const F_USER_METADATA: u8 = 7;
 const F_COMPILE_CONTEXT: u8 = 8;
-const F_UNKNOWN: u8 = u8::MAX;
 
 /// What the reader made of `device_traces`.
 #[derive(Default)]
@@ -89,8 +80,8 @@ pub struct TraceReader {
     pub keys_seen: u32,
     pub out: StreamedTraces,
     stack_ids: FxHashMap<Box<[Value]>, u32>,
-    /// The key seen last at each position of an event, and its field.
-    key_at: Vec<(Value, u8)>,
+    /// Event keys to field numbers (events repeat one key order with memo-shared keys).
+    keys: KeyCache,
     actions: Vec<(Value, Action)>,
     scratch: Vec<Value>,
 }
@@ -110,7 +101,7 @@ impl TraceReader {
             keys_seen: 0,
             out: StreamedTraces::default(),
             stack_ids: FxHashMap::default(),
-            key_at: Vec::new(),
+            keys: KeyCache::new(EVENT_FIELDS),
             actions: Vec::new(),
             scratch: Vec::new(),
         }
@@ -321,7 +312,7 @@ impl TraceReader {
                 return Err(r.error("a frame list or event as a key"));
             }
             let field = match k.value() {
-                Some(k) => self.field(r.doc(), pos, k),
+                Some(k) => self.keys.field(r.doc(), pos, k),
                 None => F_UNKNOWN,
             };
             pos += 1;
@@ -409,40 +400,8 @@ impl TraceReader {
         if self.parts == Parts::SegmentsOnly {
             return Ok(());
         }
-        let t = &mut self.out.traces[device];
-        if aux.device_free.is_some()
-            || aux.user_metadata.is_some()
-            || aux.compile_context.is_some()
-            || aux.action_name.is_some()
-        {
-            e.aux = t.aux.len() as u32;
-            t.aux.push(aux);
-        } else {
-            e.aux = NO_AUX;
-        }
-        t.events.push(e);
+        self.out.traces[device].push(e, aux);
         Ok(())
-    }
-
-    /// The field of key `k` at position `pos` of an event: events repeat one key order with
-    /// memo-shared key strings, so a compare per key when the prediction holds.
-    #[inline]
-    fn field(&mut self, doc: &Document, pos: usize, k: Value) -> u8 {
-        if let Some(&(h, f)) = self.key_at.get(pos) {
-            if h == k {
-                return f;
-            }
-        }
-        let f = doc
-            .as_str(k)
-            .and_then(|s| EVENT_FIELDS.iter().position(|&n| n == s))
-            .map_or(F_UNKNOWN, |i| i as u8);
-        if pos < self.key_at.len() {
-            self.key_at[pos] = (k, f);
-        } else if pos == self.key_at.len() && pos < 32 {
-            self.key_at.push((k, f));
-        }
-        f
     }
 
     /// An event's `frames`: a fresh list of frames (memo references to frame dicts, or new

@@ -368,6 +368,21 @@ pub struct DeviceTrace {
 }
 
 impl DeviceTrace {
+    /// Add `e`, with `aux` when it says anything.
+    pub fn push(&mut self, mut e: TraceEvent, aux: EventAux) {
+        let says_something = aux.device_free.is_some()
+            || aux.user_metadata.is_some()
+            || aux.compile_context.is_some()
+            || aux.action_name.is_some();
+        if says_something {
+            e.aux = self.aux.len() as u32;
+            self.aux.push(aux);
+        } else {
+            e.aux = NO_AUX;
+        }
+        self.events.push(e);
+    }
+
     pub fn aux(&self, e: &TraceEvent) -> Option<&EventAux> {
         (e.aux != NO_AUX).then(|| &self.aux[e.aux as usize])
     }
