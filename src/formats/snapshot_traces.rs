@@ -20,12 +20,12 @@ use crate::pickle::{Divert, Diverted, Document, IntOrRef, Op, PickleError, Progr
 
 type Result<T> = std::result::Result<T, PickleError>;
 
+use super::snapshot::{KeyCache, EVENT_FIELDS, UNKNOWN as F_UNKNOWN};
+
 /// Memo handle of an event dict (a GET of one elsewhere sends the file to the generic path).
 const EVENT_HANDLE: u64 = 1 << 40;
 /// Memo handle of a frame list whose stack was not kept (reads without stacks).
 const NO_STACK_HANDLE: u64 = EVENT_HANDLE + 1;
-
-use super::snapshot::{KeyCache, EVENT_FIELDS, UNKNOWN as F_UNKNOWN};
 
 // positions in EVENT_FIELDS
 const F_ACTION: u8 = 0;
@@ -76,9 +76,9 @@ pub struct TraceReader {
     /// faults and all, at each doubling).
     room: usize,
     /// `device_traces` was read (by this reader), and how many times the key came.
-    pub read: bool,
-    pub keys_seen: u32,
-    pub out: StreamedTraces,
+    read: bool,
+    keys_seen: u32,
+    out: StreamedTraces,
     stack_ids: FxHashMap<Box<[Value]>, u32>,
     /// Event keys to field numbers (events repeat one key order with memo-shared keys).
     keys: KeyCache,
@@ -110,29 +110,34 @@ impl TraceReader {
 
 impl TraceReader {
     /// What the parse that used this reader amounts to.
+    /// What the parse that used this reader amounts to. With `MEMTRACK_DEBUG_STREAM` set, why
+    /// a reading is dropped goes to stderr (for developers: the file is read again anyway).
     pub fn finish(self, parsed: Result<Document>) -> Streamed {
+        let dropped = |why: &dyn std::fmt::Display| {
+            if std::env::var_os("MEMTRACK_DEBUG_STREAM").is_some() {
+                eprintln!("memtrack: streamed reading dropped: {why}");
+            }
+            Streamed::ReadAgain
+        };
         let doc = match parsed {
             Ok(doc) => doc,
-            Err(e) => {
-                if std::env::var_os("MEMTRACK_DEBUG_STREAM").is_some() {
-                    eprintln!("streamed reading: {e}");
-                }
-                return Streamed::ReadAgain;
-            }
+            Err(e) => return dropped(&e),
         };
         if !self.read {
             return Streamed::Other(doc);
         }
-        // `device_traces` twice, or a value this reader kept to itself used elsewhere
-        if self.keys_seen != 1
-            || doc.taken_reused()
-            || !super::snapshot::is_snapshot(&doc, doc.root())
-        {
-            return Streamed::ReadAgain;
+        if self.keys_seen != 1 {
+            return dropped(&"device_traces more than once");
+        }
+        if doc.taken_reused() {
+            return dropped(&"an event or frame list referenced outside device_traces");
+        }
+        if !super::snapshot::is_snapshot(&doc, doc.root()) {
+            return dropped(&"not a snapshot");
         }
         match super::snapshot::from_document_streamed(&doc, self.parts, self.out) {
             Ok(s) => Streamed::Snapshot(s),
-            Err(_) => Streamed::ReadAgain,
+            Err(e) => dropped(&e),
         }
     }
 }
@@ -155,7 +160,7 @@ impl Divert for TraceReader {
             }
             let mut t = DeviceTrace::default();
             if devices == 0 {
-                t.events.reserve(self.room);
+                let _ = t.events.try_reserve(self.room); // only an optimization
             }
             self.out.traces.push(t);
             self.out.lengths.push(0);

@@ -301,7 +301,7 @@ pub fn parse_with_divert(
     divert: &mut dyn Divert,
 ) -> Result<Document> {
     let mut m = Machine::new(data, true);
-    m.memo.reserve(data.len() / 16);
+    let _ = m.memo.try_reserve(data.len() / 16);
     m.divert = Some(divert);
     m.run(progress)?;
     Ok(m.doc)
