@@ -19,7 +19,8 @@ const FIXTURES: &[&str] = &[
     "verl_mem_no_trace_multi_pool",
     "synthetic_multi_device_oom",
     "synthetic_bare_segment_list",
-    // trace events as gen_data.py writes them: read through the reader's event fast path
+    // trace events with odd values (aux text, unknown action, float time, bool stream, None
+    // frames) over two devices: the streamed reading's less common branches
     "synthetic_flat_events",
 ];
 
