@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Speed and memory of the snapshot commands against PyTorch's own _memory_viz, on one synthetic
-# snapshot of N trace events (default 1,000,000, about 90 MB).
+# Speed and memory of the snapshot commands against PyTorch's own _memory_viz, on one snapshot:
+# a real-shaped one of N trace events that gen_data.py writes (default 1,000,000: ~1.58M
+# entries, 270 MB), or any snapshot file.
 #
-#   bench/snapshot.sh [EVENTS]        run from anywhere; data goes to bench/data/ (gitignored)
+#   bench/snapshot.sh [EVENTS | FILE]   run from anywhere; data goes to bench/data/ (gitignored)
 #
 # Env: PYTHON (for gen_data.py; default python3), TORCH_PYTHON (an interpreter with torch;
 # default ~/.cache/memtrack/venv/bin/python, skipped when it cannot import torch),
@@ -10,18 +11,24 @@
 # (default 3 / 2; the fastest is reported).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EVENTS="${1:-1000000}"
+ARG="${1:-1000000}"
 PYTHON="${PYTHON:-python3}"
 TORCH_PYTHON="${TORCH_PYTHON:-$HOME/.cache/memtrack/venv/bin/python}"
-DATA="bench/data/snapshot_${EVENTS}.pickle"
 mkdir -p bench/data
+if [ -f "$ARG" ]; then
+    DATA="$ARG"
+else
+    EVENTS="$ARG"
+    DATA="bench/data/snapshot_${EVENTS}.pickle"
+fi
 if [ ! -f "$DATA" ]; then
     echo "generating $DATA ($EVENTS events) ..." >&2
     "$PYTHON" ../shared/bench/gen_data.py snapshot "$DATA" --events "$EVENTS"
 fi
 cargo build --release --quiet
 BIN=target/release/memtrack
-printf '%s: %s bytes\n' "$DATA" "$(stat -c %s "$DATA")"
+BYTES=$(stat -c %s "$DATA")
+printf '%s: %s bytes\n' "$DATA" "$BYTES"
 
 # prints "wall_s cpu_s max_rss_kib": the fastest of RUNS runs (default 3) of the command (by
 # wall time), its output discarded. The machine may be shared: the fastest run is the least
@@ -47,14 +54,26 @@ report() { # name wall cpu rss_kib
     printf '%-22s %7.2f s wall %7.2f s cpu %8.1f MB peak RSS\n' "$1" "$2" "$3" "$(echo "$4 / 1024" | bc -l)"
 }
 
+report_gb() { # name wall cpu rss_kib: also seconds per GB of file
+    report "$1" "$2" "$3" "$4"
+    printf '%-22s %7.2f s/GB wall %7.2f s/GB cpu\n' "" \
+        "$(echo "$2 * 1000000000 / $BYTES" | bc -l)" "$(echo "$3 * 1000000000 / $BYTES" | bc -l)"
+}
+
 declare -A WALL CPU
+run() { # name, then the command
+    local name=$1 w c m
+    shift
+    read -r w c m < <(measure "$@")
+    WALL[$name]=$w; CPU[$name]=$c
+    report_gb "memtrack $name" "$w" "$c" "$m"
+}
 for cmd in summary segments trace top; do
-    read -r w c m < <(measure "$BIN" "$cmd" "$DATA")
-    WALL[$cmd]=$w; CPU[$cmd]=$c
-    report "memtrack $cmd" "$w" "$c" "$m"
+    run "$cmd" "$BIN" "$cmd" "$DATA"
 done
-read -r w c m < <(measure "$BIN" plot "$DATA" -o bench/data/timeline.svg)
-report "memtrack plot" "$w" "$c" "$m"
+run "top --folded" "$BIN" top --folded "$DATA"
+run "plot" "$BIN" plot "$DATA" -o bench/data/timeline.svg
+run "diff (itself)" "$BIN" diff "$DATA" "$DATA"
 
 if [ "${SKIP_MEMVIZ:-0}" != 1 ] && "$TORCH_PYTHON" -c 'import torch' 2>/dev/null; then
     read -r w c m < <(RUNS="${MEMVIZ_RUNS:-2}" measure "$TORCH_PYTHON" -m torch.cuda._memory_viz stats "$DATA")

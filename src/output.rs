@@ -7,6 +7,15 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomically_with(path, |f| f.write_all(bytes))
+}
+
+/// Write through `write` to a temporary name next to `path`, then rename: output that is
+/// written as it is produced (never whole in memory) with the same all-or-nothing file.
+pub fn write_atomically_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -17,8 +26,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .unwrap_or_else(|| "out".into());
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
+        let mut f = std::io::BufWriter::with_capacity(1 << 16, std::fs::File::create(&tmp)?);
+        write(&mut f)?;
+        let f = f.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
@@ -39,4 +49,20 @@ pub fn emit(path: &Path, bytes: &[u8]) -> Result<()> {
         };
     }
     write_atomically(path, bytes).map_err(|e| Error::output(path, e))
+}
+
+/// Like `emit`, for output produced piece by piece: `write` gets a buffered writer to stdout
+/// or to the file's temporary name, so the whole text never sits in memory.
+pub fn emit_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    if path.as_os_str() == "-" {
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        return match write(&mut out).and_then(|_| out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            r => r.map_err(|e| Error::output(Path::new("<stdout>"), e)),
+        };
+    }
+    write_atomically_with(path, write).map_err(|e| Error::output(path, e))
 }

@@ -92,72 +92,79 @@ fn memviz_crosscheck() {
         assert_eq!(free, printed["total_free"], "{name}");
 
         // trace totals, and the listing line by line
-        let tr = memtrack_json(&["trace", key]);
-        let devs = tr["devices"].as_array().unwrap();
-        let exp_tr = exp["trace"].as_object().unwrap();
-        assert_eq!(devs.len(), exp_tr.len(), "{name}: devices with a trace");
-        for d in devs {
-            let e = &exp_tr[&d["device"].to_string()];
-            for k in [
-                "entries",
-                "alloc_bytes",
-                "free_completed_bytes",
-                "net_bytes",
-            ] {
-                assert_eq!(d["totals"][k], e[k], "{name}: trace {k}");
+        'trace: {
+            let exp_tr = exp["trace"].as_object().unwrap();
+            if exp_tr.is_empty() {
+                // _memory_viz lists nothing; memtrack says there is nothing to list (exit 2)
+                common::memtrack().args(["trace", key]).assert().code(2);
+                break 'trace;
             }
-        }
-        // segment_map names a segment in our listing and not in _memory_viz's (it prints the
-        // dict), so names diverge after one: compare such files by totals only
-        let lines = exp["trace_lines"].as_array().filter(|l| {
-            !l.iter()
-                .any(|x| x.as_str().unwrap().starts_with("{'action': 'segment_map'"))
-        });
-        if let Some(lines) = lines {
-            let ours: Vec<String> = memtrack_text(&["trace", key])
-                .lines()
-                .filter(|l| !l.starts_with("TOTAL MEM: "))
-                .map(str::to_string)
-                .collect();
-            assert_eq!(ours.len(), lines.len(), "{name}: listing length");
-            let seg_addr: BTreeMap<u64, u64> = seg["segments"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| (r["index"].as_u64().unwrap(), r["address"].as_u64().unwrap()))
-                .collect();
-            let mut compared = 0;
-            let mut placed_better = 0;
-            for (i, (a, b)) in ours.iter().zip(lines).enumerate() {
-                let b = b.as_str().unwrap();
-                // _memory_viz prints a dict repr for actions it does not list (segment_map,
-                // snapshot, ...); ours has a line of its own there
-                if b.starts_with('{') {
-                    continue;
+            let tr = memtrack_json(&["trace", key]);
+            let devs = tr["devices"].as_array().unwrap();
+            assert_eq!(devs.len(), exp_tr.len(), "{name}: devices with a trace");
+            for d in devs {
+                let e = &exp_tr[&d["device"].to_string()];
+                for k in [
+                    "entries",
+                    "alloc_bytes",
+                    "free_completed_bytes",
+                    "net_bytes",
+                ] {
+                    assert_eq!(d["totals"][k], e[k], "{name}: trace {k}");
                 }
-                // _memory_viz looks final segments up by `allocated_size`, so a block past a
-                // segment's allocated prefix prints as MEM[address]; ours finds its segment
-                if a != b {
-                    if let Some((ours_name, rest)) = a.split_once(" = seg_") {
-                        let (idx, rest) = rest.split_once('[').unwrap();
-                        let (off, size) = rest.split_once(':').unwrap();
-                        let base = seg_addr[&idx.parse::<u64>().unwrap()];
-                        let theirs = format!(
-                            "{ours_name} = MEM[{}:{size}",
-                            base + off.parse::<u64>().unwrap()
-                        );
-                        assert_eq!(theirs, b, "{name}: trace line {}", i + 1);
-                        placed_better += 1;
+            }
+            // segment_map names a segment in our listing and not in _memory_viz's (it prints the
+            // dict), so names diverge after one: compare such files by totals only
+            let lines = exp["trace_lines"].as_array().filter(|l| {
+                !l.iter()
+                    .any(|x| x.as_str().unwrap().starts_with("{'action': 'segment_map'"))
+            });
+            if let Some(lines) = lines {
+                let ours: Vec<String> = memtrack_text(&["trace", key])
+                    .lines()
+                    .filter(|l| !l.starts_with("TOTAL MEM: "))
+                    .map(str::to_string)
+                    .collect();
+                assert_eq!(ours.len(), lines.len(), "{name}: listing length");
+                let seg_addr: BTreeMap<u64, u64> = seg["segments"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| (r["index"].as_u64().unwrap(), r["address"].as_u64().unwrap()))
+                    .collect();
+                let mut compared = 0;
+                let mut placed_better = 0;
+                for (i, (a, b)) in ours.iter().zip(lines).enumerate() {
+                    let b = b.as_str().unwrap();
+                    // _memory_viz prints a dict repr for actions it does not list (segment_map,
+                    // snapshot, ...); ours has a line of its own there
+                    if b.starts_with('{') {
                         continue;
                     }
+                    // _memory_viz looks final segments up by `allocated_size`, so a block past a
+                    // segment's allocated prefix prints as MEM[address]; ours finds its segment
+                    if a != b {
+                        if let Some((ours_name, rest)) = a.split_once(" = seg_") {
+                            let (idx, rest) = rest.split_once('[').unwrap();
+                            let (off, size) = rest.split_once(':').unwrap();
+                            let base = seg_addr[&idx.parse::<u64>().unwrap()];
+                            let theirs = format!(
+                                "{ours_name} = MEM[{}:{size}",
+                                base + off.parse::<u64>().unwrap()
+                            );
+                            assert_eq!(theirs, b, "{name}: trace line {}", i + 1);
+                            placed_better += 1;
+                            continue;
+                        }
+                    }
+                    assert_eq!(a, b, "{name}: trace line {}", i + 1);
+                    compared += 1;
                 }
-                assert_eq!(a, b, "{name}: trace line {}", i + 1);
-                compared += 1;
-            }
-            assert!(compared > 0);
-            eprintln!(
+                assert!(compared > 0);
+                eprintln!(
                 "{name}: {compared} trace lines identical, {placed_better} placed in their segment where _memory_viz says MEM"
             );
+            }
         }
 
         // bytes by allocation site at the end, with _memory_viz's frame filter

@@ -1,11 +1,12 @@
 //! The fast paths read exactly what the generic document reader reads: the streaming
-//! MemoryTracker reader on every file it accepts, and the snapshot reader that takes trace
-//! events straight from the opcode stream (`formats::snapshot::EventSink`) on every snapshot.
+//! MemoryTracker reader on every file it accepts, and the snapshot reader that streams trace
+//! events straight from the opcodes (`formats::snapshot_traces`) on every snapshot.
 
 mod common;
 
 use common::fixture;
-use memtrack::formats::snapshot::{self, EventSink};
+use memtrack::formats::snapshot;
+use memtrack::formats::snapshot_traces::{self, Streamed};
 use memtrack::formats::{tracker, tracker_stream, Input, SnapshotParts};
 use memtrack::model::TrackerStats;
 
@@ -92,7 +93,8 @@ const SNAPSHOTS: [&str; 11] = [
     "synthetic_trace_elsewhere.pickle",
 ];
 
-/// The snapshot as `formats::load_with` reads it (sink first) and as the generic path reads it.
+/// The snapshot as `formats::load_with` reads it (streamed first) and as the generic path reads
+/// it.
 fn snapshot_both_ways(name: &str, parts: SnapshotParts) -> (String, String) {
     let path = fixture(&format!("snapshots/{name}"));
     let loaded = match memtrack::formats::load_with(&path, parts) {
@@ -105,7 +107,7 @@ fn snapshot_both_ways(name: &str, parts: SnapshotParts) -> (String, String) {
 }
 
 #[test]
-fn snapshots_read_the_same_with_and_without_the_event_sink() {
+fn snapshots_read_the_same_streamed_and_generic() {
     for name in SNAPSHOTS {
         for parts in [
             SnapshotParts::All,
@@ -121,38 +123,49 @@ fn snapshots_read_the_same_with_and_without_the_event_sink() {
     }
 }
 
-/// What the sink takes of a file, and whether its conversion stands (None: read again).
-fn sink_reading(name: &str) -> (u64, bool) {
+/// Whether the streamed reading of a fixture stands (else the file is read again).
+fn streamed_stands(name: &str) -> bool {
     let bytes = std::fs::read(fixture(&format!("snapshots/{name}"))).unwrap();
-    let mut sink = EventSink::for_parts(SnapshotParts::All, bytes.len());
-    let doc = memtrack::pickle::parse_with_sink(&bytes, &mut (), &mut sink).unwrap();
-    let taken = doc.taken_dicts();
-    (
-        taken,
-        snapshot::from_document_taken(&doc, sink, SnapshotParts::All).is_some(),
-    )
+    match snapshot_traces::read(&bytes, &mut (), SnapshotParts::All) {
+        Streamed::Snapshot(s) => {
+            let doc = memtrack::pickle::parse(&bytes).unwrap();
+            let generic = snapshot::from_document(&doc).unwrap();
+            assert_eq!(format!("{s:?}"), format!("{generic:?}"), "{name}");
+            true
+        }
+        Streamed::Other(_) => panic!("{name}: a snapshot with a trace read as something else"),
+        Streamed::ReadAgain => false,
+    }
 }
 
 #[test]
-fn the_event_sink_takes_plain_events_and_steps_aside_when_it_must() {
-    // frame lists shared through the memo: nearly every event is taken; the ones with text
-    // to keep, an unknown action, a float time, a bool stream or device_free are not
-    let (taken, stands) = sink_reading("synthetic_flat_events.pickle");
-    assert!(taken > 100, "only {taken} events taken");
-    assert!(stands);
-    let snap = memtrack::formats::load_snapshot(&fixture("snapshots/synthetic_flat_events.pickle"))
-        .unwrap();
-    assert_eq!(snap.traces.len(), 2);
-    assert!(snap.traces.iter().all(|t| t.events.len() == 72));
+fn traces_stream_and_step_aside_when_they_must() {
+    // real captures and files as gen_data.py writes them: streamed
+    for name in [
+        "cs336_medium_512_training.pickle",
+        "cs336_small_mem_snapshot.pickle",
+        "cs336_windows_partial_frames.pickle",
+        "synthetic_multi_device_oom.pickle",
+        "synthetic_flat_events.pickle",
+    ] {
+        assert!(streamed_stands(name), "{name}: not streamed");
+    }
     // an event listed twice, or used elsewhere too, or a whole trace used elsewhere too: the
-    // fast reading is dropped
+    // streamed reading is dropped and the file read the generic way
     for name in [
         "synthetic_event_reused.pickle",
         "synthetic_event_elsewhere.pickle",
         "synthetic_trace_elsewhere.pickle",
     ] {
-        let (taken, stands) = sink_reading(name);
-        assert!(taken > 100, "{name}: only {taken} events taken");
-        assert!(!stands, "{name}: the sink's reading must not stand");
+        assert!(
+            !streamed_stands(name),
+            "{name}: the streamed reading must not stand"
+        );
     }
+    // no trace list at all: the document, read once
+    let bytes = std::fs::read(fixture("snapshots/synthetic_bare_segment_list.pickle")).unwrap();
+    assert!(matches!(
+        snapshot_traces::read(&bytes, &mut (), SnapshotParts::All),
+        Streamed::Other(_)
+    ));
 }

@@ -5,7 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memtrack::formats::snapshot::{self, EventSink};
+use memtrack::formats::snapshot;
+use memtrack::formats::snapshot_traces::{self, Streamed};
 use memtrack::formats::{tracker, tracker_stream, SnapshotParts};
 use memtrack::pickle::{self, Document, Value, View};
 
@@ -50,14 +51,11 @@ fuzz_target!(|data: &[u8]| {
         (Err(_), Err(_)) => {}
         _ => panic!("fused and opcode-by-opcode decoding disagree on success: {:?} / {:?}", generic.is_ok(), reference.is_ok()),
     }
-    let mut sink = EventSink::for_parts(SnapshotParts::All, data.len());
-    if let Ok(doc) = pickle::parse_with_sink(data, &mut (), &mut sink) {
-        if doc.taken_dicts() > 0 && snapshot::is_snapshot(&doc, doc.root()) {
-            if let Some(fast) = snapshot::from_document_taken(&doc, sink, SnapshotParts::All) {
-                let plain = generic.as_ref().expect("the sink's reading stands on bytes the generic reader rejects");
-                let slow = snapshot::from_document(plain).expect("and the generic path converts them");
-                assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "the event sink reads a snapshot differently");
-            }
+    for parts in [SnapshotParts::All, SnapshotParts::EventsWithoutStacks, SnapshotParts::SegmentsOnly] {
+        if let Streamed::Snapshot(fast) = snapshot_traces::read(data, &mut (), parts) {
+            let plain = generic.as_ref().expect("the streamed reading stands on bytes the generic reader rejects");
+            let slow = snapshot::from_document_parts(plain, parts).expect("and the generic path converts them");
+            assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "the streamed reading differs");
         }
     }
     if let Some(fast) = tracker_stream::read(data, &mut ()) {

@@ -30,6 +30,24 @@ pub struct Totals {
     pub free_internal_bytes: u64,
     /// Internal share of the free bytes, percent (`None` when nothing is free).
     pub internal_percent: Option<f64>,
+    /// The same segments counted as `summary` counts them (the allocator's measures, under
+    /// the same names), so the two commands never show two numbers under one name.
+    pub allocator: AllocatorTotals,
+}
+
+/// `summary`'s counters, summed over the map's devices.
+#[derive(Debug, Default, Serialize)]
+pub struct AllocatorTotals {
+    /// `active_allocated` blocks at their rounded size.
+    pub allocated_bytes: u64,
+    pub active_bytes: u64,
+    pub pending_free_bytes: u64,
+    /// Inactive blocks.
+    pub free_bytes: u64,
+    /// Requested bytes over active blocks.
+    pub requested_bytes: u64,
+    /// Active minus requested.
+    pub internal_fragmentation_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -126,6 +144,15 @@ pub fn segment_map(snap: &Snapshot, devices: &[u32]) -> SegmentMap {
     }
     totals.free_bytes = totals.free_external_bytes + totals.free_internal_bytes;
     totals.internal_percent = pct(totals.free_internal_bytes, totals.free_external_bytes);
+    let a = &mut totals.allocator;
+    for d in super::snapshot_summary::snapshot_summary(snap, devices).devices {
+        a.allocated_bytes += d.allocated_bytes;
+        a.active_bytes += d.active_bytes;
+        a.pending_free_bytes += d.pending_free_bytes;
+        a.free_bytes += d.free_bytes;
+        a.requested_bytes += d.requested_bytes;
+        a.internal_fragmentation_bytes += d.internal_fragmentation_bytes;
+    }
     SegmentMap {
         devices: devices.to_vec(),
         page_size: PAGE_SIZE,

@@ -50,13 +50,24 @@ pub struct DeviceSummary {
     /// `time_us` of the first trace entry, when entries carry it.
     pub trace_start_time_us: Option<i64>,
     pub actions: Vec<ActionCount>,
-    /// What the trace implies before its first event, anchored at the final state; negative
-    /// means the trace and the segments disagree (see docs/snapshots.md, "The timeline").
-    pub initial_allocated_bytes: Option<i64>,
-    pub initial_reserved_bytes: Option<i64>,
+    /// What the trace implies before its first event, anchored at the final state (see
+    /// docs/snapshots.md, "The timeline"); None without a trace, or when the trace does not
+    /// add up to the final segments (`trace_shortfall`).
+    pub initial_allocated_bytes: Option<u64>,
+    pub initial_reserved_bytes: Option<u64>,
+    /// When the trace frees more than it allocated and the final segments hold: by how many
+    /// bytes (allocated, reserved) it falls short, run back from the segments. A byte count
+    /// never goes negative; an inconsistent file says so here.
+    pub trace_shortfall: Option<TraceShortfall>,
     pub peak_allocated: Option<Point>,
     pub peak_reserved: Option<Point>,
     pub ooms: Vec<OomMark>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct TraceShortfall {
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -200,8 +211,16 @@ fn device_summary(snap: &Snapshot, device: u32) -> DeviceSummary {
         if !t.events.is_empty() {
             let tl = timeline(snap, device, false);
             d.trace_start_time_us = tl.t0_us;
-            d.initial_allocated_bytes = Some(tl.initial_allocated_bytes);
-            d.initial_reserved_bytes = Some(tl.initial_reserved_bytes);
+            let (a, r) = (tl.initial_allocated_bytes, tl.initial_reserved_bytes);
+            if a < 0 || r < 0 {
+                d.trace_shortfall = Some(TraceShortfall {
+                    allocated_bytes: a.min(0).unsigned_abs(),
+                    reserved_bytes: r.min(0).unsigned_abs(),
+                });
+            } else {
+                d.initial_allocated_bytes = Some(a as u64);
+                d.initial_reserved_bytes = Some(r as u64);
+            }
             d.peak_allocated = tl.peak_allocated;
             d.peak_reserved = tl.peak_reserved;
             d.ooms = tl.ooms;

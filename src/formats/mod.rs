@@ -5,6 +5,7 @@
 pub mod json;
 pub mod record_ext;
 pub mod snapshot;
+pub mod snapshot_traces;
 pub mod tracker;
 pub mod tracker_stream;
 
@@ -14,6 +15,7 @@ use crate::error::{Error, Result};
 pub use crate::model::snapshot::Parts as SnapshotParts;
 use crate::model::{Snapshot, TrackerStats};
 use crate::pickle::{self, Document, MappedFile, View};
+use snapshot_traces::Streamed;
 
 /// A file memtrack reads, by kind.
 pub enum Input {
@@ -92,21 +94,18 @@ pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
         return Ok(Input::Tracker(Box::new(stats)));
     }
     drop(progress);
-    // Read trace events straight into the model; anything the fast path cannot vouch for
-    // (nothing taken, not a snapshot, a conversion that did not add up) is read again the
-    // generic way, so this only ever makes a snapshot faster to read.
-    let mut sink = snapshot::EventSink::for_parts(parts, file.bytes().len());
+    // A snapshot's trace events are read as they stream by, straight into the model; anything
+    // that reading cannot vouch for (an odd layout, a value it kept to itself referenced
+    // elsewhere, any error) is read again the generic way, which then says exactly what the
+    // file holds.
+    let mut traces = snapshot_traces::TraceReader::new(parts, file.bytes().len());
     let mut bar = bar(path, &file);
-    if let Ok(doc) = pickle::parse_mapped_with_sink(&file, &mut bar, &mut sink) {
-        drop(bar);
-        if doc.taken_dicts() == 0 {
-            return from_document_with(path, doc, parts);
-        }
-        if snapshot::is_snapshot(&doc, doc.root()) {
-            if let Some(s) = snapshot::from_document_taken(&doc, sink, parts) {
-                return Ok(Input::Snapshot(Box::new(s)));
-            }
-        }
+    let parsed = pickle::parse_mapped_with_divert(&file, &mut bar, &mut traces);
+    drop(bar);
+    match traces.finish(parsed) {
+        Streamed::Snapshot(s) => return Ok(Input::Snapshot(Box::new(s))),
+        Streamed::Other(doc) => return from_document_with(path, doc, parts),
+        Streamed::ReadAgain => {}
     }
     from_document_with(path, parse(path, &file)?, parts)
 }

@@ -19,7 +19,9 @@ use crate::model::snapshot::{
     Action, Annotation, Block, BlockState, DeviceTrace, EventAux, Frame, FrameId, HistoryEntry,
     Parts, Segment, SizeClass, Snapshot, StackId, StrId, TraceEvent, NO_TIME,
 };
-use crate::pickle::{DictSink, Document, FlatValue, Value, View};
+use crate::pickle::{Document, Value, View};
+
+use super::snapshot_traces::StreamedTraces;
 
 type Parse<T> = std::result::Result<T, String>;
 
@@ -50,32 +52,19 @@ pub fn from_document_parts(doc: &Document, parts: Parts) -> Parse<Snapshot> {
     convert(doc, parts, None)
 }
 
-/// Convert a document read with `sink` (`pickle::parse_with_sink`). None when the taken events
-/// are not exactly the entries of `device_traces` (a crafted file can put an event dict
-/// anywhere, or reference it twice), or the conversion fails: then the file must be read again
-/// without the sink, so that what it says, and any error, is exactly the generic path's.
-pub fn from_document_taken(doc: &Document, sink: EventSink, parts: Parts) -> Option<Snapshot> {
-    if doc.taken_reused() {
-        return None;
-    }
-    convert_counting(doc, parts, Some(sink))
-        .ok()
-        .filter(|c| c.taken_consumed == doc.taken_dicts())
-        .map(|c| c.snapshot)
+/// Convert a document whose `device_traces` `TraceReader` read while it was parsed
+/// (`pickle::parse_with_divert`).
+pub fn from_document_streamed(
+    doc: &Document,
+    parts: Parts,
+    streamed: StreamedTraces,
+) -> Parse<Snapshot> {
+    convert(doc, parts, Some(streamed))
 }
 
-struct Converted {
-    snapshot: Snapshot,
-    taken_consumed: u64,
-}
-
-fn convert(doc: &Document, parts: Parts, sink: Option<EventSink>) -> Parse<Snapshot> {
-    convert_counting(doc, parts, sink).map(|c| c.snapshot)
-}
-
-fn convert_counting(doc: &Document, parts: Parts, sink: Option<EventSink>) -> Parse<Converted> {
+fn convert(doc: &Document, parts: Parts, streamed: Option<StreamedTraces>) -> Parse<Snapshot> {
     let root = doc.root();
-    let mut c = Conv::new(doc, sink);
+    let mut c = Conv::new(doc);
     c.snap.parts = parts;
     if let View::List(segments) = doc.view(root) {
         c.snap.layout.bare_segment_list = true;
@@ -89,14 +78,16 @@ fn convert_counting(doc: &Document, parts: Parts, sink: Option<EventSink>) -> Pa
         let segs = seq(doc, v, "segments")?;
         c.segments(segs)?;
     }
-    if let Some(v) = d.get("device_traces") {
+    if let Some(streamed) = streamed {
+        c.snap.layout.has_device_traces = true;
+        c.streamed_traces(streamed)?;
+    } else if let Some(v) = d.get("device_traces") {
         c.snap.layout.has_device_traces = true;
         let traces = seq(doc, v, "device_traces")?;
         for (i, &t) in traces.iter().enumerate() {
             let entries = seq(doc, t, &format!("device_traces[{i}]"))?;
             c.snap.trace_lengths.push(entries.len());
             let trace = if parts == Parts::SegmentsOnly {
-                c.taken_consumed += entries.iter().filter(|&&v| v.is_taken()).count() as u64;
                 DeviceTrace::default()
             } else {
                 c.trace(i, entries)?
@@ -235,31 +226,31 @@ fn to_json(doc: &Document, v: Value, depth: usize) -> Parse<serde_json::Value> {
         }
         View::Global { module, name } => J::String(format!("{module}.{name}")),
         View::Object(_) => J::String("<object>".into()),
-        // a trace event (EventSink) where settings or annotations were expected: the failed
-        // conversion makes `from_document_taken` read the file again without the sink
+        // a value `TraceReader` kept to itself where settings or annotations were expected
         View::Taken(_) => return Err("a trace event where plain values were expected".into()),
     })
 }
 
 /// Resolves dict keys to field numbers, predicting that dicts of one kind list their keys in
 /// the same order with the same (memo-shared) key strings: one compare per key when they do.
-struct KeyCache {
+pub(super) struct KeyCache {
     fields: &'static [&'static str],
     seen: Vec<(Value, u8)>,
 }
 
-const UNKNOWN: u8 = u8::MAX;
+pub(super) const UNKNOWN: u8 = u8::MAX;
 
 impl KeyCache {
-    fn new(fields: &'static [&'static str]) -> KeyCache {
+    pub(super) fn new(fields: &'static [&'static str]) -> KeyCache {
         KeyCache {
             fields,
             seen: Vec::new(),
         }
     }
 
+    /// The field number of key `k` at position `pos` of a dict (`UNKNOWN`: none).
     #[inline]
-    fn field(&mut self, doc: &Document, pos: usize, k: Value) -> u8 {
+    pub(super) fn field(&mut self, doc: &Document, pos: usize, k: Value) -> u8 {
         if let Some(&(v, f)) = self.seen.get(pos) {
             if v == k {
                 return f;
@@ -300,7 +291,8 @@ const BLOCK_FIELDS: &[&str] = &[
     "frames",
     "history",
 ];
-const EVENT_FIELDS: &[&str] = &[
+/// The keys of a trace event memtrack reads (`snapshot_traces` numbers its fields by them).
+pub(super) const EVENT_FIELDS: &[&str] = &[
     "action",
     "addr",
     "size",
@@ -313,155 +305,8 @@ const EVENT_FIELDS: &[&str] = &[
 ];
 const FRAME_FIELDS: &[&str] = &["filename", "name", "line"];
 
-const FIELD_DEVICE_FREE: usize = 6;
-const FIELD_COMPILE_CONTEXT: u8 = 8;
-
-/// In `EventSink::frames`: the event had no `frames` key.
-const NO_FRAMES: Value = Value::FALSE;
-
-/// Takes a snapshot's trace events from the reader (`pickle::DictSink`) straight into
-/// `TraceEvent`s, so that a million events never become document dicts first. It takes only
-/// the plain event — a known action; ints where `Conv::trace` reads ints; no `device_free`;
-/// `user_metadata` and `compile_context` empty (or 'N/A'), so nothing for `EventAux` — and
-/// leaves the rest (OOM events, odd values) to the document and `Conv::trace`, which then read
-/// them as ever.
-#[derive(Default)]
-pub struct EventSink {
-    /// Only count the events (a read of segments only never looks at them).
-    count_only: bool,
-    /// Keep each event's `frames` (only a read with stacks needs them).
-    keep_frames: bool,
-    taken: u64,
-    events: Vec<TraceEvent>,
-    /// Each event's `frames` value, or `NO_FRAMES` (empty when not `keep_frames`).
-    frames: Vec<Value>,
-    /// By shape id: the `EVENT_FIELDS` index of each key; empty when not wanted.
-    shape_fields: Vec<Vec<u8>>,
-    actions: Vec<(Value, Action)>,
-    /// `user_metadata` / `compile_context` strings seen (memo-shared), and whether they say
-    /// nothing (empty, or 'N/A' for the compile context).
-    blank: Vec<(Value, u8, bool)>,
-}
-
-impl EventSink {
-    /// A sink for reading `parts` of a snapshot of `file_len` bytes.
-    pub fn for_parts(parts: Parts, file_len: usize) -> EventSink {
-        let count_only = parts == Parts::SegmentsOnly;
-        let keep_frames = parts == Parts::All;
-        // Room for as many events as the file could hold (one takes at least ~40 bytes),
-        // reserved up front: address space only until written, and the vectors then never
-        // move (a growing 70 MB vector is copied, page faults and all, at each doubling).
-        let room = if count_only { 0 } else { file_len / 40 };
-        EventSink {
-            count_only,
-            keep_frames,
-            events: Vec::with_capacity(room),
-            frames: Vec::with_capacity(if keep_frames { room } else { 0 }),
-            ..EventSink::default()
-        }
-    }
-
-    fn action(&mut self, doc: &Document, v: Value) -> Option<Action> {
-        if let Some(&(_, a)) = self.actions.iter().find(|(h, _)| *h == v) {
-            return Some(a);
-        }
-        // an action this build does not know keeps its name: Conv::trace does that
-        let a = Action::from_name(doc.as_str(v)?);
-        if a == Action::Other {
-            return None;
-        }
-        if self.actions.len() < 32 {
-            self.actions.push((v, a));
-        }
-        Some(a)
-    }
-
-    /// Whether `v` is a string that `Conv::trace` would not keep as `field`'s aux text.
-    fn says_nothing(&mut self, doc: &Document, field: u8, v: Value) -> bool {
-        if let Some(&(_, _, b)) = self.blank.iter().find(|&&(h, f, _)| h == v && f == field) {
-            return b;
-        }
-        let Some(s) = doc.as_str(v) else {
-            return false;
-        };
-        // compile_context 'N/A' means none; a user_metadata of 'N/A' is the user's text
-        let b = s.is_empty() || (field == FIELD_COMPILE_CONTEXT && s == "N/A");
-        if self.blank.len() < 8 {
-            self.blank.push((v, field, b));
-        }
-        b
-    }
-}
-
-impl DictSink for EventSink {
-    fn wants(&mut self, doc: &Document, shape: u32, keys: &[Value]) -> bool {
-        let mut fields = Vec::with_capacity(keys.len());
-        for &k in keys {
-            match doc
-                .as_str(k)
-                .and_then(|s| EVENT_FIELDS.iter().position(|&n| n == s))
-            {
-                Some(f) if f != FIELD_DEVICE_FREE && !fields.contains(&(f as u8)) => {
-                    fields.push(f as u8)
-                }
-                _ => return false,
-            }
-        }
-        if !fields.contains(&0) {
-            return false;
-        }
-        let shape = shape as usize;
-        if self.shape_fields.len() <= shape {
-            self.shape_fields.resize(shape + 1, Vec::new());
-        }
-        self.shape_fields[shape] = fields;
-        true
-    }
-
-    fn take(&mut self, doc: &Document, shape: u32, values: &[FlatValue]) -> Option<u64> {
-        let handle = self.taken;
-        if self.count_only {
-            self.taken += 1;
-            return Some(handle);
-        }
-        let mut e = TraceEvent::default();
-        let mut frames = NO_FRAMES;
-        let fields = std::mem::take(&mut self.shape_fields[shape as usize]);
-        let mut ok = true;
-        for (&f, &v) in fields.iter().zip(values) {
-            match (f, v) {
-                (0, FlatValue::Value(v)) => match self.action(doc, v) {
-                    Some(a) => e.action = a,
-                    None => ok = false,
-                },
-                (1, FlatValue::Int(i)) if i >= 0 => e.addr = i as u64,
-                (2, FlatValue::Int(i)) if i >= 0 => e.size = i as u64,
-                (3, FlatValue::Int(i)) => e.stream = i,
-                (4, FlatValue::Int(i)) => e.time_us = i,
-                (4, FlatValue::Float(x)) => e.time_us = x as i64,
-                (5, FlatValue::Value(v)) if v != NO_FRAMES => frames = v,
-                (7 | 8, FlatValue::Value(v)) if self.says_nothing(doc, f, v) => {}
-                _ => ok = false,
-            }
-        }
-        self.shape_fields[shape as usize] = fields;
-        if !ok {
-            return None;
-        }
-        self.events.push(e);
-        if self.keep_frames {
-            self.frames.push(frames);
-        }
-        self.taken += 1;
-        Some(handle)
-    }
-}
-
 struct Conv<'d> {
     doc: &'d Document,
-    /// Trace events the reader took (`EventSink`), and how many entries were such events.
-    taken: Option<EventSink>,
-    taken_consumed: u64,
     snap: Snapshot,
     str_by_handle: FxHashMap<Value, StrId>,
     str_by_text: FxHashMap<&'d str, StrId>,
@@ -479,11 +324,9 @@ struct Conv<'d> {
 }
 
 impl<'d> Conv<'d> {
-    fn new(doc: &'d Document, taken: Option<EventSink>) -> Conv<'d> {
+    fn new(doc: &'d Document) -> Conv<'d> {
         Conv {
             doc,
-            taken,
-            taken_consumed: 0,
             snap: Snapshot::default(),
             str_by_handle: FxHashMap::default(),
             str_by_text: FxHashMap::default(),
@@ -501,17 +344,37 @@ impl<'d> Conv<'d> {
         }
     }
 
-    fn finish(mut self) -> Converted {
+    fn finish(mut self) -> Snapshot {
         let any_time = self
             .snap
             .traces
             .iter()
             .any(|t| t.events.iter().any(|e| e.time_us != NO_TIME));
         self.snap.layout.has_time_us = any_time;
-        Converted {
-            snapshot: self.snap,
-            taken_consumed: self.taken_consumed,
+        self.snap
+    }
+
+    /// The traces `TraceReader` read: its stacks (frame dicts of the document) interned here,
+    /// in the order it met them, which is the order `trace` would meet them in.
+    fn streamed_traces(&mut self, st: StreamedTraces) -> Parse<()> {
+        let mut global = Vec::with_capacity(st.stacks.len());
+        if self.snap.parts == Parts::All {
+            for (i, frames) in st.stacks.iter().enumerate() {
+                global.push(self.stack_of_frames(frames, &|| format!("device_traces: stack {i}"))?);
+            }
         }
+        self.snap.trace_lengths = st.lengths;
+        self.snap.traces = st.traces;
+        if self.snap.parts == Parts::All {
+            for t in &mut self.snap.traces {
+                for e in &mut t.events {
+                    if !e.stack.is_missing() {
+                        e.stack = global[e.stack.0 as usize];
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     // ---- strings, frames, stacks: interned by handle, then by content ----
@@ -604,6 +467,13 @@ impl<'d> Conv<'d> {
                 ))
             }
         };
+        let id = self.stack_of_frames(items, what)?;
+        self.stack_by_handle.insert(v, id);
+        Ok(id)
+    }
+
+    /// The stack of these frames (frame dicts), interned by content.
+    fn stack_of_frames(&mut self, items: &[Value], what: &dyn Fn() -> String) -> Parse<StackId> {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         for (i, &f) in items.iter().enumerate() {
@@ -624,7 +494,6 @@ impl<'d> Conv<'d> {
             }
         };
         self.scratch = scratch;
-        self.stack_by_handle.insert(v, id);
         Ok(id)
     }
 
@@ -834,43 +703,14 @@ impl<'d> Conv<'d> {
         // When the sink holds exactly this trace's taken events, in order (one device: the
         // common case), the trace is built inside the sink's vector: a million events are
         // never copied into a second one. The entries it did not take wait in `untaken`.
-        let in_place = self.taken.as_ref().is_some_and(|sink| {
-            let mut next = 0;
-            let in_order = entries.iter().all(|&v| match doc.as_taken(v) {
-                Some(h) => {
-                    next += 1;
-                    h == next - 1
-                }
-                None => true,
-            });
-            in_order && next == sink.events.len() as u64
-        });
-        let mut untaken = Vec::new();
         let mut t = DeviceTrace {
-            events: Vec::with_capacity(if in_place { 0 } else { entries.len() }),
+            events: Vec::with_capacity(entries.len()),
             aux: Vec::new(),
         };
         let mut shape_keys: &[Value] = &[];
         let mut shape_fields: Vec<u8> = Vec::new();
         for (n, &v) in entries.iter().enumerate() {
             let ctx = |f: &str| format!("device_traces[{dev}][{n}].{f}");
-            if let (Some(h), Some(sink)) = (doc.as_taken(v), &self.taken) {
-                let h = h as usize;
-                if h >= sink.events.len() {
-                    return Err("a taken event the sink does not hold".into());
-                }
-                let frames = sink.frames.get(h).copied().unwrap_or(NO_FRAMES);
-                if self.snap.parts == Parts::All && frames != NO_FRAMES {
-                    let stack = self.stack(frames, &|| ctx("frames"))?;
-                    self.taken.as_mut().expect("checked above").events[h].stack = stack;
-                }
-                if !in_place {
-                    t.events
-                        .push(self.taken.as_ref().expect("checked above").events[h]);
-                }
-                self.taken_consumed += 1;
-                continue;
-            }
             let d = doc.as_dict(v).ok_or_else(|| {
                 format!(
                     "device_traces[{dev}][{n}]: expected a trace entry dict, found {}",
@@ -941,37 +781,7 @@ impl<'d> Conv<'d> {
                 return Err(format!("device_traces[{dev}][{n}]: no 'action'"));
             }
             aux.action_name = other_name;
-            if aux.device_free.is_some()
-                || aux.user_metadata.is_some()
-                || aux.compile_context.is_some()
-                || aux.action_name.is_some()
-            {
-                e.aux = t.aux.len() as u32;
-                t.aux.push(aux);
-            }
-            if in_place {
-                untaken.push(e);
-            } else {
-                t.events.push(e);
-            }
-        }
-        if in_place {
-            let sink = self.taken.as_mut().expect("in place only with a sink");
-            sink.frames = Vec::new();
-            let mut events = std::mem::take(&mut sink.events);
-            // from the back, the k-th taken entry's event (index k) moves to its entry's index,
-            // which is never below k, and so never onto an event still to move
-            let mut next_taken = events.len();
-            events.resize(entries.len(), TraceEvent::default());
-            for (n, &v) in entries.iter().enumerate().rev() {
-                events[n] = if v.is_taken() {
-                    next_taken -= 1;
-                    events[next_taken]
-                } else {
-                    untaken.pop().expect("one per entry not taken")
-                };
-            }
-            t.events = events;
+            t.push(e, aux);
         }
         Ok(t)
     }

@@ -2,7 +2,7 @@
 //! the pickle it came from and of the schema era that wrote it.
 //!
 //! Sizes are compact on purpose: a 1M-event snapshot holds ~1.5M trace entries, so an event is
-//! 40 bytes of plain data, and stack traces are interned (`StackId`) once per distinct stack,
+//! 48 bytes of plain data, and stack traces are interned (`StackId`) once per distinct stack,
 //! however often the file repeats them.
 
 use serde::Serialize;
@@ -368,6 +368,21 @@ pub struct DeviceTrace {
 }
 
 impl DeviceTrace {
+    /// Add `e`, with `aux` when it says anything.
+    pub fn push(&mut self, mut e: TraceEvent, aux: EventAux) {
+        let says_something = aux.device_free.is_some()
+            || aux.user_metadata.is_some()
+            || aux.compile_context.is_some()
+            || aux.action_name.is_some();
+        if says_something {
+            e.aux = self.aux.len() as u32;
+            self.aux.push(aux);
+        } else {
+            e.aux = NO_AUX;
+        }
+        self.events.push(e);
+    }
+
     pub fn aux(&self, e: &TraceEvent) -> Option<&EventAux> {
         (e.aux != NO_AUX).then(|| &self.aux[e.aux as usize])
     }

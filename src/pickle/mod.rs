@@ -9,10 +9,12 @@ mod reader;
 mod value;
 pub mod writer;
 
+pub use ops::Op;
 pub use reader::{
-    parse, parse_opcode_by_opcode, parse_with_progress, parse_with_sink, DictSink, FlatValue,
-    PickleError, Progress, MAX_DEPTH,
+    parse, parse_opcode_by_opcode, parse_with_divert, parse_with_progress, Divert, Diverted,
+    IntOrRef, PickleError, Progress, MAX_DEPTH,
 };
+pub(crate) use value::int_from_short_le;
 pub use value::{big_int_to_f64, Dict, DictIter, Document, Object, ObjectKind, Value, View};
 
 use std::fs::File;
@@ -69,14 +71,15 @@ pub fn parse_mapped(
     parse_with_progress(file.bytes(), &mut releaser)
 }
 
-/// Decode a mapped file, releasing pages behind the parse, handing `sink` the dicts it wants.
-pub fn parse_mapped_with_sink(
+/// Decode a mapped file, releasing pages behind the parse, letting `divert` read the values
+/// of the top-level keys it wants.
+pub fn parse_mapped_with_divert(
     file: &MappedFile,
     progress: &mut dyn Progress,
-    sink: &mut dyn DictSink,
+    divert: &mut dyn Divert,
 ) -> Result<Document, PickleError> {
     let mut releaser = file.release_behind(progress);
-    parse_with_sink(file.bytes(), &mut releaser, sink)
+    parse_with_divert(file.bytes(), &mut releaser, divert)
 }
 
 /// Memory-map `path` and decode it.

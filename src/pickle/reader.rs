@@ -8,9 +8,7 @@
 use std::collections::HashMap;
 
 use super::ops::{Cursor, Op};
-use super::value::{
-    int_from_short_le, ContainerKind, Document, ObjectKind, Value, View, TAKEN_DEPTH,
-};
+use super::value::{int_from_short_le, ContainerKind, Document, ObjectKind, Value, View};
 
 /// Containers nested deeper than this are refused: Python's own pickler cannot write them
 /// (it recurses), and every consumer may then walk a document without exhausting its stack.
@@ -49,25 +47,264 @@ impl Progress for () {
 
 /// A value of a flat dict as the fused path decoded it, before it became a document value.
 #[derive(Clone, Copy, Debug)]
-pub enum FlatValue {
+enum FlatValue {
     Int(i64),
     Float(f64),
     /// A memo reference, None or a bool.
     Value(Value),
 }
 
-/// Takes small flat dicts (see `Machine::flat_dict`) straight from the opcode stream instead
-/// of the document, for a reader that wants millions of them as its own records (a snapshot's
-/// trace events). The document then holds a [`View::Taken`] handle where the dict would be.
-/// Any dict the sink declines is read as usual, so a sink changes where dicts live, never
-/// what they say.
-pub trait DictSink {
-    /// Asked once per key list (`shape` numbers them in the document): offer dicts with these
-    /// keys to `take`?
-    fn wants(&mut self, doc: &Document, shape: u32, keys: &[Value]) -> bool;
-    /// One dict of a wanted key list, its values in key order: its handle, or None to leave
-    /// it to the document. Values that are containers nest less than the document's bound.
-    fn take(&mut self, doc: &Document, shape: u32, values: &[FlatValue]) -> Option<u64>;
+/// Reads one value of the stream in place of the machine: a format's own reader for the long
+/// part of a file whose layout it knows (a snapshot's `device_traces`), which keeps only what
+/// it needs instead of building it as a document. It reads opcodes through [`Diverted`], which
+/// shares the machine's memo and document, and can hand any value it does not handle itself
+/// back to the machine ([`Diverted::generic_value`]). What it stores in the memo for the
+/// values it kept to itself are [`View::Taken`] handles: a later GET of one outside its own
+/// reading marks the document (`Document::taken_reused`), so its caller can fall back to a
+/// plain reading.
+pub trait Divert {
+    /// Asked when the top-level dict gets a string key: read its value? `prior` are the keys
+    /// before it, in order.
+    fn wants(&mut self, key: &str, prior: &[&str]) -> bool;
+    /// Read the value (from the first opcode after the key and its memo entry); its
+    /// placeholder in the document.
+    fn read(&mut self, r: &mut Diverted<'_, '_, '_>) -> Result<Value>;
+}
+
+/// What [`Diverted::int_or_ref`] decoded.
+#[derive(Clone, Copy, Debug)]
+pub enum IntOrRef {
+    Int(i64),
+    Ref(Value),
+}
+
+/// The machine as a [`Divert`] reader sees it.
+pub struct Diverted<'m, 'a, 's> {
+    m: &'m mut Machine<'a, 's>,
+    progress: &'m mut dyn Progress,
+    next_report: usize,
+}
+
+impl<'a> Diverted<'_, 'a, '_> {
+    /// The next opcode, FRAME markers skipped (they may fall anywhere).
+    #[inline]
+    pub fn next_op(&mut self) -> Result<Op<'a>> {
+        loop {
+            match self.m.cursor.next_op()? {
+                Op::Frame => continue,
+                op => return Ok(op),
+            }
+        }
+    }
+
+    /// The code of the next opcode without consuming it (FRAME markers consumed first).
+    #[inline(always)]
+    pub fn peek(&mut self) -> Option<u8> {
+        match self.m.cursor.rest().first() {
+            Some(&0x95) => self.peek_after_frames(),
+            b => b.copied(),
+        }
+    }
+
+    #[cold]
+    fn peek_after_frames(&mut self) -> Option<u8> {
+        while self.m.cursor.rest().first() == Some(&0x95) {
+            if self.m.cursor.next_op().is_err() {
+                return Some(0x95);
+            }
+        }
+        self.m.cursor.rest().first().copied()
+    }
+
+    /// The next opcode when it is a small int or a memo reference, decoded straight from the
+    /// bytes (the bulk of a trace event); None, consuming nothing, for any other.
+    #[inline(always)]
+    pub fn int_or_ref(&mut self) -> Result<Option<IntOrRef>> {
+        let b = self.m.cursor.rest();
+        let (x, len) = match b {
+            [b'K', a, ..] => (IntOrRef::Int(*a as i64), 2),
+            [b'M', a, b, ..] => (IntOrRef::Int(u16::from_le_bytes([*a, *b]) as i64), 3),
+            [b'J', a, b, c, d, ..] => (
+                IntOrRef::Int(i32::from_le_bytes([*a, *b, *c, *d]) as i64),
+                5,
+            ),
+            [0x8a, k, rest @ ..] if *k <= 8 && rest.len() >= *k as usize => (
+                IntOrRef::Int(int_from_short_le(&rest[..*k as usize])),
+                2 + *k as usize,
+            ),
+            [b'h', a, ..] => match self.m.memo.get(*a as usize) {
+                Some(&v) if v != UNSET => (IntOrRef::Ref(v), 2),
+                _ => return Ok(None),
+            },
+            [b'j', a, b, c, d, ..] => match self
+                .m
+                .memo
+                .get(u32::from_le_bytes([*a, *b, *c, *d]) as usize)
+            {
+                Some(&v) if v != UNSET => (IntOrRef::Ref(v), 5),
+                _ => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        self.m.cursor.advance(len);
+        Ok(Some(x))
+    }
+
+    /// A run of memo references (BINGET, LONG_BINGET) read in one go, each checked against
+    /// the memo; their values go to `out` when given. Stops at the first other opcode.
+    #[inline]
+    pub fn memo_refs(&mut self, mut out: Option<&mut Vec<Value>>) -> Result<()> {
+        loop {
+            let b = self.m.cursor.rest();
+            let (id, len) = match b {
+                [b'j', a, b, c, d, ..] => (u32::from_le_bytes([*a, *b, *c, *d]) as usize, 5),
+                [b'h', a, ..] => (*a as usize, 2),
+                [0x95, ..] => {
+                    if self.peek_after_frames().is_none() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                _ => return Ok(()),
+            };
+            if out.is_none() && !self.m.memo_holes && id < self.m.memo.len() {
+                self.m.cursor.advance(len); // stored: only its presence matters here
+                continue;
+            }
+            let v = match self.m.memo.get(id) {
+                Some(&v) if v != UNSET => v,
+                _ => {
+                    // the sparse memo, or an error naming the opcode
+                    let Op::Get(id) = self.m.cursor.next_op()? else {
+                        unreachable!("a GET opcode was matched")
+                    };
+                    let v = self.get(id)?;
+                    if let Some(o) = out.as_deref_mut() {
+                        o.push(v);
+                    }
+                    continue;
+                }
+            };
+            self.m.cursor.advance(len);
+            if let Some(o) = out.as_deref_mut() {
+                o.push(v);
+            }
+        }
+    }
+
+    /// Consume the next opcode if it is `code` (no argument).
+    #[inline]
+    pub fn eat(&mut self, code: u8) -> bool {
+        self.peek() == Some(code) && self.m.cursor.eat(code)
+    }
+
+    /// A memo entry.
+    #[inline]
+    pub fn get(&mut self, id: u64) -> Result<Value> {
+        match self.m.memo.get(id as usize) {
+            Some(&v) if v != UNSET => Ok(v),
+            _ => match self.m.memo_sparse.get(&id) {
+                Some(&v) => Ok(v),
+                None => self.m.err(format!(
+                    "memo key {id} was never stored (a GET before its PUT)"
+                )),
+            },
+        }
+    }
+
+    /// MEMOIZE `v`; its id.
+    #[inline]
+    pub fn memoize(&mut self, v: Value) -> u64 {
+        self.m.memoize(v)
+    }
+
+    /// PUT `v` at `id`.
+    pub fn put(&mut self, id: u64, v: Value) {
+        self.m.memo_put(id, v);
+    }
+
+    /// A handle the caller defines ([`Document::as_taken`] gives it back).
+    pub fn taken(&self, handle: u64) -> Value {
+        Value::taken(handle)
+    }
+
+    /// Run the machine for exactly one value (and the memo entries that follow it) and return
+    /// it: for what the caller does not read itself.
+    pub fn generic_value(&mut self) -> Result<Value> {
+        let (stack, marks) = (self.m.stack.len(), self.m.marks.len());
+        self.m.marks.push(stack); // nothing below may be consumed
+        loop {
+            let op = self.m.cursor.next_op()?;
+            if let Op::Stop = op {
+                return self.m.err("STOP inside a value");
+            }
+            self.m.exec(op)?;
+            if self.m.marks.len() < marks + 1 || self.m.stack.len() < stack {
+                return self.m.err("a value consumed what lay below it");
+            }
+            if self.m.marks.len() == marks + 1 && self.m.stack.len() == stack + 1 {
+                // the memo entries of the value, and the marked batches of items of a
+                // container (SETITEMS, APPENDS), then done
+                let top = *self.m.stack.last().expect("one value above the mark");
+                match self.peek() {
+                    Some(0x94 | b'q' | b'r' | b'p') => {}
+                    Some(b'(') if top.is_dict() || top.is_list() || top.is_set() => {}
+                    _ => {
+                        self.m.marks.pop();
+                        return Ok(self.m.stack.pop().expect("one value above the mark"));
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn doc(&self) -> &Document {
+        &self.m.doc
+    }
+
+    /// A string in the document (what the machine makes of a string opcode).
+    pub fn push_str(&mut self, raw: &[u8]) -> Value {
+        match std::str::from_utf8(raw) {
+            Ok(s) => self.m.doc.push_str(s),
+            Err(_) => {
+                let s = String::from_utf8_lossy(raw).into_owned();
+                self.m.doc.push_str(&s)
+            }
+        }
+    }
+
+    /// A LONG wider than 64 bits, in the document.
+    pub fn int_from_le(&mut self, le: &[u8]) -> Value {
+        self.m.doc.int_from_le(le)
+    }
+
+    /// An error at the last opcode.
+    pub fn error(&self, message: impl Into<String>) -> PickleError {
+        self.m.cursor.error(message.into())
+    }
+
+    /// Tell the progress sink how far the reading is, now and then.
+    #[inline]
+    pub fn tick(&mut self) {
+        let pos = self.m.cursor.position();
+        if pos >= self.next_report {
+            self.progress.advanced(pos);
+            self.next_report = pos + PROGRESS_STEP;
+        }
+    }
+}
+
+/// Decode, letting `divert` read the values of the top-level keys it wants.
+pub fn parse_with_divert(
+    data: &[u8],
+    progress: &mut dyn Progress,
+    divert: &mut dyn Divert,
+) -> Result<Document> {
+    let mut m = Machine::new(data, true);
+    let _ = m.memo.try_reserve(data.len() / 16);
+    m.divert = Some(divert);
+    m.run(progress)?;
+    Ok(m.doc)
 }
 
 /// Decode one pickle from `data`. Bytes after the `STOP` opcode are ignored, as `pickle.load`
@@ -77,42 +314,17 @@ pub fn parse(data: &[u8]) -> Result<Document> {
 }
 
 pub fn parse_with_progress(data: &[u8], progress: &mut dyn Progress) -> Result<Document> {
-    run_machine(data, progress, true, None)
-}
-
-/// Decode, handing the flat dicts `sink` wants to it.
-pub fn parse_with_sink(
-    data: &[u8],
-    progress: &mut dyn Progress,
-    sink: &mut dyn DictSink,
-) -> Result<Document> {
-    run_machine(data, progress, true, Some(sink))
+    run_machine(data, progress, true)
 }
 
 /// Decode executing every opcode one by one, without the fused fast paths (`flat_dict`):
 /// the reference the fuzz target compares the fast paths against.
 pub fn parse_opcode_by_opcode(data: &[u8]) -> Result<Document> {
-    run_machine(data, &mut (), false, None)
+    run_machine(data, &mut (), false)
 }
 
-fn run_machine(
-    data: &[u8],
-    progress: &mut dyn Progress,
-    fuse: bool,
-    sink: Option<&mut dyn DictSink>,
-) -> Result<Document> {
-    let mut m = Machine {
-        fuse,
-        sink,
-        sink_wants: Vec::new(),
-        cursor: Cursor::new(data),
-        stack: Vec::with_capacity(64),
-        marks: Vec::new(),
-        memo: Vec::new(),
-        memo_sparse: HashMap::new(),
-        doc: Document::with_room_for(data.len()),
-        scratch: Vec::new(),
-    };
+fn run_machine(data: &[u8], progress: &mut dyn Progress, fuse: bool) -> Result<Document> {
+    let mut m = Machine::new(data, fuse);
     m.memo.reserve(data.len() / 16);
     m.run(progress)?;
     Ok(m.doc)
@@ -120,15 +332,21 @@ fn run_machine(
 
 struct Machine<'a, 's> {
     cursor: Cursor<'a>,
+    divert: Option<&'s mut dyn Divert>,
+    /// The top-level key just read is one `divert` wants: it reads the value.
+    divert_next: bool,
+    /// The id the next MEMOIZE takes when it is not the memo's length (after a diverted
+    /// value, whose entries the dense memo may not hold).
+    memo_next: Option<u64>,
     /// Use the fused fast paths (off only for `parse_opcode_by_opcode`).
     fuse: bool,
-    sink: Option<&'s mut dyn DictSink>,
-    /// By shape id: 0 not asked yet, 1 wanted, 2 not.
-    sink_wants: Vec<u8>,
     stack: Vec<Value>,
     marks: Vec<usize>,
     /// Dense memo; `UNSET` marks ids never stored (8 bytes a slot: files memoize millions).
     memo: Vec<Value>,
+    /// Whether `memo` may hold `UNSET` slots (ids PUT out of order): without them, every id
+    /// below its length is stored, which `Diverted::memo_refs` checks without a memory load.
+    memo_holes: bool,
     memo_sparse: HashMap<u64, Value>,
     doc: Document,
     scratch: Vec<Value>,
@@ -137,7 +355,73 @@ struct Machine<'a, 's> {
 const PROGRESS_STEP: usize = 16 << 20;
 const UNSET: Value = Value::UNSET;
 
-impl<'a> Machine<'a, '_> {
+impl<'a, 's> Machine<'a, 's> {
+    fn new(data: &'a [u8], fuse: bool) -> Machine<'a, 's> {
+        Machine {
+            fuse,
+            divert: None,
+            divert_next: false,
+            memo_next: None,
+            cursor: Cursor::new(data),
+            stack: Vec::with_capacity(64),
+            marks: Vec::new(),
+            memo: Vec::new(),
+            memo_holes: false,
+            memo_sparse: HashMap::new(),
+            doc: Document::with_room_for(data.len()),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// MEMOIZE: the next id (the memo's length, as Python counts it).
+    #[inline]
+    fn memoize(&mut self, v: Value) -> u64 {
+        let id = match &mut self.memo_next {
+            Some(n) => {
+                *n += 1;
+                *n - 1
+            }
+            None => self.memo.len() as u64,
+        };
+        self.memo_put(id, v);
+        id
+    }
+
+    /// A string key of the top-level dict was pushed: does `divert` want its value?
+    #[cold]
+    fn offer_key(&mut self) {
+        let Some(divert) = self.divert.as_deref_mut() else {
+            return;
+        };
+        let doc = &self.doc;
+        let keys: Vec<&str> = self.stack[1..self.stack.len() - 1]
+            .iter()
+            .step_by(2)
+            .map(|&k| doc.as_str(k).unwrap_or("?"))
+            .collect();
+        if let Some(key) = doc.as_str(*self.stack.last().expect("a key")) {
+            self.divert_next = divert.wants(key, &keys);
+        }
+    }
+
+    /// Hand the reading of one value to `divert`.
+    #[cold]
+    fn run_divert(&mut self, progress: &mut dyn Progress) -> Result<()> {
+        self.divert_next = false;
+        let divert = self.divert.take().expect("divert_next only with a divert");
+        let mut r = Diverted {
+            next_report: self.cursor.position() + PROGRESS_STEP,
+            m: self,
+            progress,
+        };
+        let v = divert.read(&mut r);
+        self.divert = Some(divert);
+        self.stack.push(v?);
+        if self.memo_next.is_none() {
+            self.memo_next = Some(self.memo.len() as u64);
+        }
+        Ok(())
+    }
     fn err<T>(&self, message: impl Into<String>) -> Result<T> {
         Err(self.cursor.error(message.into()))
     }
@@ -176,9 +460,11 @@ impl<'a> Machine<'a, '_> {
         if id < len {
             self.memo[id as usize] = v;
         } else if id < len + MEMO_DENSE_SLACK {
+            self.memo_holes |= id > len;
             self.memo.resize(id as usize, UNSET);
             self.memo.push(v);
         } else {
+            self.memo_holes = true;
             self.memo_sparse.insert(id, v);
         }
     }
@@ -290,21 +576,16 @@ impl<'a> Machine<'a, '_> {
         }
         let shape = self.doc.shape_of(&keys[..pairs]);
         let values = &values[..pairs];
-        let dict = match self.offer_to_sink(shape, &keys[..pairs], values) {
-            Some(taken) => taken,
-            None => {
-                let mut items = [Value::NONE; MAX_PAIRS];
-                for (item, &v) in items.iter_mut().zip(values) {
-                    *item = self.value_of(v);
-                }
-                self.doc
-                    .shaped_dict(shape, &items[..pairs])
-                    .map_err(|m| self.cursor.error(m))?
-            }
-        };
+        let mut items = [Value::NONE; MAX_PAIRS];
+        for (item, &v) in items.iter_mut().zip(values) {
+            *item = self.value_of(v);
+        }
+        let dict = self
+            .doc
+            .shaped_dict(shape, &items[..pairs])
+            .map_err(|m| self.cursor.error(m))?;
         if memoized {
-            let id = self.memo.len() as u64;
-            self.memo_put(id, dict);
+            let _ = self.memoize(dict);
         }
         self.stack.push(dict);
         self.cursor.advance(i);
@@ -322,38 +603,6 @@ impl<'a> Machine<'a, '_> {
                 v
             }
         }
-    }
-
-    /// The taken handle if the sink wants dicts of `shape` and takes this one.
-    #[inline]
-    fn offer_to_sink(&mut self, shape: u32, keys: &[Value], values: &[FlatValue]) -> Option<Value> {
-        let sink = self.sink.as_deref_mut()?;
-        let s = shape as usize;
-        if s >= self.sink_wants.len() {
-            self.sink_wants.resize(s + 1, 0);
-        }
-        if self.sink_wants[s] == 0 {
-            let nested = keys.iter().any(|k| !k.is_scalar());
-            self.sink_wants[s] = if !nested && sink.wants(&self.doc, shape, keys) {
-                1
-            } else {
-                2
-            };
-        }
-        if self.sink_wants[s] != 1 {
-            return None;
-        }
-        for &v in values {
-            if let FlatValue::Value(v) = v {
-                // a taken dict inside another: declined, and read as usual (which notes it)
-                if v.is_taken() || self.doc.depth_of(v) >= TAKEN_DEPTH {
-                    return None;
-                }
-            }
-        }
-        let handle = sink.take(&self.doc, shape, values)?;
-        self.doc.taken_dicts += 1;
-        Some(Value::taken(handle))
     }
 
     fn memo_get(&mut self, id: u64) -> Result<()> {
@@ -452,6 +701,15 @@ impl<'a> Machine<'a, '_> {
             }
         };
         self.stack.push(v);
+        // a key of the top-level dict: [dict, MARK, key, value, ..., key]
+        if self.divert.is_some()
+            && self.marks.len() == 1
+            && self.marks[0] == 1
+            && self.stack.len().is_multiple_of(2)
+            && self.stack[0].is_dict()
+        {
+            self.offer_key();
+        }
     }
 
     fn push_text(&mut self, s: &str) {
@@ -466,14 +724,35 @@ impl<'a> Machine<'a, '_> {
                 progress.advanced(self.cursor.position());
                 next_report = self.cursor.position() + PROGRESS_STEP;
             }
+            // the key's own memo entry first, then the value is the divert's
+            if self.divert_next
+                && !matches!(
+                    self.cursor.rest().first(),
+                    Some(0x94 | 0x95 | b'q' | b'r' | b'p')
+                )
+            {
+                self.run_divert(progress)?;
+                next_report = self.cursor.position() + PROGRESS_STEP;
+                continue;
+            }
             match self.cursor.next_op()? {
-                Op::Proto(_) | Op::Frame => {}
                 Op::Stop => {
                     let v = self.pop()?;
                     self.doc.root = Some(v);
                     progress.advanced(self.cursor.position());
                     return Ok(());
                 }
+                op => self.exec(op)?,
+            }
+        }
+    }
+
+    /// Execute one opcode (any but STOP).
+    fn exec(&mut self, op: Op<'a>) -> Result<()> {
+        {
+            match op {
+                Op::Proto(_) | Op::Frame => {}
+                Op::Stop => return self.err("STOP inside a value"),
                 // ---- marks and stack ----
                 Op::Mark => self.marks.push(self.stack.len()),
                 Op::Pop => {
@@ -581,8 +860,7 @@ impl<'a> Machine<'a, '_> {
                 }
                 Op::Memoize => {
                     let v = self.top()?;
-                    let id = self.memo.len() as u64;
-                    self.memo_put(id, v);
+                    let _ = self.memoize(v);
                 }
                 // ---- globals and objects: recorded, never called ----
                 Op::Global { module, name } => {
@@ -670,6 +948,7 @@ impl<'a> Machine<'a, '_> {
                 }
             }
         }
+        Ok(())
     }
 
     /// TUPLE / LIST / DICT / FROZENSET: a container of everything above the last MARK.

@@ -34,8 +34,8 @@ pub(crate) fn int_from_short_le(bytes: &[u8]) -> i64 {
     ((v << unused) as i64) >> unused
 }
 
-/// What `depth_of` says of a taken dict: the reader hands a sink only dicts whose values nest
-/// less deep, so the document's depth bound holds without the sink's help.
+/// What `depth_of` says of a taken value (one a `Divert` reader kept to itself): nothing of it
+/// nests in the document.
 pub(crate) const TAKEN_DEPTH: u16 = 9;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -58,7 +58,7 @@ enum Tag {
     /// A tuple of 1..=15 scalars, items inline in the pool: payload = offset << 4 | len.
     /// MemoryTracker files hold millions of (name, MiB) pairs; this saves each its span.
     ScalarTuple = 14,
-    /// A flat dict that a `DictSink` took instead of the document: payload = the sink's handle.
+    /// A value a `Divert` reader kept to itself instead of the document: payload = its handle.
     /// (`Value::UNSET` has this tag too, with an all-ones payload no handle reaches.)
     Taken = 15,
 }
@@ -133,7 +133,7 @@ impl Value {
     /// Not a container: nothing nests below it.
     #[inline]
     pub(crate) fn is_scalar(self) -> bool {
-        // tags 8..=11 are containers, 14 an inline tuple, 15 a dict a sink took
+        // tags 8..=11 are containers, 14 an inline tuple, 15 a value a divert kept
         let tag = (self.0 >> TAG_SHIFT) & 0xF;
         !self.is_boxed() || !((8..=11).contains(&tag) || tag >= 14)
     }
@@ -254,7 +254,6 @@ pub struct Document {
     globals: Vec<(Value, Value)>,
     pub(crate) objects: Vec<Object>,
     global_cache: HashMap<(String, String), Value>,
-    pub(crate) taken_dicts: u64,
     pub(crate) taken_reused: bool,
 }
 
@@ -279,7 +278,7 @@ pub enum View<'d> {
         name: &'d str,
     },
     Object(&'d Object),
-    /// A dict that a [`DictSink`](super::DictSink) took while reading: its handle there.
+    /// A value a [`Divert`](super::Divert) reader kept to itself: its handle there.
     Taken(u64),
 }
 
@@ -300,19 +299,14 @@ impl Document {
         self.root.unwrap_or(Value::NONE)
     }
 
-    /// The handle of a dict a [`DictSink`](super::DictSink) took.
+    /// The handle of a value a [`Divert`](super::Divert) reader kept to itself.
     #[inline]
     pub fn as_taken(&self, v: Value) -> Option<u64> {
         v.is_taken().then(|| v.payload())
     }
 
-    /// How many dicts the sink took while reading.
-    pub fn taken_dicts(&self) -> u64 {
-        self.taken_dicts
-    }
-
-    /// Whether a taken dict was referenced again (memo GET, DUP, inside another flat dict):
-    /// then it may sit anywhere in the document, not only where it was first placed.
+    /// Whether a taken value was referenced outside the reader that kept it (memo GET, DUP,
+    /// inside another dict): then the document is not what the file says.
     pub fn taken_reused(&self) -> bool {
         self.taken_reused
     }

@@ -32,6 +32,14 @@ fn bytes(b: u64) -> String {
     format_bytes(b as f64, Units::Auto)
 }
 
+/// `part` as a share of `whole`, as `summary` prints it.
+fn percent_of(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "-".into();
+    }
+    format!("{:.1}%", part as f64 / whole as f64 * 100.0)
+}
+
 pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
     let mut rows: Vec<&crate::analysis::segments::SegmentRow> = map.segments.iter().collect();
     rows.sort_by(|a, b| {
@@ -78,14 +86,16 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
     let _ = writeln!(
         out,
         r##"<text x="20" y="54" font-size="13" fill="#333">{}</text>"##,
+        // `summary`'s measures under its names (the text map's totals are `_memory_viz`'s)
         esc(&format!(
-            "{} segments · reserved {} · allocated {} · free {} ({} internal)",
+            "{} segments · reserved {} · allocated {} · pending free {} · free {} · internal fragmentation {} ({} of active)",
             t.segments,
             bytes(t.reserved_bytes),
-            bytes(t.allocated_bytes),
-            bytes(t.free_bytes),
-            t.internal_percent
-                .map_or_else(|| "-".into(), |p| format!("{p:.1}%"))
+            bytes(t.allocator.allocated_bytes),
+            bytes(t.allocator.pending_free_bytes),
+            bytes(t.allocator.free_bytes),
+            bytes(t.allocator.internal_fragmentation_bytes),
+            percent_of(t.allocator.internal_fragmentation_bytes, t.allocator.active_bytes)
         ))
     );
     // legend

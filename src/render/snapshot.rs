@@ -304,21 +304,19 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
         } else {
             doc.heading("Trace: none (record with torch.cuda.memory._record_memory_history())");
         }
-        let neg: Vec<String> = [
-            ("allocated", d.initial_allocated_bytes),
-            ("reserved", d.initial_reserved_bytes),
-        ]
-        .iter()
-        .filter_map(|(k, v)| {
-            v.filter(|&v| v < 0)
-                .map(|v| format!("{k} {}", b(v as f64, units)))
-        })
-        .collect();
-        if !neg.is_empty() {
+        if let Some(short) = &d.trace_shortfall {
+            let gaps: Vec<String> = [
+                ("allocated", short.allocated_bytes),
+                ("reserved", short.reserved_bytes),
+            ]
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{k} by {}", b(*v as f64, units)))
+            .collect();
             doc.para(&format!(
-                "warning: the trace does not add up to the final segments: run back from them, it \
-                 starts at {} (negative); the file's trace and segments disagree",
-                neg.join(", ")
+                "warning: the trace is inconsistent with the final segments: it frees more than \
+                 it allocated and they hold ({}), so the bytes before its first event are unknown",
+                gaps.join(", ")
             ));
         }
         if d.ooms.is_empty() {
@@ -468,17 +466,33 @@ pub fn segments(m: &SegmentMap, title: &str, format: Format, units: Units) -> St
     s.row(vec![
         "total_allocated".into(),
         b(tt.allocated_bytes as f64, units),
-        "requested bytes of active_allocated blocks".into(),
+        "_memory_viz's allocated: requested bytes of active_allocated blocks".into(),
     ]);
     s.row(vec![
         "total_free".into(),
         b(tt.free_bytes as f64, units),
         format!(
-            "{} internal (rounding), {} external",
+            "_memory_viz's free: {} internal (rounding), {} external",
             pct(tt.internal_percent),
             b(tt.free_external_bytes as f64, units)
         ),
     ]);
+    let a = &tt.allocator;
+    for (name, bytes, note) in [
+        (
+            "allocated",
+            a.allocated_bytes,
+            "as summary: blocks used by tensors, rounded sizes",
+        ),
+        (
+            "pending free",
+            a.pending_free_bytes,
+            "as summary: freed, waiting on a stream",
+        ),
+        ("free", a.free_bytes, "as summary: inactive blocks"),
+    ] {
+        s.row(vec![name.into(), b(bytes as f64, units), note.into()]);
+    }
     doc.heading("Totals");
     doc.table(&s);
     if !doc.md {
@@ -581,14 +595,31 @@ fn push_ref(out: &mut String, r: Ref) {
 }
 
 /// The listing, `_memory_viz trace`'s lines.
+/// The listing as text, in memory (the CSV and Markdown tables are built from its lines).
 pub fn trace_text(snap: &Snapshot, listings: &[DeviceListing]) -> String {
-    let n: usize = listings.iter().map(|l| l.lines.len()).sum();
-    let mut out = String::with_capacity(n * 40 + 256);
+    let mut out = Vec::new();
+    write_trace_text(&mut out, snap, listings).expect("writing to memory does not fail");
+    String::from_utf8(out).expect("the listing is UTF-8")
+}
+
+/// The listing as text, written to `w` a chunk at a time: 10M events make gigabytes of text,
+/// which never need to be in memory at once.
+pub fn write_trace_text(
+    w: &mut dyn std::io::Write,
+    snap: &Snapshot,
+    listings: &[DeviceListing],
+) -> std::io::Result<()> {
+    const CHUNK: usize = 1 << 16;
+    let mut out = String::with_capacity(CHUNK + 4096);
     for l in listings {
         let trace = snap.trace(l.device);
         let _ = writeln!(out, "Device {} ----------------", l.device);
         let _ = writeln!(out, "{} entries", l.totals.entries);
         for line in &l.lines {
+            if out.len() >= CHUNK {
+                w.write_all(out.as_bytes())?;
+                out.clear();
+            }
             match *line {
                 Line::Alloc {
                     name,
@@ -690,7 +721,7 @@ pub fn trace_text(snap: &Snapshot, listings: &[DeviceListing]) -> String {
         push_size(&mut out, l.totals.net_bytes);
         out.push('\n');
     }
-    out
+    w.write_all(out.as_bytes())
 }
 
 #[derive(serde::Serialize)]
@@ -760,9 +791,15 @@ impl serde::Serialize for TraceJsonEvents<'_> {
     }
 }
 
-pub fn trace(snap: &Snapshot, listings: &[DeviceListing], format: Format) -> String {
+/// The listing in `format`, written to `w`; text and JSON as they are produced.
+pub fn write_trace(
+    w: &mut dyn std::io::Write,
+    snap: &Snapshot,
+    listings: &[DeviceListing],
+    format: Format,
+) -> std::io::Result<()> {
     match format {
-        Format::Text => trace_text(snap, listings),
+        Format::Text => write_trace_text(w, snap, listings),
         Format::Json => {
             let devs: Vec<TraceJsonDevice> = listings
                 .iter()
@@ -777,13 +814,14 @@ pub fn trace(snap: &Snapshot, listings: &[DeviceListing], format: Format) -> Str
                 kind: &'static str,
                 devices: Vec<TraceJsonDevice<'a>>,
             }
-            let mut s = serde_json::to_string(&Out {
-                kind: "trace",
-                devices: devs,
-            })
-            .expect("trace listing serializes to JSON");
-            s.push('\n');
-            s
+            serde_json::to_writer(
+                &mut *w,
+                &Out {
+                    kind: "trace",
+                    devices: devs,
+                },
+            )?;
+            w.write_all(b"\n")
         }
         Format::Csv | Format::Markdown => {
             let mut t = Table::new(&[
@@ -809,7 +847,7 @@ pub fn trace(snap: &Snapshot, listings: &[DeviceListing], format: Format) -> Str
                 }
                 lines.next(); // TOTAL MEM
             }
-            if format == Format::Csv {
+            let out = if format == Format::Csv {
                 t.csv()
             } else {
                 let mut out = t.markdown();
@@ -823,7 +861,8 @@ pub fn trace(snap: &Snapshot, listings: &[DeviceListing], format: Format) -> Str
                     );
                 }
                 out
-            }
+            };
+            w.write_all(out.as_bytes())
         }
     }
 }
