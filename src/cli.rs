@@ -106,11 +106,27 @@ impl SeriesArg {
 
 #[derive(Args, Debug)]
 pub struct PlotArgs {
-    /// A MemoryTracker stats file (save_stats) or a `memtrack record` file
+    /// A MemoryTracker stats file (save_stats), a `memtrack record` file, or an allocator
+    /// snapshot (`torch.cuda.memory._dump_snapshot`)
     pub file: PathBuf,
-    /// The SVG to write (`-` for stdout); default: the input's name with .svg, here
+    /// Where to write: .svg, .png, or .html (`--stacked` only: hover and zoom); `-` is SVG on
+    /// stdout; default: the input's name with .svg, here
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Allocator snapshots: the stacked Active Memory Timeline of pytorch.org/memory_viz
+    /// (allocations as bands, the top edge allocated memory) instead of total lines
+    #[arg(long)]
+    pub stacked: bool,
+    /// With --stacked: one band per allocation (the largest) or per allocation site
+    #[arg(long, value_enum, default_value_t = BandByArg::Allocation, requires = "stacked")]
+    pub by: BandByArg,
+    /// With --stacked: how many bands; everything else is one grey band
+    #[arg(long, default_value_t = 20, value_name = "N", requires = "stacked")]
+    pub bands: usize,
+    /// With --stacked: x is the trace event (as pytorch.org/memory_viz; idle time takes no
+    /// room) or the time since the first event
+    #[arg(long, value_enum, default_value_t = XAxisArg::Event, requires = "stacked")]
+    pub x: XAxisArg,
     /// Series to draw, comma-separated [default: allocated,active,reserved, and device when
     /// the file has the driver-level series]
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -127,6 +143,20 @@ pub struct PlotArgs {
     /// Allocator snapshots: only this CUDA device (default: one panel per device)
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum XAxisArg {
+    Event,
+    Time,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BandByArg {
+    /// The N largest allocations
+    Allocation,
+    /// The N allocation sites that held the most at once
+    Site,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -151,8 +181,8 @@ pub struct SegmentsArgs {
     /// Only this CUDA device
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
-    /// Where to write; `-` is stdout. A name ending in `.svg` draws the segments and their
-    /// blocks instead
+    /// Where to write; `-` is stdout. A name ending in `.svg` or `.png` draws the segments and
+    /// their blocks instead
     #[arg(short, long, default_value = "-")]
     pub output: PathBuf,
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -336,12 +366,12 @@ pub struct AllocatorArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  memtrack record --cycles -o run.pkl -- python train.py\n  memtrack cycles run.pkl\n  memtrack cycles run.pkl -o cycles.html   (or .svg, .dot)"
+    after_help = "Examples:\n  memtrack record --cycles -o run.pkl -- python train.py\n  memtrack cycles run.pkl\n  memtrack cycles run.pkl -o cycles.html   (or .svg, .png, .dot)"
 )]
 pub struct CyclesArgs {
     /// A `memtrack record --cycles` file
     pub file: PathBuf,
-    /// Where to write; `-` is stdout. A name ending in .svg, .dot or .html draws the cycles
+    /// Where to write; `-` is stdout. A name ending in .svg, .png, .dot or .html draws the cycles
     #[arg(short, long, default_value = "-")]
     pub output: PathBuf,
     /// Only the cycle with this number (as listed, 1 holds the most bytes)

@@ -1,16 +1,41 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::analysis::decimate::min_max_envelope;
-use crate::cli::{PlotArgs, SeriesArg};
+use crate::analysis::stacked::BandBy;
+use crate::cli::{BandByArg, PlotArgs, SeriesArg, XAxisArg};
 use crate::error::{Error, Result};
+use crate::formats;
 use crate::model::{DeviceSeries, Series, TrackerStats};
+use crate::render::picture::{self, PictureKind};
 use crate::render::plot::{self, Chart, Line, Panel, VLine};
-use crate::{formats, output};
+use crate::render::stacked as stacked_svg;
 
 pub fn run(a: PlotArgs) -> Result<()> {
+    let out = a.output.clone().unwrap_or_else(|| default_output(&a.file));
+    // the output's kind is known before the (possibly long) load
+    let kind = if a.stacked {
+        picture::kind_of(&out, &[PictureKind::Svg, PictureKind::Png, PictureKind::Html])?
+    } else if out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"))
+    {
+        return Err(Error::Usage(format!(
+            "{}: the HTML page (hover, zoom) is drawn for `plot --stacked` of an allocator snapshot; write .svg or .png here",
+            out.display()
+        )));
+    } else {
+        picture::kind_of(&out, &[PictureKind::Svg, PictureKind::Png])?
+    };
     let stats = match formats::load(&a.file)? {
+        formats::Input::Tracker(_) if a.stacked => {
+            return Err(Error::input(
+                &a.file,
+                "--stacked draws the allocations of an allocator snapshot (torch.cuda.memory._dump_snapshot); a stats file has only totals per op: plot it without --stacked",
+            ))
+        }
         formats::Input::Tracker(t) => t,
-        formats::Input::Snapshot(s) => return snapshot(&a, &s),
+        formats::Input::Snapshot(s) if a.stacked => return stacked(&a, &s, &out, kind),
+        formats::Input::Snapshot(s) => return snapshot(&a, &s, &out, kind),
     };
     let driver: &[DeviceSeries] = stats
         .record
@@ -85,16 +110,71 @@ pub fn run(a: PlotArgs) -> Result<()> {
     let drawing = crate::progress::Stage::new("drawing");
     let svg = plot::svg(&chart).map_err(|e| Error::Usage(format!("cannot draw the plot: {e}")))?;
     drop(drawing);
-    let out = a.output.clone().unwrap_or_else(|| default_output(&a.file));
-    output::emit(&out, svg.as_bytes())?;
-    if out.as_os_str() != "-" {
-        eprintln!("memtrack: wrote {}", out.display());
-    }
-    Ok(())
+    super::write_picture(&out, kind, &svg, String::new)
+}
+
+/// The stacked Active Memory Timeline of one device.
+fn stacked(
+    a: &PlotArgs,
+    snap: &crate::model::Snapshot,
+    out: &Path,
+    kind: PictureKind,
+) -> Result<()> {
+    let with_events: Vec<u32> = super::snapshot_devices(&a.file, snap, a.device)?
+        .into_iter()
+        .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
+        .collect();
+    let device = match with_events.as_slice() {
+        [] => {
+            return Err(Error::input(
+                &a.file,
+                "no trace events to plot: the snapshot was taken without memory history; \
+                 call torch.cuda.memory._record_memory_history() before the run",
+            ))
+        }
+        [d] => *d,
+        several => {
+            let list: Vec<String> = several.iter().map(|d| d.to_string()).collect();
+            return Err(Error::Usage(format!(
+                "{}: --stacked draws one device and this snapshot has trace events on {}: pick one with --device N",
+                a.file.display(),
+                list.join(", ")
+            )));
+        }
+    };
+    let by = match a.by {
+        BandByArg::Allocation => BandBy::Allocation,
+        BandByArg::Site => BandBy::Site,
+    };
+    let drawing = crate::progress::Stage::new("drawing");
+    let data = crate::analysis::stacked::stacked(
+        snap,
+        device,
+        a.bands,
+        by,
+        stacked_svg::COLUMNS,
+        a.x == XAxisArg::Event,
+    );
+    let chart = stacked_svg::StackedChart {
+        title: a
+            .title
+            .clone()
+            .unwrap_or_else(|| super::display_name(&a.file)),
+        data: &data,
+        units: a.units,
+    };
+    let svg = stacked_svg::svg(&chart);
+    drop(drawing);
+    super::write_picture(out, kind, &svg, || stacked_svg::html(&chart))
 }
 
 /// Allocated and reserved over time, one panel per device, OOMs and annotations marked.
-fn snapshot(a: &PlotArgs, snap: &crate::model::Snapshot) -> Result<()> {
+fn snapshot(
+    a: &PlotArgs,
+    snap: &crate::model::Snapshot,
+    out: &Path,
+    kind: PictureKind,
+) -> Result<()> {
     use crate::analysis::decimate::min_max_envelope_xy;
     use crate::analysis::timeline::timeline;
     let devices: Vec<u32> = super::snapshot_devices(&a.file, snap, a.device)?
@@ -229,12 +309,7 @@ fn snapshot(a: &PlotArgs, snap: &crate::model::Snapshot) -> Result<()> {
         },
     };
     let svg = plot::svg(&chart).map_err(|e| Error::Usage(format!("cannot draw the plot: {e}")))?;
-    let out = a.output.clone().unwrap_or_else(|| default_output(&a.file));
-    output::emit(&out, svg.as_bytes())?;
-    if out.as_os_str() != "-" {
-        eprintln!("memtrack: wrote {}", out.display());
-    }
-    Ok(())
+    super::write_picture(out, kind, &svg, String::new)
 }
 
 /// Memory holds its value until the next event: draw steps, not slopes.

@@ -5,11 +5,14 @@ pub mod cycles;
 pub mod gpus;
 pub mod graph;
 pub mod modules;
+pub mod picture;
 pub mod plot;
 pub mod segments_svg;
 pub mod snapshot;
+pub mod stacked;
 pub mod summary;
 pub mod table;
+pub mod ticks;
 
 use clap::ValueEnum;
 
