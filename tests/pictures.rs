@@ -48,7 +48,9 @@ fn stacked_svg_has_bands_peak_and_ooms() {
         .collect();
     // 20 bands by default, and the grey rest
     assert_eq!(bands.len(), 21, "{}", bands.len());
-    assert!(bands.iter().any(|b| b.attribute("data-band") == Some("other")));
+    assert!(bands
+        .iter()
+        .any(|b| b.attribute("data-band") == Some("other")));
     // the peak label says what `summary` says
     let summary = common::json_out(&[
         "summary",
@@ -71,7 +73,15 @@ fn stacked_svg_has_bands_peak_and_ooms() {
         .stderr(predicates::str::contains("--device"));
     memtrack()
         .args([
-            "plot", p(&multi), "--stacked", "--device", "0", "--by", "site", "-o", p(&svg),
+            "plot",
+            p(&multi),
+            "--stacked",
+            "--device",
+            "0",
+            "--by",
+            "site",
+            "-o",
+            p(&svg),
         ])
         .assert()
         .success();
@@ -114,7 +124,11 @@ fn unknown_picture_names_are_refused_and_nothing_is_written() {
         (vec!["plot", p(&snap)], "t.jpg", ".svg, .png"),
         (vec!["plot", p(&snap), "--stacked"], "t.pdf", ".html"),
         (vec!["plot", p(&stats)], "t.html", "--stacked"),
-        (vec!["plot", p(&stats), "--stacked"], "t.svg", "allocator snapshot"),
+        (
+            vec!["plot", p(&stats), "--stacked"],
+            "t.svg",
+            "allocator snapshot",
+        ),
     ] {
         let out = dir.path().join(name);
         memtrack()

@@ -169,8 +169,12 @@ pub fn stacked(
             // shortest-lived temporaries, a hairline at any width)
             let last = events.len();
             let area = |iv: &Interval| -> f64 {
-                let x0 = iv.start.map_or(tl.x.first().copied().unwrap_or(0.0), |i| tl.x[i]);
-                let x1 = iv.end.map_or(tl.x.last().copied().unwrap_or(0.0), |i| tl.x[i]);
+                let x0 = iv
+                    .start
+                    .map_or(tl.x.first().copied().unwrap_or(0.0), |i| tl.x[i]);
+                let x1 = iv
+                    .end
+                    .map_or(tl.x.last().copied().unwrap_or(0.0), |i| tl.x[i]);
                 let span = if last > 1 { (x1 - x0).max(0.0) } else { 1.0 };
                 iv.size as f64 * span.max(f64::MIN_POSITIVE)
             };

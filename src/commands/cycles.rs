@@ -39,7 +39,12 @@ pub fn run(a: CyclesArgs) -> Result<()> {
     let draw = |ext: &str| -> Option<Result<Vec<u8>>> {
         Some(Ok(match ext {
             "svg" => graph::svg(&items, &title, a.units).into_bytes(),
-            "png" => return Some(render::picture::png(&graph::svg(&items, &title, a.units), 1.0)),
+            "png" => {
+                return Some(render::picture::png(
+                    &graph::svg(&items, &title, a.units),
+                    1.0,
+                ))
+            }
             "dot" | "gv" => graph::dot(&items, &title, a.units).into_bytes(),
             "html" | "htm" => graph::html(&items, &title, a.units).into_bytes(),
             _ => return None,

@@ -14,7 +14,10 @@ pub fn run(a: PlotArgs) -> Result<()> {
     let out = a.output.clone().unwrap_or_else(|| default_output(&a.file));
     // the output's kind is known before the (possibly long) load
     let kind = if a.stacked {
-        picture::kind_of(&out, &[PictureKind::Svg, PictureKind::Png, PictureKind::Html])?
+        picture::kind_of(
+            &out,
+            &[PictureKind::Svg, PictureKind::Png, PictureKind::Html],
+        )?
     } else if out
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm"))

@@ -41,7 +41,10 @@ pub fn tick_labels(ticks: &[f64]) -> Vec<String> {
         .map(|t| {
             let s = format!("{t:.decimals$}");
             // "-0" or "-0.0" reads as a bug
-            if s.trim_start_matches('-').chars().all(|c| c == '0' || c == '.') {
+            if s.trim_start_matches('-')
+                .chars()
+                .all(|c| c == '0' || c == '.')
+            {
                 s.trim_start_matches('-').to_string()
             } else {
                 s
