@@ -129,6 +129,15 @@ fn summary_phases_and_modules_of_a_real_recording() {
             "no {iter} {phase} in {phases:?}\n{text}"
         );
     }
+    // plot: the three identical CPU series are one line that says so; every iteration's
+    // markers are named where there is room
+    let svg = dir.path().join("mlp.svg");
+    let (code, _, err) = run(&["plot", file, "-o", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("allocated = active = reserved on CPU"));
+    assert!(!svg.contains("active_memory"));
+    assert!(svg.matches("fw_bw_boundary").count() >= 2, "{svg}");
     let (code, text, err) = run(&["modules", file]);
     assert_eq!(code, 0, "{err}");
     assert!(text.starts_with("== Iteration 2 of 2"), "{text}");

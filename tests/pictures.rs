@@ -247,3 +247,83 @@ fn stacked_html_hover_works_in_a_headless_browser() {
     assert!(report.contains("iB"), "{report}");
     assert!(report.contains(".py:"), "{report}");
 }
+
+/// The y axis' numeric tick labels: right-aligned texts left of the plot.
+fn y_tick_labels(svg: &str) -> Vec<String> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter(|n| n.attribute("x").and_then(|x| x.parse::<f64>().ok()) < Some(100.0))
+        .filter(|n| n.attribute("text-anchor") == Some("end"))
+        .filter_map(|n| n.text().map(|t| t.trim().to_string()))
+        .filter(|t| !t.is_empty() && t.parse::<f64>().is_ok())
+        .collect()
+}
+
+#[test]
+fn y_ticks_share_one_number_of_decimals() {
+    let dir = tempfile::tempdir().unwrap();
+    for (input, name) in [
+        (fixture("tracker/synthetic_2000_ops.pkl"), "a.svg"),
+        (snapshot("synthetic_multi_device_oom"), "b.svg"),
+        (snapshot("cs336_medium_512_training"), "c.svg"),
+    ] {
+        let out = dir.path().join(name);
+        memtrack()
+            .args(["plot", p(&input), "-o", p(&out)])
+            .assert()
+            .success();
+        let labels = y_tick_labels(&std::fs::read_to_string(&out).unwrap());
+        assert!(labels.len() >= 4, "{name}: {labels:?}");
+        let decimals = |s: &str| s.split('.').nth(1).map_or(0, str::len);
+        assert!(
+            labels.iter().all(|l| decimals(l) == decimals(&labels[0])),
+            "{name}: {labels:?}"
+        );
+    }
+}
+
+#[test]
+fn degenerate_inputs_say_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    // a MemoryTracker file from a CPU run: every sample is 0 bytes
+    let zero = fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl");
+    let out = dir.path().join("z.svg");
+    memtrack()
+        .args(["plot", p(&zero), "-o", p(&out)])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("every sample is 0 bytes"));
+    assert!(!out.exists());
+}
+
+#[test]
+fn segments_picture_labels_its_rows_at_400_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.svg");
+    memtrack()
+        .args([
+            "segments",
+            p(&snapshot("cs336_medium_512_training")),
+            "-o",
+            p(&out),
+        ])
+        .assert()
+        .success();
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    // runs of equal-size segments are named in the left column: "20.00 MiB × 164"
+    let runs: Vec<String> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .filter(|t| t.contains(" × "))
+        .map(str::to_string)
+        .collect();
+    assert!(runs.len() >= 4, "{runs:?}");
+    let counted: usize = runs
+        .iter()
+        .filter_map(|r| r.rsplit(" × ").next()?.parse::<usize>().ok())
+        .sum();
+    assert!((300..=400).contains(&counted), "{runs:?}");
+}

@@ -59,9 +59,56 @@ pub fn run(a: PlotArgs) -> Result<()> {
             "no driver-level (device) series: `memtrack record` samples it only where the NVIDIA driver's NVML is present (and --device-interval is not 0)",
         ));
     }
+    if stats.op_count() == 0 {
+        return Err(Error::input(
+            &a.file,
+            "no ops recorded: nothing to plot (the tracker saw no operator run)",
+        ));
+    }
+    let every_value_zero = [Series::Allocated, Series::Active, Series::Reserved]
+        .iter()
+        .all(|&s| stats.series(s).iter().all(|&v| v == 0.0 || v.is_nan()));
+    if every_value_zero && driver.is_empty() {
+        return Err(Error::input(
+            &a.file,
+            "every sample is 0 bytes: nothing to plot (was anything allocated on the tracked device while recording?)",
+        ));
+    }
+    // series that are one and the same (the CPU backend counts live tensor storage once)
+    // are drawn as one line that says so, not three braided into one
+    let same = |x: Series, y: Series| {
+        let (p, q) = (stats.series(x), stats.series(y));
+        p.len() == q.len()
+            && p.iter()
+                .zip(q)
+                .all(|(a, b)| a == b || (a.is_nan() && b.is_nan()))
+    };
+    let merged = [SeriesArg::Allocated, SeriesArg::Active, SeriesArg::Reserved]
+        .iter()
+        .all(|s| series.contains(s))
+        && same(Series::Allocated, Series::Active)
+        && same(Series::Allocated, Series::Reserved);
+    let series: Vec<SeriesArg> = if merged {
+        series
+            .into_iter()
+            .filter(|s| !matches!(s, SeriesArg::Active | SeriesArg::Reserved))
+            .collect()
+    } else {
+        series
+    };
+    let on_cpu = stats.record.as_ref().is_some_and(|r| r.backend == "cpu");
     let last_op = stats.op_count().saturating_sub(1) as f64;
     let lines_of = |s: SeriesArg| -> Vec<Line> {
         match s.tracker_series() {
+            Some(Series::Allocated) if merged => {
+                let mut l = line(&stats, Series::Allocated);
+                l.label = if on_cpu {
+                    "allocated = active = reserved on CPU".into()
+                } else {
+                    "allocated = active = reserved".into()
+                };
+                vec![l]
+            }
             Some(t) => vec![line(&stats, t)],
             None => driver
                 .iter()
@@ -127,6 +174,13 @@ fn stacked(
         .into_iter()
         .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
         .collect();
+    if with_events
+        .iter()
+        .all(|&d| snap.trace(d).is_some_and(|t| t.events.len() < 2))
+        && !with_events.is_empty()
+    {
+        return Err(single_event(&a.file, snap, &with_events));
+    }
     let device = match with_events.as_slice() {
         [] => {
             return Err(Error::input(
@@ -192,6 +246,9 @@ fn snapshot(
         ));
     }
     let tls: Vec<_> = devices.iter().map(|&d| timeline(snap, d, true)).collect();
+    if tls.iter().all(|t| t.events < 2) {
+        return Err(single_event(&a.file, snap, &devices));
+    }
     let x_is_time = tls.iter().all(|t| t.x_is_time);
     // with time on every device, one shared clock: the earliest first event
     let t0 = tls.iter().filter_map(|t| t.t0_us).min();
@@ -313,6 +370,26 @@ fn snapshot(
     };
     let svg = plot::svg(&chart).map_err(|e| Error::Usage(format!("cannot draw the plot: {e}")))?;
     super::write_picture(out, kind, &svg, String::new)
+}
+
+/// A trace of one event has no "over time": say what the event is and where to look instead.
+fn single_event(path: &Path, snap: &crate::model::Snapshot, devices: &[u32]) -> Error {
+    let what = devices
+        .iter()
+        .find_map(|&d| snap.trace(d)?.events.first().map(|e| (d, e)))
+        .map_or_else(String::new, |(d, e)| {
+            format!(
+                " (cuda:{d}: {} of {})",
+                e.action.name(),
+                crate::model::format_bytes(e.size as f64, crate::model::Units::Auto)
+            )
+        });
+    Error::input(
+        path,
+        format!(
+            "the trace has a single event{what}: nothing to draw over time; `memtrack trace` lists it, `memtrack segments` maps the memory"
+        ),
+    )
 }
 
 /// Memory holds its value until the next event: draw steps, not slopes.

@@ -108,10 +108,27 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         r##"<text x="{}" y="78" font-size="12" fill="#555" text-anchor="end">each bar is one segment, scaled to its own size; largest first</text>"##,
         WIDTH - 20.0
     );
+    // rows too thin for a label each: label each run of equal-size segments where there is
+    // room ("20.00 MiB × 37"), so the left column still says what the bars are
+    let run_len: Vec<usize> = {
+        let mut len = vec![0usize; rows.len()];
+        let mut start = 0;
+        for i in 1..=rows.len() {
+            let same = i < rows.len()
+                && (rows[i].device, rows[i].total_size)
+                    == (rows[start].device, rows[start].total_size);
+            if !same {
+                len[start] = i - start;
+                start = i;
+            }
+        }
+        len
+    };
+    let mut last_label_y = f64::NEG_INFINITY;
     let mut sites = Sites::new(snap);
     let mut y = header_h;
     let mut last_dev = None;
-    for r in rows {
+    for (i, r) in rows.into_iter().enumerate() {
         if last_dev != Some(r.device) {
             let _ = writeln!(
                 out,
@@ -124,6 +141,22 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         }
         let seg = &snap.segments[r.index];
         let bar_h = (row_h - if row_h >= 6.0 { 3.0 } else { 1.0 }).max(1.0);
+        if !labels && run_len[i] > 0 && y - last_label_y >= 12.0 {
+            last_label_y = y;
+            let _ = writeln!(
+                out,
+                r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#888"/><text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end" fill="#222">{}</text>"##,
+                LABEL_W + 2.0,
+                BAR_X - 2.0,
+                LABEL_W,
+                y + 8.0,
+                esc(&if run_len[i] > 1 {
+                    format!("{} × {}", bytes(r.total_size), run_len[i])
+                } else {
+                    bytes(r.total_size)
+                })
+            );
+        }
         if labels {
             let _ = writeln!(
                 out,
