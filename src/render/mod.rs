@@ -4,6 +4,7 @@ pub mod allocator;
 pub mod cycles;
 pub mod gpus;
 pub mod graph;
+pub mod memory_chart;
 pub mod modules;
 pub mod picture;
 pub mod plot;
