@@ -8,11 +8,11 @@ py="$(scripts/setup-python.sh)"
 # installed (into ~/.cargo/bin, on PATH with rustup) so the README's next commands work as
 # written; the build is the repo's own target/ folder, not a second one
 cargo install --path . --locked --quiet --target-dir target
-memtrack="$(command -v memtrack || echo "${CARGO_HOME:-$HOME/.cargo}/bin/memtrack")"
+memtrack="${CARGO_INSTALL_ROOT:-${CARGO_HOME:-$HOME/.cargo}}/bin/memtrack"
 mkdir -p demo
 "$memtrack" record -o demo/mlp.pkl -- "$py" examples/mlp_batchnorm.py
 "$memtrack" summary demo/mlp.pkl --top 10
 "$memtrack" plot demo/mlp.pkl -o demo/mlp.svg
-if ! command -v memtrack >/dev/null; then
-  echo "memtrack: installed as $memtrack; add ${memtrack%/memtrack} to your PATH for the README's commands" >&2
+if [ "$(command -v memtrack || true)" != "$memtrack" ]; then
+  echo "memtrack: installed as $memtrack; put ${memtrack%/memtrack} first on your PATH for the README's commands" >&2
 fi
