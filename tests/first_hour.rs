@@ -3,16 +3,7 @@
 
 mod common;
 
-use common::{fixture, memtrack};
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let o = memtrack().args(args).output().unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
+use common::{fixture, run};
 
 #[test]
 fn record_without_the_separator_hints_at_it() {

@@ -29,17 +29,7 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
 #[test]
 fn stacked_svg_has_bands_peak_and_ooms() {
     let dir = tempfile::tempdir().unwrap();
-    let svg = dir.path().join("t.svg");
-    memtrack()
-        .args([
-            "plot",
-            p(&snapshot("cs336_medium_512_training")),
-            "--stacked",
-            "-o",
-            p(&svg),
-        ])
-        .assert()
-        .success();
+    let svg = plot_stacked(dir.path(), "t.svg");
     let text = std::fs::read_to_string(&svg).unwrap();
     let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
     let bands: Vec<_> = doc
@@ -141,25 +131,26 @@ fn unknown_picture_names_are_refused_and_nothing_is_written() {
     }
 }
 
-fn stacked_html(dir: &Path) -> PathBuf {
-    let html = dir.join("t.html");
+/// `plot --stacked` of a real training snapshot into `dir/name`.
+fn plot_stacked(dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
     memtrack()
         .args([
             "plot",
             p(&snapshot("cs336_medium_512_training")),
             "--stacked",
             "-o",
-            p(&html),
+            p(&out),
         ])
         .assert()
         .success();
-    html
+    out
 }
 
 #[test]
 fn stacked_html_is_self_contained() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(stacked_html(dir.path())).unwrap();
+    let text = std::fs::read_to_string(plot_stacked(dir.path(), "t.html")).unwrap();
     assert!(text.starts_with("<!DOCTYPE html>"));
     // no network: the only URL is the SVG namespace
     let urls: Vec<&str> = text
@@ -209,7 +200,7 @@ fn stacked_html_hover_works_in_a_headless_browser() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let html = stacked_html(dir.path());
+    let html = plot_stacked(dir.path(), "t.html");
     let profile = dir.path().join("profile");
     let url = format!("file://{}#selftest", html.display());
     let out = Command::new(&browser)

@@ -470,35 +470,20 @@ mod tests {
             "Net.backward.mm_3",       // 7 backward
         ];
         let mut s = stats(&names, &[1.0, 2.0, 5.0, 7.0, 8.0, 6.0, 9.0, 4.0]);
-        s.markers = vec![
-            Marker {
-                name: "fw_start".into(),
-                op_index: 6,
-            },
-            Marker {
-                name: "fw_bw_boundary".into(),
-                op_index: 7,
-            },
-        ];
+        // a forward (fw_start) and its boundary one op later, at each of these ops
+        let pairs = |at: &[i64]| -> Vec<Marker> {
+            at.iter()
+                .flat_map(|&i| {
+                    [("fw_start", i), ("fw_bw_boundary", i + 1)].map(|(name, op_index)| Marker {
+                        name: name.into(),
+                        op_index,
+                    })
+                })
+                .collect()
+        };
+        s.markers = pairs(&[6]);
         s.record = Some(RecordInfo {
-            marker_events: vec![
-                Marker {
-                    name: "fw_start".into(),
-                    op_index: 1,
-                },
-                Marker {
-                    name: "fw_bw_boundary".into(),
-                    op_index: 2,
-                },
-                Marker {
-                    name: "fw_start".into(),
-                    op_index: 6,
-                },
-                Marker {
-                    name: "fw_bw_boundary".into(),
-                    op_index: 7,
-                },
-            ],
+            marker_events: pairs(&[1, 6]),
             ..Default::default()
         });
         let got: Vec<(usize, &str, usize, usize)> = phases(&s)

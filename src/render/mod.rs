@@ -34,6 +34,14 @@ pub fn json<T: serde::Serialize>(value: &T) -> String {
     s
 }
 
+/// Text for XML (SVG, HTML): `&`, `<`, `>` and `"` escaped.
+pub fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
 /// `1,234,567`
 pub fn thousands(n: usize) -> String {
     let s = n.to_string();

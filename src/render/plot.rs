@@ -6,6 +6,8 @@ use plotters::style::FontStyle;
 
 use crate::model::Units;
 
+use super::ticks::time_unit;
+
 /// DejaVu Sans, embedded so text is measured the same everywhere (no system fonts needed).
 static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 
@@ -432,17 +434,6 @@ fn y_range(panel: &Panel) -> (f64, f64) {
         (lo, lo + 1.0)
     } else {
         (lo, hi)
-    }
-}
-
-/// Multiplier from seconds and unit name for an x span of `span` seconds.
-fn time_unit(span: f64) -> (f64, &'static str) {
-    if span >= 2.0 {
-        (1.0, "s")
-    } else if span >= 2e-3 {
-        (1e3, "ms")
-    } else {
-        (1e6, "µs")
     }
 }
 

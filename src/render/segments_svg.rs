@@ -9,6 +9,8 @@ use crate::analysis::sites::Sites;
 use crate::model::snapshot::{BlockState, Snapshot};
 use crate::model::{format_bytes, Units};
 
+use super::xml_escape as esc;
+
 const WIDTH: f64 = 1200.0;
 const LABEL_W: f64 = 300.0;
 const BAR_X: f64 = LABEL_W + 10.0;
@@ -20,13 +22,6 @@ const ROUNDING: &str = "#9ecae1";
 const PENDING: &str = "#ff7f0e";
 const FREE: &str = "#e8e8e8";
 const UNKNOWN: &str = "#d62728";
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 fn bytes(b: u64) -> String {
     format_bytes(b as f64, Units::Auto)

@@ -8,7 +8,9 @@ use crate::analysis::memviz::format_size;
 use crate::analysis::stacked::{BandBy, Stacked};
 use crate::model::Units;
 
-use super::ticks::{nice_ticks, tick_labels};
+use super::xml_escape as esc;
+
+use super::ticks::{nice_ticks, tick_labels, time_unit};
 
 const WIDTH: f64 = 1200.0;
 const LEFT: f64 = 90.0;
@@ -33,13 +35,6 @@ pub struct StackedChart<'a> {
     pub title: String,
     pub data: &'a Stacked,
     pub units: Units,
-}
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 fn color(k: usize) -> &'static str {
@@ -326,17 +321,6 @@ fn subtitle(d: &Stacked) -> String {
     }
     s.push_str(", the rest grey; the top edge is allocated memory");
     s
-}
-
-/// Multiplier from seconds and unit name for an x span of `span` seconds.
-fn time_unit(span: f64) -> (f64, &'static str) {
-    if span >= 2.0 {
-        (1.0, "s")
-    } else if span >= 2e-3 {
-        (1e3, "ms")
-    } else {
-        (1e6, "µs")
-    }
 }
 
 /// x where sample `i`'s value ends: the next sample, or the end of the range.

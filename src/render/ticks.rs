@@ -53,6 +53,17 @@ pub fn tick_labels(ticks: &[f64]) -> Vec<String> {
         .collect()
 }
 
+/// Multiplier from seconds and unit name for an x span of `span` seconds.
+pub fn time_unit(span: f64) -> (f64, &'static str) {
+    if span >= 2.0 {
+        (1.0, "s")
+    } else if span >= 2e-3 {
+        (1e3, "ms")
+    } else {
+        (1e6, "µs")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
