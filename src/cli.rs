@@ -188,7 +188,7 @@ pub enum XAxisArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BandByArg {
-    /// The N largest allocations
+    /// The N largest allocations (bytes × time live: the ones the picture shows)
     Allocation,
     /// The N allocation sites that held the most at once
     Site,

@@ -70,7 +70,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
     if every_value_zero && driver.is_empty() {
         return Err(Error::input(
             &a.file,
-            "every sample is 0 bytes: nothing to plot (was anything allocated on the tracked device while recording?)",
+            "every sample is 0 bytes: nothing to plot. MemoryTracker reads the CUDA allocator, so a run without a GPU records zeros; `memtrack record` counts tensors on the CPU too",
         ));
     }
     let picks: Vec<Option<Series>> = series.iter().map(|s| s.tracker_series()).collect();

@@ -19,16 +19,14 @@ pub fn modules(v: &ModulesView, title: &str, format: Format, units: Units) -> St
             }
             for it in &v.iterations {
                 // always say which iteration this is: by default the last of several
-                {
-                    out.push_str(&heading(
-                        md,
-                        2,
-                        &format!(
-                            "Iteration {} of {} (from op {})",
-                            it.iteration, v.iterations_recorded, it.first_op
-                        ),
-                    ));
-                }
+                out.push_str(&heading(
+                    md,
+                    2,
+                    &format!(
+                        "Iteration {} of {} (from op {})",
+                        it.iteration, v.iterations_recorded, it.first_op
+                    ),
+                ));
                 iteration(&mut out, it, md, units);
             }
             if v.iterations.is_empty() {
