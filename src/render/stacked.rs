@@ -217,7 +217,15 @@ pub fn svg(chart: &StackedChart) -> String {
         (1.0, "")
     };
     let x_ticks = nice_ticks(x0 * scale, x1 * scale, 10);
-    let x_labels = tick_labels(&x_ticks);
+    let x_labels: Vec<String> = if d.x_is_time {
+        tick_labels(&x_ticks)
+    } else {
+        // event numbers: whole, with thousands separators
+        x_ticks
+            .iter()
+            .map(|t| super::thousands(t.max(0.0).round() as usize))
+            .collect()
+    };
     s.push_str("<g id=\"xticks\">\n");
     for (t, label) in x_ticks.iter().zip(&x_labels) {
         let x = f.px(t / scale);
@@ -548,7 +556,8 @@ function redraw() {
   const g = document.getElementById('xticks');
   const y = +g.querySelector('line')?.getAttribute('y1') || 0;
   let html = '';
-  for (const [t, label] of ticks(lo, hi, 10)) {
+  for (const [t, text] of ticks(lo, hi, 10)) {
+    const label = D.x_is_time ? text : Math.round(t).toLocaleString('en-US');
     const x = D.left + (t - lo) / (hi - lo) * D.plot_w;
     html += `<line x1="${x}" x2="${x}" y1="${y}" y2="${y + 5}" stroke="#888888"/><text x="${x}" y="${y + 19}" text-anchor="middle">${label}</text>`;
   }
