@@ -12,9 +12,9 @@ use crate::model::{format_bytes, Units};
 use super::xml_escape as esc;
 
 const WIDTH: f64 = 1200.0;
+/// The label column: a label per row (size, pool, address), or only run labels ("20.00 MiB × 37").
 const LABEL_W: f64 = 300.0;
-const BAR_X: f64 = LABEL_W + 10.0;
-const BAR_W: f64 = WIDTH - BAR_X - 20.0;
+const RUN_LABEL_W: f64 = 120.0;
 const MAX_ROWS: usize = 1500;
 
 const REQUESTED: &str = "#1f77b4";
@@ -45,6 +45,9 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         (1800.0 / n as f64).clamp(3.0, 18.0)
     };
     let labels = row_h >= 11.0;
+    let label_w = if labels { LABEL_W } else { RUN_LABEL_W };
+    let bar_x = label_w + 10.0;
+    let bar_w = WIDTH - bar_x - 20.0;
     let devices: Vec<u32> = {
         let mut d: Vec<u32> = rows.iter().map(|r| r.device).collect();
         d.dedup();
@@ -141,9 +144,9 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
             let _ = writeln!(
                 out,
                 r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#888"/><text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end" fill="#222">{}</text>"##,
-                LABEL_W + 2.0,
-                BAR_X - 2.0,
-                LABEL_W,
+                label_w + 2.0,
+                bar_x - 2.0,
+                label_w,
                 y + 8.0,
                 esc(&if run_len[i] > 1 {
                     format!("{} × {}", bytes(r.total_size), run_len[i])
@@ -156,7 +159,7 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
             let _ = writeln!(
                 out,
                 r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end" fill="#222">{}</text>"##,
-                LABEL_W,
+                label_w,
                 y + bar_h - 3.0,
                 esc(&format!(
                     "{}  {} {}  0x{:x}",
@@ -169,7 +172,7 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         }
         let _ = writeln!(
             out,
-            r##"<g><title>{}</title><rect x="{BAR_X}" y="{y:.1}" width="{BAR_W}" height="{bar_h:.1}" fill="{FREE}" stroke="#aaa" stroke-width="0.5"/></g>"##,
+            r##"<g><title>{}</title><rect x="{bar_x}" y="{y:.1}" width="{bar_w}" height="{bar_h:.1}" fill="{FREE}" stroke="#aaa" stroke-width="0.5"/></g>"##,
             esc(&format!(
                 "segment {} at 0x{:x}: {} ({} {}), {} blocks, allocated {}, free {}",
                 r.index,
@@ -185,8 +188,8 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         let total = seg.total_size.max(1) as f64;
         let mut offset = 0u64;
         for b in seg.blocks(&snap.blocks) {
-            let x = BAR_X + offset as f64 / total * BAR_W;
-            let w = (b.size as f64 / total * BAR_W).max(0.4);
+            let x = bar_x + offset as f64 / total * bar_w;
+            let w = (b.size as f64 / total * bar_w).max(0.4);
             offset += b.size;
             if b.state == BlockState::Inactive {
                 continue;
@@ -204,7 +207,7 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
             match b.state {
                 BlockState::ActiveAllocated => {
                     let req = b.requested(&snap.history).min(b.size);
-                    let wr = (req as f64 / total * BAR_W).max(0.4).min(w);
+                    let wr = (req as f64 / total * bar_w).max(0.4).min(w);
                     let _ = write!(
                         out,
                         r#"<rect x="{x:.2}" y="{y:.1}" width="{w:.2}" height="{bar_h:.1}" fill="{ROUNDING}"/><rect x="{x:.2}" y="{y:.1}" width="{wr:.2}" height="{bar_h:.1}" fill="{REQUESTED}"/>"#
