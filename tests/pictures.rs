@@ -286,6 +286,15 @@ fn degenerate_inputs_say_what_is_wrong() {
         .code(2)
         .stderr(predicates::str::contains("every sample is 0 bytes"));
     assert!(!out.exists());
+    // a stats file without a single op
+    let empty = dir.path().join("empty.pkl");
+    memtrack::formats::tracker::write(&memtrack::model::TrackerStats::default(), &empty).unwrap();
+    memtrack()
+        .args(["plot", p(&empty), "-o", p(&out)])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("no ops recorded"));
+    assert!(!out.exists());
 }
 
 #[test]
