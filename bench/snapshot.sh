@@ -74,6 +74,8 @@ done
 run "top --folded" "$BIN" top --folded "$DATA"
 run "plot" "$BIN" plot "$DATA" -o bench/data/timeline.svg
 run "diff (itself)" "$BIN" diff "$DATA" "$DATA"
+run "plot --stacked" "$BIN" plot "$DATA" --stacked -o bench/data/stacked.html
+printf 'memtrack plot --stacked -o .html: %s bytes, self-contained\n' "$(stat -c %s bench/data/stacked.html)"
 
 if [ "${SKIP_MEMVIZ:-0}" != 1 ] && "$TORCH_PYTHON" -c 'import torch' 2>/dev/null; then
     read -r w c m < <(RUNS="${MEMVIZ_RUNS:-2}" measure "$TORCH_PYTHON" -m torch.cuda._memory_viz stats "$DATA")
@@ -82,6 +84,14 @@ if [ "${SKIP_MEMVIZ:-0}" != 1 ] && "$TORCH_PYTHON" -c 'import torch' 2>/dev/null
         printf '_memory_viz stats / memtrack %-8s %6.1fx wall %6.1fx cpu\n' "$cmd" \
             "$(echo "$w / ${WALL[$cmd]}" | bc -l)" "$(echo "$c / ${CPU[$cmd]}" | bc -l)"
     done
+    # the page pytorch.org/memory_viz draws: the whole snapshot inside, base64, and its
+    # script from cdn.jsdelivr.net (it does not open offline)
+    read -r w c m < <(RUNS=1 measure "$TORCH_PYTHON" -m torch.cuda._memory_viz trace_plot "$DATA" -o bench/data/memviz_trace.html)
+    report "_memory_viz trace_plot" "$w" "$c" "$m"
+    ours=$(stat -c %s bench/data/stacked.html)
+    theirs=$(stat -c %s bench/data/memviz_trace.html)
+    printf '_memory_viz trace_plot / memtrack plot --stacked: %6.1fx wall, HTML %s / %s bytes = %.0fx\n' \
+        "$(echo "$w / ${WALL["plot --stacked"]}" | bc -l)" "$theirs" "$ours" "$(echo "$theirs / $ours" | bc -l)"
 else
     echo "_memory_viz stats: skipped (no torch at $TORCH_PYTHON, or SKIP_MEMVIZ=1)"
 fi

@@ -5,8 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "memtrack: cargo not found: install Rust (https://rustup.rs)" >&2; exit 2; }
 py="$(scripts/setup-python.sh)"
-cargo build --release --locked --quiet
+# installed (into ~/.cargo/bin, on PATH with rustup) so the README's next commands work as
+# written; the build is the repo's own target/ folder, not a second one
+cargo install --path . --locked --quiet --target-dir target
+memtrack="${CARGO_INSTALL_ROOT:-${CARGO_HOME:-$HOME/.cargo}}/bin/memtrack"
 mkdir -p demo
-./target/release/memtrack record -o demo/mlp.pkl -- "$py" examples/mlp_batchnorm.py
-./target/release/memtrack summary demo/mlp.pkl --top 10
-./target/release/memtrack plot demo/mlp.pkl -o demo/mlp.svg
+"$memtrack" record -o demo/mlp.pkl -- "$py" examples/mlp_batchnorm.py
+"$memtrack" summary demo/mlp.pkl --top 10
+"$memtrack" plot demo/mlp.pkl -o demo/mlp.svg
+if [ "$(command -v memtrack || true)" != "$memtrack" ]; then
+  echo "memtrack: installed as $memtrack; put ${memtrack%/memtrack} first on your PATH for the README's commands" >&2
+fi

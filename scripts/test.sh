@@ -6,6 +6,13 @@ cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "memtrack: cargo not found: install Rust (https://rustup.rs)" >&2; exit 2; }
 MEMTRACK_PYTHON="$(scripts/setup-python.sh)"
 export MEMTRACK_PYTHON
+# the HTML page of `plot --stacked` is tested in a real headless browser; CI installs one
+if [ -n "${CI:-}" ] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null \
+   && [ -z "${MEMTRACK_BROWSER:-}" ] && command -v apt-get >/dev/null; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "memtrack: installing chromium for the HTML test (apt-get)" >&2
+  $sudo apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >&2
+fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0

@@ -11,7 +11,7 @@ use crate::render::Format;
 #[command(
     name = "memtrack",
     version,
-    about = "Profile PyTorch GPU memory: read MemoryTracker stats and allocator snapshots, fast, without Python",
+    about = "Profile PyTorch GPU memory: record a training run (`memtrack record -- python train.py`), then read its stats, MemoryTracker stats or allocator snapshots, fast, without Python",
     long_about = None,
     propagate_version = true
 )]
@@ -20,11 +20,46 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The command line of this process, with the hints clap cannot give: `record` without `--`
+/// before the program, and `help --help`.
+pub fn parse() -> Cli {
+    parse_from(std::env::args_os())
+}
+
+pub fn parse_from<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> Cli {
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    // `memtrack help --help`: the help of `help` itself
+    if args.len() == 3 && args[1] == "help" && (args[2] == "--help" || args[2] == "-h") {
+        args[2] = "help".into();
+    }
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let record_without_separator = args.get(1).is_some_and(|a| a == "record")
+                && !args.iter().any(|a| a == "--")
+                && matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::UnknownArgument
+                        | clap::error::ErrorKind::MissingRequiredArgument
+                );
+            if record_without_separator {
+                let _ = e.print();
+                eprintln!(
+                    "\nhint: put `--` before the program to run, so its arguments stay its own:\n  memtrack record -o run.pkl -- python train.py"
+                );
+                std::process::exit(2);
+            }
+            e.exit()
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Peaks, forward/backward split and the top ops that generate memory
     Summary(SummaryArgs),
-    /// Draw allocated / active / reserved memory per operator as SVG
+    /// Draw memory over time (SVG, PNG or HTML): per operator from stats files, over the trace
+    /// of an allocator snapshot, or (--stacked) the snapshot's Active Memory Timeline
     Plot(PlotArgs),
     /// Write the whole file as JSON, for scripts
     Export(ExportArgs),
@@ -46,7 +81,7 @@ pub enum Command {
     Allocator(AllocatorArgs),
     /// Reference cycles that held tensors (`record --cycles`): listed by bytes, or drawn
     Cycles(CyclesArgs),
-    /// Print a shell completion script (bash, zsh or fish)
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell)
     Completions(CompletionsArgs),
     /// Print the man page (roff), generated from the command-line definition
     Man(ManArgs),
@@ -106,11 +141,27 @@ impl SeriesArg {
 
 #[derive(Args, Debug)]
 pub struct PlotArgs {
-    /// A MemoryTracker stats file (save_stats) or a `memtrack record` file
+    /// A MemoryTracker stats file (save_stats), a `memtrack record` file, or an allocator
+    /// snapshot (`torch.cuda.memory._dump_snapshot`)
     pub file: PathBuf,
-    /// The SVG to write (`-` for stdout); default: the input's name with .svg, here
+    /// Where to write: .svg, .png, or .html (`--stacked` only: hover and zoom); `-` is SVG on
+    /// stdout; default: the input's name with .svg, here
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Allocator snapshots: the stacked Active Memory Timeline of pytorch.org/memory_viz
+    /// (allocations as bands, the top edge allocated memory) instead of total lines
+    #[arg(long)]
+    pub stacked: bool,
+    /// With --stacked: one band per allocation (the largest) or per allocation site
+    #[arg(long, value_enum, default_value_t = BandByArg::Allocation, requires = "stacked")]
+    pub by: BandByArg,
+    /// With --stacked: how many bands; everything else is one grey band
+    #[arg(long, default_value_t = 20, value_name = "N", requires = "stacked")]
+    pub bands: usize,
+    /// With --stacked: x is the trace event (as pytorch.org/memory_viz; idle time takes no
+    /// room) or the time since the first event
+    #[arg(long, value_enum, default_value_t = XAxisArg::Event, requires = "stacked")]
+    pub x: XAxisArg,
     /// Series to draw, comma-separated [default: allocated,active,reserved, and device when
     /// the file has the driver-level series]
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -130,13 +181,29 @@ pub struct PlotArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum XAxisArg {
+    Event,
+    Time,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BandByArg {
+    /// The N largest allocations (bytes × time live: the ones the picture shows)
+    Allocation,
+    /// The N allocation sites that held the most at once
+    Site,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {
     Json,
 }
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
+    /// A MemoryTracker stats file, a `memtrack record` file or an allocator snapshot
     pub file: PathBuf,
+    /// Output format (JSON only: the stable contract for scripts)
     #[arg(long, value_enum, default_value_t = ExportFormat::Json)]
     pub format: ExportFormat,
     /// Where to write; `-` is stdout
@@ -151,12 +218,14 @@ pub struct SegmentsArgs {
     /// Only this CUDA device
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
-    /// Where to write; `-` is stdout. A name ending in `.svg` draws the segments and their
-    /// blocks instead
+    /// Where to write; `-` is stdout. A name ending in `.svg` or `.png` draws the segments and
+    /// their blocks instead
     #[arg(short, long, default_value = "-")]
     pub output: PathBuf,
+    /// Output format of the map; JSON is the stable contract for scripts and CI
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Units for byte amounts in text and Markdown (JSON and CSV always give bytes)
     #[arg(long, default_value = "auto", value_name = "auto|B|KiB|MiB|GiB")]
     pub units: Units,
 }
@@ -289,7 +358,7 @@ pub struct ModulesArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
     /// Units for byte amounts in text and Markdown (JSON and CSV always give bytes)
-    #[arg(long, default_value = "B", value_name = "B|KiB|MiB|GiB")]
+    #[arg(long, default_value = "auto", value_name = "auto|B|KiB|MiB|GiB")]
     pub units: Units,
 }
 
@@ -336,12 +405,12 @@ pub struct AllocatorArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  memtrack record --cycles -o run.pkl -- python train.py\n  memtrack cycles run.pkl\n  memtrack cycles run.pkl -o cycles.html   (or .svg, .dot)"
+    after_help = "Examples:\n  memtrack record --cycles -o run.pkl -- python train.py\n  memtrack cycles run.pkl\n  memtrack cycles run.pkl -o cycles.html   (or .svg, .png, .dot)"
 )]
 pub struct CyclesArgs {
     /// A `memtrack record --cycles` file
     pub file: PathBuf,
-    /// Where to write; `-` is stdout. A name ending in .svg, .dot or .html draws the cycles
+    /// Where to write; `-` is stdout. A name ending in .svg, .png, .dot or .html draws the cycles
     #[arg(short, long, default_value = "-")]
     pub output: PathBuf,
     /// Only the cycle with this number (as listed, 1 holds the most bytes)
@@ -360,10 +429,10 @@ pub struct CyclesArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Install:\n  bash: memtrack completions bash > ~/.local/share/bash-completion/completions/memtrack\n  zsh:  memtrack completions zsh > ~/.zfunc/_memtrack   (with fpath+=~/.zfunc before compinit)\n  fish: memtrack completions fish > ~/.config/fish/completions/memtrack.fish"
+    after_help = "Install:\n  bash: memtrack completions bash > ~/.local/share/bash-completion/completions/memtrack\n  zsh:  memtrack completions zsh > ~/.zfunc/_memtrack   (with fpath+=~/.zfunc before compinit)\n  fish: memtrack completions fish > ~/.config/fish/completions/memtrack.fish\n  elvish, powershell: memtrack completions elvish|powershell, sourced from the shell's profile"
 )]
 pub struct CompletionsArgs {
-    /// The shell
+    /// The shell to complete in
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
 }
@@ -374,4 +443,30 @@ pub struct ManArgs {
     /// Also write one page per subcommand (memtrack-record.1, …) into this folder
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod help_tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `--help` tells the truth: every argument of every subcommand says what it is.
+    #[test]
+    fn every_argument_has_a_description() {
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{} {}", sub.get_name(), id));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no description: {missing:?}");
+    }
 }

@@ -105,7 +105,7 @@ fn record_cycles_finds_them_with_their_bytes_and_draws_them() {
     assert!(text.contains("Holder —.me→ Holder"), "{text}");
 
     // drawings
-    for ext in ["svg", "dot", "html"] {
+    for ext in ["svg", "png", "dot", "html"] {
         let out = dir.path().join(format!("c.{ext}"));
         let o = memtrack()
             .arg("cycles")
@@ -127,6 +127,10 @@ fn record_cycles_finds_them_with_their_bytes_and_draws_them() {
     assert!(texts.contains(&"Tensor float32[524288] cpu"), "{texts:?}");
     assert!(texts.contains(&"holds 2.00 MiB"), "{texts:?}");
     assert!(texts.contains(&"tb_frame"), "{texts:?}");
+
+    // the PNG is the SVG rendered
+    let png = std::fs::read(dir.path().join("c.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 5_000);
 
     let dot = std::fs::read_to_string(dir.path().join("c.dot")).unwrap();
     let (nodes, edges) = check_dot(&dot);

@@ -33,7 +33,7 @@ fn json_and_text_are_not_pickles() {
     let dir = tempfile::tempdir().unwrap();
     fails_cleanly(
         &write_temp(dir.path(), "stats.json", b"{\"memories_allocated\": {}}"),
-        "not a pickle (first byte 0x7b at offset 0) (it looks like JSON)",
+        "not a pickle: it looks like JSON",
     );
     fails_cleanly(
         &write_temp(dir.path(), "notes.txt", b"hello world\n"),
@@ -207,4 +207,29 @@ fn output_errors_keep_existing_files() {
         .stderr(predicate::str::contains(
             "/nonexistent-dir/x.txt: cannot write",
         ));
+}
+
+/// What a careless user hands memtrack gets named in plain words: no opcode or memo jargon,
+/// "not a pickle" said once.
+#[test]
+fn directories_text_and_images_are_named_plainly() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = write_temp(dir.path(), "plot.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR");
+    let text = write_temp(dir.path(), "notes.txt", b"hello (world) g\n");
+    let json = write_temp(dir.path(), "x.json", b"[1, 2]");
+    for (path, says) in [
+        (dir.path().to_path_buf(), "is a directory"),
+        (png, "looks like a PNG image"),
+        (text, "looks like text"),
+        (json, "looks like JSON"),
+    ] {
+        let out = memtrack().arg("summary").arg(&path).output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{}: {err}", path.display());
+        for jargon in ["memo key", "opcode", "No such device", "at byte"] {
+            assert!(!err.contains(jargon), "{}: {err}", path.display());
+        }
+        assert!(err.matches("not a pickle").count() <= 1, "{err}");
+    }
 }

@@ -294,11 +294,20 @@ fn folded_stacks_are_flamegraph_input() {
 #[test]
 fn plots_and_svgs_are_written() {
     let dir = tempfile::tempdir().unwrap();
-    for name in [
-        "cs336_medium_512_training",
-        "synthetic_multi_device_oom",
-        "flexgen_oom_snapshot_legacy",
-    ] {
+    // a trace of one event (flexgen's `snapshot` entry) has nothing to draw over time: said, exit 2
+    memtrack()
+        .args([
+            "plot",
+            p(&snapshot("flexgen_oom_snapshot_legacy")),
+            "-o",
+            p(&dir.path().join("one.svg")),
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "a single event (cuda:0: snapshot of 11.03 GiB)",
+        ));
+    for name in ["cs336_medium_512_training", "synthetic_multi_device_oom"] {
         let svg = dir.path().join(format!("{name}.svg"));
         memtrack()
             .args(["plot", p(&snapshot(name)), "-o", p(&svg)])
@@ -314,6 +323,16 @@ fn plots_and_svgs_are_written() {
         let text = std::fs::read_to_string(&seg).unwrap();
         assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
     }
+    let seg = dir.path().join("flexgen.segments.svg");
+    memtrack()
+        .args([
+            "segments",
+            p(&snapshot("flexgen_oom_snapshot_legacy")),
+            "-o",
+            p(&seg),
+        ])
+        .assert()
+        .success();
     let multi = std::fs::read_to_string(dir.path().join("synthetic_multi_device_oom.svg")).unwrap();
     assert!(multi.contains("OOM") && multi.contains("cuda:1"));
     // no trace: a clear error, not an empty picture

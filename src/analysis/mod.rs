@@ -9,6 +9,7 @@ pub mod modules;
 pub mod segments;
 pub mod sites;
 pub mod snapshot_summary;
+pub mod stacked;
 pub mod summary;
 pub mod timeline;
 pub mod trace_listing;

@@ -243,8 +243,10 @@ pub struct Peak {
     pub op: String,
 }
 
-/// A stretch of ops between markers: forward (fw_start to fw_bw_boundary) or backward
-/// (fw_bw_boundary to the next fw_start, or the end), per iteration.
+/// A stretch of ops between markers, per iteration: `setup` (before the first fw_start,
+/// iteration 0), `forward` (fw_start to fw_bw_boundary), `backward` (from fw_bw_boundary),
+/// and where the recording names optimizer ops (`memtrack record`), `optimizer step` and
+/// `after step` (until the next fw_start: zero_grad, the next batch).
 #[derive(Debug, Serialize)]
 pub struct Phase {
     pub iteration: usize,
@@ -397,6 +399,12 @@ fn distinct_names(stats: &TrackerStats, end: usize) -> Vec<(usize, usize)> {
     entries
 }
 
+/// Whether an op ran inside an optimizer's step: `memtrack record` names those ops
+/// `{Optimizer}.step.{op}` (MemoryTracker files have no such names).
+fn is_optimizer_op(name: &str) -> bool {
+    name.split('.').nth(1) == Some("step")
+}
+
 fn phases(stats: &TrackerStats) -> Vec<Phase> {
     let n = stats.op_count();
     let mut events: Vec<Marker> = stats
@@ -405,46 +413,69 @@ fn phases(stats: &TrackerStats) -> Vec<Phase> {
         .filter(|m| m.name == "fw_start" || m.name == "fw_bw_boundary")
         .collect();
     events.sort_by_key(|m| m.op_index);
-    let mut out = Vec::new();
+    let at = |m: &Marker| (m.op_index.max(0) as usize).min(n);
+    // (iteration, phase, start, end) before measuring
+    let mut spans: Vec<(usize, &'static str, usize, usize)> = Vec::new();
+    // model construction, data loading: before the first forward, no iteration of its own
+    if let Some(first) = events.iter().find(|m| m.name == "fw_start") {
+        if at(first) > 0 {
+            spans.push((0, "setup", 0, at(first)));
+        }
+    }
     let mut iteration = 0;
     for (k, m) in events.iter().enumerate() {
-        let start = (m.op_index.max(0) as usize).min(n);
-        let end = events
-            .get(k + 1)
-            .map_or(n, |next| (next.op_index.max(0) as usize).min(n));
-        let phase = if m.name == "fw_start" {
+        let start = at(m);
+        let end = events.get(k + 1).map_or(n, at);
+        if m.name == "fw_start" {
             iteration += 1;
-            "forward"
-        } else {
-            "backward"
-        };
-        if end <= start {
+            spans.push((iteration, "forward", start, end));
             continue;
         }
-        let (peak_op_index, peak_allocated_bytes) =
-            argmax(&stats.allocated, start, end).unwrap_or((start, f64::NAN));
-        let before = if start == 0 {
-            0.0
-        } else {
-            stats.allocated[start - 1]
-        };
-        out.push(Phase {
-            iteration: iteration.max(1),
-            phase,
-            first_op: start,
-            end_op: end,
-            peak_allocated_bytes,
-            peak_op_index,
-            allocated_change_bytes: stats.allocated[end - 1] - before,
-        });
+        // after the boundary: backward, then the optimizer's step, then whatever runs until
+        // the next forward (zero_grad, the next batch)
+        let iteration = iteration.max(1);
+        let opt_first = (start..end).find(|&i| is_optimizer_op(stats.names.get(i)));
+        match opt_first {
+            None => spans.push((iteration, "backward", start, end)),
+            Some(first) => {
+                let last = (first..end)
+                    .rev()
+                    .find(|&i| is_optimizer_op(stats.names.get(i)))
+                    .unwrap_or(first);
+                spans.push((iteration, "backward", start, first));
+                spans.push((iteration, "optimizer step", first, last + 1));
+                spans.push((iteration, "after step", last + 1, end));
+            }
+        }
     }
-    out
+    spans
+        .into_iter()
+        .filter(|&(_, _, start, end)| end > start)
+        .map(|(iteration, phase, start, end)| {
+            let (peak_op_index, peak_allocated_bytes) =
+                argmax(&stats.allocated, start, end).unwrap_or((start, f64::NAN));
+            let before = if start == 0 {
+                0.0
+            } else {
+                stats.allocated[start - 1]
+            };
+            Phase {
+                iteration,
+                phase,
+                first_op: start,
+                end_op: end,
+                peak_allocated_bytes,
+                peak_op_index,
+                allocated_change_bytes: stats.allocated[end - 1] - before,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::OpNames;
+    use crate::model::{Marker, OpNames, RecordInfo};
 
     fn stats(names: &[&str], alloc: &[f64]) -> TrackerStats {
         let mut n = OpNames::default();
@@ -456,6 +487,56 @@ mod tests {
             reserved: alloc.to_vec(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn phases_separate_setup_and_the_optimizer_step() {
+        let names = [
+            "Global.forward.empty_0",  // 0 setup
+            "Net.forward.mm_0",        // 1 forward
+            "Net.backward.mm_1",       // 2 backward
+            "AdamW.step.zeros_like_0", // 3 optimizer
+            "AdamW.step.add_0",        // 4 optimizer
+            "Global.forward.zero_0",   // 5 after step
+            "Net.forward.mm_2",        // 6 forward
+            "Net.backward.mm_3",       // 7 backward
+        ];
+        let mut s = stats(&names, &[1.0, 2.0, 5.0, 7.0, 8.0, 6.0, 9.0, 4.0]);
+        // a forward (fw_start) and its boundary one op later, at each of these ops
+        let pairs = |at: &[i64]| -> Vec<Marker> {
+            at.iter()
+                .flat_map(|&i| {
+                    [("fw_start", i), ("fw_bw_boundary", i + 1)].map(|(name, op_index)| Marker {
+                        name: name.into(),
+                        op_index,
+                    })
+                })
+                .collect()
+        };
+        s.markers = pairs(&[6]);
+        s.record = Some(RecordInfo {
+            marker_events: pairs(&[1, 6]),
+            ..Default::default()
+        });
+        let got: Vec<(usize, &str, usize, usize)> = phases(&s)
+            .iter()
+            .map(|p| (p.iteration, p.phase, p.first_op, p.end_op))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, "setup", 0, 1),
+                (1, "forward", 1, 2),
+                (1, "backward", 2, 3),
+                (1, "optimizer step", 3, 5),
+                (1, "after step", 5, 6),
+                (2, "forward", 6, 7),
+                (2, "backward", 7, 8),
+            ]
+        );
+        let step = &phases(&s)[3];
+        assert_eq!((step.peak_op_index, step.peak_allocated_bytes), (4, 8.0));
+        assert_eq!(step.allocated_change_bytes, 8.0 - 5.0);
     }
 
     #[test]

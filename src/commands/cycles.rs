@@ -36,20 +36,28 @@ pub fn run(a: CyclesArgs) -> Result<()> {
         .output
         .extension()
         .map(|e| e.to_string_lossy().to_ascii_lowercase());
-    let drawing = match ext.as_deref() {
-        Some("svg") => Some(graph::svg(&items, &title, a.units)),
-        Some("dot" | "gv") => Some(graph::dot(&items, &title, a.units)),
-        Some("html" | "htm") => Some(graph::html(&items, &title, a.units)),
-        _ => None,
+    let draw = |ext: &str| -> Option<Result<Vec<u8>>> {
+        Some(Ok(match ext {
+            "svg" => graph::svg(&items, &title, a.units).into_bytes(),
+            "png" => {
+                return Some(render::picture::png(
+                    &graph::svg(&items, &title, a.units),
+                    1.0,
+                ))
+            }
+            "dot" | "gv" => graph::dot(&items, &title, a.units).into_bytes(),
+            "html" | "htm" => graph::html(&items, &title, a.units).into_bytes(),
+            _ => return None,
+        }))
     };
-    if let Some(d) = drawing {
+    if let Some(drawing) = ext.as_deref().and_then(draw) {
         if items.is_empty() {
             return Err(Error::input(
                 &a.file,
                 "no reference cycle held a tensor while recorded: nothing to draw",
             ));
         }
-        output::emit(&a.output, d.as_bytes())?;
+        output::emit(&a.output, &drawing?)?;
         eprintln!(
             "memtrack: wrote {} ({} cycle{})",
             a.output.display(),

@@ -63,6 +63,23 @@ fn page(cmd: &clap::Command) -> Result<Vec<u8>> {
         out.extend_from_slice(format!(".SH \"{}\"\n", full.to_uppercase()).as_bytes());
         out.extend_from_slice(part.as_bytes());
     }
+    out.extend_from_slice(EXIT_STATUS.as_bytes());
     man.render_version_section(&mut out).map_err(fail)?;
     Ok(out)
 }
+
+/// The exit codes every command keeps (DESIGN.md's conventions), in roff.
+const EXIT_STATUS: &str = r#".SH "EXIT STATUS"
+.TP
+\fB0\fR
+Success.
+.TP
+\fB1\fR
+A check failed: \fBmemtrack diff \-\-fail\-over\fR found growth over its threshold.
+.TP
+\fB2\fR
+Bad usage or an input memtrack cannot read; the message names the file and what was wrong, and nothing already written is lost.
+.TP
+\fBany other\fR
+\fBmemtrack record\fR exits with the recorded program's own exit code (128 + the signal's number when a signal ended it).
+"#;

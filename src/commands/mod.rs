@@ -75,3 +75,18 @@ pub(crate) fn snapshot_devices(
         }
     }
 }
+
+/// Write a drawing as `kind` (SVG, PNG from the SVG, or the command's HTML) and say where.
+pub(crate) fn write_picture(
+    out: &std::path::Path,
+    kind: crate::render::picture::PictureKind,
+    svg: &str,
+    html: impl FnOnce() -> String,
+) -> Result<()> {
+    let bytes = crate::render::picture::encode(kind, svg, html)?;
+    crate::output::emit(out, &bytes)?;
+    if out.as_os_str() != "-" {
+        eprintln!("memtrack: wrote {}", out.display());
+    }
+    Ok(())
+}

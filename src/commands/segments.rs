@@ -1,6 +1,7 @@
 use crate::analysis::segments::segment_map;
 use crate::cli::SegmentsArgs;
 use crate::error::Result;
+use crate::render::picture::PictureKind;
 use crate::{formats, output, render};
 
 pub fn run(a: SegmentsArgs) -> Result<()> {
@@ -9,15 +10,15 @@ pub fn run(a: SegmentsArgs) -> Result<()> {
     let devices = super::snapshot_devices(&a.file, &snap, a.device)?;
     let map = segment_map(&snap, &devices);
     let title = super::display_name(&a.file);
-    let is_svg = a
-        .output
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-    if is_svg {
+    // a picture for .svg and .png; any other name gets the text (or --format) output
+    let picture = match a.output.extension() {
+        Some(e) if e.eq_ignore_ascii_case("svg") => Some(PictureKind::Svg),
+        Some(e) if e.eq_ignore_ascii_case("png") => Some(PictureKind::Png),
+        _ => None,
+    };
+    if let Some(kind) = picture {
         let svg = render::segments_svg::svg(&snap, &map, &title);
-        output::emit(&a.output, svg.as_bytes())?;
-        eprintln!("memtrack: wrote {}", a.output.display());
-        return Ok(());
+        return super::write_picture(&a.output, kind, &svg, String::new);
     }
     let text = render::snapshot::segments(&map, &title, a.format, a.units);
     output::emit(&a.output, text.as_bytes())

@@ -5,6 +5,10 @@ use crate::error::{Error, Result};
 use crate::formats::{self, Input};
 use crate::{output, render};
 
+const SEVERAL_SNAPSHOTS: &str = "is an allocator snapshot: `summary` of several files compares \
+    the stats files of a job's ranks (`memtrack record` or save_stats). Summarize snapshots one \
+    at a time (`memtrack summary a.pickle`), or compare two with `memtrack diff a.pickle b.pickle`";
+
 pub fn run(a: SummaryArgs) -> Result<()> {
     let (format, units) = (a.common.format, a.common.units);
     let text = if let [file] = a.files.as_slice() {
@@ -29,7 +33,10 @@ pub fn run(a: SummaryArgs) -> Result<()> {
     } else {
         let mut loaded = Vec::with_capacity(a.files.len());
         for f in &a.files {
-            loaded.push((super::display_name(f), formats::load_tracker(f)?));
+            match formats::load_with(f, formats::SnapshotParts::SegmentsOnly)? {
+                Input::Tracker(stats) => loaded.push((super::display_name(f), *stats)),
+                Input::Snapshot(_) => return Err(Error::input(f, SEVERAL_SNAPSHOTS)),
+            }
         }
         let refs: Vec<(String, &_)> = loaded.iter().map(|(n, s)| (n.clone(), s)).collect();
         let c = cross_rank(&refs);

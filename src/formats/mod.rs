@@ -35,6 +35,13 @@ impl Input {
 pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtrack record files and allocator snapshots (_dump_snapshot)";
 
 fn map(path: &Path) -> Result<MappedFile> {
+    // mapping a directory fails with "No such device", which says nothing useful
+    if path.is_dir() {
+        return Err(Error::input(
+            path,
+            format!("is a directory, not a file; {READS}"),
+        ));
+    }
     pickle::map_file(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))
 }
 
@@ -54,30 +61,38 @@ fn bar(path: &Path, file: &MappedFile) -> crate::progress::Bar {
 }
 
 fn describe_pickle_error(data: &[u8], e: &pickle::PickleError) -> String {
-    let head = &data[..data.len().min(4)];
-    // Protocol 2+ files start with PROTO (0x80); anything else that fails is most likely not a
-    // pickle at all, and the opcode-level message would only confuse.
-    if head.first().is_some_and(|&b| b != 0x80) {
-        let hint = if head.starts_with(&[0x1f, 0x8b]) {
-            " (it is gzip-compressed: decompress it first)"
-        } else if head.starts_with(b"PK") {
-            " (it is a zip archive, e.g. torch.save output, not a stats file or snapshot)"
-        } else if head[0] == b'{' || head[0] == b'[' {
-            " (it looks like JSON)"
-        } else if head
-            .iter()
-            .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())
-        {
-            " (it looks like text)"
-        } else {
-            ""
-        };
-        return format!(
-            "not a pickle (first byte 0x{:02x} at offset 0){hint}: {e}; {READS}",
-            head[0]
-        );
+    let head = &data[..data.len().min(8)];
+    // Protocol 2+ files start with PROTO (0x80); a file that starts otherwise and fails is
+    // most likely not a pickle at all: say what it looks like, not which opcode failed.
+    let Some(&first) = head.first() else {
+        return format!("empty file: no pickle data; {READS}");
+    };
+    if first == 0x80 {
+        return format!("not a readable pickle: {e}");
     }
-    format!("not a readable pickle: {e}")
+    let kind = if head.starts_with(b"\x89PNG") {
+        Some("a PNG image")
+    } else if head.starts_with(&[0x1f, 0x8b]) {
+        Some("gzip-compressed (decompress it first)")
+    } else if head.starts_with(b"PK") {
+        Some("a zip archive (torch.save output?), not a stats file or snapshot")
+    } else if head.starts_with(b"<svg") || head.starts_with(b"<?xml") || head.starts_with(b"<!DOC")
+    {
+        Some("an SVG or HTML document (memtrack's own drawings are not inputs)")
+    } else if first == b'{' || first == b'[' {
+        Some("JSON (memtrack export output is not an input)")
+    } else if head
+        .iter()
+        .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())
+    {
+        Some("text")
+    } else {
+        None
+    };
+    match kind {
+        Some(kind) => format!("not a pickle: it looks like {kind}; {READS}"),
+        None => format!("not a pickle (first byte 0x{first:02x}): {e}; {READS}"),
+    }
 }
 
 /// Load any input memtrack understands.

@@ -65,9 +65,13 @@ impl FromStr for Units {
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(Units::Auto),
             "b" => Ok(Units::B),
-            "kib" | "kb" | "k" => Ok(Units::KiB),
-            "mib" | "mb" | "m" => Ok(Units::MiB),
-            "gib" | "gb" | "g" => Ok(Units::GiB),
+            "kib" => Ok(Units::KiB),
+            "mib" => Ok(Units::MiB),
+            "gib" => Ok(Units::GiB),
+            // refused rather than silently read as binary: a MB is 10^6 bytes
+            "kb" | "mb" | "gb" | "k" | "m" | "g" => Err(format!(
+                "'{s}': memtrack shows binary units, as PyTorch does (1 MiB = 1024 KiB): use auto, B, KiB, MiB or GiB"
+            )),
             _ => Err(format!("unknown unit '{s}': use auto, B, KiB, MiB or GiB")),
         }
     }
@@ -100,5 +104,10 @@ mod tests {
         assert_eq!(format_bytes(3.0 * MIB, Units::GiB), "0.00 GiB");
         assert_eq!("mib".parse::<Units>().unwrap(), Units::MiB);
         assert!("tb".parse::<Units>().is_err());
+        // decimal names are refused, not silently binary
+        for decimal in ["mb", "MB", "kb", "gb", "m"] {
+            let e = decimal.parse::<Units>().unwrap_err();
+            assert!(e.contains("binary units"), "{e}");
+        }
     }
 }

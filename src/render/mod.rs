@@ -4,12 +4,16 @@ pub mod allocator;
 pub mod cycles;
 pub mod gpus;
 pub mod graph;
+pub mod memory_chart;
 pub mod modules;
+pub mod picture;
 pub mod plot;
 pub mod segments_svg;
 pub mod snapshot;
+pub mod stacked;
 pub mod summary;
 pub mod table;
+pub mod ticks;
 
 use clap::ValueEnum;
 
@@ -28,6 +32,14 @@ pub fn json<T: serde::Serialize>(value: &T) -> String {
     let mut s = serde_json::to_string_pretty(value).expect("model types serialize to JSON");
     s.push('\n');
     s
+}
+
+/// Text for XML (SVG, HTML): `&`, `<`, `>` and `"` escaped.
+pub fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// `1,234,567`

@@ -17,18 +17,16 @@ pub fn modules(v: &ModulesView, title: &str, format: Format, units: Units) -> St
             if md {
                 out.push_str(&format!("## {title}\n\n"));
             }
-            let many = v.iterations.len() > 1;
             for it in &v.iterations {
-                if many || md {
-                    out.push_str(&heading(
-                        md,
-                        2,
-                        &format!(
-                            "Iteration {} of {} (from op {})",
-                            it.iteration, v.iterations_recorded, it.first_op
-                        ),
-                    ));
-                }
+                // always say which iteration this is: by default the last of several
+                out.push_str(&heading(
+                    md,
+                    2,
+                    &format!(
+                        "Iteration {} of {} (from op {})",
+                        it.iteration, v.iterations_recorded, it.first_op
+                    ),
+                ));
                 iteration(&mut out, it, md, units);
             }
             if v.iterations.is_empty() {
@@ -150,13 +148,10 @@ fn round(bytes: i64, units: Units) -> f64 {
     }
 }
 
-/// `1024 B`, `1.5 KiB`, `3.0 MiB`: as MemTracker prints (Python's float repr).
+/// `1024 B`, `1.5 KiB`, `3.0 MiB`: as MemTracker prints (Python's float repr); `auto` (the
+/// default) picks each number's largest unit in which it is at least 1.
 fn amount(bytes: i64, units: Units) -> String {
-    let u = if units == Units::Auto {
-        Units::B
-    } else {
-        units
-    };
+    let u = units.resolve(bytes as f64);
     if divisor(u) == 1.0 {
         return format!("{bytes} B");
     }
@@ -207,5 +202,8 @@ mod tests {
         assert_eq!(amount(1536, Units::KiB), "1.5 KiB");
         assert_eq!(amount(3 << 20, Units::MiB), "3.0 MiB");
         assert_eq!(amount(1_000_000, Units::MiB), "0.95 MiB");
+        assert_eq!(amount(1536, Units::Auto), "1.5 KiB");
+        assert_eq!(amount(932_980, Units::Auto), "911.11 KiB");
+        assert_eq!(amount(0, Units::Auto), "0 B");
     }
 }

@@ -6,6 +6,8 @@ use plotters::style::FontStyle;
 
 use crate::model::Units;
 
+use super::ticks::time_unit;
+
 /// DejaVu Sans, embedded so text is measured the same everywhere (no system fonts needed).
 static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 
@@ -134,7 +136,9 @@ fn draw_panel(
     } else {
         1.0
     });
-    let (y0, y1) = (y0 - pad, y1 + pad * 2.0);
+    // headroom above the data: two rows of labels (markers, then the peak) never touch a line
+    let headroom = ((y1 - y0) * 0.16).max(pad * 2.0);
+    let (y0, y1) = (y0 - pad, y1 + headroom);
 
     let mut builder = ChartBuilder::on(area);
     if let Some(t) = &panel.title {
@@ -151,9 +155,31 @@ fn draw_panel(
         XKind::Seconds => format!("{} ({})", chart.x_label, time_scale.1),
         _ => chart.x_label.clone(),
     };
+    let x_decimals = {
+        let ticks = super::ticks::nice_ticks(x0 * time_scale.0, x1 * time_scale.0, 10);
+        let labels = super::ticks::tick_labels(&ticks);
+        labels[0].split('.').nth(1).map_or(0, str::len)
+    };
     let x_fmt = |x: &f64| match chart.x_kind {
-        XKind::Seconds => trim_number(*x * time_scale.0),
+        XKind::Seconds => format!("{:.x_decimals$}", *x * time_scale.0),
         _ => super::thousands(x.max(0.0).round() as usize),
+    };
+    // as many decimals as the tick step needs, the same on every tick ("0.00" beside "0.50")
+    let y_decimals = {
+        let ticks = super::ticks::nice_ticks(y0, y1, 10);
+        let labels = super::ticks::tick_labels(&ticks);
+        labels[0].split('.').nth(1).map_or(0, str::len)
+    };
+    let y_fmt = |y: &f64| {
+        let s = format!("{y:.y_decimals$}");
+        if s.trim_start_matches('-')
+            .chars()
+            .all(|c| c == '0' || c == '.')
+        {
+            s.trim_start_matches('-').to_string()
+        } else {
+            s
+        }
     };
     let mut mesh = c.configure_mesh();
     mesh.light_line_style(TRANSPARENT)
@@ -162,7 +188,9 @@ fn draw_panel(
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 15))
         .x_label_formatter(&x_fmt)
-        .y_label_formatter(&|y| trim_number(*y));
+        .x_labels(10)
+        .y_labels(10)
+        .y_label_formatter(&y_fmt);
     if show_x_label {
         mesh.x_desc(x_label.as_str());
     }
@@ -194,7 +222,7 @@ fn draw_panel(
         if few_spans && !sp.label.is_empty() {
             c.draw_series(std::iter::once(Text::new(
                 format!(" {}", sp.label),
-                (x0, y1 - (y1 - y0) * 0.035),
+                (x0, y1 - (y1 - y0) * 0.01),
                 ("sans-serif", 12).into_font().color(&sp.color).pos(
                     plotters::style::text_anchor::Pos::new(
                         plotters::style::text_anchor::HPos::Left,
@@ -233,26 +261,29 @@ fn draw_panel(
         SeriesLabelPosition::UpperRight => x > x1 - (x1 - x0) * 0.3,
         _ => false,
     };
-    let mut named: Vec<&str> = Vec::new();
+    // name every marker that has room in the top row, beside its line (not on it)
+    let px = (x1 - x0) / PLOT_COLUMNS as f64; // data units per pixel
+    let mut taken: Vec<(f64, f64)> = Vec::new();
     for m in all_markers.iter().copied() {
-        if named.contains(&m.label.as_str()) || all_markers.len() > 24 || under_legend(m.x) {
+        let left = m.label == "fw_start";
+        let w = (m.label.chars().count() as f64 * 7.0 + 6.0) * px;
+        let (a, b) = if left { (m.x - w, m.x) } else { (m.x, m.x + w) };
+        if a < x0 || b > x1 || under_legend(m.x) || taken.iter().any(|&(p, q)| a < q && p < b) {
             continue;
         }
-        named.push(&m.label);
+        taken.push((a, b));
+        // a forward start is named left of its line, what follows it right of its own, so the
+        // two labels of a short forward pass do not overlap
+        let (x, h) = if left {
+            (m.x - 4.0 * px, plotters::style::text_anchor::HPos::Right)
+        } else {
+            (m.x + 4.0 * px, plotters::style::text_anchor::HPos::Left)
+        };
         c.draw_series(std::iter::once(Text::new(
             m.label.clone(),
-            (m.x, y1),
+            (x, y1 - (y1 - y0) * 0.01),
             ("sans-serif", 12).into_font().color(&m.color).pos(
-                plotters::style::text_anchor::Pos::new(
-                    // a forward start is named left of its line, what follows it right of its
-                    // own, so the two labels of a short forward pass do not overlap
-                    if m.label == "fw_start" {
-                        plotters::style::text_anchor::HPos::Right
-                    } else {
-                        plotters::style::text_anchor::HPos::Left
-                    },
-                    plotters::style::text_anchor::VPos::Top,
-                ),
+                plotters::style::text_anchor::Pos::new(h, plotters::style::text_anchor::VPos::Top),
             ),
         )))?;
     }
@@ -290,14 +321,25 @@ fn draw_panel(
                 } else {
                     plotters::style::text_anchor::HPos::Left
                 },
-                plotters::style::text_anchor::VPos::Bottom,
+                plotters::style::text_anchor::VPos::Top,
             );
             let color = panel.lines[0].color;
+            // the second row of the headroom: markers and annotations are named in the first
+            let label_y = y1 - (y1 - y0) * 0.06;
             c.draw_series([
+                PathElement::new(
+                    vec![(px, scale(py)), (px, label_y)],
+                    ShapeStyle {
+                        color: BLACK.mix(0.5),
+                        filled: false,
+                        stroke_width: 1,
+                    },
+                )
+                .into_dyn(),
                 Circle::new((px, scale(py)), 4, color.filled()).into_dyn(),
                 Text::new(
                     label,
-                    (px, scale(py)),
+                    (px, label_y),
                     ("sans-serif", 13).into_font().color(&BLACK).pos(anchor),
                 )
                 .into_dyn(),
@@ -392,17 +434,6 @@ fn y_range(panel: &Panel) -> (f64, f64) {
         (lo, lo + 1.0)
     } else {
         (lo, hi)
-    }
-}
-
-/// Multiplier from seconds and unit name for an x span of `span` seconds.
-fn time_unit(span: f64) -> (f64, &'static str) {
-    if span >= 2.0 {
-        (1.0, "s")
-    } else if span >= 2e-3 {
-        (1e3, "ms")
-    } else {
-        (1e6, "µs")
     }
 }
 

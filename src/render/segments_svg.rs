@@ -9,10 +9,12 @@ use crate::analysis::sites::Sites;
 use crate::model::snapshot::{BlockState, Snapshot};
 use crate::model::{format_bytes, Units};
 
+use super::xml_escape as esc;
+
 const WIDTH: f64 = 1200.0;
+/// The label column: a label per row (size, pool, address), or only run labels ("20.00 MiB × 37").
 const LABEL_W: f64 = 300.0;
-const BAR_X: f64 = LABEL_W + 10.0;
-const BAR_W: f64 = WIDTH - BAR_X - 20.0;
+const RUN_LABEL_W: f64 = 120.0;
 const MAX_ROWS: usize = 1500;
 
 const REQUESTED: &str = "#1f77b4";
@@ -20,13 +22,6 @@ const ROUNDING: &str = "#9ecae1";
 const PENDING: &str = "#ff7f0e";
 const FREE: &str = "#e8e8e8";
 const UNKNOWN: &str = "#d62728";
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 fn bytes(b: u64) -> String {
     format_bytes(b as f64, Units::Auto)
@@ -58,6 +53,9 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         (1800.0 / n as f64).clamp(3.0, 18.0)
     };
     let labels = row_h >= 11.0;
+    let label_w = if labels { LABEL_W } else { RUN_LABEL_W };
+    let bar_x = label_w + 10.0;
+    let bar_w = WIDTH - bar_x - 20.0;
     let devices: Vec<u32> = {
         let mut d: Vec<u32> = rows.iter().map(|r| r.device).collect();
         d.dedup();
@@ -118,10 +116,27 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         r##"<text x="{}" y="78" font-size="12" fill="#555" text-anchor="end">each bar is one segment, scaled to its own size; largest first</text>"##,
         WIDTH - 20.0
     );
+    // rows too thin for a label each: label each run of equal-size segments where there is
+    // room ("20.00 MiB × 37"), so the left column still says what the bars are
+    let run_len: Vec<usize> = {
+        let mut len = vec![0usize; rows.len()];
+        let mut start = 0;
+        for i in 1..=rows.len() {
+            let same = i < rows.len()
+                && (rows[i].device, rows[i].total_size)
+                    == (rows[start].device, rows[start].total_size);
+            if !same {
+                len[start] = i - start;
+                start = i;
+            }
+        }
+        len
+    };
+    let mut last_label_y = f64::NEG_INFINITY;
     let mut sites = Sites::new(snap);
     let mut y = header_h;
     let mut last_dev = None;
-    for r in rows {
+    for (i, r) in rows.into_iter().enumerate() {
         if last_dev != Some(r.device) {
             let _ = writeln!(
                 out,
@@ -134,11 +149,27 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         }
         let seg = &snap.segments[r.index];
         let bar_h = (row_h - if row_h >= 6.0 { 3.0 } else { 1.0 }).max(1.0);
+        if !labels && run_len[i] > 0 && y - last_label_y >= 12.0 {
+            last_label_y = y;
+            let _ = writeln!(
+                out,
+                r##"<line x1="{:.1}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#888"/><text x="{:.1}" y="{:.1}" font-size="10" text-anchor="end" fill="#222">{}</text>"##,
+                label_w + 2.0,
+                bar_x - 2.0,
+                label_w,
+                y + 8.0,
+                esc(&if run_len[i] > 1 {
+                    format!("{} × {}", bytes(r.total_size), run_len[i])
+                } else {
+                    bytes(r.total_size)
+                })
+            );
+        }
         if labels {
             let _ = writeln!(
                 out,
                 r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end" fill="#222">{}</text>"##,
-                LABEL_W,
+                label_w,
                 y + bar_h - 3.0,
                 esc(&format!(
                     "{}  {} {}  0x{:x}",
@@ -151,7 +182,7 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         }
         let _ = writeln!(
             out,
-            r##"<g><title>{}</title><rect x="{BAR_X}" y="{y:.1}" width="{BAR_W}" height="{bar_h:.1}" fill="{FREE}" stroke="#aaa" stroke-width="0.5"/></g>"##,
+            r##"<g><title>{}</title><rect x="{bar_x}" y="{y:.1}" width="{bar_w}" height="{bar_h:.1}" fill="{FREE}" stroke="#aaa" stroke-width="0.5"/></g>"##,
             esc(&format!(
                 "segment {} at 0x{:x}: {} ({} {}), {} blocks, allocated {}, free {}",
                 r.index,
@@ -167,8 +198,8 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
         let total = seg.total_size.max(1) as f64;
         let mut offset = 0u64;
         for b in seg.blocks(&snap.blocks) {
-            let x = BAR_X + offset as f64 / total * BAR_W;
-            let w = (b.size as f64 / total * BAR_W).max(0.4);
+            let x = bar_x + offset as f64 / total * bar_w;
+            let w = (b.size as f64 / total * bar_w).max(0.4);
             offset += b.size;
             if b.state == BlockState::Inactive {
                 continue;
@@ -186,7 +217,7 @@ pub fn svg(snap: &Snapshot, map: &SegmentMap, title: &str) -> String {
             match b.state {
                 BlockState::ActiveAllocated => {
                     let req = b.requested(&snap.history).min(b.size);
-                    let wr = (req as f64 / total * BAR_W).max(0.4).min(w);
+                    let wr = (req as f64 / total * bar_w).max(0.4).min(w);
                     let _ = write!(
                         out,
                         r#"<rect x="{x:.2}" y="{y:.1}" width="{w:.2}" height="{bar_h:.1}" fill="{ROUNDING}"/><rect x="{x:.2}" y="{y:.1}" width="{wr:.2}" height="{bar_h:.1}" fill="{REQUESTED}"/>"#

@@ -90,7 +90,12 @@ pub fn tracker(s: &TrackerSummary, title: &str, format: Format, units: Units) ->
                 ]);
                 for p in &s.phases {
                     t.row(vec![
-                        p.iteration.to_string(),
+                        // setup belongs to no iteration
+                        if p.iteration == 0 {
+                            "-".to_string()
+                        } else {
+                            p.iteration.to_string()
+                        },
                         p.phase.into(),
                         format!("{}..{}", thousands(p.first_op), thousands(p.end_op)),
                         format_bytes(p.peak_allocated_bytes, units),
@@ -100,7 +105,11 @@ pub fn tracker(s: &TrackerSummary, title: &str, format: Format, units: Units) ->
                 }
                 out.push('\n');
                 out.push_str(&heading(
-                    "Forward / backward (split at fw_start and fw_bw_boundary)",
+                    if s.phases.iter().any(|p| p.iteration == 0) {
+                        "Forward / backward (split at fw_start and fw_bw_boundary; setup is what ran before the first forward)"
+                    } else {
+                        "Forward / backward (split at fw_start and fw_bw_boundary)"
+                    },
                 ));
                 out.push_str(&table(&t));
             }
@@ -176,13 +185,50 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
             }
         }
     }
-    if !s.markers.is_empty() {
+    let every = s
+        .record
+        .as_ref()
+        .map_or(&[][..], |r| r.marker_events.as_slice());
+    if every.len() > s.markers.len() {
+        // every iteration's markers, by name in order of first appearance
+        let mut names: Vec<&str> = Vec::new();
+        for m in every {
+            if !names.contains(&m.name.as_str()) {
+                names.push(&m.name);
+            }
+        }
+        let parts: Vec<String> = names
+            .iter()
+            .map(|name| {
+                let at: Vec<String> = every
+                    .iter()
+                    .filter(|m| m.name == *name)
+                    .map(|m| m.op_index.to_string())
+                    .collect();
+                let shown = if at.len() > 8 {
+                    format!(
+                        "{}, … {} ({} in all)",
+                        at[..3].join(", "),
+                        at[at.len() - 1],
+                        at.len()
+                    )
+                } else {
+                    at.join(", ")
+                };
+                format!("{name} at {shown}")
+            })
+            .collect();
+        line.push_str(&format!("; markers {}", parts.join("; ")));
+    } else if !s.markers.is_empty() {
         let m: Vec<String> = s
             .markers
             .iter()
             .map(|m| format!("{}={}", m.name, m.op_index))
             .collect();
-        line.push_str(&format!("; markers {}", m.join(" ")));
+        line.push_str(&format!(
+            "; markers {} (the last iteration's: MemoryTracker keeps no others)",
+            m.join(" ")
+        ));
     }
     line.push('\n');
     line

@@ -16,6 +16,16 @@ pub fn fixture(rel: &str) -> PathBuf {
     root().join("fixtures").join(rel)
 }
 
+/// `memtrack ARGS`: exit code, stdout, stderr.
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let o = memtrack().args(args).output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 /// What `memtrack ARGS` prints, asserting it succeeded.
 pub fn stdout(args: &[&str]) -> String {
     let out = memtrack().args(args).output().unwrap();

@@ -1,0 +1,400 @@
+//! The Active Memory Timeline of `pytorch.org/memory_viz`, pre-aggregated for a fixed width.
+//!
+//! Every allocation in a device's trace is an interval (its `alloc` to its `free_requested`).
+//! The N largest allocations (bytes times the time they stay live: the N one can see; or the N
+//! sites that held the most at once) become bands; all
+//! other live bytes (smaller allocations, and what was live before the trace and never touched
+//! by it) form one "other" band on top, so the top edge is the timeline's exact allocated bytes.
+//!
+//! A million events cannot be drawn one by one. The x range is cut into pixel columns, and in
+//! each column the composition is sampled at the column's first, lowest, highest and last
+//! event (as `decimate::min_max_envelope` does for lines): every spike the pixel grid can show
+//! survives, and the peak drawn is the data's.
+//!
+//! This works on the converted model (`Snapshot`'s `DeviceTrace`), separate from the readers,
+//! so a streaming reader can feed it the same events.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::model::snapshot::{Action, Snapshot, StackId};
+
+use super::sites::{SiteKey, Sites};
+use super::timeline::{timeline, AnnotationMark, OomMark, Point};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BandBy {
+    /// One band per allocation: the N that cover the most of the picture (bytes × time live).
+    Allocation,
+    /// One band per allocation site: the N with the most bytes live at once.
+    Site,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Band {
+    /// The site (`file:line:function`, `_memory_viz`'s frame filter).
+    pub site: String,
+    /// Bytes of the allocation; for a site, the most it held at once.
+    pub bytes: u64,
+    /// Allocations the band stands for (1 for an allocation).
+    pub allocations: u64,
+    /// Kept frames of the (first) allocation's stack, innermost first.
+    pub stack: Vec<String>,
+    /// x of the allocation and its free; None: before the trace began / still live at the end.
+    pub alloc_x: Option<f64>,
+    pub free_x: Option<f64>,
+}
+
+/// The composition just after one event.
+#[derive(Debug, Serialize)]
+pub struct Sample {
+    pub index: usize,
+    pub x: f64,
+    /// Allocated bytes (the top edge).
+    pub total: i64,
+    /// Bytes of each band, in band order; the rest of `total` is "other".
+    pub bands: Vec<i64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Stacked {
+    pub device: u32,
+    pub events: usize,
+    pub by: BandBy,
+    pub x_is_time: bool,
+    /// Whether the trace has times (x may still be the event index).
+    pub has_time: bool,
+    pub t0_us: Option<i64>,
+    /// x of the first and last event.
+    pub x_range: (f64, f64),
+    /// Allocated bytes before the first event.
+    pub initial_bytes: i64,
+    pub allocations: usize,
+    /// Allocations in no band (drawn grey).
+    pub other_allocations: usize,
+    pub bands: Vec<Band>,
+    pub samples: Vec<Sample>,
+    pub peak: Option<Point>,
+    pub ooms: Vec<OomMark>,
+    pub annotations: Vec<AnnotationMark>,
+}
+
+/// One allocation as the trace shows it.
+struct Interval {
+    start: Option<usize>,
+    end: Option<usize>,
+    size: u64,
+    stack: StackId,
+}
+
+/// The stacked timeline of `device` with `n` bands over `columns` pixel columns.
+///
+/// With `by_event` x is the event index (as `_memory_viz` draws it: idle stretches take no
+/// room), else time when the trace has it.
+pub fn stacked(
+    snap: &Snapshot,
+    device: u32,
+    n: usize,
+    by: BandBy,
+    columns: usize,
+    by_event: bool,
+) -> Stacked {
+    let mut tl = timeline(snap, device, true);
+    let has_time = tl.x_is_time;
+    let events = snap.trace(device).map_or(&[][..], |t| &t.events[..]);
+    if by_event && tl.x_is_time {
+        // annotations carry only a time: place each at the first event at or after it
+        let times = std::mem::take(&mut tl.x);
+        for an in &mut tl.annotations {
+            an.x = times.partition_point(|&t| t < an.x) as f64;
+        }
+        tl.x = (0..events.len()).map(|i| i as f64).collect();
+        tl.x_is_time = false;
+        for o in &mut tl.ooms {
+            o.x = o.index as f64;
+        }
+        if let Some(p) = tl.peak_allocated.as_mut() {
+            p.x = p.index as f64;
+        }
+    }
+
+    // Pair each alloc with its free_requested by address; a free without an alloc was
+    // allocated before the trace began.
+    let mut intervals: Vec<Interval> = Vec::new();
+    let mut interval_of_event: Vec<u32> = vec![u32::MAX; events.len()];
+    let mut open: FxHashMap<u64, u32> = FxHashMap::default();
+    for (i, e) in events.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                let id = intervals.len() as u32;
+                intervals.push(Interval {
+                    start: Some(i),
+                    end: None,
+                    size: e.size,
+                    stack: e.stack,
+                });
+                open.insert(e.addr, id);
+                interval_of_event[i] = id;
+            }
+            Action::FreeRequested => {
+                let id = match open.remove(&e.addr) {
+                    Some(id) => id,
+                    None => {
+                        intervals.push(Interval {
+                            start: None,
+                            end: None,
+                            size: e.size,
+                            stack: e.stack,
+                        });
+                        (intervals.len() - 1) as u32
+                    }
+                };
+                intervals[id as usize].end = Some(i);
+                interval_of_event[i] = id;
+            }
+            _ => {}
+        }
+    }
+
+    let mut sites = Sites::new(snap);
+    let x_of = |i: Option<usize>| i.map(|i| tl.x[i]);
+    // band of each interval, and the bands themselves
+    let mut band_of: Vec<u32> = vec![u32::MAX; intervals.len()];
+    let mut bands: Vec<Band> = Vec::new();
+    match by {
+        BandBy::Allocation => {
+            // "largest" on the picture: bytes times the x span they stay live, so a band is
+            // something one can see (the biggest allocations of a step are often its
+            // shortest-lived temporaries, a hairline at any width)
+            let last = events.len();
+            let area = |iv: &Interval| -> f64 {
+                let x0 = iv
+                    .start
+                    .map_or(tl.x.first().copied().unwrap_or(0.0), |i| tl.x[i]);
+                let x1 = iv
+                    .end
+                    .map_or(tl.x.last().copied().unwrap_or(0.0), |i| tl.x[i]);
+                let span = if last > 1 { (x1 - x0).max(0.0) } else { 1.0 };
+                iv.size as f64 * span.max(f64::MIN_POSITIVE)
+            };
+            let mut order: Vec<usize> = (0..intervals.len()).collect();
+            order.sort_by(|&a, &b| {
+                area(&intervals[b])
+                    .total_cmp(&area(&intervals[a]))
+                    .then(a.cmp(&b))
+            });
+            order.truncate(n);
+            // stacked in order of allocation, the oldest at the bottom
+            order.sort_by_key(|&k| (intervals[k].start.map_or(0, |s| s + 1), k));
+            for k in order {
+                let iv = &intervals[k];
+                band_of[k] = bands.len() as u32;
+                let site = sites.site(iv.stack);
+                bands.push(Band {
+                    site: sites.label(site, false),
+                    bytes: iv.size,
+                    allocations: 1,
+                    stack: sites.frames(iv.stack),
+                    alloc_x: x_of(iv.start),
+                    free_x: x_of(iv.end),
+                });
+            }
+        }
+        BandBy::Site => {
+            // most bytes each site held at once, by replaying the intervals
+            let site_of: Vec<SiteKey> = intervals.iter().map(|iv| sites.site(iv.stack)).collect();
+            let mut live: FxHashMap<SiteKey, (i64, i64, u64, usize)> = FxHashMap::default();
+            for (k, iv) in intervals.iter().enumerate() {
+                if iv.start.is_none() {
+                    let e = live.entry(site_of[k]).or_insert((0, 0, 0, k));
+                    e.0 += iv.size as i64;
+                    e.1 = e.1.max(e.0);
+                    e.2 += 1;
+                }
+            }
+            for (i, &id) in interval_of_event.iter().enumerate() {
+                if id == u32::MAX {
+                    continue;
+                }
+                let iv = &intervals[id as usize];
+                let e = live
+                    .entry(site_of[id as usize])
+                    .or_insert((0, 0, 0, id as usize));
+                if iv.start == Some(i) {
+                    e.0 += iv.size as i64;
+                    e.1 = e.1.max(e.0);
+                    e.2 += 1;
+                } else {
+                    e.0 -= iv.size as i64;
+                }
+            }
+            let mut ranked: Vec<(SiteKey, (i64, i64, u64, usize))> = live.into_iter().collect();
+            ranked.sort_by_key(|(_, v)| (std::cmp::Reverse(v.1), v.3));
+            ranked.truncate(n);
+            ranked.sort_by_key(|(_, v)| v.3);
+            let mut index: FxHashMap<SiteKey, u32> = FxHashMap::default();
+            for (key, (_, most, count, first)) in ranked {
+                index.insert(key, bands.len() as u32);
+                let iv = &intervals[first];
+                bands.push(Band {
+                    site: sites.label(key, false),
+                    bytes: most.max(0) as u64,
+                    allocations: count,
+                    stack: sites.frames(iv.stack),
+                    alloc_x: None,
+                    free_x: None,
+                });
+            }
+            for (k, key) in site_of.iter().enumerate() {
+                if let Some(&b) = index.get(key) {
+                    band_of[k] = b;
+                }
+            }
+        }
+    }
+
+    // which events to sample: first, min, max and last of each pixel column
+    let picks = column_picks(&tl.x, &tl.allocated, columns.max(1));
+    let mut samples = Vec::with_capacity(picks.len());
+    let mut level = vec![0i64; bands.len()];
+    for (k, iv) in intervals.iter().enumerate() {
+        if iv.start.is_none() && band_of[k] != u32::MAX {
+            level[band_of[k] as usize] += iv.size as i64;
+        }
+    }
+    let mut next = picks.iter().peekable();
+    for (i, &id) in interval_of_event.iter().enumerate() {
+        if id != u32::MAX && band_of[id as usize] != u32::MAX {
+            let iv = &intervals[id as usize];
+            let b = band_of[id as usize] as usize;
+            if iv.start == Some(i) {
+                level[b] += iv.size as i64;
+            } else {
+                level[b] -= iv.size as i64;
+            }
+        }
+        if next.peek() == Some(&&i) {
+            next.next();
+            samples.push(Sample {
+                index: i,
+                x: tl.x[i],
+                total: tl.allocated[i],
+                bands: level.clone(),
+            });
+        }
+    }
+    Stacked {
+        device,
+        events: events.len(),
+        by,
+        x_is_time: tl.x_is_time,
+        has_time,
+        t0_us: tl.t0_us,
+        x_range: (
+            tl.x.first().copied().unwrap_or(0.0),
+            tl.x.last().copied().unwrap_or(0.0),
+        ),
+        initial_bytes: tl.initial_allocated_bytes,
+        allocations: intervals.len(),
+        other_allocations: band_of.iter().filter(|&&b| b == u32::MAX).count(),
+        bands,
+        samples,
+        peak: tl.peak_allocated,
+        ooms: tl.ooms,
+        annotations: tl.annotations,
+    }
+}
+
+/// Indices of the first, lowest, highest and last value of each of `columns` equal x ranges,
+/// ascending and distinct.
+fn column_picks(x: &[f64], y: &[i64], columns: usize) -> Vec<usize> {
+    let n = x.len();
+    let mut picks = Vec::new();
+    if n == 0 {
+        return picks;
+    }
+    let (lo, hi) = (x[0], x[n - 1]);
+    let width = (hi - lo).max(f64::MIN_POSITIVE);
+    let column = |v: f64| (((v - lo) / width * columns as f64) as usize).min(columns - 1);
+    let mut start = 0;
+    while start < n {
+        let c = column(x[start]);
+        let mut end = start + 1;
+        while end < n && column(x[end]) == c {
+            end += 1;
+        }
+        let (mut min, mut max) = (start, start);
+        for i in start..end {
+            if y[i] < y[min] {
+                min = i;
+            }
+            if y[i] > y[max] {
+                max = i;
+            }
+        }
+        let mut four = [start, min, max, end - 1];
+        four.sort_unstable();
+        for i in four {
+            if picks.last() != Some(&i) {
+                picks.push(i);
+            }
+        }
+        start = end;
+    }
+    picks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> Snapshot {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/snapshots")
+            .join(name);
+        match crate::formats::load(&path).unwrap() {
+            crate::formats::Input::Snapshot(s) => *s,
+            _ => panic!("{name} is a snapshot"),
+        }
+    }
+
+    #[test]
+    fn top_edge_is_allocated_and_bands_fit_under_it() {
+        let snap = fixture("cs336_medium_512_training.pickle");
+        let tl = timeline(&snap, 0, true);
+        for by in [BandBy::Allocation, BandBy::Site] {
+            for by_event in [false, true] {
+                let s = stacked(&snap, 0, 20, by, 400, by_event);
+                assert!(!s.bands.is_empty() && s.bands.len() <= 20);
+                assert!(s.samples.len() <= 4 * 400 && s.samples.len() > 100);
+                for sm in &s.samples {
+                    assert_eq!(sm.total, tl.allocated[sm.index]);
+                    assert!(sm.bands.iter().all(|&b| b >= 0));
+                    assert!(sm.bands.iter().sum::<i64>() <= sm.total, "{by:?}");
+                }
+                // the peak sample is among the picks: the top edge reaches the true peak
+                let peak = tl.peak_allocated.unwrap();
+                assert_eq!(s.samples.iter().map(|m| m.total).max(), Some(peak.bytes));
+                assert_eq!(s.x_is_time, !by_event && tl.x_is_time);
+            }
+        }
+        // allocation bands: the final composition adds up with what is still live
+        let s = stacked(&snap, 0, 5, BandBy::Allocation, 100, true);
+        let last = s.samples.last().unwrap();
+        for (b, &bytes) in s.bands.iter().zip(&last.bands) {
+            assert_eq!(bytes != 0, b.free_x.is_none(), "{}", b.site);
+        }
+    }
+
+    #[test]
+    fn column_picks_keep_a_one_event_spike() {
+        let x: Vec<f64> = (0..1000).map(|i| i as f64).collect();
+        let mut y = vec![10i64; 1000];
+        y[501] = 1_000_000;
+        let picks = column_picks(&x, &y, 10);
+        assert!(picks.contains(&501));
+        assert!(picks.len() <= 40);
+        assert!(picks.windows(2).all(|w| w[0] < w[1]));
+    }
+}

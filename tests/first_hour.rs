@@ -1,0 +1,136 @@
+//! What a new user meets in the first hour: help that tells the truth, hints for the usual
+//! slips, and errors that say what is supported.
+
+mod common;
+
+use common::{fixture, run};
+
+#[test]
+fn record_without_the_separator_hints_at_it() {
+    let (code, _, err) = run(&["record", "python", "train.py"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("hint: put `--` before the program"), "{err}");
+    assert!(err.contains("memtrack record -o run.pkl -- python train.py"));
+}
+
+#[test]
+fn help_tells_the_truth() {
+    let (code, top, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(top.contains("record a training run"), "{top}");
+    let (_, plot, _) = run(&["plot", "--help"]);
+    assert!(plot.contains("allocator snapshot"), "{plot}");
+    assert!(plot.contains("--stacked"));
+    let (_, modules, _) = run(&["modules", "--help"]);
+    assert!(modules.contains("auto|B|KiB|MiB|GiB"), "{modules}");
+    let (code, help, err) = run(&["help", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(help.contains("Usage: memtrack help"), "{help}");
+    // completions: every shell the command accepts is named in its help, and works
+    let (_, comp, _) = run(&["completions", "--help"]);
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        assert!(comp.contains(shell), "completions --help lacks {shell}");
+        let (code, script, err) = run(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(script.contains("record"), "{shell}");
+    }
+    let (_, man, _) = run(&["man"]);
+    let exit = man
+        .find(".SH \"EXIT STATUS\"")
+        .expect("the man page has an EXIT STATUS section");
+    for code in ["\\fB0\\fR", "\\fB1\\fR", "\\fB2\\fR"] {
+        assert!(man[exit..].contains(code), "EXIT STATUS lacks {code}");
+    }
+}
+
+#[test]
+fn decimal_units_are_refused_everywhere() {
+    let stats = fixture("tracker/synthetic_2000_ops.pkl");
+    let stats = stats.to_str().unwrap();
+    for cmd in ["summary", "top", "plot", "modules"] {
+        let (code, _, err) = run(&[cmd, stats, "--units", "mb"]);
+        assert_eq!(code, 2, "{cmd}: {err}");
+        assert!(err.contains("binary units"), "{cmd}: {err}");
+    }
+    let (code, _, err) = run(&["summary", stats, "--units", "MiB"]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn summary_of_two_snapshots_says_what_it_supports() {
+    let a = fixture("snapshots/cs336_small_mem_snapshot.pickle");
+    let b = fixture("snapshots/cs336_medium_512_training.pickle");
+    let (code, _, err) = run(&["summary", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cs336_small_mem_snapshot.pickle"), "{err}");
+    assert!(
+        err.contains("one at a time") && err.contains("memtrack diff"),
+        "{err}"
+    );
+}
+
+/// A real recording (torch on CPU): `summary` separates setup, backward and the optimizer step
+/// and names every iteration's markers; `modules` says which iteration it shows, in readable
+/// units.
+#[test]
+fn summary_phases_and_modules_of_a_real_recording() {
+    let Some(py) = common::python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _) = common::record(
+        dir.path(),
+        "mlp.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&common::example("mlp_batchnorm.py"), "--steps", "2"],
+    );
+    assert_eq!(code, 0);
+    let file = dir.path().join("mlp.pkl");
+    let file = file.to_str().unwrap();
+    let (code, text, err) = run(&["summary", file]);
+    assert_eq!(code, 0, "{err}");
+    let head = text.lines().next().unwrap();
+    assert!(
+        head.contains("fw_start at ") && head.contains(", "),
+        "{head}"
+    );
+    let phases: Vec<(String, String)> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Forward / backward"))
+        .skip(3)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            let iter = w.next().unwrap().to_string();
+            let phase: Vec<&str> = w.take_while(|t| !t.contains("..")).collect();
+            (iter, phase.join(" "))
+        })
+        .collect();
+    let want = [
+        ("-", "setup"),
+        ("1", "forward"),
+        ("1", "backward"),
+        ("1", "optimizer step"),
+        ("2", "forward"),
+        ("2", "backward"),
+        ("2", "optimizer step"),
+    ];
+    for (iter, phase) in want {
+        assert!(
+            phases.iter().any(|(i, p)| i == iter && p == phase),
+            "no {iter} {phase} in {phases:?}\n{text}"
+        );
+    }
+    // plot: the three identical CPU series are one line that says so; every iteration's
+    // markers are named where there is room
+    let svg = dir.path().join("mlp.svg");
+    let (code, _, err) = run(&["plot", file, "-o", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("allocated = active = reserved on CPU"));
+    assert!(!svg.contains("active_memory"));
+    assert!(svg.matches("fw_bw_boundary").count() >= 2, "{svg}");
+    let (code, text, err) = run(&["modules", file]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.starts_with("== Iteration 2 of 2"), "{text}");
+    assert!(text.contains(" KiB") || text.contains(" MiB"), "{text}");
+}
