@@ -47,7 +47,6 @@ fn cs336_medium_reproduces_final_segments_and_peak_reserved() {
     assert_eq!(v.segment_events_matched, v.segment_events_recorded);
 }
 
-
 const H100: [&str; 5] = [
     "gpt_default",
     "gpt_expandable_segments",
@@ -66,8 +65,14 @@ fn h100_captures_reproduce_every_segment_event_under_their_own_settings() {
         let sim = own(&h100(name));
         let v = &sim.validation;
         assert!(v.segment_events_recorded > 60, "{name}: {v:?}");
-        assert_eq!(v.segment_events_matched, v.segment_events_recorded, "{name}: {v:?}");
-        assert_eq!(v.segment_events_simulated, v.segment_events_recorded, "{name}: {v:?}");
+        assert_eq!(
+            v.segment_events_matched, v.segment_events_recorded,
+            "{name}: {v:?}"
+        );
+        assert_eq!(
+            v.segment_events_simulated, v.segment_events_recorded,
+            "{name}: {v:?}"
+        );
         assert!(v.final_segments_match, "{name}: {v:?}");
         assert_eq!(
             Some(sim.scenarios[0].peak_reserved_bytes as i64),
@@ -76,7 +81,11 @@ fn h100_captures_reproduce_every_segment_event_under_their_own_settings() {
         );
         // the OOM runs fail where they failed
         let ooms = &sim.scenarios[0].ooms;
-        assert_eq!(ooms.len(), usize::from(name.starts_with("oom")), "{name}: {ooms:?}");
+        assert_eq!(
+            ooms.len(),
+            usize::from(name.starts_with("oom")),
+            "{name}: {ooms:?}"
+        );
         assert!(ooms.iter().all(|o| o.recorded));
     }
 }

@@ -83,9 +83,9 @@ impl Settings {
 
     /// Apply one `KEY:VALUE` of `PYTORCH_CUDA_ALLOC_CONF` syntax.
     pub fn apply(&mut self, item: &str) -> Result<(), String> {
-        let (key, value) = item
-            .split_once(':')
-            .ok_or_else(|| format!("`{item}`: expected KEY:VALUE, e.g. expandable_segments:True"))?;
+        let (key, value) = item.split_once(':').ok_or_else(|| {
+            format!("`{item}`: expected KEY:VALUE, e.g. expandable_segments:True")
+        })?;
         let (key, value) = (key.trim(), value.trim());
         let mb = |v: &str| -> Result<u64, String> {
             v.parse::<u64>()
@@ -1235,7 +1235,11 @@ mod tests {
         let x = a.malloc(30 * MIB, 0).unwrap();
         assert_eq!(a.reserved, 40 * MIB, "two 20 MiB pages");
         let y = a.malloc(15 * MIB, 0).unwrap();
-        assert_eq!(a.reserved, 60 * MIB, "10 MiB left in the mapped page + one more page");
+        assert_eq!(
+            a.reserved,
+            60 * MIB,
+            "10 MiB left in the mapped page + one more page"
+        );
         assert_eq!(a.segments().len(), 1);
         a.free_completed(x);
         a.free_completed(y);

@@ -296,7 +296,11 @@ fn memory_limit(
     }
     let mut notes = Vec::new();
     if let Some(d) = device_size {
-        return (Some(d.max(0) as u64), "recorded OOM (reserved + device free)", notes);
+        return (
+            Some(d.max(0) as u64),
+            "recorded OOM (reserved + device free)",
+            notes,
+        );
     }
     let Some(upper) = bound else {
         return (None, "none (no allocation failed; pass --memory)", notes);
@@ -312,7 +316,11 @@ fn memory_limit(
             ""
         }
     ));
-    (Some(lower), "recorded allocation failures (smallest consistent limit)", notes)
+    (
+        Some(lower),
+        "recorded allocation failures (smallest consistent limit)",
+        notes,
+    )
 }
 
 /// Replay a device's trace under each of `scenarios` (the file's own settings first is the
@@ -351,7 +359,21 @@ pub fn simulate(
         }
         out_scenarios.push(scenario);
     }
-    if snap.segments_on(device).any(|s| s.pool_id.is_some_and(|p| p != (0, 0))) {
+    if limit.is_none()
+        && scenarios
+            .iter()
+            .any(|s| s.garbage_collection_threshold > 0.0)
+    {
+        notes.push(
+            "garbage_collection_threshold acts only under a memory cap \
+             (set_per_process_memory_fraction): pass --memory to see it work"
+                .into(),
+        );
+    }
+    if snap
+        .segments_on(device)
+        .any(|s| s.pool_id.is_some_and(|p| p != (0, 0)))
+    {
         notes.push(
             "segments of private pools (CUDA graphs, MemPool) are replayed as the default pool"
                 .into(),
@@ -411,7 +433,9 @@ impl Replay {
         let mut alloc = Allocator::new(settings.clone(), limit);
         let mut blocks = FxHashMap::default();
         for s in &init.segments {
-            for (a, id) in alloc.place_segment(s.address, s.size, s.stream as u64, s.small, &s.blocks) {
+            for (a, id) in
+                alloc.place_segment(s.address, s.size, s.stream as u64, s.small, &s.blocks)
+            {
                 blocks.insert(a, id);
             }
         }
@@ -517,8 +541,11 @@ impl Replay {
             _ => {}
         }
         if self.alloc.has_segment_events() {
-            self.log
-                .extend(self.alloc.take_segment_events().map(|s| (s.action, s.size, i)));
+            self.log.extend(
+                self.alloc
+                    .take_segment_events()
+                    .map(|s| (s.action, s.size, i)),
+            );
         }
         if self.alloc.reserved > self.peak.peak_reserved_bytes {
             self.note_peak(Some(i));
@@ -616,4 +643,73 @@ fn validate(
         recorded_peak_reserved_bytes: tl.peak_reserved.map(|p| p.bytes),
         recorded_end_reserved_bytes: tl.final_reserved_bytes.max(0) as u64,
     }
+}
+
+/// The whole `simulate` report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Simulation {
+    pub kind: &'static str,
+    /// "file" when the snapshot records `allocator_settings`, else "defaults".
+    pub own_settings_from: &'static str,
+    pub devices: Vec<DeviceSimulation>,
+}
+
+/// The scenarios: the file's own settings, then each `--set` (a comma-separated list of
+/// `KEY:VALUE` applied to the file's settings).
+pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, String> {
+    let own = snap
+        .allocator_settings
+        .as_deref()
+        .map(Settings::from_recorded)
+        .unwrap_or_default();
+    let mut out = vec![own.clone()];
+    for set in sets {
+        let mut s = own.clone();
+        for item in set.split(',').filter(|i| !i.trim().is_empty()) {
+            s.apply(item)?;
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+pub fn simulation(
+    snap: &Snapshot,
+    devices: &[u32],
+    scenarios: &[Settings],
+    memory: Option<u64>,
+) -> Simulation {
+    Simulation {
+        kind: "allocator_simulation",
+        own_settings_from: if snap.allocator_settings.is_some() {
+            "file"
+        } else {
+            "defaults"
+        },
+        devices: devices
+            .iter()
+            .map(|&d| simulate(snap, d, scenarios, memory))
+            .collect(),
+    }
+}
+
+/// Settings `summary` tries when a snapshot had an OOM or a fragmented cache.
+pub const CANDIDATES: [&str; 4] = [
+    "expandable_segments:True",
+    "max_split_size_mb:128",
+    "max_split_size_mb:512",
+    "roundup_power2_divisions:4",
+];
+
+/// The scenario (after the first) that helps most: fewest OOMs, then the lowest peak reserved;
+/// `None` when none has fewer OOMs or a peak at least 5% lower than the file's own settings.
+pub fn best_alternative(sim: &DeviceSimulation) -> Option<&Scenario> {
+    let own = sim.scenarios.first()?;
+    let best = sim.scenarios[1..]
+        .iter()
+        .min_by_key(|s| (s.ooms.len(), s.peak_reserved_bytes))?;
+    let fewer_ooms = best.ooms.len() < own.ooms.len();
+    let lower_peak = best.ooms.len() == own.ooms.len()
+        && (best.peak_reserved_bytes as f64) <= 0.95 * own.peak_reserved_bytes as f64;
+    (fewer_ooms || lower_peak).then_some(best)
 }

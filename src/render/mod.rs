@@ -7,6 +7,7 @@ pub mod graph;
 pub mod modules;
 pub mod plot;
 pub mod segments_svg;
+pub mod simulate;
 pub mod snapshot;
 pub mod summary;
 pub mod table;
