@@ -334,7 +334,6 @@ pub fn simulate(
     let empty = DeviceTrace::default();
     let trace = snap.trace(device).unwrap_or(&empty);
     let (limit, source, mut notes) = memory_limit(snap, device, &trace.events, memory);
-    let mut sites = Sites::new(snap);
     let mut out_scenarios = Vec::with_capacity(scenarios.len());
     let mut validation = Validation::default();
     for (k, settings) in scenarios.iter().enumerate() {
@@ -349,11 +348,7 @@ pub fn simulate(
         for (i, e) in trace.events.iter().enumerate() {
             run.event(i, e);
         }
-        let (mut scenario, log) = run.finish();
-        for o in &mut scenario.ooms {
-            let stack = trace.events[o.index].stack;
-            o.site = site_label(&mut sites, stack);
-        }
+        let (scenario, log) = run.finish();
         if k == 0 {
             validation = validate(snap, device, &trace.events, &log, &scenario);
         }
@@ -390,12 +385,35 @@ pub fn simulate(
     }
 }
 
-fn site_label(sites: &mut Sites, stack: StackId) -> Option<String> {
-    if stack.is_missing() {
-        return None;
+/// Name where each simulated OOM's request came from, from a snapshot read with its stacks
+/// (the replay itself needs none, so a command reads them only when there is an OOM to name).
+pub fn label_oom_sites(sim: &mut Simulation, snap: &Snapshot) {
+    let mut sites = Sites::new(snap);
+    for d in &mut sim.devices {
+        let Some(trace) = snap.trace(d.device) else {
+            continue;
+        };
+        for sc in &mut d.scenarios {
+            for o in &mut sc.ooms {
+                let stack: StackId = trace
+                    .events
+                    .get(o.index)
+                    .map_or(StackId::MISSING, |e| e.stack);
+                if !stack.is_missing() {
+                    let k = sites.site(stack);
+                    o.site = Some(sites.label(k, false));
+                }
+            }
+        }
     }
-    let k = sites.site(stack);
-    Some(sites.label(k, false))
+}
+
+impl Simulation {
+    pub fn has_ooms(&self) -> bool {
+        self.devices
+            .iter()
+            .any(|d| d.scenarios.iter().any(|s| !s.ooms.is_empty()))
+    }
 }
 
 /// The model's segment events, each with the trace index it belongs to.

@@ -1,10 +1,11 @@
-use crate::analysis::simulate::{scenarios, simulation};
+use crate::analysis::simulate::{label_oom_sites, scenarios, simulation};
 use crate::cli::SimulateArgs;
 use crate::error::{Error, Result};
 use crate::{formats, output, render};
 
 pub fn run(a: SimulateArgs) -> Result<()> {
-    let snap = formats::load_snapshot(&a.file)?;
+    // the replay needs no stacks: they are read only to name where OOMs would happen
+    let snap = formats::load_snapshot_parts(&a.file, formats::SnapshotParts::EventsWithoutStacks)?;
     let devices = super::snapshot_devices(&a.file, &snap, a.device)?;
     let devices: Vec<u32> = devices
         .into_iter()
@@ -18,7 +19,11 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         ));
     }
     let scenarios = scenarios(&snap, &a.set).map_err(|e| Error::Usage(format!("--set {e}")))?;
-    let sim = simulation(&snap, &devices, &scenarios, a.memory);
+    let mut sim = simulation(&snap, &devices, &scenarios, a.memory);
+    if sim.has_ooms() {
+        drop(snap);
+        label_oom_sites(&mut sim, &formats::load_snapshot(&a.file)?);
+    }
     for d in &sim.devices {
         if d.validation.first_mismatch.is_some() || !d.validation.final_segments_match {
             eprintln!(
