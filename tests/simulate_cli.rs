@@ -110,3 +110,29 @@ fn a_snapshot_without_a_trace_says_how_to_record_one() {
     assert!(err.contains("verl_mem_no_trace_multi_pool.pickle"), "{err}");
     assert!(err.contains("_record_memory_history"), "{err}");
 }
+
+#[test]
+fn summary_ends_with_the_setting_the_replay_found_best() {
+    let out = common::stdout(&["summary", &snap("h100/gpt_default")]);
+    let last = out.lines().last().unwrap();
+    assert!(
+        last.starts_with(
+            "Try: memtrack simulate gpt_default.pickle --set expandable_segments:True"
+        ),
+        "{last}"
+    );
+    assert!(
+        last.contains("peak reserved 2.69 GiB instead of 3.69 GiB"),
+        "{last}"
+    );
+    let v = json_out(&["summary", &snap("h100/gpt_default"), "--format", "json"]);
+    let g = &v["simulate_suggestions"][0];
+    assert_eq!(g["settings"], "expandable_segments:True");
+    assert_eq!(g["peak_reserved_bytes"], 2_889_875_456u64);
+    // an OOM no candidate avoids under the smallest cap the recording allows: no suggestion
+    let v = json_out(&["summary", &snap("h100/oom_default"), "--format", "json"]);
+    assert!(v.get("simulate_suggestions").is_none(), "{v}");
+    // expandable segments already: little fragmentation, nothing to suggest
+    let out = common::stdout(&["summary", &snap("h100/gpt_expandable_segments")]);
+    assert!(!out.contains("Try: memtrack simulate"), "{out}");
+}

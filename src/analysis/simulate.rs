@@ -731,3 +731,41 @@ pub fn best_alternative(sim: &DeviceSimulation) -> Option<&Scenario> {
         && (best.peak_reserved_bytes as f64) <= 0.95 * own.peak_reserved_bytes as f64;
     (fewer_ooms || lower_peak).then_some(best)
 }
+
+/// What `summary` suggests trying, from a replay it ran (never a guess).
+#[derive(Clone, Debug, Serialize)]
+pub struct Suggestion {
+    pub device: u32,
+    /// The `--set` value to pass to `memtrack simulate`.
+    pub settings: String,
+    pub own_peak_reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub own_ooms: usize,
+    pub ooms: usize,
+}
+
+/// For a device with OOMs or a fragmented cache: replay the `CANDIDATES` and suggest the one
+/// that helps most, when one does.
+pub fn suggest(snap: &Snapshot, device: u32) -> Option<Suggestion> {
+    if snap.trace(device).is_none_or(|t| t.events.is_empty()) {
+        return None;
+    }
+    let candidates: Vec<String> = CANDIDATES.iter().map(|c| c.to_string()).collect();
+    let settings = scenarios(snap, &candidates).ok()?;
+    let sim = simulate(snap, device, &settings, None);
+    let own = sim.scenarios.first()?;
+    let best = best_alternative(&sim)?;
+    // a candidate equal to the file's own settings is no suggestion
+    if best.settings_detail == own.settings_detail {
+        return None;
+    }
+    let k = sim.scenarios.iter().position(|s| std::ptr::eq(s, best))?;
+    Some(Suggestion {
+        device,
+        settings: candidates[k - 1].clone(),
+        own_peak_reserved_bytes: own.peak_reserved_bytes,
+        peak_reserved_bytes: best.peak_reserved_bytes,
+        own_ooms: own.ooms.len(),
+        ooms: best.ooms.len(),
+    })
+}
