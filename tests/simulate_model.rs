@@ -153,3 +153,40 @@ fn oom_capture_under_expandable_segments_fails_as_the_expandable_run_did() {
     assert_eq!(inferred.memory_limit_bytes, Some(2_485_125_120));
     assert!(inferred.notes.iter().any(|n| n.contains("per-process cap")));
 }
+
+/// Synthetic snapshots written by fixtures/snapshots/allocator_reference.py, a separate plain
+/// reading of the allocator's rules: the replay reproduces every segment event they record, and
+/// under the default settings it would not (each file exercises its setting).
+#[test]
+fn python_reference_of_the_rules_is_reproduced() {
+    for (name, changes_something) in [
+        ("split_merge", false),
+        ("max_split_size", true),
+        ("roundup_power2", true),
+        ("expandable", true),
+    ] {
+        let file = format!("fixtures/snapshots/reference_{name}.pickle");
+        let snap = load(&file);
+        let own = Settings::from_recorded(snap.allocator_settings.as_deref().unwrap());
+        let sim = simulate(&snap, 0, &[own.clone(), Settings::default()], None);
+        let v = &sim.validation;
+        assert!(v.segment_events_recorded >= 3, "{name}: {v:?}");
+        assert_eq!(v.segment_events_matched, v.segment_events_recorded, "{name}: {v:?}");
+        assert_eq!(v.segment_events_simulated, v.segment_events_recorded, "{name}: {v:?}");
+        assert!(v.final_segments_match, "{name}: {v:?}");
+        assert_eq!(own != Settings::default(), changes_something, "{name}");
+        if changes_something {
+            let (a, b) = (&sim.scenarios[0], &sim.scenarios[1]);
+            assert!(
+                a.peak_reserved_bytes != b.peak_reserved_bytes
+                    || a.segments_created != b.segments_created
+                    || a.ooms.len() != b.ooms.len(),
+                "{name}: the defaults replay the same: {a:?}"
+            );
+        }
+    }
+    // the capped file ends in an OOM the replay finds too, after releasing oversize segments
+    let sim = own("fixtures/snapshots/reference_max_split_size.pickle");
+    assert_eq!(sim.memory_limit_bytes, Some(400 << 20));
+    assert_eq!(sim.scenarios[0].ooms.len(), 1);
+}
