@@ -695,21 +695,34 @@ impl Allocator {
             Some((size, addr)) if size == alloc_size => addr,
             _ => self.reserve_address(alloc_size),
         };
-        let segment = self.segments.len() as u32;
-        self.segments.push(SegmentInfo {
-            base: addr,
-            page: 0,
-            alive: true,
-        });
         self.reserved += alloc_size;
         self.segments_created += 1;
         self.events.push(SegmentEvent {
             action: SegmentAction::SegmentAlloc,
             size: alloc_size,
         });
-        Some(self.new_node(Node {
+        Some(self.new_segment(addr, alloc_size, stream, small, 0))
+    }
+
+    /// A new segment (`page` 0: cudaMalloc'd, mapped; else an expandable one, all unmapped)
+    /// as one block covering it.
+    fn new_segment(
+        &mut self,
+        addr: u64,
+        size: u64,
+        stream: u64,
+        small: bool,
+        page: u64,
+    ) -> BlockId {
+        let segment = self.segments.len() as u32;
+        self.segments.push(SegmentInfo {
+            base: addr,
+            page,
+            alive: true,
+        });
+        self.new_node(Node {
             addr,
-            size: alloc_size,
+            size,
             requested: 0,
             stream,
             prev: NONE,
@@ -718,9 +731,9 @@ impl Allocator {
             small,
             allocated: false,
             pending: false,
-            mapped: true,
+            mapped: page == 0,
             gc_base: 0,
-        }))
+        })
     }
 
     fn allocatable(&self, id: BlockId) -> bool {
@@ -752,26 +765,7 @@ impl Allocator {
         }
         let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
         let addr = self.reserve_address(EXPANDABLE_RESERVATION);
-        let segment = self.segments.len() as u32;
-        self.segments.push(SegmentInfo {
-            base: addr,
-            page,
-            alive: true,
-        });
-        let id = self.new_node(Node {
-            addr,
-            size: EXPANDABLE_RESERVATION,
-            requested: 0,
-            stream,
-            prev: NONE,
-            next: NONE,
-            segment,
-            small,
-            allocated: false,
-            pending: false,
-            mapped: false,
-            gc_base: 0,
-        });
+        let id = self.new_segment(addr, EXPANDABLE_RESERVATION, stream, small, page);
         self.insert_unmapped(id);
         id
     }

@@ -350,7 +350,7 @@ pub fn simulate(
         }
         let (scenario, log) = run.finish();
         if k == 0 {
-            validation = validate(snap, device, &trace.events, &log, &scenario);
+            validation = validate(snap, device, &trace.events, &log);
         }
         out_scenarios.push(scenario);
     }
@@ -429,7 +429,8 @@ pub struct Replay {
     /// Whether `free_requested` also completes the free: traces without `free_completed`.
     free_completes: bool,
     in_release_run: bool,
-    peak: Scenario,
+    /// The scenario's figures so far.
+    report: Scenario,
     peak_requested: u64,
     log: Vec<(SegmentAction, u64, usize)>,
     /// Recorded `segment_alloc`s as (program event index, size, address), in order.
@@ -458,7 +459,7 @@ impl Replay {
             }
         }
         let free_completes = !events.iter().any(|e| e.action == Action::FreeCompleted);
-        let peak = Scenario {
+        let report = Scenario {
             settings: settings.describe(),
             settings_detail: settings,
             peak_reserved_bytes: alloc.reserved,
@@ -478,7 +479,7 @@ impl Replay {
             free_completes,
             in_release_run: false,
             peak_requested: 0,
-            peak,
+            report,
             log: Vec::new(),
             hints: Vec::new(),
             next_hint: 0,
@@ -502,7 +503,7 @@ impl Replay {
 
     fn note_peak(&mut self, index: Option<usize>) {
         let (free, largest) = self.alloc.free_stats();
-        let p = &mut self.peak;
+        let p = &mut self.report;
         p.peak_reserved_bytes = self.alloc.reserved;
         p.peak_reserved_index = index;
         p.free_bytes_at_peak = free;
@@ -565,14 +566,14 @@ impl Replay {
                     .map(|s| (s.action, s.size, i)),
             );
         }
-        if self.alloc.reserved > self.peak.peak_reserved_bytes {
+        if self.alloc.reserved > self.report.peak_reserved_bytes {
             self.note_peak(Some(i));
         }
         self.peak_requested = self.peak_requested.max(self.alloc.requested);
     }
 
     fn oom(&mut self, i: usize, e: &TraceEvent, recorded: bool) {
-        self.peak.ooms.push(SimulatedOom {
+        self.report.ooms.push(SimulatedOom {
             index: i,
             time_us: e.time(),
             requested_bytes: e.size,
@@ -583,15 +584,15 @@ impl Replay {
     }
 
     pub fn finish(mut self) -> (Scenario, SegmentLog) {
-        self.peak.end_reserved_bytes = self.alloc.reserved;
-        self.peak.peak_allocated_bytes = self.peak_requested;
-        self.peak.segments_created = self.alloc.segments_created;
-        self.peak.num_alloc_retries = self.alloc.num_alloc_retries;
+        self.report.end_reserved_bytes = self.alloc.reserved;
+        self.report.peak_allocated_bytes = self.peak_requested;
+        self.report.segments_created = self.alloc.segments_created;
+        self.report.num_alloc_retries = self.alloc.num_alloc_retries;
         let log = SegmentLog {
             simulated: self.log,
             final_segments: self.alloc.segments(),
         };
-        (self.peak, log)
+        (self.report, log)
     }
 }
 
@@ -606,13 +607,7 @@ fn recorded_action(a: Action) -> Option<SegmentAction> {
 }
 
 /// The replay under the file's own settings against what the file recorded.
-fn validate(
-    snap: &Snapshot,
-    device: u32,
-    events: &[TraceEvent],
-    log: &SegmentLog,
-    own: &Scenario,
-) -> Validation {
+fn validate(snap: &Snapshot, device: u32, events: &[TraceEvent], log: &SegmentLog) -> Validation {
     // a recorded segment event belongs to the first program event after it
     let mut recorded: Vec<(SegmentAction, u64, usize)> = Vec::new();
     let mut open = 0;
@@ -649,7 +644,6 @@ fn validate(
     file_sizes.sort_unstable();
     sim_sizes.sort_unstable();
     let tl = timeline(snap, device, false);
-    let _ = own;
     Validation {
         segment_events_recorded: recorded.len(),
         segment_events_matched: matched,
