@@ -30,6 +30,9 @@ fn json_has_the_documented_contract() {
         &snap("cs336_small_mem_snapshot"),
         "--set",
         "expandable_segments:True,max_split_size_mb:128",
+        // a list's commas belong to it
+        "--set",
+        "roundup_power2_divisions:[1:2,>:8],garbage_collection_threshold:0.5",
         "--format",
         "json",
     ]);
@@ -40,10 +43,16 @@ fn json_has_the_documented_contract() {
     assert_eq!(val["segment_events_matched"], 9);
     assert_eq!(val["final_segments_match"], true);
     let sc = d["scenarios"].as_array().unwrap();
-    assert_eq!(sc.len(), 2);
+    assert_eq!(sc.len(), 3);
     assert_eq!(
         sc[1]["settings"],
         "expandable_segments:True,max_split_size_mb:128"
+    );
+    let div = &sc[2]["settings_detail"]["roundup_power2_divisions"];
+    assert_eq!((div[0].as_u64(), div[15].as_u64()), (Some(2), Some(8)));
+    assert_eq!(
+        sc[2]["settings_detail"]["garbage_collection_threshold"],
+        0.5
     );
     for s in sc {
         for key in [
@@ -57,6 +66,11 @@ fn json_has_the_documented_contract() {
         assert!(s["ooms"].as_array().unwrap().is_empty());
     }
     assert_eq!(sc[0]["peak_allocated_bytes"], sc[1]["peak_allocated_bytes"]);
+    // without a limit the threshold has nothing to act on, and a note says so
+    assert!(d["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("garbage_collection_threshold"));
 }
 
 #[test]

@@ -92,9 +92,7 @@ fn h100_captures_reproduce_every_segment_event_under_their_own_settings() {
 
 fn with(set: &str) -> Settings {
     let mut s = Settings::default();
-    for item in set.split(',') {
-        s.apply(item).unwrap();
-    }
+    s.apply_all(set).unwrap();
     s
 }
 
@@ -171,8 +169,14 @@ fn python_reference_of_the_rules_is_reproduced() {
         let sim = simulate(&snap, 0, &[own.clone(), Settings::default()], None);
         let v = &sim.validation;
         assert!(v.segment_events_recorded >= 3, "{name}: {v:?}");
-        assert_eq!(v.segment_events_matched, v.segment_events_recorded, "{name}: {v:?}");
-        assert_eq!(v.segment_events_simulated, v.segment_events_recorded, "{name}: {v:?}");
+        assert_eq!(
+            v.segment_events_matched, v.segment_events_recorded,
+            "{name}: {v:?}"
+        );
+        assert_eq!(
+            v.segment_events_simulated, v.segment_events_recorded,
+            "{name}: {v:?}"
+        );
         assert!(v.final_segments_match, "{name}: {v:?}");
         assert_eq!(own != Settings::default(), changes_something, "{name}");
         if changes_something {

@@ -81,6 +81,28 @@ impl Settings {
         }
     }
 
+    /// Apply a `PYTORCH_CUDA_ALLOC_CONF` string: `KEY:VALUE` items separated by commas (those
+    /// inside a `[...]` list belong to it).
+    pub fn apply_all(&mut self, conf: &str) -> Result<(), String> {
+        let mut depth = 0i32;
+        let mut start = 0;
+        for (i, c) in conf.char_indices().chain([(conf.len(), ',')]) {
+            match c {
+                '[' => depth += 1,
+                ']' => depth -= 1,
+                ',' if depth <= 0 => {
+                    let item = conf[start..i.min(conf.len())].trim();
+                    if !item.is_empty() {
+                        self.apply(item)?;
+                    }
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Apply one `KEY:VALUE` of `PYTORCH_CUDA_ALLOC_CONF` syntax.
     pub fn apply(&mut self, item: &str) -> Result<(), String> {
         let (key, value) = item.split_once(':').ok_or_else(|| {
@@ -352,7 +374,7 @@ struct Pool {
     get_free_blocks_calls: u64,
 }
 
-/// A segment of the current state: its blocks as (size, allocated) in address order.
+/// A segment as `torch.cuda.memory_snapshot()` would list it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentView {
     pub small: bool,
@@ -1162,6 +1184,12 @@ mod tests {
         assert_eq!(d[9], 2);
         assert_eq!(d[10..], [8; 6]);
         assert!(parse_divisions("[3:1]").is_err());
+        let mut s = Settings::default();
+        s.apply_all("roundup_power2_divisions:[1:2,>:8],expandable_segments:True")
+            .unwrap();
+        assert_eq!(s.roundup_power2_divisions[0], 2);
+        assert_eq!(s.roundup_power2_divisions[5], 8);
+        assert!(s.expandable_segments);
         assert!(parse_divisions("3").is_err());
     }
 

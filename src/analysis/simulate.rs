@@ -677,9 +677,7 @@ pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, Stri
     let mut out = vec![own.clone()];
     for set in sets {
         let mut s = own.clone();
-        for item in set.split(',').filter(|i| !i.trim().is_empty()) {
-            s.apply(item)?;
-        }
+        s.apply_all(set)?;
         out.push(s);
     }
     Ok(out)
