@@ -90,7 +90,8 @@ impl Settings {
             match c {
                 '[' => depth += 1,
                 ']' => depth -= 1,
-                ',' if depth <= 0 => {
+                // the end always closes an item, so an unclosed list is an error, not ignored
+                ',' if depth <= 0 || i == conf.len() => {
                     let item = conf[start..i.min(conf.len())].trim();
                     if !item.is_empty() {
                         self.apply(item)?;
@@ -1190,6 +1191,7 @@ mod tests {
         assert_eq!(s.roundup_power2_divisions[0], 2);
         assert_eq!(s.roundup_power2_divisions[5], 8);
         assert!(s.expandable_segments);
+        assert!(s.apply_all("roundup_power2_divisions:[1:2,").is_err());
         assert!(parse_divisions("3").is_err());
     }
 
