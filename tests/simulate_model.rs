@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use memtrack::analysis::caching_allocator::Settings;
-use memtrack::analysis::simulate::{simulate, DeviceSimulation};
+use memtrack::analysis::simulate::{simulate, DeviceSimulation, Validation};
 
 fn load(file: &str) -> memtrack::model::Snapshot {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
@@ -59,21 +59,26 @@ fn h100(name: &str) -> String {
     format!("fixtures/snapshots/h100/{name}.pickle")
 }
 
+/// Every recorded segment event replayed, nothing more, and the same final segments.
+fn assert_reproduced(name: &str, v: &Validation) {
+    assert_eq!(
+        v.segment_events_matched, v.segment_events_recorded,
+        "{name}: {v:?}"
+    );
+    assert_eq!(
+        v.segment_events_simulated, v.segment_events_recorded,
+        "{name}: {v:?}"
+    );
+    assert!(v.final_segments_match, "{name}: {v:?}");
+}
+
 #[test]
 fn h100_captures_reproduce_every_segment_event_under_their_own_settings() {
     for name in H100 {
         let sim = own(&h100(name));
         let v = &sim.validation;
         assert!(v.segment_events_recorded > 60, "{name}: {v:?}");
-        assert_eq!(
-            v.segment_events_matched, v.segment_events_recorded,
-            "{name}: {v:?}"
-        );
-        assert_eq!(
-            v.segment_events_simulated, v.segment_events_recorded,
-            "{name}: {v:?}"
-        );
-        assert!(v.final_segments_match, "{name}: {v:?}");
+        assert_reproduced(name, v);
         assert_eq!(
             Some(sim.scenarios[0].peak_reserved_bytes as i64),
             v.recorded_peak_reserved_bytes,
@@ -169,15 +174,7 @@ fn python_reference_of_the_rules_is_reproduced() {
         let sim = simulate(&snap, 0, &[own.clone(), Settings::default()], None);
         let v = &sim.validation;
         assert!(v.segment_events_recorded >= 3, "{name}: {v:?}");
-        assert_eq!(
-            v.segment_events_matched, v.segment_events_recorded,
-            "{name}: {v:?}"
-        );
-        assert_eq!(
-            v.segment_events_simulated, v.segment_events_recorded,
-            "{name}: {v:?}"
-        );
-        assert!(v.final_segments_match, "{name}: {v:?}");
+        assert_reproduced(name, v);
         assert_eq!(own != Settings::default(), changes_something, "{name}");
         if changes_something {
             let (a, b) = (&sim.scenarios[0], &sim.scenarios[1]);
