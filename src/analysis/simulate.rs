@@ -298,7 +298,7 @@ fn memory_limit(
     if let Some(d) = device_size {
         return (
             Some(d.max(0) as u64),
-            "recorded OOM (reserved + device free)",
+            "the recorded OOM: reserved + device free",
             notes,
         );
     }
@@ -318,7 +318,7 @@ fn memory_limit(
     ));
     (
         Some(lower),
-        "recorded allocation failures (smallest consistent limit)",
+        "the smallest the recorded failures allow",
         notes,
     )
 }
