@@ -81,6 +81,9 @@ pub enum Command {
     Allocator(AllocatorArgs),
     /// Reference cycles that held tensors (`record --cycles`): listed by bytes, or drawn
     Cycles(CyclesArgs),
+    /// Allocator snapshot: replay its trace under other allocator settings (would
+    /// expandable_segments, max_split_size_mb, ... have avoided the OOM?)
+    Simulate(SimulateArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell)
     Completions(CompletionsArgs),
     /// Print the man page (roff), generated from the command-line definition
@@ -443,6 +446,29 @@ pub struct ManArgs {
     /// Also write one page per subcommand (memtrack-record.1, …) into this folder
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  memtrack simulate snap.pickle --set expandable_segments:True --set max_split_size_mb:128\n  memtrack simulate oom.pickle --memory 80GiB --set expandable_segments:True,garbage_collection_threshold:0.8\n\nThe first column replays the file's own settings and says how many recorded segment events it\nreproduced; see docs/simulate.md for what the model covers."
+)]
+pub struct SimulateArgs {
+    /// An allocator snapshot recorded with `_record_memory_history()`
+    pub file: PathBuf,
+    /// One more scenario: the file's settings with these changed, PYTORCH_CUDA_ALLOC_CONF
+    /// syntax (expandable_segments, max_split_size_mb, max_non_split_rounding_mb,
+    /// roundup_power2_divisions, garbage_collection_threshold); repeat for more scenarios
+    #[arg(long = "set", value_name = "KEY:VALUE,...")]
+    pub set: Vec<String>,
+    /// The memory the allocator may use (e.g. 80GiB, 2.5GB); by default what the recorded
+    /// failures imply, else unlimited
+    #[arg(long, value_name = "SIZE", value_parser = crate::model::units::parse_size)]
+    pub memory: Option<u64>,
+    /// Only this CUDA device
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    #[command(flatten)]
+    pub common: Common,
 }
 
 #[cfg(test)]

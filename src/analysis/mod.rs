@@ -1,12 +1,14 @@
 //! Computations over the model: no I/O, no formatting.
 
 pub mod allocator;
+pub mod caching_allocator;
 pub mod cycles;
 pub mod decimate;
 pub mod diff;
 pub mod memviz;
 pub mod modules;
 pub mod segments;
+pub mod simulate;
 pub mod sites;
 pub mod snapshot_summary;
 pub mod stacked;

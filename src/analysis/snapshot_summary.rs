@@ -17,6 +17,10 @@ pub struct SnapshotSummary {
     pub devices: Vec<DeviceSummary>,
     /// `allocator_settings`, as in the file (absent in older files).
     pub allocator_settings: Option<serde_json::Map<String, serde_json::Value>>,
+    /// For devices with OOMs or external fragmentation over 20%: the setting a replay found to
+    /// help most (`memtrack simulate`), when one did.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub simulate_suggestions: Vec<super::simulate::Suggestion>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -100,6 +104,20 @@ pub fn snapshot_summary(snap: &Snapshot, devices: &[u32]) -> SnapshotSummary {
             .allocator_settings
             .as_ref()
             .map(|s| s.iter().cloned().collect()),
+        simulate_suggestions: Vec::new(),
+    }
+}
+
+/// Fill `simulate_suggestions`: replay the devices that had an OOM or a fragmented cache.
+pub fn add_simulate_suggestions(summary: &mut SnapshotSummary, snap: &Snapshot) {
+    for d in &summary.devices {
+        let fragmented = d.external_fragmentation.is_some_and(|f| f > 0.2);
+        if d.ooms.is_empty() && !fragmented {
+            continue;
+        }
+        if let Some(s) = super::simulate::suggest(snap, d.device) {
+            summary.simulate_suggestions.push(s);
+        }
     }
 }
 

@@ -11,6 +11,7 @@ mod modules;
 mod plot;
 mod record;
 mod segments;
+mod simulate;
 mod summary;
 mod top;
 mod trace;
@@ -32,6 +33,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Gpus(a) => gpus::run(a),
         Command::Allocator(a) => allocator::run(a),
         Command::Cycles(a) => cycles::run(a),
+        Command::Simulate(a) => simulate::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),
     }

@@ -1,4 +1,4 @@
-use crate::analysis::snapshot_summary::snapshot_summary;
+use crate::analysis::snapshot_summary::{add_simulate_suggestions, snapshot_summary};
 use crate::analysis::summary::{cross_rank, tracker_summary};
 use crate::cli::SummaryArgs;
 use crate::error::{Error, Result};
@@ -26,7 +26,8 @@ pub fn run(a: SummaryArgs) -> Result<()> {
             }
             Input::Snapshot(snap) => {
                 let devices = super::snapshot_devices(file, &snap, a.device)?;
-                let s = snapshot_summary(&snap, &devices);
+                let mut s = snapshot_summary(&snap, &devices);
+                add_simulate_suggestions(&mut s, &snap);
                 render::snapshot::summary(&s, &title, format, units)
             }
         }

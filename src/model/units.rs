@@ -92,9 +92,54 @@ pub fn format_bytes(bytes: f64, units: Units) -> String {
     format!("{:.2} {}", bytes / u.divisor(), u.name())
 }
 
+/// `80GiB`, `2.5 GB`, `512MiB`, `1000000` (bytes): binary units are powers of 1024, `kB`,
+/// `MB`, `GB`, `TB` powers of 1000.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a size such as 80GiB or 2.5GB"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kib" => 1024.0,
+        "mib" => MIB,
+        "gib" => MIB * 1024.0,
+        "tib" => MIB * MIB,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        u => {
+            return Err(format!(
+                "`{s}`: unknown unit `{u}` (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
+            ))
+        }
+    };
+    let bytes = num * scale;
+    if !(bytes >= 1.0 && bytes < 2f64.powi(63)) {
+        return Err(format!("`{s}`: not a usable memory size"));
+    }
+    Ok(bytes.round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_in_binary_and_decimal_units() {
+        assert_eq!(parse_size("80GiB"), Ok(80 << 30));
+        assert_eq!(parse_size("2.5 GB"), Ok(2_500_000_000));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("3 parsecs").is_err());
+        assert!(parse_size("0").is_err());
+    }
 
     #[test]
     fn auto_picks_the_largest_unit_at_least_one() {

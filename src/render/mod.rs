@@ -9,6 +9,7 @@ pub mod modules;
 pub mod picture;
 pub mod plot;
 pub mod segments_svg;
+pub mod simulate;
 pub mod snapshot;
 pub mod stacked;
 pub mod summary;

@@ -363,6 +363,21 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
             doc.heading("Allocator settings: not in this file (older PyTorch)");
         }
     }
+    for g in &s.simulate_suggestions {
+        let change = if g.ooms < g.own_ooms {
+            format!("{} OOM(s) instead of {}", g.ooms, g.own_ooms)
+        } else {
+            format!(
+                "peak reserved {} instead of {}",
+                b(g.peak_reserved_bytes as f64, units),
+                b(g.own_peak_reserved_bytes as f64, units)
+            )
+        };
+        doc.heading(&format!(
+            "Try: memtrack simulate {title} --set {}   (device {}, replayed: {change})",
+            g.settings, g.device
+        ));
+    }
     doc.out
 }
 

@@ -1,0 +1,763 @@
+//! Replay a snapshot's trace through the caching-allocator model (`caching_allocator`) under
+//! the file's own settings and under others: peak reserved, fragmentation, OOMs per scenario,
+//! and a check of the model against the segment events the file recorded.
+//!
+//! The replay's input is narrow on purpose: the segments and live blocks before the trace's
+//! first event (`InitialState`) and the trace events in order. Program actions (`alloc`,
+//! `free_requested`, `free_completed`, `oom`) drive the model; the recorded segment events are
+//! what the allocator did in answer, and only compared, except a run of `segment_free` /
+//! `segment_unmap` that no allocation asked for: that is `torch.cuda.empty_cache()`, and the
+//! model empties its cache there too.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::model::snapshot::{Action, DeviceTrace, SizeClass, Snapshot, StackId, TraceEvent};
+
+use super::caching_allocator::{
+    allocation_size, Allocator, BlockId, SegmentAction, SegmentView, Settings, SMALL_BUFFER,
+    SMALL_SIZE,
+};
+use super::sites::Sites;
+use super::timeline::timeline;
+
+/// A segment before the trace's first event, with its active blocks.
+#[derive(Clone, Debug)]
+pub struct InitialSegment {
+    pub address: u64,
+    pub size: u64,
+    pub stream: i64,
+    pub small: bool,
+    /// (address, size, requested, pending_free) in address order.
+    pub blocks: Vec<(u64, u64, u64, bool)>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct InitialState {
+    pub segments: Vec<InitialSegment>,
+    /// Live blocks of the rewound state that lie in no segment (the file disagrees with itself).
+    pub unplaced_blocks: usize,
+}
+
+/// A live block while rewinding: size when the final state has it, requested, pending free.
+type LiveBlock = (Option<u64>, u64, bool);
+
+/// The state before the first event: the final segments and active blocks, with every trace
+/// event undone (segments the trace made removed, those it freed put back; allocations the
+/// trace made removed, those it freed put back). Free blocks are the gaps, as the allocator
+/// merges free neighbours. A block that is not in the final state has its rounded size, grown
+/// over a gap too small to have been split off.
+pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> InitialState {
+    let events: &[TraceEvent] = snap.trace(device).map_or(&[], |t| &t.events);
+    // address -> (size, stream, small)
+    let mut segs: FxHashMap<u64, (u64, i64, bool)> = FxHashMap::default();
+    // address -> (size if known, requested, pending)
+    let mut live: FxHashMap<u64, LiveBlock> = FxHashMap::default();
+    for s in snap.segments_on(device) {
+        // a mapped range of an expandable segment is placed as a plain segment (docs/simulate.md)
+        segs.insert(
+            s.address,
+            (s.total_size, s.stream, s.size_class == SizeClass::Small),
+        );
+        for b in s.blocks(&snap.blocks) {
+            if b.state.is_active() {
+                live.insert(
+                    b.address,
+                    (
+                        Some(b.size),
+                        b.requested(&snap.history),
+                        !b.state.is_allocated(),
+                    ),
+                );
+            }
+        }
+    }
+    for e in events.iter().rev() {
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => {
+                segs.remove(&e.addr);
+            }
+            Action::SegmentFree | Action::SegmentUnmap => {
+                segs.insert(e.addr, (e.size, e.stream, e.size == SMALL_BUFFER));
+            }
+            Action::Alloc => {
+                live.remove(&e.addr);
+            }
+            Action::FreeCompleted => {
+                live.entry(e.addr).or_insert((None, e.size, true)).2 = true;
+            }
+            Action::FreeRequested => {
+                live.entry(e.addr).or_insert((None, e.size, false)).2 = false;
+            }
+            _ => {}
+        }
+    }
+    let mut seg_list: Vec<(u64, (u64, i64, bool))> = segs.into_iter().collect();
+    seg_list.sort_unstable_by_key(|s| s.0);
+    let mut blocks: Vec<(u64, LiveBlock)> = live.into_iter().collect();
+    blocks.sort_unstable_by_key(|b| b.0);
+    let mut out = InitialState::default();
+    let mut bi = 0;
+    for (addr, (size, stream, small)) in seg_list {
+        let end = addr + size;
+        while bi < blocks.len() && blocks[bi].0 < addr {
+            out.unplaced_blocks += 1;
+            bi += 1;
+        }
+        let mut mine = Vec::new();
+        while bi < blocks.len() && blocks[bi].0 < end {
+            mine.push(blocks[bi]);
+            bi += 1;
+        }
+        let mut placed = Vec::with_capacity(mine.len());
+        for (k, &(a, (known, req, pending))) in mine.iter().enumerate() {
+            let next = mine.get(k + 1).map_or(end, |b| b.0);
+            let size = known.unwrap_or_else(|| {
+                let rounded = settings.round_size(req).min(next - a);
+                let gap = next - a - rounded;
+                let split = if small || settings.expandable_segments {
+                    gap >= 512
+                } else {
+                    rounded < settings.max_split_size.unwrap_or(u64::MAX) && gap > SMALL_SIZE
+                };
+                if split {
+                    rounded
+                } else {
+                    next - a
+                }
+            });
+            placed.push((a, size, req, pending));
+        }
+        out.segments.push(InitialSegment {
+            address: addr,
+            size,
+            stream,
+            small,
+            blocks: placed,
+        });
+    }
+    out.unplaced_blocks += blocks.len() - bi;
+    out
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SimulatedOom {
+    /// Index of the trace event whose request fails.
+    pub index: usize,
+    pub time_us: Option<i64>,
+    pub requested_bytes: u64,
+    /// Reserved when it fails.
+    pub reserved_bytes: u64,
+    /// Where the program asked (the first Python frame), when the file has stacks.
+    pub site: Option<String>,
+    /// The recorded run failed here too.
+    pub recorded: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Scenario {
+    /// `PYTORCH_CUDA_ALLOC_CONF` spelling of the settings ("default" when none differ).
+    pub settings: String,
+    pub settings_detail: Settings,
+    pub peak_reserved_bytes: u64,
+    /// Trace index where the peak was first reached.
+    pub peak_reserved_index: Option<usize>,
+    pub end_reserved_bytes: u64,
+    /// Requested bytes live at the peak of allocation: the same in every scenario that ran to
+    /// the end without an OOM (a check on the replay).
+    pub peak_allocated_bytes: u64,
+    pub largest_free_block_at_peak_bytes: u64,
+    pub free_bytes_at_peak: u64,
+    /// `1 - largest free block / free bytes` at the peak of reserved.
+    pub fragmentation_at_peak: Option<f64>,
+    /// cudaMalloc calls plus expandable page mappings.
+    pub segments_created: u64,
+    pub num_alloc_retries: u64,
+    pub ooms: Vec<SimulatedOom>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SegmentEventRef {
+    pub action: &'static str,
+    pub size: u64,
+    /// Index of the program event (alloc, oom, or the event after an `empty_cache()`) it
+    /// belongs to.
+    pub index: usize,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Validation {
+    pub segment_events_recorded: usize,
+    /// Recorded segment events reproduced in order (action, size and position) before the
+    /// first difference.
+    pub segment_events_matched: usize,
+    pub segment_events_simulated: usize,
+    pub first_mismatch: Option<Mismatch>,
+    pub final_segments_match: bool,
+    pub final_segments_recorded: usize,
+    pub final_segments_simulated: usize,
+    /// Recorded peak reserved (the trace's segment events, anchored at the final state).
+    pub recorded_peak_reserved_bytes: Option<i64>,
+    pub recorded_end_reserved_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Mismatch {
+    pub recorded: Option<SegmentEventRef>,
+    pub simulated: Option<SegmentEventRef>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceSimulation {
+    pub device: u32,
+    pub trace_events: usize,
+    /// The memory limit the replay enforced, and where it came from.
+    pub memory_limit_bytes: Option<u64>,
+    pub memory_limit_source: &'static str,
+    pub notes: Vec<String>,
+    pub scenarios: Vec<Scenario>,
+    pub validation: Validation,
+}
+
+/// Where the memory limit comes from, in order: `--memory`; what the recorded failures imply;
+/// none.
+///
+/// Every time the allocator gave cached segments back before creating one (or before an OOM),
+/// its first attempt had failed: reserved then plus the segment it wanted was over the limit.
+/// An OOM whose `device_free` is below what it wanted says the device's size (reserved plus
+/// free); one with enough free memory was a per-process cap (`set_per_process_memory_fraction`),
+/// which snapshots do not record. A cap is known only within a range: at least the most the
+/// recorded run reserved, below every failure's need. The replay takes the smallest, so a
+/// scenario said to avoid the OOM avoids it whatever the cap was.
+fn memory_limit(
+    snap: &Snapshot,
+    device: u32,
+    events: &[TraceEvent],
+    given: Option<u64>,
+) -> (Option<u64>, &'static str, Vec<String>) {
+    if let Some(m) = given {
+        return (Some(m), "--memory", Vec::new());
+    }
+    let settings = snap
+        .allocator_settings
+        .as_deref()
+        .map(Settings::from_recorded)
+        .unwrap_or_default();
+    let trace = snap.trace(device);
+    let mut reserved = timeline(snap, device, false).initial_reserved_bytes;
+    let mut most = reserved;
+    // reserved before the maps of the current allocation (expandable segments check the
+    // whole segment size the request would need, not what they map)
+    let mut maps_from: Option<i64> = None;
+    let mut release_from: Option<i64> = None;
+    let mut bound: Option<i64> = None;
+    let mut device_size: Option<i64> = None;
+    let mut capped = false;
+    let tighten = |b: &mut Option<i64>, v: i64| *b = Some(b.map_or(v, |x| x.min(v)));
+    for e in events {
+        match e.action {
+            Action::SegmentFree | Action::SegmentUnmap => {
+                release_from.get_or_insert(reserved);
+                reserved -= e.size as i64;
+            }
+            Action::SegmentAlloc | Action::SegmentMap => {
+                if e.action == Action::SegmentMap {
+                    maps_from.get_or_insert(reserved);
+                }
+                if let Some(r0) = release_from.take() {
+                    tighten(&mut bound, r0 + e.size as i64 - 1);
+                }
+                reserved += e.size as i64;
+                most = most.max(reserved);
+            }
+            Action::Oom => {
+                let need = allocation_size(settings.round_size(e.size)) as i64;
+                tighten(&mut bound, reserved + need - 1);
+                if let Some(r0) = release_from.take() {
+                    tighten(&mut bound, r0 + need - 1);
+                }
+                match trace.and_then(|t| t.aux(e)).and_then(|x| x.device_free) {
+                    Some(free) if (free as i64) < need => {
+                        tighten(&mut device_size, reserved + free as i64)
+                    }
+                    Some(_) => capped = true,
+                    None => {}
+                }
+            }
+            Action::Alloc | Action::FreeRequested | Action::FreeCompleted => {
+                release_from = None;
+                if let (Some(r0), Action::Alloc) = (maps_from.take(), e.action) {
+                    let need = allocation_size(settings.round_size(e.size)) as i64;
+                    most = most.max(r0 + need);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut notes = Vec::new();
+    if let Some(d) = device_size {
+        return (
+            Some(d.max(0) as u64),
+            "the recorded OOM: reserved + device free",
+            notes,
+        );
+    }
+    let Some(upper) = bound else {
+        return (None, "none (no allocation failed; pass --memory)", notes);
+    };
+    let lower = most.max(0) as u64;
+    notes.push(format!(
+        "the recorded failures imply a limit from {lower} to {upper} bytes{}; the replay uses \
+         the smallest; pass --memory to set it",
+        if capped {
+            " (the OOM left device memory free: a per-process cap, \
+             set_per_process_memory_fraction, which snapshots do not record)"
+        } else {
+            ""
+        }
+    ));
+    (
+        Some(lower),
+        "the smallest the recorded failures allow",
+        notes,
+    )
+}
+
+/// Replay a device's trace under each of `scenarios` (the file's own settings first is the
+/// caller's choice; validation compares against the first).
+pub fn simulate(
+    snap: &Snapshot,
+    device: u32,
+    scenarios: &[Settings],
+    memory: Option<u64>,
+) -> DeviceSimulation {
+    let empty = DeviceTrace::default();
+    let trace = snap.trace(device).unwrap_or(&empty);
+    let (limit, source, mut notes) = memory_limit(snap, device, &trace.events, memory);
+    let mut out_scenarios = Vec::with_capacity(scenarios.len());
+    let mut validation = Validation::default();
+    for (k, settings) in scenarios.iter().enumerate() {
+        let init = initial_state(snap, device, settings);
+        if k == 0 && init.unplaced_blocks > 0 {
+            notes.push(format!(
+                "{} live block(s) before the trace lie in no segment; left out",
+                init.unplaced_blocks
+            ));
+        }
+        let mut run = Replay::new(settings.clone(), limit, &init, &trace.events, k == 0);
+        for (i, e) in trace.events.iter().enumerate() {
+            run.event(i, e);
+        }
+        let (scenario, log) = run.finish();
+        if k == 0 {
+            validation = validate(snap, device, &trace.events, &log);
+        }
+        out_scenarios.push(scenario);
+    }
+    if limit.is_none()
+        && scenarios
+            .iter()
+            .any(|s| s.garbage_collection_threshold > 0.0)
+    {
+        notes.push(
+            "garbage_collection_threshold acts only under a memory cap \
+             (set_per_process_memory_fraction): pass --memory to see it work"
+                .into(),
+        );
+    }
+    if snap
+        .segments_on(device)
+        .any(|s| s.pool_id.is_some_and(|p| p != (0, 0)))
+    {
+        notes.push(
+            "segments of private pools (CUDA graphs, MemPool) are replayed as the default pool"
+                .into(),
+        );
+    }
+    DeviceSimulation {
+        device,
+        trace_events: trace.events.len(),
+        memory_limit_bytes: limit,
+        memory_limit_source: source,
+        notes,
+        scenarios: out_scenarios,
+        validation,
+    }
+}
+
+/// Name where each simulated OOM's request came from, from a snapshot read with its stacks
+/// (the replay itself needs none, so a command reads them only when there is an OOM to name).
+pub fn label_oom_sites(sim: &mut Simulation, snap: &Snapshot) {
+    let mut sites = Sites::new(snap);
+    for d in &mut sim.devices {
+        let Some(trace) = snap.trace(d.device) else {
+            continue;
+        };
+        for sc in &mut d.scenarios {
+            for o in &mut sc.ooms {
+                let stack: StackId = trace
+                    .events
+                    .get(o.index)
+                    .map_or(StackId::MISSING, |e| e.stack);
+                if !stack.is_missing() {
+                    let k = sites.site(stack);
+                    o.site = Some(sites.label(k, false));
+                }
+            }
+        }
+    }
+}
+
+impl Simulation {
+    pub fn has_ooms(&self) -> bool {
+        self.devices
+            .iter()
+            .any(|d| d.scenarios.iter().any(|s| !s.ooms.is_empty()))
+    }
+}
+
+/// The model's segment events, each with the trace index it belongs to.
+pub struct SegmentLog {
+    pub simulated: Vec<(SegmentAction, u64, usize)>,
+    pub final_segments: Vec<SegmentView>,
+}
+
+/// One scenario's replay, event by event.
+pub struct Replay {
+    alloc: Allocator,
+    blocks: FxHashMap<u64, BlockId>,
+    /// Whether `free_requested` also completes the free: traces without `free_completed`.
+    free_completes: bool,
+    in_release_run: bool,
+    /// The scenario's figures so far.
+    report: Scenario,
+    peak_requested: u64,
+    log: Vec<(SegmentAction, u64, usize)>,
+    /// Recorded `segment_alloc`s as (program event index, size, address), in order.
+    hints: Vec<(usize, u64, u64)>,
+    next_hint: usize,
+}
+
+impl Replay {
+    /// `recorded_addresses`: place new segments where the recorded run's landed (the replay
+    /// under the file's own settings), so that ties between equal free blocks, which the
+    /// allocator breaks by address, break the same way.
+    pub fn new(
+        settings: Settings,
+        limit: Option<u64>,
+        init: &InitialState,
+        events: &[TraceEvent],
+        recorded_addresses: bool,
+    ) -> Replay {
+        let mut alloc = Allocator::new(settings.clone(), limit);
+        let mut blocks = FxHashMap::default();
+        for s in &init.segments {
+            for (a, id) in
+                alloc.place_segment(s.address, s.size, s.stream as u64, s.small, &s.blocks)
+            {
+                blocks.insert(a, id);
+            }
+        }
+        let free_completes = !events.iter().any(|e| e.action == Action::FreeCompleted);
+        let report = Scenario {
+            settings: settings.describe(),
+            settings_detail: settings,
+            peak_reserved_bytes: alloc.reserved,
+            peak_reserved_index: None,
+            end_reserved_bytes: 0,
+            peak_allocated_bytes: alloc.requested,
+            largest_free_block_at_peak_bytes: 0,
+            free_bytes_at_peak: 0,
+            fragmentation_at_peak: None,
+            segments_created: 0,
+            num_alloc_retries: 0,
+            ooms: Vec::new(),
+        };
+        let mut r = Replay {
+            alloc,
+            blocks,
+            free_completes,
+            in_release_run: false,
+            peak_requested: 0,
+            report,
+            log: Vec::new(),
+            hints: Vec::new(),
+            next_hint: 0,
+        };
+        r.note_peak(None);
+        r.peak_requested = r.alloc.requested;
+        if recorded_addresses {
+            let mut pending = Vec::new();
+            for (i, e) in events.iter().enumerate() {
+                match e.action {
+                    Action::SegmentAlloc => pending.push((e.size, e.addr)),
+                    Action::Alloc | Action::Oom => {
+                        r.hints.extend(pending.drain(..).map(|(s, a)| (i, s, a)))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        r
+    }
+
+    fn note_peak(&mut self, index: Option<usize>) {
+        let (free, largest) = self.alloc.free_stats();
+        let p = &mut self.report;
+        p.peak_reserved_bytes = self.alloc.reserved;
+        p.peak_reserved_index = index;
+        p.free_bytes_at_peak = free;
+        p.largest_free_block_at_peak_bytes = largest;
+        p.fragmentation_at_peak = (free > 0).then(|| 1.0 - largest as f64 / free as f64);
+    }
+
+    pub fn event(&mut self, i: usize, e: &TraceEvent) {
+        let releases = matches!(e.action, Action::SegmentFree | Action::SegmentUnmap);
+        if self.in_release_run && !releases {
+            self.in_release_run = false;
+            if !matches!(
+                e.action,
+                Action::SegmentAlloc | Action::SegmentMap | Action::Oom
+            ) {
+                // segments given back with no allocation asking: torch.cuda.empty_cache()
+                self.alloc.release_cached_blocks();
+            }
+        }
+        self.in_release_run |= releases;
+        while self.hints.get(self.next_hint).is_some_and(|h| h.0 < i) {
+            self.next_hint += 1;
+        }
+        self.alloc.address_hint = self
+            .hints
+            .get(self.next_hint)
+            .filter(|h| h.0 == i)
+            .map(|h| (h.1, h.2));
+        match e.action {
+            Action::Alloc => match self.alloc.malloc(e.size, e.stream as u64) {
+                Some(id) => {
+                    self.blocks.insert(e.addr, id);
+                }
+                None => self.oom(i, e, false),
+            },
+            // would these settings have served the request that failed?
+            Action::Oom if self.alloc.malloc(e.size, e.stream as u64).is_none() => {
+                self.oom(i, e, true)
+            }
+            Action::FreeRequested => {
+                if self.free_completes {
+                    if let Some(id) = self.blocks.remove(&e.addr) {
+                        self.alloc.free_completed(id);
+                    }
+                } else if let Some(&id) = self.blocks.get(&e.addr) {
+                    self.alloc.free_requested(id);
+                }
+            }
+            Action::FreeCompleted => {
+                if let Some(id) = self.blocks.remove(&e.addr) {
+                    self.alloc.free_completed(id);
+                }
+            }
+            _ => {}
+        }
+        if self.alloc.has_segment_events() {
+            self.log.extend(
+                self.alloc
+                    .take_segment_events()
+                    .map(|s| (s.action, s.size, i)),
+            );
+        }
+        if self.alloc.reserved > self.report.peak_reserved_bytes {
+            self.note_peak(Some(i));
+        }
+        self.peak_requested = self.peak_requested.max(self.alloc.requested);
+    }
+
+    fn oom(&mut self, i: usize, e: &TraceEvent, recorded: bool) {
+        self.report.ooms.push(SimulatedOom {
+            index: i,
+            time_us: e.time(),
+            requested_bytes: e.size,
+            reserved_bytes: self.alloc.reserved,
+            site: None,
+            recorded,
+        });
+    }
+
+    pub fn finish(mut self) -> (Scenario, SegmentLog) {
+        self.report.end_reserved_bytes = self.alloc.reserved;
+        self.report.peak_allocated_bytes = self.peak_requested;
+        self.report.segments_created = self.alloc.segments_created;
+        self.report.num_alloc_retries = self.alloc.num_alloc_retries;
+        let log = SegmentLog {
+            simulated: self.log,
+            final_segments: self.alloc.segments(),
+        };
+        (self.report, log)
+    }
+}
+
+fn recorded_action(a: Action) -> Option<SegmentAction> {
+    match a {
+        Action::SegmentAlloc => Some(SegmentAction::SegmentAlloc),
+        Action::SegmentFree => Some(SegmentAction::SegmentFree),
+        Action::SegmentMap => Some(SegmentAction::SegmentMap),
+        Action::SegmentUnmap => Some(SegmentAction::SegmentUnmap),
+        _ => None,
+    }
+}
+
+/// The replay under the file's own settings against what the file recorded.
+fn validate(snap: &Snapshot, device: u32, events: &[TraceEvent], log: &SegmentLog) -> Validation {
+    // a recorded segment event belongs to the first program event after it
+    let mut recorded: Vec<(SegmentAction, u64, usize)> = Vec::new();
+    let mut open = 0;
+    for (i, e) in events.iter().enumerate() {
+        match recorded_action(e.action) {
+            Some(a) => recorded.push((a, e.size, usize::MAX)),
+            None => {
+                for r in &mut recorded[open..] {
+                    r.2 = i;
+                }
+                open = recorded.len();
+            }
+        }
+    }
+    for r in &mut recorded[open..] {
+        r.2 = events.len();
+    }
+    let matched = recorded
+        .iter()
+        .zip(&log.simulated)
+        .take_while(|(r, s)| r == s)
+        .count();
+    let as_ref = |x: &(SegmentAction, u64, usize)| SegmentEventRef {
+        action: x.0.name(),
+        size: x.1,
+        index: x.2,
+    };
+    let first_mismatch = (matched < recorded.len().max(log.simulated.len())).then(|| Mismatch {
+        recorded: recorded.get(matched).map(as_ref),
+        simulated: log.simulated.get(matched).map(as_ref),
+    });
+    let mut file_sizes: Vec<u64> = snap.segments_on(device).map(|s| s.total_size).collect();
+    let mut sim_sizes: Vec<u64> = log.final_segments.iter().map(|s| s.size).collect();
+    file_sizes.sort_unstable();
+    sim_sizes.sort_unstable();
+    let tl = timeline(snap, device, false);
+    Validation {
+        segment_events_recorded: recorded.len(),
+        segment_events_matched: matched,
+        segment_events_simulated: log.simulated.len(),
+        first_mismatch,
+        final_segments_match: file_sizes == sim_sizes,
+        final_segments_recorded: file_sizes.len(),
+        final_segments_simulated: sim_sizes.len(),
+        recorded_peak_reserved_bytes: tl.peak_reserved.map(|p| p.bytes),
+        recorded_end_reserved_bytes: tl.final_reserved_bytes.max(0) as u64,
+    }
+}
+
+/// The whole `simulate` report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Simulation {
+    pub kind: &'static str,
+    /// "file" when the snapshot records `allocator_settings`, else "defaults".
+    pub own_settings_from: &'static str,
+    pub devices: Vec<DeviceSimulation>,
+}
+
+/// The scenarios: the file's own settings, then each `--set` (a comma-separated list of
+/// `KEY:VALUE` applied to the file's settings).
+pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, String> {
+    let own = snap
+        .allocator_settings
+        .as_deref()
+        .map(Settings::from_recorded)
+        .unwrap_or_default();
+    let mut out = vec![own.clone()];
+    for set in sets {
+        let mut s = own.clone();
+        s.apply_all(set)?;
+        out.push(s);
+    }
+    Ok(out)
+}
+
+pub fn simulation(
+    snap: &Snapshot,
+    devices: &[u32],
+    scenarios: &[Settings],
+    memory: Option<u64>,
+) -> Simulation {
+    Simulation {
+        kind: "allocator_simulation",
+        own_settings_from: if snap.allocator_settings.is_some() {
+            "file"
+        } else {
+            "defaults"
+        },
+        devices: devices
+            .iter()
+            .map(|&d| simulate(snap, d, scenarios, memory))
+            .collect(),
+    }
+}
+
+/// Settings `summary` tries when a snapshot had an OOM or a fragmented cache.
+pub const CANDIDATES: [&str; 4] = [
+    "expandable_segments:True",
+    "max_split_size_mb:128",
+    "max_split_size_mb:512",
+    "roundup_power2_divisions:4",
+];
+
+/// The scenario (after the first) that helps most: fewest OOMs, then the lowest peak reserved;
+/// `None` when none has fewer OOMs or a peak at least 5% lower than the file's own settings.
+pub fn best_alternative(sim: &DeviceSimulation) -> Option<&Scenario> {
+    let own = sim.scenarios.first()?;
+    let best = sim.scenarios[1..]
+        .iter()
+        .min_by_key(|s| (s.ooms.len(), s.peak_reserved_bytes))?;
+    let fewer_ooms = best.ooms.len() < own.ooms.len();
+    let lower_peak = best.ooms.len() == own.ooms.len()
+        && (best.peak_reserved_bytes as f64) <= 0.95 * own.peak_reserved_bytes as f64;
+    (fewer_ooms || lower_peak).then_some(best)
+}
+
+/// What `summary` suggests trying, from a replay it ran (never a guess).
+#[derive(Clone, Debug, Serialize)]
+pub struct Suggestion {
+    pub device: u32,
+    /// The `--set` value to pass to `memtrack simulate`.
+    pub settings: String,
+    pub own_peak_reserved_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub own_ooms: usize,
+    pub ooms: usize,
+}
+
+/// For a device with OOMs or a fragmented cache: replay the `CANDIDATES` and suggest the one
+/// that helps most, when one does.
+pub fn suggest(snap: &Snapshot, device: u32) -> Option<Suggestion> {
+    if snap.trace(device).is_none_or(|t| t.events.is_empty()) {
+        return None;
+    }
+    let candidates: Vec<String> = CANDIDATES.iter().map(|c| c.to_string()).collect();
+    let settings = scenarios(snap, &candidates).ok()?;
+    let sim = simulate(snap, device, &settings, None);
+    let own = sim.scenarios.first()?;
+    let best = best_alternative(&sim)?;
+    // a candidate equal to the file's own settings is no suggestion
+    if best.settings_detail == own.settings_detail {
+        return None;
+    }
+    let k = sim.scenarios.iter().position(|s| std::ptr::eq(s, best))?;
+    Some(Suggestion {
+        device,
+        settings: candidates[k - 1].clone(),
+        own_peak_reserved_bytes: own.peak_reserved_bytes,
+        peak_reserved_bytes: best.peak_reserved_bytes,
+        own_ooms: own.ooms.len(),
+        ooms: best.ooms.len(),
+    })
+}

@@ -1,0 +1,40 @@
+use crate::analysis::simulate::{label_oom_sites, scenarios, simulation};
+use crate::cli::SimulateArgs;
+use crate::error::{Error, Result};
+use crate::{formats, output, render};
+
+pub fn run(a: SimulateArgs) -> Result<()> {
+    // the replay needs no stacks: they are read only to name where OOMs would happen
+    let snap = formats::load_snapshot_parts(&a.file, formats::SnapshotParts::EventsWithoutStacks)?;
+    let devices = super::snapshot_devices(&a.file, &snap, a.device)?;
+    let devices: Vec<u32> = devices
+        .into_iter()
+        .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
+        .collect();
+    if devices.is_empty() {
+        return Err(Error::input(
+            &a.file,
+            "no trace events to replay; record them with \
+             torch.cuda.memory._record_memory_history() before the work, then _dump_snapshot()",
+        ));
+    }
+    let scenarios = scenarios(&snap, &a.set).map_err(|e| Error::Usage(format!("--set {e}")))?;
+    let mut sim = simulation(&snap, &devices, &scenarios, a.memory);
+    if sim.has_ooms() {
+        drop(snap);
+        label_oom_sites(&mut sim, &formats::load_snapshot(&a.file)?);
+    }
+    for d in &sim.devices {
+        if d.validation.first_mismatch.is_some() || !d.validation.final_segments_match {
+            eprintln!(
+                "memtrack: warning: device {}: the replay under the file's own settings differs \
+                 from the recording: {}",
+                d.device,
+                render::simulate::validation_line(d, a.common.units)
+            );
+        }
+    }
+    let title = super::display_name(&a.file);
+    let text = render::simulate::simulation(&sim, &title, a.common.format, a.common.units);
+    output::emit(&a.common.output, text.as_bytes())
+}

@@ -1,0 +1,230 @@
+//! `simulate`: one column per scenario, as text, Markdown, CSV or JSON.
+
+use std::fmt::Write;
+
+use crate::analysis::simulate::{DeviceSimulation, Scenario, SegmentEventRef, Simulation};
+use crate::model::{format_bytes, Units};
+
+use super::table::Table;
+use super::{json, thousands, Format};
+
+pub fn simulation(s: &Simulation, title: &str, format: Format, units: Units) -> String {
+    match format {
+        Format::Json => json(s),
+        Format::Csv => csv(s),
+        Format::Text | Format::Markdown => text(s, title, format == Format::Markdown, units),
+    }
+}
+
+fn csv(s: &Simulation) -> String {
+    let mut t = Table::new(&[
+        "device",
+        "settings",
+        "peak_reserved_bytes",
+        "end_reserved_bytes",
+        "peak_allocated_bytes",
+        "largest_free_block_at_peak_bytes",
+        "fragmentation_at_peak",
+        "segments_created",
+        "num_alloc_retries",
+        "ooms",
+        "first_oom_index",
+    ]);
+    for d in &s.devices {
+        for sc in &d.scenarios {
+            t.row(vec![
+                d.device.to_string(),
+                sc.settings.clone(),
+                sc.peak_reserved_bytes.to_string(),
+                sc.end_reserved_bytes.to_string(),
+                sc.peak_allocated_bytes.to_string(),
+                sc.largest_free_block_at_peak_bytes.to_string(),
+                sc.fragmentation_at_peak
+                    .map_or(String::new(), |f| format!("{f:.6}")),
+                sc.segments_created.to_string(),
+                sc.num_alloc_retries.to_string(),
+                sc.ooms.len().to_string(),
+                sc.ooms
+                    .first()
+                    .map_or(String::new(), |o| o.index.to_string()),
+            ]);
+        }
+    }
+    t.csv()
+}
+
+fn event_ref(r: &Option<SegmentEventRef>, units: Units) -> String {
+    match r {
+        Some(r) => format!(
+            "{} of {} at event {}",
+            r.action,
+            format_bytes(r.size as f64, units),
+            thousands(r.index)
+        ),
+        None => "nothing".into(),
+    }
+}
+
+/// The validation line (also the warning `simulate` prints on a mismatch).
+pub fn validation_line(d: &DeviceSimulation, units: Units) -> String {
+    let v = &d.validation;
+    let mut line = format!(
+        "{} of {} recorded segment events reproduced",
+        thousands(v.segment_events_matched),
+        thousands(v.segment_events_recorded)
+    );
+    if let Some(m) = &v.first_mismatch {
+        let _ = write!(
+            line,
+            "; first difference: recorded {}, replay {}",
+            event_ref(&m.recorded, units),
+            event_ref(&m.simulated, units)
+        );
+    }
+    let _ = write!(
+        line,
+        "; final segments {} ({} recorded, {} replayed)",
+        if v.final_segments_match {
+            "match"
+        } else {
+            "differ"
+        },
+        thousands(v.final_segments_recorded),
+        thousands(v.final_segments_simulated)
+    );
+    line
+}
+
+fn ooms_cell(sc: &Scenario, units: Units) -> String {
+    match sc.ooms.first() {
+        None => "none".into(),
+        Some(o) => format!(
+            "{}: first at event {}, {} requested",
+            sc.ooms.len(),
+            thousands(o.index),
+            format_bytes(o.requested_bytes as f64, units)
+        ),
+    }
+}
+
+fn text(s: &Simulation, title: &str, md: bool, units: Units) -> String {
+    let mut out = String::new();
+    let b = |v: u64| format_bytes(v as f64, units);
+    for d in &s.devices {
+        let head = format!(
+            "{title}: device {}, {} trace events replayed under {} setting{}",
+            d.device,
+            thousands(d.trace_events),
+            d.scenarios.len(),
+            if d.scenarios.len() == 1 { "" } else { "s" }
+        );
+        if md {
+            let _ = writeln!(out, "## {head}\n");
+        } else {
+            let _ = writeln!(out, "{head}");
+        }
+        let mut para = |line: String| {
+            out.push_str(&line);
+            out.push('\n');
+            if md {
+                out.push('\n');
+            }
+        };
+        para(format!(
+            "memory limit: {}",
+            match d.memory_limit_bytes {
+                Some(l) => format!("{} ({})", b(l), d.memory_limit_source),
+                None => d.memory_limit_source.to_string(),
+            }
+        ));
+        para(format!("validation: {}", validation_line(d, units)));
+        for n in &d.notes {
+            para(format!("note: {n}"));
+        }
+        if s.own_settings_from == "defaults" {
+            para(
+                "note: the file records no allocator_settings; its own column assumes the defaults"
+                    .into(),
+            );
+        }
+        let own_peak = d.scenarios.first().map_or(0, |o| o.peak_reserved_bytes);
+        let mut headers: Vec<String> = vec![String::new()];
+        for (k, sc) in d.scenarios.iter().enumerate() {
+            headers.push(if k == 0 {
+                format!(">file's own: {}", sc.settings)
+            } else {
+                format!(">{}", sc.settings)
+            });
+        }
+        let hdr: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let mut t = Table::new(&hdr);
+        let mut row = |name: &str, f: &dyn Fn(&Scenario) -> String| {
+            let mut cells = vec![name.to_string()];
+            cells.extend(d.scenarios.iter().map(f));
+            t.row(cells);
+        };
+        row("peak reserved", &|sc| b(sc.peak_reserved_bytes));
+        row("  vs the file's own", &|sc| {
+            if own_peak == 0 {
+                "-".into()
+            } else {
+                format!(
+                    "{:+.1}%",
+                    (sc.peak_reserved_bytes as f64 / own_peak as f64 - 1.0) * 100.0
+                )
+            }
+        });
+        row("reserved at the end", &|sc| b(sc.end_reserved_bytes));
+        row("peak allocated (requested)", &|sc| {
+            b(sc.peak_allocated_bytes)
+        });
+        row("largest free block at peak", &|sc| {
+            b(sc.largest_free_block_at_peak_bytes)
+        });
+        row("fragmentation at peak", &|sc| {
+            sc.fragmentation_at_peak
+                .map_or_else(|| "-".into(), |f| format!("{:.1}%", f * 100.0))
+        });
+        row("segments created", &|sc| sc.segments_created.to_string());
+        row("alloc retries", &|sc| sc.num_alloc_retries.to_string());
+        row("OOMs", &|sc| ooms_cell(sc, units));
+        if md {
+            out.push_str(&t.markdown());
+            out.push('\n');
+        } else {
+            out.push_str(&t.text());
+        }
+        for sc in &d.scenarios {
+            for o in sc.ooms.iter().take(5) {
+                let _ = writeln!(
+                    out,
+                    "{}OOM under {}: event {}{}, {} requested with {} reserved{}{}",
+                    if md { "- " } else { "  " },
+                    sc.settings,
+                    thousands(o.index),
+                    o.time_us
+                        .map_or(String::new(), |t| format!(" (time_us {t})")),
+                    b(o.requested_bytes),
+                    b(o.reserved_bytes),
+                    o.site
+                        .as_ref()
+                        .map_or(String::new(), |s| format!(", at {s}")),
+                    if o.recorded { " (recorded too)" } else { "" }
+                );
+            }
+            if sc.ooms.len() > 5 {
+                let _ = writeln!(
+                    out,
+                    "{}... and {} more under {}",
+                    if md { "- " } else { "  " },
+                    sc.ooms.len() - 5,
+                    sc.settings
+                );
+            }
+        }
+        if d.scenarios.iter().any(|sc| !sc.ooms.is_empty()) {
+            out.push('\n');
+        }
+    }
+    out
+}
