@@ -14,8 +14,9 @@ use serde_json::Value as Json;
 use crate::analysis::cycles::split_into_cycles;
 use crate::model::modules::StateSnapshots;
 use crate::model::{
-    Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes, ExitInfo, IterationModules, Marker,
-    ModState, ModuleSnapshot, ModuleStats, OpNames, RecordInfo, TrackerStats,
+    CompileInfo, CompiledRegion, Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes, ExitInfo,
+    IterationModules, Marker, ModState, ModuleSnapshot, ModuleStats, OpNames, RecordInfo,
+    TrackerStats,
 };
 
 // record codes, as in _memtrack_agent.py
@@ -211,6 +212,8 @@ struct Replay {
     /// Collections that found cycles, by the agent's id: (ops when reported, the graph).
     cycles: Vec<(i64, usize, Cycle)>,
     time_marks: Vec<(u64, usize)>,
+    /// The `compile` part of `bye`: dynamo's counters.
+    compile: Option<Json>,
 }
 
 fn as_string(v: &Json) -> Option<String> {
@@ -280,6 +283,9 @@ impl Replay {
                     self.ended = as_string(&m["how"]);
                 }
                 self.memory_stats.extend(int_map(&m["memory_stats"]));
+                if m["compile"].is_object() {
+                    self.compile = Some(m["compile"].clone());
+                }
             }
             "no_torch" => {
                 self.note = Some(Note::NoTorch {
@@ -731,6 +737,7 @@ impl Replay {
         let mut names = OpNames::with_capacity(n, n * 40);
         let mut counters: HashMap<u32, u64> = HashMap::new();
         let mut buf = String::new();
+        let mut regions: Vec<CompiledRegion> = Vec::new();
         for op in &self.ops {
             let count = counters.entry(op.fid).or_insert(0);
             buf.clear();
@@ -751,6 +758,16 @@ impl Replay {
             let _ = write!(buf, "{ctx}.{}.{op_name}_{count}", op.phase.name());
             *count += 1;
             names.push(&buf);
+            if op_name == COMPILED_GRAPH {
+                let region = format!("{ctx}.{}", op.phase.name());
+                match regions.iter_mut().find(|r| r.region == region) {
+                    Some(r) => r.graph_calls += 1,
+                    None => regions.push(CompiledRegion {
+                        region,
+                        graph_calls: 1,
+                    }),
+                }
+            }
         }
         // `markers` keeps each name's last occurrence, in first-occurrence order (a dict)
         let mut last: Vec<Marker> = Vec::new();
@@ -805,6 +822,7 @@ impl Replay {
                     split_into_cycles(c)
                 })
                 .collect(),
+            compile: compile_info(self.compile.as_ref(), regions),
         };
         let stats = TrackerStats {
             names,
@@ -831,6 +849,28 @@ impl Replay {
             time_marks: std::mem::take(&mut self.time_marks),
         }
     }
+}
+
+/// The agent's pseudo-op after each compiled graph call (`COMPILED_GRAPH` in the agent).
+const COMPILED_GRAPH: &str = "compiled_graph";
+
+/// dynamo's counters (from `bye`) and the regions whose compiled graphs ran; None when the
+/// program never compiled anything.
+fn compile_info(counters: Option<&Json>, regions: Vec<CompiledRegion>) -> Option<CompileInfo> {
+    if counters.is_none() && regions.is_empty() {
+        return None;
+    }
+    let c = counters.cloned().unwrap_or(Json::Null);
+    Some(CompileInfo {
+        frames_ok: c["frames_ok"].as_i64().unwrap_or(0),
+        frames_total: c["frames_total"].as_i64().unwrap_or(0),
+        graph_breaks: c["graph_breaks"].as_i64().unwrap_or(0),
+        graph_break_reasons: c["graph_break_reasons"]
+            .as_array()
+            .map(|a| a.iter().filter_map(as_string).collect())
+            .unwrap_or_default(),
+        regions,
+    })
 }
 
 /// `{"key": int}` from a JSON object; other values are skipped.

@@ -61,18 +61,22 @@ def install():
     if "torch" in sys.modules:
         _activate(sys.modules["torch"])
         return
-    sys.meta_path.insert(0, _TorchFinder())
+    sys.meta_path.insert(0, _AfterImport("torch", _activate))
     import atexit
 
     atexit.register(_exit_without_torch)
 
 
-class _TorchFinder:
-    """One-shot meta path finder: lets the normal machinery find torch, then runs _activate
-    right after torch/__init__.py has executed."""
+class _AfterImport:
+    """One-shot meta path finder: lets the normal machinery find module `name`, then calls
+    `then(module)` right after the module's code has run."""
+
+    def __init__(self, name, then):
+        self.name = name
+        self.then = then
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != self.name:
             return None
         try:
             sys.meta_path.remove(self)
@@ -80,24 +84,32 @@ class _TorchFinder:
             pass
         import importlib.util
 
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return None
         loader = spec.loader
         orig = loader.exec_module
+        then = self.then
 
         def exec_module(module):
             orig(module)
             try:
-                _activate(module)
+                then(module)
             except Exception as e:  # never break the user's program
-                sys.stderr.write(f"memtrack: agent failed to start: {e!r}\n")
+                sys.stderr.write(f"memtrack: after importing {name}: {e!r}\n")
 
         loader.exec_module = exec_module
         return spec
 
     def invalidate_caches(self):
         pass
+
+
+def _after_import(name, then):
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 def _is_launcher():
@@ -268,6 +280,7 @@ def _activate(torch):
     _time_mark()
 
     _install_hooks(torch)
+    _after_import("torch._inductor.output_code", _watch_compiled_graphs)
     threading.Thread(target=_flusher, name="memtrack-flush", daemon=True).start()
     os.register_at_fork(after_in_child=_after_fork_in_child)
     import atexit
@@ -393,6 +406,15 @@ def _install_hooks(torch):
         def _should_skip_dynamo(cls):
             return skip_code is None
 
+        # torch.compile skips every frame while a mode without this is on the stack (the
+        # program would silently run eager); with it, dynamo switches the mode off while it
+        # compiles and back on while compiled code runs, so the ops compiled code still
+        # dispatches (extern kernels) are sampled and each compiled graph call is sampled
+        # by _watch_compiled_graphs.
+        @classmethod
+        def ignore_compile_internals(cls):
+            return True
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **kwargs) if kwargs else func(*args)
             code = fids_get(func)
@@ -450,10 +472,56 @@ def _install_hooks(torch):
         return total
 
     _track_as = track_as
+
+    def after_compiled_graph(out):
+        """A compiled graph ran. Its outputs (results and, in forward, what it saves for
+        backward) were allocated inside generated code the mode never sees: account them
+        now, then take one sample for the whole call."""
+        if not _active:
+            return
+        bw = gtid() != -1
+        if isinstance(out, (list, tuple)):
+            for t in out:
+                if isinstance(t, Tensor):
+                    try:
+                        track(t, 0, bw)
+                    except Exception:
+                        pass
+        code = fids_get(COMPILED_GRAPH)
+        if code is None:
+            code = _intern(COMPILED_GRAPH, COMPILED_GRAPH, False)
+        if cuda:
+            ext((code | bw,) + stats_reader())
+        else:
+            ap(code | bw)
+
+    global _after_compiled_graph
+    _after_compiled_graph = after_compiled_graph
     _install_module_hooks(torch)
     _install_optimizer_hooks(torch)
     _install_resize(torch)
     _mode.__enter__()
+
+
+_after_compiled_graph = None
+
+
+def _watch_compiled_graphs(output_code):
+    """Sample after every call of an Inductor-compiled graph (forward, backward, inference):
+    the granularity at which compiled regions are measured."""
+    cls = getattr(output_code, "CompiledFxGraph", None)
+    if cls is None:
+        _message({"t": "agent_error", "text": "torch._inductor: no CompiledFxGraph"}, now=False)
+        return
+    orig = cls.__call__
+
+    def __call__(self, inputs):
+        out = orig(self, inputs)
+        if _active:
+            _after_compiled_graph(out)
+        return out
+
+    cls.__call__ = __call__
 
 
 def _dynamo_skipper():
@@ -501,17 +569,24 @@ def _new_func(func):
     if func is torch.ops.aten.detach.default:
         _fids[func] = -1  # MemoryTracker skips detach
         return -1
-    fid = len(_op_names)
-    name = getattr(func, "__name__", str(func))
-    _op_names.append(name)
     try:
         mutable = bool(func._schema.is_mutable)
     except Exception:
         mutable = True
+    return _intern(func, getattr(func, "__name__", str(func)), mutable)
+
+
+def _intern(key, name, mutable):
+    fid = len(_op_names)
+    _op_names.append(name)
     code = (fid << 2) | (2 if mutable else 0)
-    _fids[func] = code
+    _fids[key] = code
     _pending_json.append({"t": "op", "id": fid, "name": name})
     return code
+
+
+# The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
+COMPILED_GRAPH = "compiled_graph"
 
 
 def _cuda_stats_reader(torch):
@@ -565,8 +640,15 @@ def _info(mod):
     info = d.get("_memtrack_info")
     if info is None or info.obj_id != id(mod):
         _mod_count[0] += 1
-        info = d["_memtrack_info"] = _ModInfo(id(mod), _mod_count[0], type(mod).__name__)
+        info = d["_memtrack_info"] = _ModInfo(id(mod), _mod_count[0], type(_wrapped(mod)).__name__)
     return info
+
+
+def _wrapped(mod):
+    """torch.compile(module) returns an OptimizedModule around it: named as what it wraps."""
+    if type(mod).__name__ == "OptimizedModule":
+        return mod.__dict__.get("_modules", {}).get("_orig_mod") or mod
+    return mod
 
 
 def _set_name(mod, name):
@@ -582,8 +664,10 @@ def _mod_info(mod):
     module is seen, its children are named under it."""
     info = _info(mod)
     if not info.seen:
+        wrapper = _wrapped(mod) is not mod
         for cname, sub in mod.named_children():
-            _set_name(sub, f"{info.name}.{cname}")
+            # the wrapped module is the same module to the user: MLP.fc1, not MLP._orig_mod.fc1
+            _set_name(sub, info.name if wrapper and cname == "_orig_mod" else f"{info.name}.{cname}")
             _mod_info(sub)
         info.seen = True
     return info
@@ -773,8 +857,13 @@ def _install_module_hooks(torch):
         else:
             register_multi_grad_hook(tensors, fn, mode=mode)
 
+    # Dynamo traces global module hooks into the graphs it compiles: anything here would
+    # break the graph (or be frozen into it). is_compiling() is a constant True while
+    # tracing, so the hooks trace to nothing; in eager code they cost one call.
+    is_compiling = torch.compiler.is_compiling
+
     def fw_pre_hook(mod, inputs):
-        if not _active:
+        if is_compiling() or not _active:
             return
         try:
             info = _mod_info(mod)
@@ -795,7 +884,7 @@ def _install_module_hooks(torch):
             _internal_error(e)
 
     def fw_post_hook(mod, inputs, output):
-        if not _active:
+        if is_compiling() or not _active:
             return
         try:
             info = _mod_info(mod)
@@ -811,6 +900,13 @@ def _install_module_hooks(torch):
 
     register_module_forward_pre_hook(fw_pre_hook)
     register_module_forward_hook(fw_post_hook, always_call=True)
+    import warnings
+
+    # torch.compile(module) warns at every call that global hooks (ours) fire once more for
+    # the OptimizedModule: the agent counts that module as the one it wraps (_wrapped)
+    warnings.filterwarnings(
+        "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks"
+    )
 
 
 _errors = [0]
@@ -934,6 +1030,9 @@ def _finish(how, wait=True):
     _cycles_state["on"] = False
     _time_mark()
     msg = {"t": "bye", "how": how}
+    compiled = _compile_counters()
+    if compiled:
+        msg["compile"] = compiled
     try:
         if _backend == "cuda" and _torch.cuda.is_initialized():
             msg["memory_stats"] = dict(_torch.cuda.memory_stats())
@@ -945,6 +1044,26 @@ def _finish(how, wait=True):
     _message(msg, wait=wait)
     if wait:
         _stop_sending()
+
+
+def _compile_counters():
+    """What torch.compile did in this process (dynamo's own counters), if it was used."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    try:
+        frames = utils.counters["frames"]
+        breaks = utils.counters["graph_break"]
+        if not frames:
+            return None
+        return {
+            "frames_ok": int(frames.get("ok", 0)),
+            "frames_total": int(frames.get("total", 0)),
+            "graph_breaks": int(sum(breaks.values())),
+            "graph_break_reasons": [r.split("\n")[0] for r in list(breaks)[:10]],
+        }
+    except Exception:
+        return None
 
 
 def _at_exit():
