@@ -263,8 +263,12 @@ pub struct RecordArgs {
     /// 0 turns sampling off. Without an NVIDIA driver nothing is sampled
     #[arg(long, default_value_t = 50, value_name = "MS")]
     pub device_interval: u64,
+    /// Write the stats files from the journal a `record` left behind when it was killed
+    /// (`NAME.journal-PID`), instead of running a program; they are named after it (NAME)
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub recover: Option<PathBuf>,
     /// The program and its arguments, after `--`
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "recover", value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
 }
 

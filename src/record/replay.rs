@@ -37,6 +37,7 @@ const OPT_BEGIN: i64 = -14;
 const OPT_END: i64 = -15;
 const CYCLE: i64 = -16;
 const TIME: i64 = -17;
+const JSON_MSG: i64 = -18;
 
 pub const FRAME_JSON: u8 = 1;
 pub const FRAME_RECORDS: u8 = 2;
@@ -125,6 +126,8 @@ pub enum Note {
     NoTorch { python: String },
     /// torch is installed but the program never imported it.
     TorchNotImported { argv: Vec<String> },
+    /// `--backend cuda` where torch sees no CUDA: the agent stopped the program (exit 2).
+    CudaUnavailable,
 }
 
 /// One process's recording, decoded.
@@ -141,6 +144,23 @@ pub struct Session {
     /// (CLOCK_MONOTONIC ns, ops recorded by then): where the op stream was in time, for
     /// placing the collector's driver-level samples among the ops.
     pub time_marks: Vec<(u64, usize)>,
+}
+
+/// Decode one process's spool: its segment files in order (the agent's shared memory-mapped
+/// record stream, docs/record.md). Each segment's slot 0 says how many slots hold records;
+/// a segment shorter than it says (a file cut short) gives what it holds.
+pub fn replay_spool(segments: &[Vec<u8>]) -> Session {
+    let mut r = Replay::default();
+    for seg in segments {
+        let slots: Vec<i64> = seg
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let Some(&end) = slots.first() else { continue };
+        let end = (end.max(1) as usize).min(slots.len());
+        r.records(&slots[1..end]);
+    }
+    r.finish()
 }
 
 /// Decode a whole journal (the bytes one connection sent). A frame cut short at the end (the
@@ -292,6 +312,7 @@ impl Replay {
                     python: as_string(&m["python"]).unwrap_or_default(),
                 })
             }
+            "cuda_unavailable" => self.note = Some(Note::CudaUnavailable),
             "torch_not_imported" => {
                 self.note = Some(Note::TorchNotImported {
                     argv: m["argv"]
@@ -444,6 +465,25 @@ impl Replay {
                         c.1 = ops;
                     }
                     i += 2;
+                }
+                JSON_MSG => {
+                    if !need(1) {
+                        return;
+                    }
+                    let len = v[i + 1].max(0) as usize;
+                    let words = len.div_ceil(8);
+                    if i + 2 + words > n {
+                        return;
+                    }
+                    let bytes: Vec<u8> = v[i + 2..i + 2 + words]
+                        .iter()
+                        .flat_map(|w| w.to_le_bytes())
+                        .take(len)
+                        .collect();
+                    if let Ok(msg) = serde_json::from_slice::<Json>(&bytes) {
+                        self.message(&msg);
+                    }
+                    i += 2 + words;
                 }
                 TIME => {
                     if !need(1) {

@@ -4,11 +4,11 @@
 # TorchDispatchMode plus global module and optimizer hooks.
 #
 # What runs per operator is kept to a minimum: the op's outputs' storages are looked up in a
-# dict, new ones get a weakref whose callback reports the free, and one int (two or four on
-# CUDA) is appended to a list. Op names, the current module, MemTracker's category totals and
-# peaks are all worked out by the collector from this stream (src/record/replay.rs), so no
-# strings are built and no snapshots are copied in Python. A background thread ships the list
-# every 50 ms as length-prefixed frames; atexit, the excepthook and SIGTERM flush it too.
+# dict, new ones get a weakref whose callback reports the free, and one int (four on CUDA)
+# is written into a shared memory-mapped spool file (see _ap). Op names, the current module,
+# MemTracker's category totals and peaks are all worked out by the collector from this stream
+# (src/record/replay.rs), so no strings are built and no snapshots are copied in Python. The
+# socket only says the process is alive (and, for processes that never recorded, why).
 #
 # The wire format is documented in docs/record.md and must match src/record/replay.rs.
 import os
@@ -21,20 +21,16 @@ import threading
 ADD, DEL, REF, SIZE, PUSH, POP, RESET, MOD, SNAP, INPUT, OUTPUT, ITER, MARK, OPT_BEGIN, OPT_END = (
     range(-1, -16, -1)
 )
-CYCLE, TIME = -16, -17
+CYCLE, TIME, JSON = -16, -17, -18
 # MemTracker's categories (_MemRefType), in its order
 PARAM, BUFFER, GRAD, ACT, TEMP, OPT, OTH = range(7)
 # MemTracker's module states (_ModState)
 PRE_FW, POST_FW, PEAK_FW, PRE_BW, POST_BW, PEAK_BW, PRE_FW_AC, POST_FW_AC = range(8)
 # frame kinds
-FRAME_JSON, FRAME_RECORDS = 1, 2
+FRAME_ALIVE, FRAME_JSON, FRAME_RECORDS = 0, 1, 2
 FLUSH_SECONDS = 0.05
 
 _sock = None
-_buf = []  # the record stream not yet sent
-_ap = _buf.append
-_ext = _buf.extend
-_pending_json = []  # messages to send before the next records frame (names first)
 _send_lock = threading.Lock()
 _active = False
 _started = False  # the agent ran in this process (even if it has stopped since)
@@ -176,33 +172,89 @@ def _exit_without_torch():
 # transport
 
 
-def flush(wait=True):
-    """Send pending messages and records. Safe from any thread; records are whole because
-    each is appended with one list call under the GIL. A signal handler passes wait=False:
-    it may run inside a flush on the same thread (sendall runs handlers on EINTR), where
-    waiting would deadlock and sending would cut a frame in two."""
-    if _sock is None:
-        return
-    if not _send_lock.acquire(blocking=wait):
-        return
+# The record stream goes into a spool: files in the collector's journal folder
+# (MEMTRACK_SPOOL), mapped shared, so every record is in the page cache the moment it is
+# written and survives the process's death (SIGKILL, the OOM killer) with no syscall per op.
+# A segment is int64 slots: slot 0 holds the next free slot (the reader takes slots 1 up to
+# it), records follow; a record never straddles two segments. Messages (JSON) are records
+# too (JSON, byte length, the bytes in slots), so names land before the records using them.
+SPOOL_SLOTS = 1 << 21  # 16 MiB a segment, sparse: only pages written take room
+_spool = [1, 0, None]  # next free slot, slots in this segment, memoryview of the slots
+_spool_state = {"pid": None, "segment": 0, "dir": None, "mm": []}
+
+
+def _open_segment(need):
+    """A fresh segment for a record of `need` slots; False where nothing may be written (a
+    forked child, no spool, or the file cannot be made): the record is dropped."""
+    import mmap
+
+    st = _spool_state
+    if st["dir"] is None or st["pid"] != os.getpid():
+        return False
+    slots = max(SPOOL_SLOTS, need + 1)
+    path = os.path.join(st["dir"], f"spool-{st['pid']}-{st['segment']:04d}.bin")
     try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            # records first out of the list, names second: a record's names were queued
-            # before the record itself, so they are in this batch of messages
-            n = len(_buf)
-            chunk = _buf[:n]
-            del _buf[:n]
-            while _pending_json:
-                _send_frame(FRAME_JSON, _json(_pending_json.pop(0)))
-            if chunk:
-                a = _array("q", chunk)
-                if sys.byteorder != "little":
-                    a.byteswap()
-                _send_frame(FRAME_RECORDS, a.tobytes())
-        except Exception:
-            _stop_sending()
-    finally:
-        _send_lock.release()
+            os.ftruncate(fd, slots * 8)
+            mm = mmap.mmap(fd, slots * 8, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        st["dir"] = None
+        sys.stderr.write(f"memtrack: cannot write {path} ({e}); recording stops here\n")
+        return False
+    st["segment"] += 1
+    st["mm"].append(mm)  # kept mapped: the pages are the data
+    mv = memoryview(mm).cast("q")
+    mv[0] = 1
+    _spool[2] = mv
+    _spool[0] = 1
+    _spool[1] = slots
+    return True
+
+
+def _ap(v):
+    """Append a one-slot record (an op on CPU, a marker without arguments)."""
+    sp = _spool
+    p = sp[0]
+    if p >= sp[1]:
+        if not _open_segment(1):
+            return
+        p = 1
+    sp[0] = p + 1
+    mv = sp[2]
+    mv[p] = v
+    mv[0] = p + 1  # published after the record: the reader never sees half of one
+
+
+def _ext(rec):
+    """Append a record of several slots."""
+    sp = _spool
+    p = sp[0]
+    q = p + len(rec)
+    if q > sp[1]:
+        if not _open_segment(len(rec)):
+            return
+        p = 1
+        q = 1 + len(rec)
+    sp[0] = q  # claimed first: another thread writing now goes after it
+    mv = sp[2]
+    for x in rec:
+        mv[p] = x
+        p += 1
+    mv[0] = q
+
+
+def _write_json(msg):
+    b = _json(msg)
+    n = len(b)
+    b += b"\0" * (-n % 8)
+    words = _array("q")
+    words.frombytes(b)
+    if sys.byteorder != "little":
+        words.byteswap()
+    _ext((JSON, n, *words))
 
 
 def _stop_sending():
@@ -216,23 +268,27 @@ def _stop_sending():
         pass
 
 
-def _message(msg, now=True, wait=True):
-    _pending_json.append(msg)
-    if now:
-        flush(wait)
+def _message(msg):
+    _write_json(msg)
 
 
 def _flusher():
     import time
 
-    # A time mark every flush: where the op stream was at a moment of CLOCK_MONOTONIC, so
+    # A time mark every 50 ms: where the op stream was at a moment of CLOCK_MONOTONIC, so
     # the collector can place its driver-level memory samples (taken by time) among the ops.
+    # An empty frame on the socket tells the collector the process is alive.
     mono = time.clock_gettime_ns
     clock = time.CLOCK_MONOTONIC
     while _sock is not None:
         time.sleep(FLUSH_SECONDS)
         _ext((TIME, mono(clock)))
-        flush()
+        try:
+            with _send_lock:
+                if _sock is not None:
+                    _send_frame(FRAME_ALIVE, b"")
+        except Exception:
+            _stop_sending()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,6 +306,8 @@ def _activate(torch):
         return
     if _sock is None:
         return
+    _spool_state["dir"] = os.environ.get("MEMTRACK_SPOOL")
+    _spool_state["pid"] = os.getpid()
     _torch = torch
     want = os.environ.get("MEMTRACK_BACKEND", "auto")
     if want == "auto":
@@ -259,6 +317,17 @@ def _activate(torch):
             _backend = "cpu"
     else:
         _backend = want
+    if _backend == "cuda" and not _cuda_available(torch):
+        # an all-zero "cuda" recording would look like a result: stop the program instead
+        sys.stderr.write(
+            "memtrack: --backend cuda, but torch.cuda.is_available() is False in this process "
+            f"(torch {getattr(torch, '__version__', '?')}); use --backend cpu or auto\n"
+        )
+        try:
+            _send_frame(FRAME_JSON, _json({"t": "cuda_unavailable", "pid": os.getpid()}))
+            _sock.close()
+        finally:
+            os._exit(2)
     if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
         _min_alloc = 1
 
@@ -297,6 +366,13 @@ def _activate(torch):
             _internal_error(e)
 
 
+def _cuda_available(torch):
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
 def _time_mark():
     import time
 
@@ -329,8 +405,9 @@ def _after_fork_in_child():
             C._push_on_torch_dispatch_stack(m)
     except Exception:
         pass
-    _buf.clear()
-    _pending_json.clear()
+    # the spool's pages are shared with the parent: never write there again
+    _spool[1] = 0
+    _spool[2] = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,7 +588,7 @@ def _watch_compiled_graphs(output_code):
     the granularity at which compiled regions are measured."""
     cls = getattr(output_code, "CompiledFxGraph", None)
     if cls is None:
-        _message({"t": "agent_error", "text": "torch._inductor: no CompiledFxGraph"}, now=False)
+        _message({"t": "agent_error", "text": "torch._inductor: no CompiledFxGraph"})
         return
     orig = cls.__call__
 
@@ -581,7 +658,7 @@ def _intern(key, name, mutable):
     _op_names.append(name)
     code = (fid << 2) | (2 if mutable else 0)
     _fids[key] = code
-    _pending_json.append({"t": "op", "id": fid, "name": name})
+    _write_json({"t": "op", "id": fid, "name": name})
     return code
 
 
@@ -631,7 +708,7 @@ def _name_id(name):
     i = _names.get(name)
     if i is None:
         i = _names[name] = len(_names)
-        _pending_json.append({"t": "name", "id": i, "name": name})
+        _write_json({"t": "name", "id": i, "name": name})
     return i
 
 
@@ -918,7 +995,7 @@ def _internal_error(e):
         import traceback
 
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        _message({"t": "agent_error", "text": text}, now=False)
+        _message({"t": "agent_error", "text": text})
 
 
 def _install_optimizer_hooks(torch):
@@ -1009,8 +1086,8 @@ def _install_sigterm():
             return
 
         def on_term(signum, frame):
-            _message({"t": "signal", "signal": signum}, wait=False)
-            _finish("signal", wait=False)
+            _message({"t": "signal", "signal": signum})
+            _finish("signal")
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
@@ -1022,7 +1099,7 @@ def _install_sigterm():
 _finished = [False]
 
 
-def _finish(how, wait=True):
+def _finish(how):
     global _active
     if _finished[0] or _sock is None:
         return
@@ -1041,9 +1118,8 @@ def _finish(how, wait=True):
     except Exception:
         pass
     _active = False
-    _message(msg, wait=wait)
-    if wait:
-        _stop_sending()
+    _message(msg)
+    _stop_sending()
 
 
 def _compile_counters():
@@ -1095,9 +1171,8 @@ def _setup_cuda(torch):
                 msg["memory_stats"] = dict(torch.cuda.memory_stats(device))
             except Exception as e:
                 msg["memory_stats_error"] = repr(e)
-            _message(msg, now=False)
+            _message(msg)
             _write_snapshot("oom")
-            flush()
         except Exception:
             pass
 
@@ -1147,7 +1222,7 @@ def _write_snapshot(reason):
     tag = f".rank{rank}" if rank is not None else f".pid{os.getpid()}"
     path = f"{prefix}{tag}.{reason}.pickle"
     torch.cuda.memory._dump_snapshot(path)
-    _message({"t": "snapshot", "reason": reason, "path": path}, now=False)
+    _message({"t": "snapshot", "reason": reason, "path": path})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1292,7 +1367,7 @@ def _report_cycles(torch, garbage, generation, is_tensor):
             edges.append([new_id[old], k, ", ".join(dict.fromkeys(names))])
     state["count"] += 1
     cid = state["count"]
-    _pending_json.append(
+    _write_json(
         {
             "t": "cycles",
             "id": cid,
