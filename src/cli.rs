@@ -276,9 +276,10 @@ pub struct RecordArgs {
 pub struct ModulesArgs {
     /// A `memtrack record` file
     pub file: PathBuf,
-    /// Show modules down to this depth (`Net` is 1, `Net.layer` 2), as MemTracker's `depth`
-    #[arg(long, default_value_t = 2)]
-    pub depth: usize,
+    /// Show modules down to this depth (`Net` is 1, `Net.layer` 2), as MemTracker's `depth`;
+    /// default 2 for text and Markdown, every depth for JSON and CSV
+    #[arg(long)]
+    pub depth: Option<usize>,
     /// Only these states, comma-separated (pre-forward, post-forward, peak-forward,
     /// pre-backward, post-backward, peak-backward, pre-forward-ac, post-forward-ac)
     #[arg(long, value_delimiter = ',', value_name = "STATE")]
