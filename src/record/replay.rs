@@ -502,14 +502,11 @@ impl Replay {
         let (ctx, phase) = if let Some(o) = self.optimizer {
             (o, Phase::Step)
         } else if let Some(&(name, pushed_in_bw)) = self.parents.last() {
-            (
-                name,
-                if pushed_in_bw {
-                    Phase::Backward
-                } else {
-                    Phase::Forward
-                },
-            )
+            if pushed_in_bw {
+                (self.innermost_in_backward(name), Phase::Backward)
+            } else {
+                (name, Phase::Forward)
+            }
         } else {
             (NO_NAME, if bw { Phase::Backward } else { Phase::Forward })
         };
@@ -531,6 +528,26 @@ impl Replay {
             self.dirty = false;
             self.update_peaks(bw);
         }
+    }
+
+    /// The module whose backward is running. Several modules' backward hooks fire on the same
+    /// gradient (a leaf whose output is its parent's output: ResNet's `fc`, a block's last
+    /// ReLU), the outermost last; the op belongs to the innermost of them: the deepest name
+    /// pushed in backward, the latest among equals.
+    fn innermost_in_backward(&self, last: u32) -> u32 {
+        let depth = |id: u32| {
+            self.names
+                .get(id as usize)
+                .and_then(|n| n.as_deref())
+                .map_or(0, |n| n.matches('.').count())
+        };
+        let mut best = (depth(last), last);
+        for &(name, bw) in self.parents.iter().rev() {
+            if bw && depth(name) > best.0 {
+                best = (depth(name), name);
+            }
+        }
+        best.1
     }
 
     /// MemTracker's `_update_peak_stats`, run after each op (only when a total grew: otherwise

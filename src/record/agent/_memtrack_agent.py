@@ -1015,6 +1015,29 @@ def _install_optimizer_hooks(torch):
         if oid is None:
             oid = opt_ids[type(opt)] = _name_id(f"{type(opt).__name__}")
         _ext((OPT_BEGIN, oid))
+        # step(closure) (LBFGS, Lightning) runs forward and backward inside the step: those
+        # ops belong to their modules, their tensors to their own categories
+        if "closure" in kwargs and callable(kwargs["closure"]):
+            return args, dict(kwargs, closure=outside_step(kwargs["closure"], oid))
+        # args[0] is the optimizer itself (Optimizer.profile_hook_step passes step's args)
+        if len(args) > 1 and callable(args[1]):
+            return (args[0], outside_step(args[1], oid), *args[2:]), kwargs
+        return None
+
+    def outside_step(closure, oid):
+        def run_closure(*a, **k):
+            global _in_opt
+            if not _active:
+                return closure(*a, **k)
+            _in_opt = False
+            _ap(OPT_END)
+            try:
+                return closure(*a, **k)
+            finally:
+                _in_opt = True
+                _ext((OPT_BEGIN, oid))
+
+        return run_closure
 
     def post(opt, args, kwargs):
         global _in_opt
