@@ -268,11 +268,11 @@ def _stop_sending():
         pass
 
 
-def _message(msg):
-    _write_json(msg)
+_message = _write_json  # a message (JSON) in the stream, in order with the records
 
 
 def _flusher():
+    global _sock
     import time
 
     # A time mark every 50 ms: where the op stream was at a moment of CLOCK_MONOTONIC, so
@@ -288,7 +288,13 @@ def _flusher():
                 if _sock is not None:
                     _send_frame(FRAME_ALIVE, b"")
         except Exception:
-            _stop_sending()
+            # the collector is gone (killed): keep recording into the spool, which
+            # `memtrack record --recover` reads; only the socket goes
+            s, _sock = _sock, None
+            try:
+                s.close()
+            except Exception:
+                pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,10 +317,7 @@ def _activate(torch):
     _torch = torch
     want = os.environ.get("MEMTRACK_BACKEND", "auto")
     if want == "auto":
-        try:
-            _backend = "cuda" if torch.cuda.is_available() else "cpu"
-        except Exception:
-            _backend = "cpu"
+        _backend = "cuda" if _cuda_available(torch) else "cpu"
     else:
         _backend = want
     if _backend == "cuda" and not _cuda_available(torch):
@@ -367,8 +370,14 @@ def _activate(torch):
 
 
 def _cuda_available(torch):
+    """memtrack's own probe: whatever torch warns here (a driver too old, CUDA init failing)
+    is the program's to see if it asks, not a stray message at `import torch`."""
+    import warnings
+
     try:
-        return bool(torch.cuda.is_available())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return bool(torch.cuda.is_available())
     except Exception:
         return False
 
@@ -1124,7 +1133,8 @@ _finished = [False]
 
 def _finish(how):
     global _active
-    if _finished[0] or _sock is None:
+    # not `_sock is None`: with the collector gone the spool still takes the goodbye
+    if _finished[0] or not _active:
         return
     _finished[0] = True
     _cycles_state["on"] = False
