@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{export, python, record, script};
+use common::{export, op_names, python, record, script};
 
 #[test]
 fn a_compiled_mlp_stays_compiled_and_is_sampled_in_forward_and_backward() {
@@ -45,12 +45,7 @@ fn a_compiled_mlp_stays_compiled_and_is_sampled_in_forward_and_backward() {
         .collect();
     assert_eq!(regions, [("MLP.forward", 3), ("MLP.backward", 3)]);
 
-    let names: Vec<&str> = j["ops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["name"].as_str().unwrap())
-        .collect();
+    let names = op_names(&j);
     let at = |name: &str| {
         names
             .iter()

@@ -95,25 +95,7 @@ fn sigterm_goes_to_the_program_which_ships_its_ops_first() {
 fn signal_memtrack(sig: libc::c_int, code: i32) -> Option<serde_json::Value> {
     let py = python()?;
     let dir = tempfile::tempdir().unwrap();
-    let mut child = memtrack()
-        .current_dir(dir.path())
-        .args(["record", "-o", "loop.pkl", "--"])
-        .arg(&py)
-        .args([&script("ending.py"), "loop"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // wait for "ready": one step done
-    let mut out = child.stdout.take().unwrap();
-    let mut seen = Vec::new();
-    let start = Instant::now();
-    while !String::from_utf8_lossy(&seen).contains("ready") {
-        let mut b = [0u8; 256];
-        let n = std::io::Read::read(&mut out, &mut b).unwrap();
-        assert!(n > 0, "the program ended early");
-        seen.extend_from_slice(&b[..n]);
-        assert!(start.elapsed() < Duration::from_secs(120));
-    }
+    let mut child = record_loop(dir.path(), &py);
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on the memtrack process this test started
     unsafe {
@@ -254,26 +236,34 @@ fn sigkill_at_1_ms_and_20_ms_keeps_every_op_before_it() {
     }
 }
 
-#[test]
-fn a_killed_memtrack_leaves_a_journal_that_recover_turns_into_the_file() {
-    let Some(py) = python() else { return };
-    let dir = tempfile::tempdir().unwrap();
+/// `memtrack record -o loop.pkl -- python ending.py loop` in `dir`, once one step is done.
+fn record_loop(dir: &std::path::Path, py: &std::path::Path) -> std::process::Child {
     let mut child = memtrack()
-        .current_dir(dir.path())
+        .current_dir(dir)
         .args(["record", "-o", "loop.pkl", "--"])
-        .arg(&py)
+        .arg(py)
         .args([&script("ending.py"), "loop"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut out = child.stdout.take().unwrap();
     let mut seen = Vec::new();
+    let start = Instant::now();
     while !String::from_utf8_lossy(&seen).contains("ready") {
         let mut b = [0u8; 256];
         let n = std::io::Read::read(&mut out, &mut b).unwrap();
         assert!(n > 0, "the program ended early");
         seen.extend_from_slice(&b[..n]);
+        assert!(start.elapsed() < Duration::from_secs(120));
     }
+    child
+}
+
+#[test]
+fn a_killed_memtrack_leaves_a_journal_that_recover_turns_into_the_file() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = record_loop(dir.path(), &py);
     let journal = dir.path().join(format!("loop.pkl.journal-{}", child.id()));
     // SAFETY: kill(2) on the memtrack process this test started
     unsafe {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{export, json_out, python, record, script};
+use common::{export, json_out, op_names, python, record, script};
 
 #[test]
 fn closures_and_leaf_backward_are_named_by_the_module_that_ran_them() {
@@ -21,12 +21,7 @@ fn closures_and_leaf_backward_are_named_by_the_module_that_ran_them() {
         assert_eq!(code, 0, "{stderr}");
         let file = dir.path().join("run.pkl");
         let j = export(&file);
-        let names: Vec<&str> = j["ops"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["name"].as_str().unwrap())
-            .collect();
+        let names = op_names(&j);
         for expected in [
             "Net.fc.forward.addmm.default_",
             "MSELoss.forward.mse_loss.default_",

@@ -20,17 +20,7 @@ type Parse<T> = std::result::Result<T, String>;
 /// Fill `info` from the record keys beyond the first version's (all optional).
 pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     let s = |key: &str| d.get(key).and_then(|v| doc.as_str(v)).map(str::to_string);
-    let strings = |key: &str| -> Vec<String> {
-        d.get(key)
-            .and_then(|v| doc.as_seq(v))
-            .map(|l| {
-                l.iter()
-                    .filter_map(|x| doc.as_str(*x))
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let strings = |key: &str| string_list(doc, d.get(key));
     info.pid = d.get("pid").and_then(|v| doc.as_int(v));
     info.torch_version = s("torch_version");
     info.agent_errors = strings("agent_errors");
@@ -85,20 +75,23 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
             frames_ok: int("frames_ok"),
             frames_total: int("frames_total"),
             graph_breaks: int("graph_breaks"),
-            graph_break_reasons: c
-                .get("graph_break_reasons")
-                .and_then(|v| doc.as_seq(v))
-                .map(|l| {
-                    l.iter()
-                        .filter_map(|x| doc.as_str(*x))
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default(),
+            graph_break_reasons: string_list(doc, c.get("graph_break_reasons")),
             regions,
         });
     }
     Ok(())
+}
+
+/// `[str]`; items of other types are skipped.
+fn string_list(doc: &Document, v: Option<Value>) -> Vec<String> {
+    v.and_then(|v| doc.as_seq(v))
+        .map(|l| {
+            l.iter()
+                .filter_map(|x| doc.as_str(*x))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `{str: int}`; entries of other types are skipped.
