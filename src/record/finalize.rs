@@ -190,9 +190,17 @@ pub fn output_paths(base: &Path, sessions: &[Session], child_pid: u32) -> Vec<Pa
     if sessions.len() == 1 && sessions[0].world_size.unwrap_or(1) <= 1 {
         return vec![base.to_path_buf()];
     }
+    // the program's own process: the child memtrack started or, when that is not known
+    // (`--recover`), the one whose parent is no other recorded process
+    let pids: HashSet<i64> = sessions.iter().filter_map(|s| s.pid).collect();
     let main = sessions
         .iter()
         .position(|s| s.pid == Some(child_pid as i64))
+        .or_else(|| {
+            sessions
+                .iter()
+                .position(|s| s.ppid.is_some_and(|p| !pids.contains(&p)))
+        })
         .or_else(|| (!sessions.is_empty()).then_some(0));
     let ranked = sessions.iter().any(|s| s.rank.is_some());
     let stem = base
@@ -238,6 +246,7 @@ mod tests {
             pid: Some(pid),
             rank,
             world_size: world,
+            ppid: None,
             note: None,
             said_bye: true,
             stats: TrackerStats::default(),
@@ -252,7 +261,19 @@ mod tests {
             output_paths(base, &[session(None, None, 7)], 7),
             vec![PathBuf::from("out/run.pkl")]
         );
-        // a spawned worker does not take the program's name
+        // a spawned worker does not take the program's name, also when the program is
+        // known only as the worker's parent (--recover)
+        let mut worker = session(None, None, 5);
+        worker.ppid = Some(7);
+        let mut program = session(None, None, 7);
+        program.ppid = Some(1);
+        assert_eq!(
+            output_paths(base, &[worker, program], 0),
+            vec![
+                PathBuf::from("out/run.worker-5.pkl"),
+                PathBuf::from("out/run.pkl")
+            ]
+        );
         assert_eq!(
             output_paths(base, &[session(None, None, 9), session(None, None, 7)], 7),
             vec![

@@ -137,6 +137,8 @@ pub struct Session {
     pub pid: Option<i64>,
     pub rank: Option<i64>,
     pub world_size: Option<i64>,
+    /// The parent process's pid (a spawned worker's is the program's).
+    pub ppid: Option<i64>,
     pub note: Option<Note>,
     /// Whether the agent said goodbye (otherwise the process vanished).
     pub said_bye: bool,
@@ -900,6 +902,7 @@ impl Replay {
             pid: int("pid"),
             rank: int("rank"),
             world_size: int("world_size"),
+            ppid: int("ppid"),
             note: self.note.clone(),
             said_bye: self.said_bye,
             stats,
