@@ -8,6 +8,15 @@ use common::{export, op_names, python, record, script};
 
 #[test]
 fn a_compiled_mlp_stays_compiled_and_is_sampled_in_forward_and_backward() {
+    check_compiled("function"); // torch.compile(model)
+}
+
+#[test]
+fn a_module_compiled_in_place_is_sampled_as_that_module() {
+    check_compiled("method"); // model.compile()
+}
+
+fn check_compiled(how: &str) {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
     let counters_path = dir.path().join("counters.json");
@@ -16,7 +25,12 @@ fn a_compiled_mlp_stays_compiled_and_is_sampled_in_forward_and_backward() {
         "compiled.pkl",
         &[],
         &py,
-        &[&script("compiled_mlp.py"), counters_path.to_str().unwrap()],
+        &[
+            &script("compiled_mlp.py"),
+            counters_path.to_str().unwrap(),
+            "3",
+            how,
+        ],
     );
     assert_eq!(code, 0, "{stderr}");
     assert!(!stderr.contains("global hooks"), "{stderr}");

@@ -1,6 +1,8 @@
 """A small MLP trained through torch.compile (Inductor), as `record` must leave it: compiled.
 
-    compiled_mlp.py COUNTERS.json [STEPS]
+    compiled_mlp.py COUNTERS.json [STEPS] [function|method]
+
+(torch.compile(model), the default, or model.compile())
 
 writes dynamo's own counters (frames compiled, graph breaks) to COUNTERS.json at the end.
 """
@@ -31,7 +33,11 @@ def main():
     steps = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     model = MLP()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    compiled = torch.compile(model)
+    if sys.argv[3:] == ["method"]:
+        model.compile()
+        compiled = model
+    else:
+        compiled = torch.compile(model)
     x = torch.randn(32, 64)
     for _ in range(steps):
         opt.zero_grad()

@@ -986,6 +986,31 @@ def _install_module_hooks(torch):
 
     register_module_forward_pre_hook(fw_pre_hook)
     register_module_forward_hook(fw_post_hook, always_call=True)
+
+    # module.compile() compiles the module's whole call, hooks included (they trace to
+    # nothing): run them around the compiled call instead, as for torch.compile(module)'s
+    # OptimizedModule, so the module's compiled graphs are its own
+    orig_compile = torch.nn.Module.compile
+
+    def compile(self, *args, **kwargs):
+        orig_compile(self, *args, **kwargs)
+        compiled = self.__dict__.get("_compiled_call_impl")
+        if compiled is None:
+            return
+        wmod = weakref.ref(self)  # the call is stored on the module: no cycle through it
+
+        def call(*a, **k):
+            mod = wmod()
+            if mod is None:
+                return compiled(*a, **k)
+            fw_pre_hook(mod, a)
+            out = compiled(*a, **k)
+            fw_post_hook(mod, a, out)
+            return out
+
+        self._compiled_call_impl = call
+
+    torch.nn.Module.compile = compile
     import warnings
 
     # torch.compile(module) warns at every call that global hooks (ours) fire once more for
