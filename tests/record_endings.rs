@@ -95,7 +95,7 @@ fn sigterm_goes_to_the_program_which_ships_its_ops_first() {
 fn signal_memtrack(sig: libc::c_int, code: i32) -> Option<serde_json::Value> {
     let py = python()?;
     let dir = tempfile::tempdir().unwrap();
-    let mut child = record_loop(dir.path(), &py);
+    let (mut child, _stdout) = record_loop(dir.path(), &py);
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on the memtrack process this test started
     unsafe {
@@ -236,8 +236,13 @@ fn sigkill_at_1_ms_and_20_ms_keeps_every_op_before_it() {
     }
 }
 
-/// `memtrack record -o loop.pkl -- python ending.py loop` in `dir`, once one step is done.
-fn record_loop(dir: &std::path::Path, py: &std::path::Path) -> std::process::Child {
+/// `memtrack record -o loop.pkl -- python ending.py loop` in `dir`, once one step is done;
+/// the program's stdout stays open as long as the caller keeps it (a closed pipe would end
+/// the program with a BrokenPipeError of its own).
+fn record_loop(
+    dir: &std::path::Path,
+    py: &std::path::Path,
+) -> (std::process::Child, std::process::ChildStdout) {
     let mut child = memtrack()
         .current_dir(dir)
         .args(["record", "-o", "loop.pkl", "--"])
@@ -256,14 +261,14 @@ fn record_loop(dir: &std::path::Path, py: &std::path::Path) -> std::process::Chi
         seen.extend_from_slice(&b[..n]);
         assert!(start.elapsed() < Duration::from_secs(120));
     }
-    child
+    (child, out)
 }
 
 #[test]
 fn a_killed_memtrack_leaves_a_journal_that_recover_turns_into_the_file() {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let mut child = record_loop(dir.path(), &py);
+    let (mut child, _stdout) = record_loop(dir.path(), &py);
     let journal = dir.path().join(format!("loop.pkl.journal-{}", child.id()));
     // SAFETY: kill(2) on the memtrack process this test started
     unsafe {
