@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Step-time overhead of recording, side by side: the same models run plain, under PyTorch's
-MemTracker, under a do-nothing TorchDispatchMode (the floor any dispatch-mode tool pays) and
-under `memtrack record` (a release build).
+MemTracker, under PyTorch's profiler with profile_memory=True, under a do-nothing
+TorchDispatchMode (the floor any dispatch-mode tool pays) and under `memtrack record` (a
+release build). `conv-compiled` is the conv model under torch.compile: its slowdown is
+reported separately, against the compiled model run plain (MemTracker and a dispatch mode
+would switch compilation off, so they are not run on it).
 
     cargo build --release
     python bench/record_overhead.py                      # 3 interleaved rounds, min per cell
@@ -23,7 +26,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODES = ["plain", "dispatch-nop", "memtracker", "memtrack"]
+MODES = ["plain", "dispatch-nop", "profiler", "memtracker", "memtrack"]
+COMPILED_MODES = ["plain", "profiler", "memtrack"]
+
+
+def modes_for(model_name):
+    return COMPILED_MODES if model_name.endswith("-compiled") else MODES
 
 
 def build(model_name):
@@ -37,7 +45,7 @@ def build(model_name):
 
         model = MLP(width=256, blocks=8)
         x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
-    elif model_name == "conv":
+    elif model_name in ("conv", "conv-compiled"):
         c = [3, 16, 32, 32]
         layers = []
         for i in range(3):
@@ -49,6 +57,8 @@ def build(model_name):
     else:
         raise SystemExit(f"unknown model {model_name}")
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if model_name.endswith("-compiled"):
+        model = torch.compile(model)
     return model, opt, nn.CrossEntropyLoss(), x, y
 
 
@@ -71,6 +81,11 @@ def worker(model_name, mode, steps, threads):
 
         ctx = Nop()
         ctx.__enter__()
+    elif mode == "profiler":
+        from torch.profiler import ProfilerActivity, profile
+
+        ctx = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        ctx.__enter__()
     model, opt, loss_fn, x, y = build(model_name)
 
     def step():
@@ -91,7 +106,7 @@ def worker(model_name, mode, steps, threads):
 
     for _ in range(3):
         step()
-    if mode == "plain":
+    if mode == "plain" and not model_name.endswith("-compiled"):
         with Count():
             step()
     blocks, per = 5, max(1, steps // 5)
@@ -126,7 +141,7 @@ def run_cell(args, model_name, mode):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
-    ap.add_argument("--models", default="mlp8,conv")
+    ap.add_argument("--models", default="mlp8,conv,conv-compiled")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
@@ -143,7 +158,7 @@ def main():
     ops = {}
     for r in range(args.rounds):
         for m in models:
-            for mode in MODES:
+            for mode in modes_for(m):
                 res = run_cell(args, m, mode)
                 k = (m, mode)
                 if res.get("ops_per_step"):
@@ -157,20 +172,25 @@ def main():
                       f"{res['wall_s'] * 1e3:8.2f} ms wall", file=sys.stderr)
     print(f"\nstep time, fastest of {args.rounds} rounds x 5 blocks "
           f"(torch threads {args.threads}; CPU time, wall in brackets)\n")
-    print(f"{'model':6} {'ops/step':>8} " + " ".join(f"{m:>22}" for m in MODES) + f" {'memtrack/MemTracker':>20}")
+    print(f"{'model':13} {'ops/step':>8} " + " ".join(f"{m:>22}" for m in MODES) + f" {'memtrack/MemTracker':>20}")
     report = {}
     for m in models:
         base = best[(m, "plain")]["cpu_s"]
         cells = []
         for mode in MODES:
-            b = best[(m, mode)]
-            cells.append(f"{b['cpu_s'] * 1e3:6.2f} ms {b['cpu_s'] / base:5.2f}x [{b['wall_s'] * 1e3:5.1f}]")
-        mt = best[(m, "memtracker")]["cpu_s"] / base
+            b = best.get((m, mode))
+            cells.append(
+                f"{b['cpu_s'] * 1e3:6.2f} ms {b['cpu_s'] / base:5.2f}x [{b['wall_s'] * 1e3:5.1f}]"
+                if b else "-"
+            )
         us = best[(m, "memtrack")]["cpu_s"] / base
-        print(f"{m:6} {ops.get(m, 0):8} " + " ".join(f"{c:>22}" for c in cells) + f" {us / mt:19.2f}")
-        report[m] = {mode: best[(m, mode)] for mode in MODES}
+        mt = best[(m, "memtracker")]["cpu_s"] / base if (m, "memtracker") in best else None
+        ratio = f"{us / mt:19.2f}" if mt else f"{'-':>19}"
+        print(f"{m:13} {ops.get(m, 0):8} " + " ".join(f"{c:>22}" for c in cells) + f" {ratio}")
+        report[m] = {mode: best[(m, mode)] for mode in modes_for(m)}
         report[m]["slowdown_memtracker"] = mt
         report[m]["slowdown_memtrack"] = us
+        report[m]["slowdown_profiler"] = best[(m, "profiler")]["cpu_s"] / base
     print("\nslowdown = step time / plain step time; the floor asks memtrack's to be at most half "
           "of MemTracker's (last column <= 0.5)")
     print("MEMTRACK_BENCH_REPORT " + json.dumps(report))

@@ -12,6 +12,11 @@
 6. `memtrack allocator` on the CUDA recordings (at exit, and at the OOM).
 7. `record --cycles` finds a CUDA tensor held by a reference cycle, its bytes and its
    allocation stack.
+8. torch.compile under `record --backend cuda`: dynamo compiles (no frame skipped, no graph
+   break), compiled graph calls are sampled in forward and backward with the allocator's
+   counters; step time of the compiled model plain and recorded.
+9. SIGKILL right after an op: the recording holds every op, with the same allocated bytes,
+   as the same ops ending normally.
 
 Modes (--mode) are run as separate processes by main(); each prints one JSON line.
 """
@@ -122,6 +127,37 @@ def mode_cuda_cycle(args):
     print(json.dumps({"ok": True}))
 
 
+def mode_compiled(args):
+    """The MLP under torch.compile: warm-up steps, then timed steps; dynamo's counters."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    model, opt, loss_fn, x, y = model_and_data(torch)
+    model = torch.compile(model)
+    run_steps(torch, model, opt, loss_fn, x, y, 3)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        run_steps(torch, model, opt, loss_fn, x, y, args.steps)
+        best = min(best, (time.perf_counter() - t) / args.steps)
+    print(json.dumps({"step_s": best, "frames_ok": counters["frames"]["ok"],
+                      "graph_breaks": sum(counters["graph_break"].values())}))
+
+
+def mode_killed(args):
+    """Two steps and one more forward, then SIGKILL (or, with --tool exit, a normal exit)."""
+    import signal
+
+    import torch
+
+    model, opt, loss_fn, x, y = model_and_data(torch)
+    run_steps(torch, model, opt, loss_fn, x, y, 2)
+    model(x)
+    torch.cuda.synchronize()
+    if args.tool != "exit":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def mode_hold(args):
     """Hold 1 GiB of GPU memory until killed (a process for `gpus` to list)."""
     import torch
@@ -164,7 +200,8 @@ def main():
     args = ap.parse_args()
     if args.mode:
         {"time": mode_time, "trace": mode_trace, "oom": mode_oom,
-         "cuda_cycle": mode_cuda_cycle, "hold": mode_hold}[args.mode](args)
+         "cuda_cycle": mode_cuda_cycle, "hold": mode_hold, "compiled": mode_compiled,
+         "killed": mode_killed}[args.mode](args)
         return
 
     import torch
@@ -323,6 +360,37 @@ def main():
         p = sh([mt, "cycles", cyc, "-o", os.path.join(tmp, f"cycles.{ext}")])
         if p.returncode != 0:
             failures.append(f"cycles -o .{ext}: {p.stderr}")
+
+    # 8. torch.compile stays compiled under record, sampled per compiled graph call
+    comp = os.path.join(tmp, "compiled.pkl")
+    plain_c = last_json(sh([py, me, "--mode", "compiled", "--steps", steps]))
+    rec = sh([mt, "record", "--backend", "cuda", "-o", comp, "--", py, me, "--mode", "compiled",
+              "--steps", steps])
+    ours_c = last_json(rec)
+    report.update(compiled_plain_step_ms=plain_c["step_s"] * 1e3,
+                  compiled_memtrack_step_ms=ours_c["step_s"] * 1e3,
+                  compiled_frames_ok=ours_c["frames_ok"], compiled_graph_breaks=ours_c["graph_breaks"])
+    if ours_c["frames_ok"] == 0 or ours_c["graph_breaks"] != plain_c["graph_breaks"]:
+        failures.append(f"compiled: plain {plain_c}, under record {ours_c}")
+    o = json.loads(sh([mt, "export", comp]).stdout)
+    regions = {r["region"]: r["graph_calls"] for r in (o["memtrack"].get("compile") or {}).get("regions", [])}
+    report["compiled_regions"] = regions
+    if not any(k.endswith(".forward") for k in regions) or not any(k.endswith(".backward") for k in regions):
+        failures.append(f"compiled: regions {regions}")
+    graph_ops = [x for x in o["ops"] if ".compiled_graph_" in x["name"]]
+    if not graph_ops or min(x["allocated_bytes"] for x in graph_ops) <= 0:
+        failures.append(f"compiled: {len(graph_ops)} compiled_graph samples, allocated {[x['allocated_bytes'] for x in graph_ops[:4]]}")
+
+    # 9. SIGKILL right after an op loses nothing
+    killed, whole = os.path.join(tmp, "killed.pkl"), os.path.join(tmp, "whole.pkl")
+    p = sh([mt, "record", "--backend", "cuda", "-o", killed, "--", py, me, "--mode", "killed"])
+    sh([mt, "record", "--backend", "cuda", "-o", whole, "--", py, me, "--mode", "killed", "--tool", "exit"])
+    k = [(x["name"], x["allocated_bytes"]) for x in json.loads(sh([mt, "export", killed]).stdout)["ops"]]
+    w = [(x["name"], x["allocated_bytes"]) for x in json.loads(sh([mt, "export", whole]).stdout)["ops"]]
+    report.update(killed_exit_code=p.returncode, killed_ops=len(k), whole_ops=len(w))
+    if p.returncode != 137 or k != w:
+        first = next((i for i, (a, b) in enumerate(zip(k, w)) if a != b), min(len(k), len(w)))
+        failures.append(f"SIGKILL: exit {p.returncode}, {len(k)} ops vs {len(w)}, first difference at {first}")
 
     print(json.dumps(report, indent=2))
     if failures:

@@ -335,8 +335,12 @@ pub struct RecordArgs {
     /// 0 turns sampling off. Without an NVIDIA driver nothing is sampled
     #[arg(long, default_value_t = 50, value_name = "MS")]
     pub device_interval: u64,
+    /// Write the stats files from the journal a `record` left behind when it was killed
+    /// (`NAME.journal-PID`), instead of running a program; they are named after it (NAME)
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub recover: Option<PathBuf>,
     /// The program and its arguments, after `--`
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "recover", value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
 }
 
@@ -344,9 +348,10 @@ pub struct RecordArgs {
 pub struct ModulesArgs {
     /// A `memtrack record` file
     pub file: PathBuf,
-    /// Show modules down to this depth (`Net` is 1, `Net.layer` 2), as MemTracker's `depth`
-    #[arg(long, default_value_t = 2)]
-    pub depth: usize,
+    /// Show modules down to this depth (`Net` is 1, `Net.layer` 2), as MemTracker's `depth`;
+    /// default 2 for text and Markdown, every depth for JSON and CSV
+    #[arg(long)]
+    pub depth: Option<usize>,
     /// Only these states, comma-separated (pre-forward, post-forward, peak-forward,
     /// pre-backward, post-backward, peak-backward, pre-forward-ac, post-forward-ac)
     #[arg(long, value_delimiter = ',', value_name = "STATE")]

@@ -109,7 +109,7 @@ fn compare_with_memtracker(
     let o = memtrack()
         .arg("modules")
         .arg(dir.path().join("run.pkl"))
-        .args(["--format", "json", "--depth", "99", "--iteration", "all"])
+        .args(["--format", "json", "--iteration", "all"]) // JSON: every depth by default
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

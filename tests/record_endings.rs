@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{exit_code, export, memtrack_process as memtrack, python, record, script};
+use common::{example, exit_code, export, memtrack_process as memtrack, python, record, script};
 
 #[test]
 fn sigkill_mid_run_keeps_the_ops_before_it() {
@@ -95,25 +95,7 @@ fn sigterm_goes_to_the_program_which_ships_its_ops_first() {
 fn signal_memtrack(sig: libc::c_int, code: i32) -> Option<serde_json::Value> {
     let py = python()?;
     let dir = tempfile::tempdir().unwrap();
-    let mut child = memtrack()
-        .current_dir(dir.path())
-        .args(["record", "-o", "loop.pkl", "--"])
-        .arg(&py)
-        .args([&script("ending.py"), "loop"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // wait for "ready": one step done
-    let mut out = child.stdout.take().unwrap();
-    let mut seen = Vec::new();
-    let start = Instant::now();
-    while !String::from_utf8_lossy(&seen).contains("ready") {
-        let mut b = [0u8; 256];
-        let n = std::io::Read::read(&mut out, &mut b).unwrap();
-        assert!(n > 0, "the program ended early");
-        seen.extend_from_slice(&b[..n]);
-        assert!(start.elapsed() < Duration::from_secs(120));
-    }
+    let (mut child, _stdout) = record_loop(dir.path(), &py);
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on the memtrack process this test started
     unsafe {
@@ -172,4 +154,216 @@ fn a_python_without_torch_is_named() {
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("cannot import torch"), "{err}");
+}
+
+/// `memtrack record` of `killed.py ARGS`: (exit code, the file as JSON, steps the program
+/// finished before it died).
+fn record_killed(
+    dir: &std::path::Path,
+    name: &str,
+    args: &[&str],
+) -> (i32, serde_json::Value, usize) {
+    let py = python().unwrap();
+    let progress = dir.join(format!("{name}.progress"));
+    let mut all = vec![script("killed.py"), progress.display().to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    let (code, stderr) = record(dir, &format!("{name}.pkl"), &[], &py, &all);
+    let steps = std::fs::read_to_string(&progress)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("step"))
+        .count();
+    let j = export(&dir.join(format!("{name}.pkl")));
+    assert!(!stderr.contains("nothing recorded"), "{stderr}");
+    (code, j, steps)
+}
+
+fn ops(j: &serde_json::Value) -> Vec<(String, f64)> {
+    j["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["name"].as_str().unwrap().to_string(),
+                o["allocated_bytes"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn sigkill_right_after_an_op_loses_nothing() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (code, killed, _) = record_killed(dir.path(), "killed", &["after", "3"]);
+    assert_eq!(code, 137);
+    assert_eq!(killed["memtrack"]["exit"]["signal"], 9);
+    let (code, reference, _) = record_killed(dir.path(), "reference", &["after", "3", "exit"]);
+    assert_eq!(code, 0);
+    // every op, up to the forward that ran just before the kill, with the same memory
+    assert_eq!(ops(&killed), ops(&reference));
+}
+
+#[test]
+fn sigkill_at_1_ms_and_20_ms_keeps_every_op_before_it() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_, reference, _) = record_killed(dir.path(), "reference", &["steps", "60"]);
+    let reference = ops(&reference);
+    let per_step = reference.len() / 60;
+    for ms in ["1", "20"] {
+        let (code, j, steps) = record_killed(dir.path(), &format!("timer{ms}"), &["timer", ms]);
+        assert_eq!(code, 137, "{ms} ms");
+        let got = ops(&j);
+        // the model was built before the timer started: its ops are there, and every
+        // finished step's, all as the uninterrupted run has them
+        assert!(
+            got.len() >= steps * per_step && !got.is_empty(),
+            "{ms} ms: {} ops, {steps} steps",
+            got.len()
+        );
+        assert!(
+            got.len() <= reference.len(),
+            "{ms} ms: ran past the reference"
+        );
+        assert_eq!(got[..], reference[..got.len()], "{ms} ms");
+    }
+}
+
+/// `memtrack record -o loop.pkl -- python ending.py loop` in `dir`, once one step is done;
+/// the program's stdout stays open as long as the caller keeps it (a closed pipe would end
+/// the program with a BrokenPipeError of its own).
+fn record_loop(
+    dir: &std::path::Path,
+    py: &std::path::Path,
+) -> (std::process::Child, std::process::ChildStdout) {
+    let mut child = memtrack()
+        .current_dir(dir)
+        .args(["record", "-o", "loop.pkl", "--"])
+        .arg(py)
+        .args([&script("ending.py"), "loop"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let start = Instant::now();
+    while !String::from_utf8_lossy(&seen).contains("ready") {
+        let mut b = [0u8; 256];
+        let n = std::io::Read::read(&mut out, &mut b).unwrap();
+        assert!(n > 0, "the program ended early");
+        seen.extend_from_slice(&b[..n]);
+        assert!(start.elapsed() < Duration::from_secs(120));
+    }
+    (child, out)
+}
+
+#[test]
+fn a_killed_memtrack_leaves_a_journal_that_recover_turns_into_the_file() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, _stdout) = record_loop(dir.path(), &py);
+    let journal = dir.path().join(format!("loop.pkl.journal-{}", child.id()));
+    // SAFETY: kill(2) on the memtrack process this test started
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGKILL);
+    }
+    child.wait().unwrap();
+    // the program outlives memtrack: end it too (its pid names its spool)
+    let spool = std::fs::read_dir(&journal)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("spool-"))
+        .expect("a spool in the journal");
+    let pid: i32 = spool.split('-').nth(1).unwrap().parse().unwrap();
+    // SAFETY: kill(2) on the recorded program this test started (through memtrack)
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!dir.path().join("loop.pkl").exists());
+    let o = memtrack()
+        .args(["record", "--recover"])
+        .arg(&journal)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j = export(&dir.path().join("loop.pkl"));
+    assert!(!j["memtrack"]["modules"].as_array().unwrap().is_empty());
+    assert!(j["op_count"].as_u64().unwrap() > 100);
+    assert!(
+        !journal.exists(),
+        "the journal is removed once the file is written"
+    );
+    // not a journal: exit 2 and says what it expected
+    let o = memtrack()
+        .args(["record", "--recover"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("NAME.journal-PID"));
+}
+
+#[test]
+fn an_output_that_cannot_be_written_keeps_the_journal_and_fails() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // a folder where the file should go: the journal can be made beside it, the file not
+    std::fs::create_dir(dir.path().join("out.pkl")).unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "out.pkl",
+        &[],
+        &py,
+        &[&example("mlp_batchnorm.py")],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--recover"), "{stderr}");
+    assert!(!stderr.contains("no Python process"), "{stderr}");
+    let kept = std::fs::read_dir(dir.path()).unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".journal-")
+    });
+    assert!(kept, "the journal is kept");
+}
+
+#[test]
+fn backend_cuda_without_cuda_is_an_error() {
+    let Some(py) = python() else { return };
+    let has_cuda = std::process::Command::new(&py)
+        .args([
+            "-c",
+            "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)",
+        ])
+        .status()
+        .unwrap()
+        .success();
+    if has_cuda {
+        eprintln!("this machine has CUDA: nothing to check");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "cuda.pkl",
+        &["--backend", "cuda"],
+        &py,
+        &[&example("mlp_batchnorm.py")],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("torch.cuda.is_available() is False"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--backend cuda"), "{stderr}");
+    assert!(!dir.path().join("cuda.pkl").exists());
 }

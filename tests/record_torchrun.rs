@@ -1,4 +1,5 @@
-//! `memtrack record` of a torchrun job: every rank connects and gets its own file.
+//! `memtrack record` of several processes: every torchrun rank connects and gets its own file;
+//! spawned workers too, without taking the program's output.
 
 mod common;
 
@@ -64,4 +65,30 @@ fn two_ranks_with_gloo_give_two_complete_files_and_a_cross_rank_summary() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(text.contains("Across ranks"), "{text}");
     assert!(text.contains("run.rank1.pkl"), "{text}");
+}
+
+#[test]
+fn spawned_workers_write_their_own_files_and_the_program_writes_the_output() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&script("spawn_workers.py")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    // the program's own process: its four training steps are in -o
+    let main = export(&dir.path().join("run.pkl"));
+    assert_eq!(main["memtrack"]["modules"].as_array().unwrap().len(), 4);
+    let workers: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("run.worker-") && n.ends_with(".pkl"))
+        .collect();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let worker = export(&dir.path().join(&workers[0]));
+    assert!(worker["op_count"].as_u64().unwrap() > 0);
+    assert_ne!(worker["memtrack"]["pid"], main["memtrack"]["pid"]);
 }

@@ -223,8 +223,12 @@ pub fn cross_rank(files: &[(String, &TrackerStats)]) -> CrossRank {
             }
         })
         .collect();
+    // ranks are compared with ranks: a process without one (a spawned DataLoader worker,
+    // `NAME.worker-PID.pkl`) is listed but not part of the spread when ranks are present
+    let ranked = ranks.iter().any(|r| r.rank.is_some());
     let peaks: Vec<f64> = ranks
         .iter()
+        .filter(|r| !ranked || r.rank.is_some())
         .filter_map(|r| r.peak_allocated.as_ref().map(|p| p.bytes))
         .collect();
     let max = peaks.iter().copied().fold(f64::NAN, f64::max);
@@ -549,6 +553,27 @@ mod tests {
             .map(|t| (t.op.as_str(), t.generated_bytes))
             .collect();
         assert_eq!(got, vec![("b", 2.0), ("c", 0.0), ("a", -5.0)]);
+    }
+
+    #[test]
+    fn the_spread_compares_ranks_only() {
+        let ranked = |rank: i64, peak: f64| {
+            let mut s = stats(&["x"], &[peak]);
+            s.record = Some(crate::model::RecordInfo {
+                rank: Some(rank),
+                ..Default::default()
+            });
+            s
+        };
+        let (r0, r1, worker) = (ranked(0, 100.0), ranked(1, 125.0), stats(&["x"], &[1.0]));
+        let files = [
+            ("run.rank0.pkl".to_string(), &r0),
+            ("run.rank1.pkl".to_string(), &r1),
+            ("run.worker-9.pkl".to_string(), &worker),
+        ];
+        let c = cross_rank(&files);
+        assert_eq!(c.ranks.len(), 3, "the worker is listed");
+        assert_eq!(c.peak_allocated_spread, Some(0.25));
     }
 
     #[test]

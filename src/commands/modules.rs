@@ -1,6 +1,7 @@
 use crate::analysis::modules::{parse_states, select, Query};
 use crate::cli::ModulesArgs;
 use crate::error::{Error, Result};
+use crate::render::Format;
 use crate::{formats, output, render};
 
 pub fn run(a: ModulesArgs) -> Result<()> {
@@ -12,7 +13,11 @@ pub fn run(a: ModulesArgs) -> Result<()> {
         ));
     };
     let query = Query {
-        depth: a.depth,
+        // JSON and CSV are for scripts: every module unless asked otherwise
+        depth: a.depth.unwrap_or(match a.format {
+            Format::Json | Format::Csv => usize::MAX,
+            Format::Text | Format::Markdown => 2,
+        }),
         states: parse_states(&a.state).map_err(Error::Usage)?,
         iteration: a.iteration.parse().map_err(Error::Usage)?,
     };

@@ -4,6 +4,9 @@ use crate::record::{self, Backend, Options};
 
 /// Runs the program, writes the stats, then exits with the program's own exit code.
 pub fn run(a: RecordArgs) -> Result<()> {
+    if let Some(dir) = &a.recover {
+        return record::recover(dir);
+    }
     let code = record::run(&Options {
         output: a.output,
         backend: match a.backend {

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use crate::model::modules::StateSnapshots;
 use crate::model::{
-    Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes, DeviceSample, DeviceSeries, ExitInfo,
-    IterationModules, ModState, ModuleSnapshot, ModuleStats, RecordInfo, CATEGORIES,
+    CompileInfo, CompiledRegion, Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes,
+    DeviceSample, DeviceSeries, ExitInfo, IterationModules, ModState, ModuleSnapshot, ModuleStats,
+    RecordInfo, CATEGORIES,
 };
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value};
@@ -19,17 +20,7 @@ type Parse<T> = std::result::Result<T, String>;
 /// Fill `info` from the record keys beyond the first version's (all optional).
 pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     let s = |key: &str| d.get(key).and_then(|v| doc.as_str(v)).map(str::to_string);
-    let strings = |key: &str| -> Vec<String> {
-        d.get(key)
-            .and_then(|v| doc.as_seq(v))
-            .map(|l| {
-                l.iter()
-                    .filter_map(|x| doc.as_str(*x))
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let strings = |key: &str| string_list(doc, d.get(key));
     info.pid = d.get("pid").and_then(|v| doc.as_int(v));
     info.torch_version = s("torch_version");
     info.agent_errors = strings("agent_errors");
@@ -59,7 +50,48 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     if let Some(v) = d.get("cycles") {
         info.cycles = cycles(doc, v)?;
     }
+    if let Some(c) = d.get("compile").and_then(|v| doc.as_dict(v)) {
+        let int = |k: &str| c.get(k).and_then(|v| doc.as_int(v)).unwrap_or(0);
+        let mut regions = Vec::new();
+        if let Some(list) = c.get("regions").and_then(|v| doc.as_seq(v)) {
+            for item in list {
+                let r = doc
+                    .as_dict(*item)
+                    .ok_or("memtrack.compile.regions: expected dicts")?;
+                regions.push(CompiledRegion {
+                    region: r
+                        .get("region")
+                        .and_then(|v| doc.as_str(v))
+                        .unwrap_or("?")
+                        .to_string(),
+                    graph_calls: r
+                        .get("graph_calls")
+                        .and_then(|v| doc.as_int(v))
+                        .unwrap_or(0),
+                });
+            }
+        }
+        info.compile = Some(CompileInfo {
+            frames_ok: int("frames_ok"),
+            frames_total: int("frames_total"),
+            graph_breaks: int("graph_breaks"),
+            graph_break_reasons: string_list(doc, c.get("graph_break_reasons")),
+            regions,
+        });
+    }
     Ok(())
+}
+
+/// `[str]`; items of other types are skipped.
+fn string_list(doc: &Document, v: Option<Value>) -> Vec<String> {
+    v.and_then(|v| doc.as_seq(v))
+        .map(|l| {
+            l.iter()
+                .filter_map(|x| doc.as_str(*x))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `{str: int}`; entries of other types are skipped.
@@ -371,6 +403,26 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
     w.entry("cycles", |w| {
         w.list(&r.cycles, cycle_value);
     });
+    if let Some(c) = &r.compile {
+        w.entry("compile", |w| {
+            w.begin_dict();
+            w.entry("frames_ok", |w| w.int(c.frames_ok));
+            w.entry("frames_total", |w| w.int(c.frames_total));
+            w.entry("graph_breaks", |w| w.int(c.graph_breaks));
+            w.entry("graph_break_reasons", |w| {
+                str_list(w, &c.graph_break_reasons)
+            });
+            w.entry("regions", |w| {
+                w.list(&c.regions, |w, r| {
+                    w.begin_dict();
+                    w.entry("region", |w| w.str(&r.region));
+                    w.entry("graph_calls", |w| w.int(r.graph_calls));
+                    w.end_dict();
+                });
+            });
+            w.end_dict();
+        });
+    }
 }
 
 fn int_dict_value(w: &mut Writer, d: &BTreeMap<String, i64>) {

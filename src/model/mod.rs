@@ -13,7 +13,7 @@ pub use modules::{
 };
 pub use snapshot::Snapshot;
 pub use tracker::{
-    op_module, DeviceSample, DeviceSeries, ExitInfo, Marker, OpNames, RecordInfo, Series,
-    TrackerStats,
+    op_module, CompileInfo, CompiledRegion, DeviceSample, DeviceSeries, ExitInfo, Marker, OpNames,
+    RecordInfo, Series, TrackerStats,
 };
 pub use units::{format_bytes, Units};

@@ -208,6 +208,29 @@ pub struct RecordInfo {
     pub cycles: Vec<Cycle>,
     /// Whether the recording watched for cycles (an empty `cycles` then means none were found).
     pub cycles_watched: bool,
+    /// What torch.compile did, where the program used it.
+    pub compile: Option<CompileInfo>,
+}
+
+/// torch.compile in a recorded process: dynamo's counters and the regions that ran compiled.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CompileInfo {
+    /// Frames dynamo compiled (`counters["frames"]["ok"]`) of those it saw (`"total"`).
+    pub frames_ok: i64,
+    pub frames_total: i64,
+    pub graph_breaks: i64,
+    /// The first line of each distinct graph-break reason (at most 10).
+    pub graph_break_reasons: Vec<String>,
+    /// Where compiled graphs ran (`{module}.{forward|backward|step}`, `Global` outside any
+    /// module), in first-run order. Each call is one sample (`compiled_graph_{n}`) taken
+    /// when it returned; inside it only the ops compiled code still dispatches are seen.
+    pub regions: Vec<CompiledRegion>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CompiledRegion {
+    pub region: String,
+    pub graph_calls: i64,
 }
 
 /// One GPU's driver-level memory for the recorded process.

@@ -5,15 +5,17 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
-use super::replay::{replay, Note, Session};
+use super::replay::{replay, replay_spool, Note, Session};
 use super::sampler::{series_for, Samples};
-use super::server::journal_files;
+use super::server::{journal_files, spool_files};
 use crate::error::{Error, Result};
 use crate::formats::tracker;
 use crate::model::{format_bytes, Units};
 use crate::render::thousands;
 
 pub struct Report {
+    /// Processes that recorded something (whether or not their file could be written).
+    pub recorded: usize,
     pub written: Vec<PathBuf>,
     /// The backend of each file written.
     pub backends: Vec<String>,
@@ -25,6 +27,11 @@ pub struct Report {
 impl Report {
     /// Why no stats file came out, for the user.
     pub fn nothing_recorded_reason(&self, program: &std::ffi::OsStr) -> String {
+        if self.notes.contains(&Note::CudaUnavailable) {
+            return "nothing recorded: --backend cuda, but the program's torch has no CUDA \
+                    device; the program was stopped (exit 2)"
+                .into();
+        }
         if let Some(Note::NoTorch { python }) = self
             .notes
             .iter()
@@ -58,10 +65,13 @@ pub fn finalize(
     status: Option<ExitStatus>,
     samples: Option<&Samples>,
 ) -> Result<Report> {
-    let files = journal_files(journal).map_err(|e| Error::input(journal, format!("{e}")))?;
+    let unreadable = |e: std::io::Error| Error::input(journal, format!("{e}"));
+    let files = journal_files(journal).map_err(unreadable)?;
+    let spools = spool_files(journal).map_err(unreadable)?;
     let mut complete = true;
     let mut sessions: Vec<Session> = Vec::new();
     let mut notes = Vec::new();
+    // the connections: why a process did not record (the records are in the spools)
     for f in &files {
         let bytes = match std::fs::read(f) {
             Ok(b) => b,
@@ -75,6 +85,22 @@ pub fn finalize(
         if let Some(n) = &s.note {
             notes.push(n.clone());
         }
+        if s.recorded {
+            sessions.push(s);
+        }
+    }
+    for (_, segments) in &spools {
+        let mut bytes = Vec::with_capacity(segments.len());
+        for f in segments {
+            match std::fs::read(f) {
+                Ok(b) => bytes.push(b),
+                Err(e) => {
+                    eprintln!("memtrack: {}: {e}", f.display());
+                    complete = false;
+                }
+            }
+        }
+        let s = replay_spool(&bytes);
         if s.recorded {
             sessions.push(s);
         }
@@ -93,7 +119,7 @@ pub fn finalize(
             }
         }
     }
-    let paths = output_paths(output, &sessions);
+    let paths = output_paths(output, &sessions, child_pid);
     let mut written = Vec::new();
     let mut backends = Vec::new();
     for (s, p) in sessions.iter().zip(&paths) {
@@ -115,6 +141,7 @@ pub fn finalize(
         }
     }
     Ok(Report {
+        recorded: sessions.len(),
         written,
         backends,
         notes,
@@ -155,12 +182,27 @@ fn describe(p: &Path, s: &Session) -> String {
     line
 }
 
-/// One process: the output as given. Several: `run.rank0.pkl`, … (`run.pid123.pkl` without a
-/// rank; a rank seen twice, as after an elastic restart, gets `.2`, `.3`, …).
-pub fn output_paths(base: &Path, sessions: &[Session]) -> Vec<PathBuf> {
+/// One process: the output as given. Several ranks: `run.rank0.pkl`, … (a rank seen twice, as
+/// after an elastic restart, gets `.2`, `.3`, …). Without ranks, the program's own process
+/// writes the output as given and the processes it spawned (DataLoader workers started with
+/// `spawn`) `run.worker-PID.pkl`.
+pub fn output_paths(base: &Path, sessions: &[Session], child_pid: u32) -> Vec<PathBuf> {
     if sessions.len() == 1 && sessions[0].world_size.unwrap_or(1) <= 1 {
         return vec![base.to_path_buf()];
     }
+    // the program's own process: the child memtrack started or, when that is not known
+    // (`--recover`), the one whose parent is no other recorded process
+    let pids: HashSet<i64> = sessions.iter().filter_map(|s| s.pid).collect();
+    let main = sessions
+        .iter()
+        .position(|s| s.pid == Some(child_pid as i64))
+        .or_else(|| {
+            sessions
+                .iter()
+                .position(|s| s.ppid.is_some_and(|p| !pids.contains(&p)))
+        })
+        .or_else(|| (!sessions.is_empty()).then_some(0));
+    let ranked = sessions.iter().any(|s| s.rank.is_some());
     let stem = base
         .file_stem()
         .map_or_else(|| "memtrack".into(), |s| s.to_string_lossy().into_owned());
@@ -173,8 +215,12 @@ pub fn output_paths(base: &Path, sessions: &[Session]) -> Vec<PathBuf> {
         .iter()
         .enumerate()
         .map(|(i, s)| {
+            if !ranked && Some(i) == main {
+                return base.to_path_buf();
+            }
             let tag = match (s.rank, s.pid) {
                 (Some(r), _) => format!("rank{r}"),
+                (None, Some(pid)) if !ranked => format!("worker-{pid}"),
                 (None, Some(pid)) => format!("pid{pid}"),
                 (None, None) => format!("process{i}"),
             };
@@ -200,6 +246,7 @@ mod tests {
             pid: Some(pid),
             rank,
             world_size: world,
+            ppid: None,
             note: None,
             said_bye: true,
             stats: TrackerStats::default(),
@@ -211,8 +258,28 @@ mod tests {
     fn files_are_named_by_rank_when_there_are_several() {
         let base = Path::new("out/run.pkl");
         assert_eq!(
-            output_paths(base, &[session(None, None, 7)]),
+            output_paths(base, &[session(None, None, 7)], 7),
             vec![PathBuf::from("out/run.pkl")]
+        );
+        // a spawned worker does not take the program's name, also when the program is
+        // known only as the worker's parent (--recover)
+        let mut worker = session(None, None, 5);
+        worker.ppid = Some(7);
+        let mut program = session(None, None, 7);
+        program.ppid = Some(1);
+        assert_eq!(
+            output_paths(base, &[worker, program], 0),
+            vec![
+                PathBuf::from("out/run.worker-5.pkl"),
+                PathBuf::from("out/run.pkl")
+            ]
+        );
+        assert_eq!(
+            output_paths(base, &[session(None, None, 9), session(None, None, 7)], 7),
+            vec![
+                PathBuf::from("out/run.worker-9.pkl"),
+                PathBuf::from("out/run.pkl")
+            ]
         );
         let names = output_paths(
             base,
@@ -222,6 +289,7 @@ mod tests {
                 session(Some(1), Some(2), 12),
                 session(None, None, 13),
             ],
+            10,
         );
         assert_eq!(
             names,
@@ -237,7 +305,7 @@ mod tests {
         );
         // one rank of a larger job still says which rank it is
         assert_eq!(
-            output_paths(base, &[session(Some(3), Some(4), 1)]),
+            output_paths(base, &[session(Some(3), Some(4), 1)], 1),
             vec![PathBuf::from("out/run.rank3.pkl")]
         );
     }

@@ -91,8 +91,10 @@ pub fn run(o: &Options) -> Result<i32> {
         pythonpath.push(":");
         pythonpath.push(old);
     }
+    let spool = std::path::absolute(&journal).unwrap_or_else(|_| journal.clone());
     cmd.env("PYTHONPATH", pythonpath)
         .env("MEMTRACK_SOCKET", &socket)
+        .env("MEMTRACK_SPOOL", &spool)
         .env("MEMTRACK_BACKEND", o.backend.name());
     if o.cycles {
         cmd.env("MEMTRACK_CYCLES", "1");
@@ -165,18 +167,54 @@ pub fn run(o: &Options) -> Result<i32> {
     };
     let samples = sampler.map(sampler::Sampler::finish);
     let report = finalize::finalize(&journal, &o.output, pid, status, samples.as_ref())?;
+    let mut code = code;
     if report.complete {
         let _ = std::fs::remove_dir_all(&journal);
     } else {
-        eprintln!("memtrack: the journal is kept in {}", journal.display());
+        eprintln!(
+            "memtrack: the recording is kept in {}; `memtrack record --recover {}` writes the stats files from it",
+            journal.display(),
+            journal.display()
+        );
+        if report.written.len() < report.recorded && code == 0 {
+            code = 2; // the program succeeded, the recording's output did not
+        }
     }
     if o.snapshot && !report.backends.is_empty() && report.backends.iter().all(|b| b != "cuda") {
         eprintln!("memtrack: --snapshot: the program ran on the CPU backend; allocator snapshots need CUDA");
     }
-    if server.connections() == 0 || report.written.is_empty() {
+    if report.recorded == 0 {
         eprintln!("memtrack: {}", report.nothing_recorded_reason(program));
     }
     Ok(code)
+}
+
+/// `record --recover DIR`: the stats files from a journal a killed `record` left behind
+/// (the agents' spools are complete up to their last op), named as that run would have.
+pub fn recover(dir: &Path) -> Result<()> {
+    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let output = match name.rsplit_once(".journal-") {
+        Some((out, pid)) if !out.is_empty() && pid.parse::<u32>().is_ok() => {
+            dir.with_file_name(out)
+        }
+        _ => {
+            return Err(Error::input(
+                dir,
+                "not a memtrack journal: expected a folder named NAME.journal-PID, as `record` leaves next to its output",
+            ))
+        }
+    };
+    let report = finalize::finalize(dir, &output, 0, None, None)?;
+    if report.written.is_empty() {
+        return Err(Error::input(
+            dir,
+            "no recording in this journal (no process of the program recorded anything)",
+        ));
+    }
+    if report.complete {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(())
 }
 
 /// The child's exit code, or 128 + the signal that killed it, as shells report it.

@@ -14,8 +14,9 @@ use serde_json::Value as Json;
 use crate::analysis::cycles::split_into_cycles;
 use crate::model::modules::StateSnapshots;
 use crate::model::{
-    Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes, ExitInfo, IterationModules, Marker,
-    ModState, ModuleSnapshot, ModuleStats, OpNames, RecordInfo, TrackerStats,
+    CompileInfo, CompiledRegion, Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes, ExitInfo,
+    IterationModules, Marker, ModState, ModuleSnapshot, ModuleStats, OpNames, RecordInfo,
+    TrackerStats,
 };
 
 // record codes, as in _memtrack_agent.py
@@ -36,6 +37,7 @@ const OPT_BEGIN: i64 = -14;
 const OPT_END: i64 = -15;
 const CYCLE: i64 = -16;
 const TIME: i64 = -17;
+const JSON_MSG: i64 = -18;
 
 pub const FRAME_JSON: u8 = 1;
 pub const FRAME_RECORDS: u8 = 2;
@@ -124,6 +126,8 @@ pub enum Note {
     NoTorch { python: String },
     /// torch is installed but the program never imported it.
     TorchNotImported { argv: Vec<String> },
+    /// `--backend cuda` where torch sees no CUDA: the agent stopped the program (exit 2).
+    CudaUnavailable,
 }
 
 /// One process's recording, decoded.
@@ -133,6 +137,8 @@ pub struct Session {
     pub pid: Option<i64>,
     pub rank: Option<i64>,
     pub world_size: Option<i64>,
+    /// The parent process's pid (a spawned worker's is the program's).
+    pub ppid: Option<i64>,
     pub note: Option<Note>,
     /// Whether the agent said goodbye (otherwise the process vanished).
     pub said_bye: bool,
@@ -140,6 +146,23 @@ pub struct Session {
     /// (CLOCK_MONOTONIC ns, ops recorded by then): where the op stream was in time, for
     /// placing the collector's driver-level samples among the ops.
     pub time_marks: Vec<(u64, usize)>,
+}
+
+/// Decode one process's spool: its segment files in order (the agent's shared memory-mapped
+/// record stream, docs/record.md). Each segment's slot 0 says how many slots hold records;
+/// a segment shorter than it says (a file cut short) gives what it holds.
+pub fn replay_spool(segments: &[Vec<u8>]) -> Session {
+    let mut r = Replay::default();
+    for seg in segments {
+        let slots: Vec<i64> = seg
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let Some(&end) = slots.first() else { continue };
+        let end = (end.max(1) as usize).min(slots.len());
+        r.records(&slots[1..end]);
+    }
+    r.finish()
 }
 
 /// Decode a whole journal (the bytes one connection sent). A frame cut short at the end (the
@@ -211,6 +234,8 @@ struct Replay {
     /// Collections that found cycles, by the agent's id: (ops when reported, the graph).
     cycles: Vec<(i64, usize, Cycle)>,
     time_marks: Vec<(u64, usize)>,
+    /// The `compile` part of `bye`: dynamo's counters.
+    compile: Option<Json>,
 }
 
 fn as_string(v: &Json) -> Option<String> {
@@ -280,12 +305,16 @@ impl Replay {
                     self.ended = as_string(&m["how"]);
                 }
                 self.memory_stats.extend(int_map(&m["memory_stats"]));
+                if m["compile"].is_object() {
+                    self.compile = Some(m["compile"].clone());
+                }
             }
             "no_torch" => {
                 self.note = Some(Note::NoTorch {
                     python: as_string(&m["python"]).unwrap_or_default(),
                 })
             }
+            "cuda_unavailable" => self.note = Some(Note::CudaUnavailable),
             "torch_not_imported" => {
                 self.note = Some(Note::TorchNotImported {
                     argv: m["argv"]
@@ -439,6 +468,25 @@ impl Replay {
                     }
                     i += 2;
                 }
+                JSON_MSG => {
+                    if !need(1) {
+                        return;
+                    }
+                    let len = v[i + 1].max(0) as usize;
+                    let words = len.div_ceil(8);
+                    if i + 2 + words > n {
+                        return;
+                    }
+                    let bytes: Vec<u8> = v[i + 2..i + 2 + words]
+                        .iter()
+                        .flat_map(|w| w.to_le_bytes())
+                        .take(len)
+                        .collect();
+                    if let Ok(msg) = serde_json::from_slice::<Json>(&bytes) {
+                        self.message(&msg);
+                    }
+                    i += 2 + words;
+                }
                 TIME => {
                     if !need(1) {
                         return;
@@ -456,14 +504,11 @@ impl Replay {
         let (ctx, phase) = if let Some(o) = self.optimizer {
             (o, Phase::Step)
         } else if let Some(&(name, pushed_in_bw)) = self.parents.last() {
-            (
-                name,
-                if pushed_in_bw {
-                    Phase::Backward
-                } else {
-                    Phase::Forward
-                },
-            )
+            if pushed_in_bw {
+                (self.innermost_in_backward(name), Phase::Backward)
+            } else {
+                (name, Phase::Forward)
+            }
         } else {
             (NO_NAME, if bw { Phase::Backward } else { Phase::Forward })
         };
@@ -485,6 +530,26 @@ impl Replay {
             self.dirty = false;
             self.update_peaks(bw);
         }
+    }
+
+    /// The module whose backward is running. Several modules' backward hooks fire on the same
+    /// gradient (a leaf whose output is its parent's output: ResNet's `fc`, a block's last
+    /// ReLU), the outermost last; the op belongs to the innermost of them: the deepest name
+    /// pushed in backward, the latest among equals.
+    fn innermost_in_backward(&self, last: u32) -> u32 {
+        let depth = |id: u32| {
+            self.names
+                .get(id as usize)
+                .and_then(|n| n.as_deref())
+                .map_or(0, |n| n.matches('.').count())
+        };
+        let mut best = (depth(last), last);
+        for &(name, bw) in self.parents.iter().rev() {
+            if bw && depth(name) > best.0 {
+                best = (depth(name), name);
+            }
+        }
+        best.1
     }
 
     /// MemTracker's `_update_peak_stats`, run after each op (only when a total grew: otherwise
@@ -731,6 +796,7 @@ impl Replay {
         let mut names = OpNames::with_capacity(n, n * 40);
         let mut counters: HashMap<u32, u64> = HashMap::new();
         let mut buf = String::new();
+        let mut regions: Vec<CompiledRegion> = Vec::new();
         for op in &self.ops {
             let count = counters.entry(op.fid).or_insert(0);
             buf.clear();
@@ -751,6 +817,16 @@ impl Replay {
             let _ = write!(buf, "{ctx}.{}.{op_name}_{count}", op.phase.name());
             *count += 1;
             names.push(&buf);
+            if op_name == COMPILED_GRAPH {
+                let region = format!("{ctx}.{}", op.phase.name());
+                match regions.iter_mut().find(|r| r.region == region) {
+                    Some(r) => r.graph_calls += 1,
+                    None => regions.push(CompiledRegion {
+                        region,
+                        graph_calls: 1,
+                    }),
+                }
+            }
         }
         // `markers` keeps each name's last occurrence, in first-occurrence order (a dict)
         let mut last: Vec<Marker> = Vec::new();
@@ -805,6 +881,7 @@ impl Replay {
                     split_into_cycles(c)
                 })
                 .collect(),
+            compile: compile_info(self.compile.as_ref(), regions),
         };
         let stats = TrackerStats {
             names,
@@ -825,12 +902,35 @@ impl Replay {
             pid: int("pid"),
             rank: int("rank"),
             world_size: int("world_size"),
+            ppid: int("ppid"),
             note: self.note.clone(),
             said_bye: self.said_bye,
             stats,
             time_marks: std::mem::take(&mut self.time_marks),
         }
     }
+}
+
+/// The agent's pseudo-op after each compiled graph call (`COMPILED_GRAPH` in the agent).
+const COMPILED_GRAPH: &str = "compiled_graph";
+
+/// dynamo's counters (from `bye`) and the regions whose compiled graphs ran; None when the
+/// program never compiled anything.
+fn compile_info(counters: Option<&Json>, regions: Vec<CompiledRegion>) -> Option<CompileInfo> {
+    if counters.is_none() && regions.is_empty() {
+        return None;
+    }
+    let c = counters.cloned().unwrap_or(Json::Null);
+    Some(CompileInfo {
+        frames_ok: c["frames_ok"].as_i64().unwrap_or(0),
+        frames_total: c["frames_total"].as_i64().unwrap_or(0),
+        graph_breaks: c["graph_breaks"].as_i64().unwrap_or(0),
+        graph_break_reasons: c["graph_break_reasons"]
+            .as_array()
+            .map(|a| a.iter().filter_map(as_string).collect())
+            .unwrap_or_default(),
+        regions,
+    })
 }
 
 /// `{"key": int}` from a JSON object; other values are skipped.

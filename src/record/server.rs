@@ -157,6 +157,38 @@ pub fn journal_file(dir: &Path, n: usize) -> PathBuf {
     dir.join(format!("conn{n:04}.bin"))
 }
 
+/// The agents' spools in a journal folder: per process (by pid, in order), its segment files
+/// in order (`spool-<pid>-<segment>.bin`, written by the agent).
+pub fn spool_files(dir: &Path) -> std::io::Result<Vec<(u32, Vec<PathBuf>)>> {
+    let mut found: Vec<(u32, u32, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(rest) = name
+            .strip_prefix("spool-")
+            .and_then(|r| r.strip_suffix(".bin"))
+        else {
+            continue;
+        };
+        if let Some((pid, seg)) = rest.split_once('-') {
+            if let (Ok(pid), Ok(seg)) = (pid.parse(), seg.parse()) {
+                found.push((pid, seg, p));
+            }
+        }
+    }
+    found.sort();
+    let mut out: Vec<(u32, Vec<PathBuf>)> = Vec::new();
+    for (pid, _, p) in found {
+        match out.last_mut() {
+            Some((last, v)) if *last == pid => v.push(p),
+            _ => out.push((pid, vec![p])),
+        }
+    }
+    Ok(out)
+}
+
 /// The journal files of a run, in connection order.
 pub fn journal_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)?

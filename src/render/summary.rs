@@ -1,7 +1,7 @@
 //! `summary` of tracker stats as text, Markdown, CSV or JSON.
 
 use crate::analysis::summary::{CrossRank, TrackerSummary};
-use crate::model::{format_bytes, Units};
+use crate::model::{format_bytes, CompileInfo, Units};
 
 use super::table::Table;
 use super::{json, thousands, Format};
@@ -25,6 +25,9 @@ pub fn tracker(s: &TrackerSummary, title: &str, format: Format, units: Units) ->
                 out.push_str(&format!("## {title}\n\n"));
             }
             out.push_str(&headline(s, if md { None } else { Some(title) }));
+            if let Some(c) = s.record.as_ref().and_then(|r| r.compile.as_ref()) {
+                out.push_str(&compile_line(c));
+            }
             out.push('\n');
 
             let mut peaks = Table::new(&["series", ">peak", ">op index", "op"]);
@@ -231,6 +234,37 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
         ));
     }
     line.push('\n');
+    line
+}
+
+/// Which regions ran compiled, and how finely they were measured.
+fn compile_line(c: &CompileInfo) -> String {
+    let mut line = format!(
+        "torch.compile: {} of {} frames compiled, {} graph break{}",
+        c.frames_ok,
+        c.frames_total,
+        c.graph_breaks,
+        if c.graph_breaks == 1 { "" } else { "s" }
+    );
+    if c.regions.is_empty() {
+        line.push_str("; no compiled graph ran\n");
+        return line;
+    }
+    let regions: Vec<String> = c
+        .regions
+        .iter()
+        .map(|r| {
+            format!(
+                "{} ({} calls)",
+                r.region,
+                thousands(r.graph_calls.max(0) as usize)
+            )
+        })
+        .collect();
+    line.push_str(&format!(
+        "; compiled regions, one sample per graph call (compiled_graph_N) plus the ops compiled code dispatches: {}\n",
+        regions.join(", ")
+    ));
     line
 }
 

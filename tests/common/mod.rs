@@ -155,6 +155,16 @@ pub fn export(file: &Path) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
+/// The op names of an exported stats file, in order.
+pub fn op_names(j: &serde_json::Value) -> Vec<&str> {
+    j["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect()
+}
+
 pub fn example(name: &str) -> String {
     root().join("examples").join(name).display().to_string()
 }

@@ -4,11 +4,11 @@
 # TorchDispatchMode plus global module and optimizer hooks.
 #
 # What runs per operator is kept to a minimum: the op's outputs' storages are looked up in a
-# dict, new ones get a weakref whose callback reports the free, and one int (two or four on
-# CUDA) is appended to a list. Op names, the current module, MemTracker's category totals and
-# peaks are all worked out by the collector from this stream (src/record/replay.rs), so no
-# strings are built and no snapshots are copied in Python. A background thread ships the list
-# every 50 ms as length-prefixed frames; atexit, the excepthook and SIGTERM flush it too.
+# dict, new ones get a weakref whose callback reports the free, and one int (four on CUDA)
+# is written into a shared memory-mapped spool file (see _ap). Op names, the current module,
+# MemTracker's category totals and peaks are all worked out by the collector from this stream
+# (src/record/replay.rs), so no strings are built and no snapshots are copied in Python. The
+# socket only says the process is alive (and, for processes that never recorded, why).
 #
 # The wire format is documented in docs/record.md and must match src/record/replay.rs.
 import os
@@ -21,20 +21,16 @@ import threading
 ADD, DEL, REF, SIZE, PUSH, POP, RESET, MOD, SNAP, INPUT, OUTPUT, ITER, MARK, OPT_BEGIN, OPT_END = (
     range(-1, -16, -1)
 )
-CYCLE, TIME = -16, -17
+CYCLE, TIME, JSON = -16, -17, -18
 # MemTracker's categories (_MemRefType), in its order
 PARAM, BUFFER, GRAD, ACT, TEMP, OPT, OTH = range(7)
 # MemTracker's module states (_ModState)
 PRE_FW, POST_FW, PEAK_FW, PRE_BW, POST_BW, PEAK_BW, PRE_FW_AC, POST_FW_AC = range(8)
 # frame kinds
-FRAME_JSON, FRAME_RECORDS = 1, 2
+FRAME_ALIVE, FRAME_JSON, FRAME_RECORDS = 0, 1, 2
 FLUSH_SECONDS = 0.05
 
 _sock = None
-_buf = []  # the record stream not yet sent
-_ap = _buf.append
-_ext = _buf.extend
-_pending_json = []  # messages to send before the next records frame (names first)
 _send_lock = threading.Lock()
 _active = False
 _started = False  # the agent ran in this process (even if it has stopped since)
@@ -61,18 +57,22 @@ def install():
     if "torch" in sys.modules:
         _activate(sys.modules["torch"])
         return
-    sys.meta_path.insert(0, _TorchFinder())
+    sys.meta_path.insert(0, _AfterImport("torch", _activate))
     import atexit
 
     atexit.register(_exit_without_torch)
 
 
-class _TorchFinder:
-    """One-shot meta path finder: lets the normal machinery find torch, then runs _activate
-    right after torch/__init__.py has executed."""
+class _AfterImport:
+    """One-shot meta path finder: lets the normal machinery find module `name`, then calls
+    `then(module)` right after the module's code has run."""
+
+    def __init__(self, name, then):
+        self.name = name
+        self.then = then
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != self.name:
             return None
         try:
             sys.meta_path.remove(self)
@@ -80,24 +80,32 @@ class _TorchFinder:
             pass
         import importlib.util
 
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None:
             return None
         loader = spec.loader
         orig = loader.exec_module
+        then = self.then
 
         def exec_module(module):
             orig(module)
             try:
-                _activate(module)
+                then(module)
             except Exception as e:  # never break the user's program
-                sys.stderr.write(f"memtrack: agent failed to start: {e!r}\n")
+                sys.stderr.write(f"memtrack: after importing {name}: {e!r}\n")
 
         loader.exec_module = exec_module
         return spec
 
     def invalidate_caches(self):
         pass
+
+
+def _after_import(name, then):
+    if name in sys.modules:
+        then(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 def _is_launcher():
@@ -164,33 +172,89 @@ def _exit_without_torch():
 # transport
 
 
-def flush(wait=True):
-    """Send pending messages and records. Safe from any thread; records are whole because
-    each is appended with one list call under the GIL. A signal handler passes wait=False:
-    it may run inside a flush on the same thread (sendall runs handlers on EINTR), where
-    waiting would deadlock and sending would cut a frame in two."""
-    if _sock is None:
-        return
-    if not _send_lock.acquire(blocking=wait):
-        return
+# The record stream goes into a spool: files in the collector's journal folder
+# (MEMTRACK_SPOOL), mapped shared, so every record is in the page cache the moment it is
+# written and survives the process's death (SIGKILL, the OOM killer) with no syscall per op.
+# A segment is int64 slots: slot 0 holds the next free slot (the reader takes slots 1 up to
+# it), records follow; a record never straddles two segments. Messages (JSON) are records
+# too (JSON, byte length, the bytes in slots), so names land before the records using them.
+SPOOL_SLOTS = 1 << 21  # 16 MiB a segment, sparse: only pages written take room
+_spool = [1, 0, None]  # next free slot, slots in this segment, memoryview of the slots
+_spool_state = {"pid": None, "segment": 0, "dir": None, "mm": []}
+
+
+def _open_segment(need):
+    """A fresh segment for a record of `need` slots; False where nothing may be written (a
+    forked child, no spool, or the file cannot be made): the record is dropped."""
+    import mmap
+
+    st = _spool_state
+    if st["dir"] is None or st["pid"] != os.getpid():
+        return False
+    slots = max(SPOOL_SLOTS, need + 1)
+    path = os.path.join(st["dir"], f"spool-{st['pid']}-{st['segment']:04d}.bin")
     try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            # records first out of the list, names second: a record's names were queued
-            # before the record itself, so they are in this batch of messages
-            n = len(_buf)
-            chunk = _buf[:n]
-            del _buf[:n]
-            while _pending_json:
-                _send_frame(FRAME_JSON, _json(_pending_json.pop(0)))
-            if chunk:
-                a = _array("q", chunk)
-                if sys.byteorder != "little":
-                    a.byteswap()
-                _send_frame(FRAME_RECORDS, a.tobytes())
-        except Exception:
-            _stop_sending()
-    finally:
-        _send_lock.release()
+            os.ftruncate(fd, slots * 8)
+            mm = mmap.mmap(fd, slots * 8, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        st["dir"] = None
+        sys.stderr.write(f"memtrack: cannot write {path} ({e}); recording stops here\n")
+        return False
+    st["segment"] += 1
+    st["mm"].append(mm)  # kept mapped: the pages are the data
+    mv = memoryview(mm).cast("q")
+    mv[0] = 1
+    _spool[2] = mv
+    _spool[0] = 1
+    _spool[1] = slots
+    return True
+
+
+def _ap(v):
+    """Append a one-slot record (an op on CPU, a marker without arguments)."""
+    sp = _spool
+    p = sp[0]
+    if p >= sp[1]:
+        if not _open_segment(1):
+            return
+        p = 1
+    sp[0] = p + 1
+    mv = sp[2]
+    mv[p] = v
+    mv[0] = p + 1  # published after the record: the reader never sees half of one
+
+
+def _ext(rec):
+    """Append a record of several slots."""
+    sp = _spool
+    p = sp[0]
+    q = p + len(rec)
+    if q > sp[1]:
+        if not _open_segment(len(rec)):
+            return
+        p = 1
+        q = 1 + len(rec)
+    sp[0] = q  # claimed first: another thread writing now goes after it
+    mv = sp[2]
+    for x in rec:
+        mv[p] = x
+        p += 1
+    mv[0] = q
+
+
+def _write_json(msg):
+    b = _json(msg)
+    n = len(b)
+    b += b"\0" * (-n % 8)
+    words = _array("q")
+    words.frombytes(b)
+    if sys.byteorder != "little":
+        words.byteswap()
+    _ext((JSON, n, *words))
 
 
 def _stop_sending():
@@ -204,23 +268,33 @@ def _stop_sending():
         pass
 
 
-def _message(msg, now=True, wait=True):
-    _pending_json.append(msg)
-    if now:
-        flush(wait)
+_message = _write_json  # a message (JSON) in the stream, in order with the records
 
 
 def _flusher():
+    global _sock
     import time
 
-    # A time mark every flush: where the op stream was at a moment of CLOCK_MONOTONIC, so
+    # A time mark every 50 ms: where the op stream was at a moment of CLOCK_MONOTONIC, so
     # the collector can place its driver-level memory samples (taken by time) among the ops.
+    # An empty frame on the socket tells the collector the process is alive.
     mono = time.clock_gettime_ns
     clock = time.CLOCK_MONOTONIC
     while _sock is not None:
         time.sleep(FLUSH_SECONDS)
         _ext((TIME, mono(clock)))
-        flush()
+        try:
+            with _send_lock:
+                if _sock is not None:
+                    _send_frame(FRAME_ALIVE, b"")
+        except Exception:
+            # the collector is gone (killed): keep recording into the spool, which
+            # `memtrack record --recover` reads; only the socket goes
+            s, _sock = _sock, None
+            try:
+                s.close()
+            except Exception:
+                pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,15 +312,25 @@ def _activate(torch):
         return
     if _sock is None:
         return
+    _spool_state["dir"] = os.environ.get("MEMTRACK_SPOOL")
+    _spool_state["pid"] = os.getpid()
     _torch = torch
     want = os.environ.get("MEMTRACK_BACKEND", "auto")
     if want == "auto":
-        try:
-            _backend = "cuda" if torch.cuda.is_available() else "cpu"
-        except Exception:
-            _backend = "cpu"
+        _backend = "cuda" if _cuda_available(torch) else "cpu"
     else:
         _backend = want
+    if _backend == "cuda" and not _cuda_available(torch):
+        # an all-zero "cuda" recording would look like a result: stop the program instead
+        sys.stderr.write(
+            "memtrack: --backend cuda, but torch.cuda.is_available() is False in this process "
+            f"(torch {getattr(torch, '__version__', '?')}); use --backend cpu or auto\n"
+        )
+        try:
+            _send_frame(FRAME_JSON, _json({"t": "cuda_unavailable", "pid": os.getpid()}))
+            _sock.close()
+        finally:
+            os._exit(2)
     if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
         _min_alloc = 1
 
@@ -268,6 +352,7 @@ def _activate(torch):
     _time_mark()
 
     _install_hooks(torch)
+    _after_import("torch._inductor.output_code", _watch_compiled_graphs)
     threading.Thread(target=_flusher, name="memtrack-flush", daemon=True).start()
     os.register_at_fork(after_in_child=_after_fork_in_child)
     import atexit
@@ -282,6 +367,19 @@ def _activate(torch):
             _watch_cycles(torch)
         except Exception as e:
             _internal_error(e)
+
+
+def _cuda_available(torch):
+    """memtrack's own probe: whatever torch warns here (a driver too old, CUDA init failing)
+    is the program's to see if it asks, not a stray message at `import torch`."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return bool(torch.cuda.is_available())
+    except Exception:
+        return False
 
 
 def _time_mark():
@@ -316,8 +414,9 @@ def _after_fork_in_child():
             C._push_on_torch_dispatch_stack(m)
     except Exception:
         pass
-    _buf.clear()
-    _pending_json.clear()
+    # the spool's pages are shared with the parent: never write there again
+    _spool[1] = 0
+    _spool[2] = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -393,6 +492,15 @@ def _install_hooks(torch):
         def _should_skip_dynamo(cls):
             return skip_code is None
 
+        # torch.compile skips every frame while a mode without this is on the stack (the
+        # program would silently run eager); with it, dynamo switches the mode off while it
+        # compiles and back on while compiled code runs, so the ops compiled code still
+        # dispatches (extern kernels) are sampled and each compiled graph call is sampled
+        # by _watch_compiled_graphs.
+        @classmethod
+        def ignore_compile_internals(cls):
+            return True
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **kwargs) if kwargs else func(*args)
             code = fids_get(func)
@@ -450,10 +558,56 @@ def _install_hooks(torch):
         return total
 
     _track_as = track_as
+
+    def after_compiled_graph(out):
+        """A compiled graph ran. Its outputs (results and, in forward, what it saves for
+        backward) were allocated inside generated code the mode never sees: account them
+        now, then take one sample for the whole call."""
+        if not _active:
+            return
+        bw = gtid() != -1
+        if isinstance(out, (list, tuple)):
+            for t in out:
+                if isinstance(t, Tensor):
+                    try:
+                        track(t, 0, bw)
+                    except Exception:
+                        pass
+        code = fids_get(COMPILED_GRAPH)
+        if code is None:
+            code = _intern(COMPILED_GRAPH, COMPILED_GRAPH, False)
+        if cuda:
+            ext((code | bw,) + stats_reader())
+        else:
+            ap(code | bw)
+
+    global _after_compiled_graph
+    _after_compiled_graph = after_compiled_graph
     _install_module_hooks(torch)
     _install_optimizer_hooks(torch)
     _install_resize(torch)
     _mode.__enter__()
+
+
+_after_compiled_graph = None
+
+
+def _watch_compiled_graphs(output_code):
+    """Sample after every call of an Inductor-compiled graph (forward, backward, inference):
+    the granularity at which compiled regions are measured."""
+    cls = getattr(output_code, "CompiledFxGraph", None)
+    if cls is None:
+        _message({"t": "agent_error", "text": "torch._inductor: no CompiledFxGraph"})
+        return
+    orig = cls.__call__
+
+    def __call__(self, inputs):
+        out = orig(self, inputs)
+        if _active:
+            _after_compiled_graph(out)
+        return out
+
+    cls.__call__ = __call__
 
 
 def _dynamo_skipper():
@@ -501,17 +655,24 @@ def _new_func(func):
     if func is torch.ops.aten.detach.default:
         _fids[func] = -1  # MemoryTracker skips detach
         return -1
-    fid = len(_op_names)
-    name = getattr(func, "__name__", str(func))
-    _op_names.append(name)
     try:
         mutable = bool(func._schema.is_mutable)
     except Exception:
         mutable = True
+    return _intern(func, getattr(func, "__name__", str(func)), mutable)
+
+
+def _intern(key, name, mutable):
+    fid = len(_op_names)
+    _op_names.append(name)
     code = (fid << 2) | (2 if mutable else 0)
-    _fids[func] = code
-    _pending_json.append({"t": "op", "id": fid, "name": name})
+    _fids[key] = code
+    _write_json({"t": "op", "id": fid, "name": name})
     return code
+
+
+# The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
+COMPILED_GRAPH = "compiled_graph"
 
 
 def _cuda_stats_reader(torch):
@@ -556,7 +717,7 @@ def _name_id(name):
     i = _names.get(name)
     if i is None:
         i = _names[name] = len(_names)
-        _pending_json.append({"t": "name", "id": i, "name": name})
+        _write_json({"t": "name", "id": i, "name": name})
     return i
 
 
@@ -565,8 +726,15 @@ def _info(mod):
     info = d.get("_memtrack_info")
     if info is None or info.obj_id != id(mod):
         _mod_count[0] += 1
-        info = d["_memtrack_info"] = _ModInfo(id(mod), _mod_count[0], type(mod).__name__)
+        info = d["_memtrack_info"] = _ModInfo(id(mod), _mod_count[0], type(_wrapped(mod)).__name__)
     return info
+
+
+def _wrapped(mod):
+    """torch.compile(module) returns an OptimizedModule around it: named as what it wraps."""
+    if type(mod).__name__ == "OptimizedModule":
+        return mod.__dict__.get("_modules", {}).get("_orig_mod") or mod
+    return mod
 
 
 def _set_name(mod, name):
@@ -582,8 +750,10 @@ def _mod_info(mod):
     module is seen, its children are named under it."""
     info = _info(mod)
     if not info.seen:
+        wrapper = _wrapped(mod) is not mod
         for cname, sub in mod.named_children():
-            _set_name(sub, f"{info.name}.{cname}")
+            # the wrapped module is the same module to the user: MLP.fc1, not MLP._orig_mod.fc1
+            _set_name(sub, info.name if wrapper and cname == "_orig_mod" else f"{info.name}.{cname}")
             _mod_info(sub)
         info.seen = True
     return info
@@ -773,8 +943,13 @@ def _install_module_hooks(torch):
         else:
             register_multi_grad_hook(tensors, fn, mode=mode)
 
+    # Dynamo traces global module hooks into the graphs it compiles: anything here would
+    # break the graph (or be frozen into it). is_compiling() is a constant True while
+    # tracing, so the hooks trace to nothing; in eager code they cost one call.
+    is_compiling = torch.compiler.is_compiling
+
     def fw_pre_hook(mod, inputs):
-        if not _active:
+        if is_compiling() or not _active:
             return
         try:
             info = _mod_info(mod)
@@ -795,7 +970,7 @@ def _install_module_hooks(torch):
             _internal_error(e)
 
     def fw_post_hook(mod, inputs, output):
-        if not _active:
+        if is_compiling() or not _active:
             return
         try:
             info = _mod_info(mod)
@@ -812,6 +987,38 @@ def _install_module_hooks(torch):
     register_module_forward_pre_hook(fw_pre_hook)
     register_module_forward_hook(fw_post_hook, always_call=True)
 
+    # module.compile() compiles the module's whole call, hooks included (they trace to
+    # nothing): run them around the compiled call instead, as for torch.compile(module)'s
+    # OptimizedModule, so the module's compiled graphs are its own
+    orig_compile = torch.nn.Module.compile
+
+    def compile(self, *args, **kwargs):
+        orig_compile(self, *args, **kwargs)
+        compiled = self.__dict__.get("_compiled_call_impl")
+        if compiled is None:
+            return
+        wmod = weakref.ref(self)  # the call is stored on the module: no cycle through it
+
+        def call(*a, **k):
+            mod = wmod()
+            if mod is None:
+                return compiled(*a, **k)
+            fw_pre_hook(mod, a)
+            out = compiled(*a, **k)
+            fw_post_hook(mod, a, out)
+            return out
+
+        self._compiled_call_impl = call
+
+    torch.nn.Module.compile = compile
+    import warnings
+
+    # torch.compile(module) warns at every call that global hooks (ours) fire once more for
+    # the OptimizedModule: the agent counts that module as the one it wraps (_wrapped)
+    warnings.filterwarnings(
+        "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks"
+    )
+
 
 _errors = [0]
 
@@ -822,7 +1029,7 @@ def _internal_error(e):
         import traceback
 
         text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        _message({"t": "agent_error", "text": text}, now=False)
+        _message({"t": "agent_error", "text": text})
 
 
 def _install_optimizer_hooks(torch):
@@ -842,6 +1049,29 @@ def _install_optimizer_hooks(torch):
         if oid is None:
             oid = opt_ids[type(opt)] = _name_id(f"{type(opt).__name__}")
         _ext((OPT_BEGIN, oid))
+        # step(closure) (LBFGS, Lightning) runs forward and backward inside the step: those
+        # ops belong to their modules, their tensors to their own categories
+        if "closure" in kwargs and callable(kwargs["closure"]):
+            return args, dict(kwargs, closure=outside_step(kwargs["closure"], oid))
+        # args[0] is the optimizer itself (Optimizer.profile_hook_step passes step's args)
+        if len(args) > 1 and callable(args[1]):
+            return (args[0], outside_step(args[1], oid), *args[2:]), kwargs
+        return None
+
+    def outside_step(closure, oid):
+        def run_closure(*a, **k):
+            global _in_opt
+            if not _active:
+                return closure(*a, **k)
+            _in_opt = False
+            _ap(OPT_END)
+            try:
+                return closure(*a, **k)
+            finally:
+                _in_opt = True
+                _ext((OPT_BEGIN, oid))
+
+        return run_closure
 
     def post(opt, args, kwargs):
         global _in_opt
@@ -913,8 +1143,8 @@ def _install_sigterm():
             return
 
         def on_term(signum, frame):
-            _message({"t": "signal", "signal": signum}, wait=False)
-            _finish("signal", wait=False)
+            _message({"t": "signal", "signal": signum})
+            _finish("signal")
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
@@ -926,14 +1156,18 @@ def _install_sigterm():
 _finished = [False]
 
 
-def _finish(how, wait=True):
+def _finish(how):
     global _active
-    if _finished[0] or _sock is None:
+    # not `_sock is None`: with the collector gone the spool still takes the goodbye
+    if _finished[0] or not _active:
         return
     _finished[0] = True
     _cycles_state["on"] = False
     _time_mark()
     msg = {"t": "bye", "how": how}
+    compiled = _compile_counters()
+    if compiled:
+        msg["compile"] = compiled
     try:
         if _backend == "cuda" and _torch.cuda.is_initialized():
             msg["memory_stats"] = dict(_torch.cuda.memory_stats())
@@ -942,9 +1176,28 @@ def _finish(how, wait=True):
     except Exception:
         pass
     _active = False
-    _message(msg, wait=wait)
-    if wait:
-        _stop_sending()
+    _message(msg)
+    _stop_sending()
+
+
+def _compile_counters():
+    """What torch.compile did in this process (dynamo's own counters), if it was used."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    try:
+        frames = utils.counters["frames"]
+        breaks = utils.counters["graph_break"]
+        if not frames:
+            return None
+        return {
+            "frames_ok": int(frames.get("ok", 0)),
+            "frames_total": int(frames.get("total", 0)),
+            "graph_breaks": int(sum(breaks.values())),
+            "graph_break_reasons": [r.split("\n")[0] for r in list(breaks)[:10]],
+        }
+    except Exception:
+        return None
 
 
 def _at_exit():
@@ -976,9 +1229,8 @@ def _setup_cuda(torch):
                 msg["memory_stats"] = dict(torch.cuda.memory_stats(device))
             except Exception as e:
                 msg["memory_stats_error"] = repr(e)
-            _message(msg, now=False)
+            _message(msg)
             _write_snapshot("oom")
-            flush()
         except Exception:
             pass
 
@@ -1028,7 +1280,7 @@ def _write_snapshot(reason):
     tag = f".rank{rank}" if rank is not None else f".pid{os.getpid()}"
     path = f"{prefix}{tag}.{reason}.pickle"
     torch.cuda.memory._dump_snapshot(path)
-    _message({"t": "snapshot", "reason": reason, "path": path}, now=False)
+    _message({"t": "snapshot", "reason": reason, "path": path})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1173,7 +1425,7 @@ def _report_cycles(torch, garbage, generation, is_tensor):
             edges.append([new_id[old], k, ", ".join(dict.fromkeys(names))])
     state["count"] += 1
     cid = state["count"]
-    _pending_json.append(
+    _write_json(
         {
             "t": "cycles",
             "id": cid,

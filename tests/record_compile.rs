@@ -1,0 +1,103 @@
+//! `memtrack record` of a torch.compile'd model: the program stays compiled (a dispatch mode
+//! would make dynamo skip every frame), and its compiled graphs are sampled in forward and
+//! backward, named after the module that ran them.
+
+mod common;
+
+use common::{export, op_names, python, record, script};
+
+#[test]
+fn a_compiled_mlp_stays_compiled_and_is_sampled_in_forward_and_backward() {
+    check_compiled("function"); // torch.compile(model)
+}
+
+#[test]
+fn a_module_compiled_in_place_is_sampled_as_that_module() {
+    check_compiled("method"); // model.compile()
+}
+
+fn check_compiled(how: &str) {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let counters_path = dir.path().join("counters.json");
+    let (code, stderr) = record(
+        dir.path(),
+        "compiled.pkl",
+        &[],
+        &py,
+        &[
+            &script("compiled_mlp.py"),
+            counters_path.to_str().unwrap(),
+            "3",
+            how,
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("global hooks"), "{stderr}");
+    // dynamo's own view, from inside the recorded program
+    let counters: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&counters_path).unwrap()).unwrap();
+    assert!(counters["frames"]["ok"].as_u64().unwrap() > 0, "{counters}");
+    assert_eq!(
+        counters["graph_breaks"], 0,
+        "memtrack's hooks broke a graph: {counters}"
+    );
+
+    let j = export(&dir.path().join("compiled.pkl"));
+    let compile = &j["memtrack"]["compile"];
+    assert_eq!(compile["frames_ok"], counters["frames"]["ok"]);
+    let regions: Vec<(&str, u64)> = compile["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["region"].as_str().unwrap(),
+                r["graph_calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(regions, [("MLP.forward", 3), ("MLP.backward", 3)]);
+
+    let names = op_names(&j);
+    let at = |name: &str| {
+        names
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or_else(|| panic!("no {name} in {names:?}"))
+    };
+    // the last step: its forward graph between fw_start and fw_bw_boundary, backward after
+    let fw = at("MLP.forward.compiled_graph_4");
+    let bw = at("MLP.backward.compiled_graph_5");
+    let marker = |name: &str| {
+        j["markers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap()["op_index"]
+            .as_u64()
+            .unwrap() as usize
+    };
+    let (start, boundary) = (marker("fw_start"), marker("fw_bw_boundary"));
+    assert!(
+        start <= fw && fw < boundary && boundary <= bw,
+        "{start} {fw} {boundary} {bw}"
+    );
+    // what the forward graph saved for backward is counted as the module's activations
+    let ops = j["ops"].as_array().unwrap();
+    let before = ops[start.saturating_sub(1)]["allocated_bytes"]
+        .as_f64()
+        .unwrap();
+    let after_fw = ops[fw]["allocated_bytes"].as_f64().unwrap();
+    assert!(
+        after_fw >= before + 32.0 * 128.0 * 4.0,
+        "{before} -> {after_fw}"
+    );
+    let summary = common::stdout(&["summary", dir.path().join("compiled.pkl").to_str().unwrap()]);
+    assert!(
+        summary.contains("torch.compile: 3 of 3 frames compiled, 0 graph breaks")
+            && summary.contains("MLP.forward (3 calls), MLP.backward (3 calls)"),
+        "{summary}"
+    );
+}
