@@ -169,3 +169,79 @@ fn traces_stream_and_step_aside_when_they_must() {
         Streamed::Other(_)
     ));
 }
+
+/// A snapshot pickle, protocol 4, written opcode by opcode: `events` allocations of 512
+/// bytes, each with a fresh empty frame list, then a `free_completed` whose frames are a memo
+/// reference to the list of the allocation `back` events before it (as a real capture shares
+/// a free's frame list with its completion).
+fn snapshot_sharing_a_frame_list(events: u32, back: u32) -> Vec<u8> {
+    fn text(out: &mut Vec<u8>, s: &str) {
+        out.push(0x8c); // SHORT_BINUNICODE
+        out.push(s.len() as u8);
+        out.extend_from_slice(s.as_bytes());
+        out.push(0x94); // MEMOIZE
+    }
+    let mut memo = 0u32;
+    let mut out = vec![0x80, 4, b'}', 0x94, b'('];
+    memo += 1;
+    text(&mut out, "segments");
+    out.extend_from_slice(&[b']', 0x94]);
+    text(&mut out, "device_traces");
+    out.extend_from_slice(&[b']', 0x94, b']', 0x94, b'(']);
+    memo += 5; // "segments", its list, "device_traces", the list of devices, device 0's
+    let mut frame_lists = Vec::new();
+    for i in 0..=events {
+        out.extend_from_slice(&[b'}', 0x94, b'(']);
+        memo += 1;
+        text(&mut out, "action");
+        text(&mut out, if i < events { "alloc" } else { "free_completed" });
+        text(&mut out, "addr");
+        let addr = if i < events { i } else { events - back };
+        out.push(b'J');
+        out.extend_from_slice(&(addr * 512).to_le_bytes());
+        text(&mut out, "size");
+        out.extend_from_slice(&[b'M', 0, 2]);
+        text(&mut out, "frames");
+        memo += 5;
+        if i < events {
+            out.extend_from_slice(&[b']', 0x94]);
+            frame_lists.push(memo);
+            memo += 1;
+        } else {
+            out.push(b'j'); // LONG_BINGET
+            out.extend_from_slice(&frame_lists[(events - back) as usize].to_le_bytes());
+        }
+        out.push(b'u'); // SETITEMS
+    }
+    out.extend_from_slice(&[b'e', b'a', b'u', b'.']); // APPENDS, APPEND, SETITEMS, STOP
+    out
+}
+
+#[test]
+fn a_frame_list_shared_from_far_back_is_read_again_the_generic_way() {
+    // the streamed reading keeps its handles for the last 65,536 memo ids: a reference from
+    // closer stands, one from further back (never seen in a real capture) makes the file be
+    // read again, with the same result either way
+    for (back, stands) in [(1, true), (70_000, false)] {
+        let bytes = snapshot_sharing_a_frame_list(70_001, back);
+        let doc = memtrack::pickle::parse(&bytes).unwrap();
+        let generic = snapshot::from_document(&doc).unwrap();
+        assert_eq!(generic.trace(0).unwrap().events.len(), 70_002);
+        match snapshot_traces::read(&bytes, &mut (), SnapshotParts::All) {
+            Streamed::Snapshot(s) => {
+                assert!(stands, "a reference {back} events back must not stand");
+                assert_eq!(format!("{s:?}"), format!("{generic:?}"));
+            }
+            Streamed::ReadAgain => assert!(!stands, "a reference {back} events back must stand"),
+            Streamed::Other(_) => panic!("not read as a snapshot"),
+        }
+        let path = std::env::temp_dir().join(format!("memtrack_shared_frames_{back}.pickle"));
+        std::fs::write(&path, &bytes).unwrap();
+        let loaded = match memtrack::formats::load(&path) {
+            Ok(Input::Snapshot(s)) => s,
+            _ => panic!("not loaded as a snapshot"),
+        };
+        std::fs::remove_file(&path).ok();
+        assert_eq!(format!("{loaded:?}"), format!("{generic:?}"));
+    }
+}

@@ -5,8 +5,17 @@ use crate::formats::{self, Input};
 use crate::{output, render};
 
 pub fn run(a: DiffArgs) -> Result<()> {
-    let before = formats::load(&a.before)?;
-    let after = formats::load(&a.after)?;
+    // the two files are independent: read them on both cores
+    let (before, after) = std::thread::scope(|s| {
+        let after = s.spawn(|| {
+            crate::progress::silence_this_thread();
+            formats::load(&a.after)
+        });
+        let before = formats::load(&a.before);
+        let after = after.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (before, after)
+    });
+    let (before, after) = (before?, after?);
     let title = format!(
         "{} → {}",
         super::display_name(&a.before),

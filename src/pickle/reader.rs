@@ -136,14 +136,13 @@ impl<'a> Diverted<'_, 'a, '_> {
                 Some(&v) if v != UNSET => (IntOrRef::Ref(v), 2),
                 _ => return Ok(None),
             },
-            [b'j', a, b, c, d, ..] => match self
-                .m
-                .memo
-                .get(u32::from_le_bytes([*a, *b, *c, *d]) as usize)
-            {
-                Some(&v) if v != UNSET => (IntOrRef::Ref(v), 5),
-                _ => return Ok(None),
-            },
+            [b'j', a, b, c, d, ..] => {
+                let id = u32::from_le_bytes([*a, *b, *c, *d]) as u64;
+                match self.m.memo_lookup(id) {
+                    Some(v) => (IntOrRef::Ref(v), 5),
+                    None => return Ok(None),
+                }
+            }
             _ => return Ok(None),
         };
         self.m.cursor.advance(len);
@@ -171,9 +170,9 @@ impl<'a> Diverted<'_, 'a, '_> {
                 self.m.cursor.advance(len); // stored: only its presence matters here
                 continue;
             }
-            let v = match self.m.memo.get(id) {
-                Some(&v) if v != UNSET => v,
-                _ => {
+            let v = match self.m.memo_lookup(id as u64) {
+                Some(v) => v,
+                None => {
                     // the sparse memo, or an error naming the opcode
                     let Op::Get(id) = self.m.cursor.next_op()? else {
                         unreachable!("a GET opcode was matched")
@@ -201,14 +200,11 @@ impl<'a> Diverted<'_, 'a, '_> {
     /// A memo entry.
     #[inline]
     pub fn get(&mut self, id: u64) -> Result<Value> {
-        match self.m.memo.get(id as usize) {
-            Some(&v) if v != UNSET => Ok(v),
-            _ => match self.m.memo_sparse.get(&id) {
-                Some(&v) => Ok(v),
-                None => self.m.err(format!(
-                    "memo key {id} was never stored (a GET before its PUT)"
-                )),
-            },
+        match self.m.memo_lookup(id) {
+            Some(v) => Ok(v),
+            None => self.m.err(format!(
+                "memo key {id} was never stored (a GET before its PUT)"
+            )),
         }
     }
 
@@ -335,9 +331,9 @@ struct Machine<'a, 's> {
     divert: Option<&'s mut dyn Divert>,
     /// The top-level key just read is one `divert` wants: it reads the value.
     divert_next: bool,
-    /// The id the next MEMOIZE takes when it is not the memo's length (after a diverted
-    /// value, whose entries the dense memo may not hold).
-    memo_next: Option<u64>,
+    /// From the first diverted value on, the memo entries past the dense memo: only the
+    /// recent inert handles are kept (see [`HandleWindow`]).
+    window: Option<HandleWindow>,
     /// Use the fused fast paths (off only for `parse_opcode_by_opcode`).
     fuse: bool,
     stack: Vec<Value>,
@@ -353,6 +349,94 @@ struct Machine<'a, 's> {
 }
 
 const PROGRESS_STEP: usize = 16 << 20;
+
+/// What a GET of a handle the window no longer holds reads as (never a handle a reader makes:
+/// theirs are stack ids and small constants).
+pub const EVICTED_HANDLE: u64 = (1 << 41) - 1;
+
+/// The memo past a diverted value's start. A diverted reader memoizes an inert handle for
+/// every container it keeps to itself (two a trace event: millions in a large snapshot), and
+/// later GETs of those come a few ids later (a free's frame list, shared by its completion:
+/// within 64 ids in every real capture measured). So handles live in a ring of recent ids, and
+/// only the document values (frame dicts, strings) are kept, packed: a bit an id says which,
+/// and a count a word ranks them. 8 bytes an id become about 1.5 bits.
+struct HandleWindow {
+    base: u64,
+    next: u64,
+    /// Bit `i` of word `w`: id `base + 64w + i` holds a document value.
+    kept_bits: Vec<u64>,
+    /// Document values kept before word `w`.
+    kept_before: Vec<u32>,
+    kept: Vec<Value>,
+    recent: Box<[(u64, Value)]>,
+}
+
+enum Lookup {
+    Stored(Value),
+    Evicted,
+    Never,
+}
+
+const RECENT_HANDLES: usize = 1 << 16;
+
+impl HandleWindow {
+    fn new(base: u64) -> HandleWindow {
+        HandleWindow {
+            base,
+            next: base,
+            kept_bits: Vec::new(),
+            kept_before: Vec::new(),
+            kept: Vec::new(),
+            recent: vec![(u64::MAX, UNSET); RECENT_HANDLES].into_boxed_slice(),
+        }
+    }
+
+    /// Store `id`: the next id, or a handle stored again (a reader fills in what its
+    /// container turned out to be); false for anything else, which the window cannot keep.
+    #[inline]
+    fn put(&mut self, id: u64, v: Value) -> bool {
+        if id != self.next {
+            let slot = &mut self.recent[id as usize % RECENT_HANDLES];
+            if slot.0 == id && v.is_taken() {
+                slot.1 = v;
+                return true;
+            }
+            return false;
+        }
+        let rel = id - self.base;
+        let (w, bit) = ((rel / 64) as usize, rel % 64);
+        if w == self.kept_bits.len() {
+            self.kept_bits.push(0);
+            self.kept_before.push(self.kept.len() as u32);
+        }
+        if v.is_taken() {
+            self.recent[id as usize % RECENT_HANDLES] = (id, v);
+        } else {
+            self.kept_bits[w] |= 1 << bit;
+            self.kept.push(v);
+        }
+        self.next += 1;
+        true
+    }
+
+    #[inline]
+    fn get(&self, id: u64) -> Lookup {
+        if id >= self.next {
+            return Lookup::Never;
+        }
+        let rel = id - self.base;
+        let (w, bit) = ((rel / 64) as usize, rel % 64);
+        let bits = self.kept_bits[w];
+        if bits >> bit & 1 == 1 {
+            let below = (bits & ((1u64 << bit) - 1)).count_ones();
+            return Lookup::Stored(self.kept[(self.kept_before[w] + below) as usize]);
+        }
+        match self.recent[id as usize % RECENT_HANDLES] {
+            (at, v) if at == id => Lookup::Stored(v),
+            _ => Lookup::Evicted,
+        }
+    }
+}
 const UNSET: Value = Value::UNSET;
 
 impl<'a, 's> Machine<'a, 's> {
@@ -361,7 +445,7 @@ impl<'a, 's> Machine<'a, 's> {
             fuse,
             divert: None,
             divert_next: false,
-            memo_next: None,
+            window: None,
             cursor: Cursor::new(data),
             stack: Vec::with_capacity(64),
             marks: Vec::new(),
@@ -376,11 +460,8 @@ impl<'a, 's> Machine<'a, 's> {
     /// MEMOIZE: the next id (the memo's length, as Python counts it).
     #[inline]
     fn memoize(&mut self, v: Value) -> u64 {
-        let id = match &mut self.memo_next {
-            Some(n) => {
-                *n += 1;
-                *n - 1
-            }
+        let id = match &self.window {
+            Some(w) => w.next,
             None => self.memo.len() as u64,
         };
         self.memo_put(id, v);
@@ -409,6 +490,9 @@ impl<'a, 's> Machine<'a, 's> {
     fn run_divert(&mut self, progress: &mut dyn Progress) -> Result<()> {
         self.divert_next = false;
         let divert = self.divert.take().expect("divert_next only with a divert");
+        if self.window.is_none() {
+            self.window = Some(HandleWindow::new(self.memo.len() as u64));
+        }
         let mut r = Diverted {
             next_report: self.cursor.position() + PROGRESS_STEP,
             m: self,
@@ -417,9 +501,6 @@ impl<'a, 's> Machine<'a, 's> {
         let v = divert.read(&mut r);
         self.divert = Some(divert);
         self.stack.push(v?);
-        if self.memo_next.is_none() {
-            self.memo_next = Some(self.memo.len() as u64);
-        }
         Ok(())
     }
     fn err<T>(&self, message: impl Into<String>) -> Result<T> {
@@ -456,6 +537,15 @@ impl<'a, 's> Machine<'a, 's> {
 
     #[inline]
     fn memo_put(&mut self, id: u64, v: Value) {
+        if let Some(w) = &mut self.window {
+            if id >= w.base {
+                if !w.put(id, v) {
+                    // ids out of order: the caller reads the file again the plain way
+                    self.doc.taken_reused = true;
+                }
+                return;
+            }
+        }
         let len = self.memo.len() as u64;
         if id < len {
             self.memo[id as usize] = v;
@@ -514,9 +604,9 @@ impl<'a, 's> Machine<'a, 's> {
                             None => return Ok(false),
                         },
                     };
-                    match self.memo.get(id) {
-                        Some(&v) if v != UNSET => (FlatValue::Value(v), len),
-                        _ => return Ok(false),
+                    match self.memo_lookup(id as u64) {
+                        Some(v) => (FlatValue::Value(v), len),
+                        None => return Ok(false),
                     }
                 }
                 b'K' => match arg(1) {
@@ -605,12 +695,37 @@ impl<'a, 's> Machine<'a, 's> {
         }
     }
 
+    /// The memo entry `id`, if stored. A handle the window has let go of reads as
+    /// [`EVICTED_HANDLE`] and marks the document, so the caller reads the file again.
+    #[inline]
+    fn memo_lookup(&mut self, id: u64) -> Option<Value> {
+        if let Some(&v) = self.memo.get(id as usize) {
+            if v != UNSET {
+                return Some(v);
+            }
+        }
+        self.memo_lookup_beyond(id)
+    }
+
+    #[inline(never)]
+    fn memo_lookup_beyond(&mut self, id: u64) -> Option<Value> {
+        if let Some(w) = &self.window {
+            if id >= w.base {
+                return match w.get(id) {
+                    Lookup::Stored(v) => Some(v),
+                    Lookup::Evicted => {
+                        self.doc.taken_reused = true;
+                        Some(Value::taken(EVICTED_HANDLE))
+                    }
+                    Lookup::Never => None,
+                };
+            }
+        }
+        self.memo_sparse.get(&id).copied()
+    }
+
     fn memo_get(&mut self, id: u64) -> Result<()> {
-        let v = match self.memo.get(id as usize) {
-            Some(&v) if v != UNSET => Some(v),
-            _ => self.memo_sparse.get(&id).copied(),
-        };
-        match v {
+        match self.memo_lookup(id) {
             Some(v) => {
                 if v.is_taken() {
                     self.doc.taken_reused = true;
