@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, Snapshot};
+use crate::model::snapshot::{Action, Snapshot, TraceEvent};
 
 /// A name `_memory_viz` would give: the n-th of `a..z`, `a1..z1`, …
 pub fn name_of(n: u32) -> String {
@@ -125,60 +125,117 @@ pub struct Totals {
     pub ooms: usize,
 }
 
+/// One device's listing: its totals (known up front, as the JSON form puts them first) and
+/// its lines, made one at a time as they are written ([`DeviceListing::lines`]): a listing of
+/// millions of events never exists whole.
 #[derive(Debug)]
 pub struct DeviceListing {
     pub device: u32,
-    pub lines: Vec<Line>,
     pub totals: Totals,
 }
 
 pub fn listing(snap: &Snapshot, device: u32) -> DeviceListing {
     let events: &[_] = snap.trace(device).map_or(&[], |t| &t.events[..]);
-    let mut finals: Vec<(u64, u64, usize)> = snap
-        .segments
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.device == device)
-        .map(|(i, s)| (s.address, s.total_size, i))
-        .collect();
-    finals.sort_unstable();
-    let mut live_segs: BTreeMap<u64, (u64, u32)> = BTreeMap::new();
-    let mut alloc_names: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut seg_names: FxHashMap<u64, u32> = FxHashMap::default();
-    let mut next = 0u32;
     let mut t = Totals {
         entries: events.len(),
         ..Totals::default()
     };
-    let mut lines = Vec::with_capacity(events.len());
-    let find = |live_segs: &BTreeMap<u64, (u64, u32)>, addr: u64| -> (Place, u64) {
-        if let Some((&start, &(size, name))) = live_segs.range(..=addr).next_back() {
+    for e in events {
+        match e.action {
+            Action::Alloc => {
+                t.allocs += 1;
+                t.alloc_bytes += e.size;
+            }
+            Action::FreeRequested => t.free_requested_bytes += e.size,
+            Action::FreeCompleted => t.free_completed_bytes += e.size,
+            Action::SegmentAlloc | Action::SegmentMap => t.segment_alloc_bytes += e.size,
+            Action::SegmentFree | Action::SegmentUnmap => t.segment_free_bytes += e.size,
+            Action::Oom => t.ooms += 1,
+            Action::Annotate | Action::Snapshot | Action::Other => {}
+        }
+    }
+    t.net_bytes = t.alloc_bytes as i64 - t.free_completed_bytes as i64;
+    DeviceListing { device, totals: t }
+}
+
+impl DeviceListing {
+    /// The lines, in event order.
+    pub fn lines<'s>(&self, snap: &'s Snapshot) -> Lines<'s> {
+        let mut finals: Vec<(u64, u64, usize)> = snap
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.device == self.device)
+            .map(|(i, s)| (s.address, s.total_size, i))
+            .collect();
+        finals.sort_unstable();
+        Lines {
+            snap,
+            device: self.device,
+            events: snap.trace(self.device).map_or(&[], |t| &t.events[..]),
+            at: 0,
+            finals,
+            live_segs: BTreeMap::new(),
+            alloc_names: FxHashMap::default(),
+            seg_names: FxHashMap::default(),
+            next: 0,
+        }
+    }
+}
+
+/// The walk that names allocations and segments as `_memory_viz trace` does.
+pub struct Lines<'s> {
+    snap: &'s Snapshot,
+    device: u32,
+    events: &'s [TraceEvent],
+    at: usize,
+    /// The final segments (address, size, index), sorted: where an address no live segment
+    /// of the trace covers lies.
+    finals: Vec<(u64, u64, usize)>,
+    live_segs: BTreeMap<u64, (u64, u32)>,
+    alloc_names: FxHashMap<u64, u32>,
+    seg_names: FxHashMap<u64, u32>,
+    next: u32,
+}
+
+impl Lines<'_> {
+    fn place_of(&self, addr: u64) -> (Place, u64) {
+        if let Some((&start, &(size, name))) = self.live_segs.range(..=addr).next_back() {
             if addr < start.saturating_add(size) {
                 return (Place::Named(name), addr - start);
             }
         }
-        let k = finals.partition_point(|&(a, _, _)| a <= addr);
+        let k = self.finals.partition_point(|&(a, _, _)| a <= addr);
         if k > 0 {
-            let (start, size, i) = finals[k - 1];
+            let (start, size, i) = self.finals[k - 1];
             if addr < start.saturating_add(size) {
                 return (Place::Final(i), addr - start);
             }
         }
         (Place::Mem, addr)
-    };
-    let lookup = |names: &FxHashMap<u64, u32>, addr: u64| match names.get(&addr) {
+    }
+}
+
+fn lookup(names: &FxHashMap<u64, u32>, addr: u64) -> Ref {
+    match names.get(&addr) {
         Some(&n) => Ref::Name(n),
         None => Ref::Addr(addr),
-    };
-    for (i, e) in events.iter().enumerate() {
-        let line = match e.action {
+    }
+}
+
+impl Iterator for Lines<'_> {
+    type Item = Line;
+
+    fn next(&mut self) -> Option<Line> {
+        let i = self.at;
+        let e = *self.events.get(i)?;
+        self.at += 1;
+        Some(match e.action {
             Action::Alloc => {
-                let name = next;
-                next += 1;
-                let (place, offset) = find(&live_segs, e.addr);
-                alloc_names.insert(e.addr, name);
-                t.allocs += 1;
-                t.alloc_bytes += e.size;
+                let name = self.next;
+                self.next += 1;
+                let (place, offset) = self.place_of(e.addr);
+                self.alloc_names.insert(e.addr, name);
                 Line::Alloc {
                     name,
                     place,
@@ -186,28 +243,21 @@ pub fn listing(snap: &Snapshot, device: u32) -> DeviceListing {
                     size: e.size,
                 }
             }
-            Action::FreeRequested => {
-                t.free_requested_bytes += e.size;
-                Line::FreeRequested {
-                    target: lookup(&alloc_names, e.addr),
-                    size: e.size,
-                }
-            }
-            Action::FreeCompleted => {
-                t.free_completed_bytes += e.size;
-                // the name stays bound to the address until the next allocation there, so a
-                // late `annotate` or a repeated free still reads by name
-                Line::FreeCompleted {
-                    target: lookup(&alloc_names, e.addr),
-                    size: e.size,
-                }
-            }
+            Action::FreeRequested => Line::FreeRequested {
+                target: lookup(&self.alloc_names, e.addr),
+                size: e.size,
+            },
+            // the name stays bound to the address until the next allocation there, so a
+            // late `annotate` or a repeated free still reads by name
+            Action::FreeCompleted => Line::FreeCompleted {
+                target: lookup(&self.alloc_names, e.addr),
+                size: e.size,
+            },
             Action::SegmentAlloc | Action::SegmentMap => {
-                let name = next;
-                next += 1;
-                live_segs.insert(e.addr, (e.size, name));
-                seg_names.insert(e.addr, name);
-                t.segment_alloc_bytes += e.size;
+                let name = self.next;
+                self.next += 1;
+                self.live_segs.insert(e.addr, (e.size, name));
+                self.seg_names.insert(e.addr, name);
                 if e.action == Action::SegmentAlloc {
                     Line::SegmentAlloc {
                         name,
@@ -223,10 +273,9 @@ pub fn listing(snap: &Snapshot, device: u32) -> DeviceListing {
                 }
             }
             Action::SegmentFree | Action::SegmentUnmap => {
-                t.segment_free_bytes += e.size;
-                let target = lookup(&seg_names, e.addr);
-                if matches!(live_segs.get(&e.addr), Some(&(size, _)) if size == e.size) {
-                    live_segs.remove(&e.addr);
+                let target = lookup(&self.seg_names, e.addr);
+                if matches!(self.live_segs.get(&e.addr), Some(&(size, _)) if size == e.size) {
+                    self.live_segs.remove(&e.addr);
                 }
                 if e.action == Action::SegmentFree {
                     Line::SegmentFree {
@@ -240,30 +289,21 @@ pub fn listing(snap: &Snapshot, device: u32) -> DeviceListing {
                     }
                 }
             }
-            Action::Oom => {
-                t.ooms += 1;
-                Line::Oom {
-                    size: e.size,
-                    device_free: snap
-                        .trace(device)
-                        .and_then(|tr| tr.aux(e))
-                        .and_then(|a| a.device_free),
-                }
-            }
+            Action::Oom => Line::Oom {
+                size: e.size,
+                device_free: self
+                    .snap
+                    .trace(self.device)
+                    .and_then(|tr| tr.aux(&e))
+                    .and_then(|a| a.device_free),
+            },
             Action::Annotate => Line::Annotate {
-                target: lookup(&alloc_names, e.addr),
+                target: lookup(&self.alloc_names, e.addr),
                 event: i,
             },
             Action::Snapshot => Line::Snapshot { size: e.size },
             Action::Other => Line::Other { event: i },
-        };
-        lines.push(line);
-    }
-    t.net_bytes = t.alloc_bytes as i64 - t.free_completed_bytes as i64;
-    DeviceListing {
-        device,
-        lines,
-        totals: t,
+        })
     }
 }
 

@@ -630,12 +630,12 @@ pub fn write_trace_text(
         let trace = snap.trace(l.device);
         let _ = writeln!(out, "Device {} ----------------", l.device);
         let _ = writeln!(out, "{} entries", l.totals.entries);
-        for line in &l.lines {
+        for line in l.lines(snap) {
             if out.len() >= CHUNK {
                 w.write_all(out.as_bytes())?;
                 out.clear();
             }
-            match *line {
+            match line {
                 Line::Alloc {
                     name,
                     place,
@@ -753,9 +753,9 @@ impl serde::Serialize for TraceJsonEvents<'_> {
         use serde::ser::SerializeSeq;
         let (snap, l) = (self.0, self.1);
         let events: &[_] = snap.trace(l.device).map_or(&[], |t| &t.events[..]);
-        let mut seq = s.serialize_seq(Some(l.lines.len()))?;
-        for (i, (line, e)) in l.lines.iter().zip(events).enumerate() {
-            let name = match *line {
+        let mut seq = s.serialize_seq(Some(events.len()))?;
+        for (i, (line, e)) in l.lines(snap).zip(events).enumerate() {
+            let name = match line {
                 Line::Alloc { name, .. }
                 | Line::SegmentAlloc { name, .. }
                 | Line::SegmentMap { name, .. } => Some(name_of(name)),
@@ -769,7 +769,7 @@ impl serde::Serialize for TraceJsonEvents<'_> {
                 },
                 _ => None,
             };
-            let segment = match *line {
+            let segment = match line {
                 Line::Alloc { place, offset, .. } => Some((
                     match place {
                         Place::Named(s) => name_of(s),
