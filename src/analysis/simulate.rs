@@ -48,7 +48,9 @@ type LiveBlock = (Option<u64>, u64, bool);
 /// merges free neighbours. A block that is not in the final state has its rounded size, grown
 /// over a gap too small to have been split off.
 pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> InitialState {
-    let events: &[TraceEvent] = snap.trace(device).map_or(&[], |t| &t.events);
+    let empty = DeviceTrace::default();
+    let trace = snap.trace(device).unwrap_or(&empty);
+    let events = &trace.events;
     // address -> (size, stream, small)
     let mut segs: FxHashMap<u64, (u64, i64, bool)> = FxHashMap::default();
     // address -> (size if known, requested, pending)
@@ -78,7 +80,7 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
                 segs.remove(&e.addr);
             }
             Action::SegmentFree | Action::SegmentUnmap => {
-                segs.insert(e.addr, (e.size, e.stream, e.size == SMALL_BUFFER));
+                segs.insert(e.addr, (e.size, trace.stream(e), e.size == SMALL_BUFFER));
             }
             Action::Alloc => {
                 live.remove(&e.addr);
@@ -254,7 +256,7 @@ fn memory_limit(
     let mut device_size: Option<i64> = None;
     let mut capped = false;
     let tighten = |b: &mut Option<i64>, v: i64| *b = Some(b.map_or(v, |x| x.min(v)));
-    for e in events {
+    for (i, e) in events.iter().enumerate() {
         match e.action {
             Action::SegmentFree | Action::SegmentUnmap => {
                 release_from.get_or_insert(reserved);
@@ -276,7 +278,7 @@ fn memory_limit(
                 if let Some(r0) = release_from.take() {
                     tighten(&mut bound, r0 + need - 1);
                 }
-                match trace.and_then(|t| t.aux(e)).and_then(|x| x.device_free) {
+                match trace.and_then(|t| t.aux(i)).and_then(|x| x.device_free) {
                     Some(free) if (free as i64) < need => {
                         tighten(&mut device_size, reserved + free as i64)
                     }
@@ -346,7 +348,7 @@ pub fn simulate(
         }
         let mut run = Replay::new(settings.clone(), limit, &init, &trace.events, k == 0);
         for (i, e) in trace.events.iter().enumerate() {
-            run.event(i, e);
+            run.event(i, e, trace.stream(e));
         }
         let (scenario, log) = run.finish();
         if k == 0 {
@@ -511,7 +513,8 @@ impl Replay {
         p.fragmentation_at_peak = (free > 0).then(|| 1.0 - largest as f64 / free as f64);
     }
 
-    pub fn event(&mut self, i: usize, e: &TraceEvent) {
+    /// Replay event `i`, `e`, made on `stream`.
+    pub fn event(&mut self, i: usize, e: &TraceEvent, stream: i64) {
         let releases = matches!(e.action, Action::SegmentFree | Action::SegmentUnmap);
         if self.in_release_run && !releases {
             self.in_release_run = false;
@@ -533,14 +536,14 @@ impl Replay {
             .filter(|h| h.0 == i)
             .map(|h| (h.1, h.2));
         match e.action {
-            Action::Alloc => match self.alloc.malloc(e.size, e.stream as u64) {
+            Action::Alloc => match self.alloc.malloc(e.size, stream as u64) {
                 Some(id) => {
                     self.blocks.insert(e.addr, id);
                 }
                 None => self.oom(i, e, false),
             },
             // would these settings have served the request that failed?
-            Action::Oom if self.alloc.malloc(e.size, e.stream as u64).is_none() => {
+            Action::Oom if self.alloc.malloc(e.size, stream as u64).is_none() => {
                 self.oom(i, e, true)
             }
             Action::FreeRequested => {

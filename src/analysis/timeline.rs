@@ -195,7 +195,7 @@ pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
                     x: x_at(i),
                     time_us: e.time(),
                     requested_bytes: e.size,
-                    device_free_bytes: trace.and_then(|t| t.aux(e)).and_then(|x| x.device_free),
+                    device_free_bytes: trace.and_then(|t| t.aux(i)).and_then(|x| x.device_free),
                     allocated_bytes: a + init_a,
                     reserved_bytes: r + init_r,
                 }
@@ -244,17 +244,13 @@ pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::snapshot::{DeviceTrace, StackId, NO_AUX};
+    use crate::model::snapshot::DeviceTrace;
 
     fn ev(action: Action, size: u64) -> TraceEvent {
         TraceEvent {
-            addr: 0,
             size,
-            time_us: NO_TIME,
-            stream: 0,
-            stack: StackId::MISSING,
             action,
-            aux: NO_AUX,
+            ..TraceEvent::default()
         }
     }
 
@@ -267,7 +263,8 @@ mod tests {
                 ev(Action::Alloc, 30),
                 ev(Action::FreeCompleted, 10),
             ],
-            aux: vec![],
+            streams: vec![0],
+            ..DeviceTrace::default()
         });
         let t = timeline(&s, 0, true);
         // nothing live at the end: 0 = initial - 10 + 30 → initial = -20 (an inconsistent file)

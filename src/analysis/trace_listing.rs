@@ -294,7 +294,7 @@ impl Iterator for Lines<'_> {
                 device_free: self
                     .snap
                     .trace(self.device)
-                    .and_then(|tr| tr.aux(&e))
+                    .and_then(|tr| tr.aux(i))
                     .and_then(|a| a.device_free),
             },
             Action::Annotate => Line::Annotate {

@@ -206,17 +206,17 @@ impl Serialize for SnapshotJson<'_> {
             snap.traces.iter().enumerate().map(|(d, t)| TraceOut {
                 device: d,
                 events: Seq(t.events.len(), move || {
-                    t.events.iter().map(move |e| EventOut {
+                    t.events.iter().enumerate().map(move |(i, e)| EventOut {
                         action: t
-                            .aux(e)
+                            .aux(i)
                             .and_then(|a| a.action_name.as_deref())
                             .unwrap_or(e.action.name()),
                         addr: e.addr,
                         size: e.size,
                         time_us: e.time(),
-                        stream: e.stream,
+                        stream: t.stream(e),
                         stack: stack_ref(e.stack),
-                        aux: t.aux(e),
+                        aux: t.aux(i),
                     })
                 }),
             })

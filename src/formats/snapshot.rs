@@ -705,7 +705,7 @@ impl<'d> Conv<'d> {
         // never copied into a second one. The entries it did not take wait in `untaken`.
         let mut t = DeviceTrace {
             events: Vec::with_capacity(entries.len()),
-            aux: Vec::new(),
+            ..DeviceTrace::default()
         };
         let mut shape_keys: &[Value] = &[];
         let mut shape_fields: Vec<u8> = Vec::new();
@@ -720,6 +720,7 @@ impl<'d> Conv<'d> {
             let mut e = TraceEvent::default();
             let mut have_action = false;
             let mut aux = EventAux::default();
+            let mut stream = 0;
             let mut other_name = None;
             // the fields of a shaped dict (every event of a real snapshot has one of a few
             // key lists) are looked up once per key list, not once per event
@@ -749,7 +750,7 @@ impl<'d> Conv<'d> {
                     }
                     1 => e.addr = non_negative(doc, x, &|| ctx("addr"))?,
                     2 => e.size = non_negative(doc, x, &|| ctx("size"))?,
-                    3 => e.stream = doc.as_int(x).unwrap_or(0),
+                    3 => stream = doc.as_int(x).unwrap_or(0),
                     4 => {
                         e.time_us = doc
                             .as_int(x)
@@ -781,7 +782,8 @@ impl<'d> Conv<'d> {
                 return Err(format!("device_traces[{dev}][{n}]: no 'action'"));
             }
             aux.action_name = other_name;
-            t.push(e, aux);
+            t.push(e, stream, aux)
+                .map_err(|m| format!("device_traces[{dev}]: {m}"))?;
         }
         Ok(t)
     }

@@ -309,6 +309,7 @@ impl TraceReader {
         }
         let mut e = TraceEvent::default();
         let mut aux = EventAux::default();
+        let mut stream = 0;
         let mut have_action = false;
         let mut pos = 0;
         while !r.eat(b'u') {
@@ -372,7 +373,7 @@ impl TraceReader {
                         _ => aux.device_free = Some(n),
                     }
                 }
-                F_STREAM => e.stream = v.int(doc).unwrap_or(0),
+                F_STREAM => stream = v.int(doc).unwrap_or(0),
                 F_TIME => {
                     e.time_us = v
                         .int(doc)
@@ -405,7 +406,9 @@ impl TraceReader {
         if self.parts == Parts::SegmentsOnly {
             return Ok(());
         }
-        self.out.traces[device].push(e, aux);
+        self.out.traces[device]
+            .push(e, stream, aux)
+            .map_err(|m| r.error(m))?;
         Ok(())
     }
 

@@ -304,10 +304,9 @@ impl Action {
 
 /// `time_us` absent.
 pub const NO_TIME: i64 = i64::MIN;
-/// The event has no aux entry.
-pub const NO_AUX: u32 = u32::MAX;
-
-/// One `device_traces` entry.
+/// One `device_traces` entry. 32 bytes: a capture holds millions (what the big ones cost in
+/// memory is mostly these), so its stream is an index into the trace's streams and what only
+/// some events carry lies beside, in [`DeviceTrace::aux`].
 #[derive(Clone, Copy, Debug)]
 pub struct TraceEvent {
     /// `addr` (0 when absent, as for `oom`).
@@ -316,24 +315,24 @@ pub struct TraceEvent {
     pub size: u64,
     /// `time_us`, or `NO_TIME`.
     pub time_us: i64,
-    pub stream: i64,
     pub stack: StackId,
+    /// Index into `DeviceTrace::streams` ([`DeviceTrace::stream`] reads it).
+    pub stream_index: u16,
     pub action: Action,
-    /// Index into `DeviceTrace::aux`, or `NO_AUX`.
-    pub aux: u32,
 }
 
+const _: () = assert!(std::mem::size_of::<TraceEvent>() == 32);
+
 impl Default for TraceEvent {
-    /// An entry with only an unknown action: no address, size, time, stack or aux.
+    /// An entry with only an unknown action: no address, size, time or stack.
     fn default() -> TraceEvent {
         TraceEvent {
             addr: 0,
             size: 0,
             time_us: NO_TIME,
-            stream: 0,
             stack: StackId::MISSING,
+            stream_index: 0,
             action: Action::Other,
-            aux: NO_AUX,
         }
     }
 }
@@ -361,30 +360,68 @@ pub struct EventAux {
     pub action_name: Option<String>,
 }
 
+/// Distinct streams a trace may have: a CUDA program uses a handful (PyTorch's pool is 32 a
+/// priority a device).
+pub const MAX_STREAMS: usize = u16::MAX as usize + 1;
+
 #[derive(Clone, Debug, Default)]
 pub struct DeviceTrace {
     pub events: Vec<TraceEvent>,
-    pub aux: Vec<EventAux>,
+    /// (event index, what it carries) for the events that carry anything, in event order.
+    pub aux: Vec<(u32, EventAux)>,
+    /// The distinct `stream` values, in order of first use.
+    pub streams: Vec<i64>,
 }
 
 impl DeviceTrace {
-    /// Add `e`, with `aux` when it says anything.
-    pub fn push(&mut self, mut e: TraceEvent, aux: EventAux) {
+    /// Add `e` on `stream`, with `aux` when it says anything. Err past [`MAX_STREAMS`]
+    /// distinct streams.
+    pub fn push(&mut self, mut e: TraceEvent, stream: i64, aux: EventAux) -> Result<(), String> {
+        e.stream_index = self.stream_index(stream)?;
         let says_something = aux.device_free.is_some()
             || aux.user_metadata.is_some()
             || aux.compile_context.is_some()
             || aux.action_name.is_some();
         if says_something {
-            e.aux = self.aux.len() as u32;
-            self.aux.push(aux);
-        } else {
-            e.aux = NO_AUX;
+            self.aux.push((self.events.len() as u32, aux));
         }
         self.events.push(e);
+        Ok(())
     }
 
-    pub fn aux(&self, e: &TraceEvent) -> Option<&EventAux> {
-        (e.aux != NO_AUX).then(|| &self.aux[e.aux as usize])
+    #[inline]
+    fn stream_index(&mut self, stream: i64) -> Result<u16, String> {
+        // the last one used first: events come in runs on one stream
+        if let Some(&last) = self.events.last() {
+            if self.streams[last.stream_index as usize] == stream {
+                return Ok(last.stream_index);
+            }
+        }
+        if let Some(i) = self.streams.iter().position(|&s| s == stream) {
+            return Ok(i as u16);
+        }
+        if self.streams.len() == MAX_STREAMS {
+            return Err(format!(
+                "more than {MAX_STREAMS} distinct streams in one device's trace"
+            ));
+        }
+        self.streams.push(stream);
+        Ok((self.streams.len() - 1) as u16)
+    }
+
+    /// The `stream` of an event of this trace.
+    #[inline]
+    pub fn stream(&self, e: &TraceEvent) -> i64 {
+        self.streams[e.stream_index as usize]
+    }
+
+    /// What event `index` carries beyond the common fields.
+    pub fn aux(&self, index: usize) -> Option<&EventAux> {
+        let i = self
+            .aux
+            .binary_search_by_key(&(index as u32), |&(at, _)| at)
+            .ok()?;
+        Some(&self.aux[i].1)
     }
 }
 

@@ -708,7 +708,7 @@ pub fn write_trace_text(
                     push_ref(&mut out, target);
                     out.push_str(": ");
                     let meta = trace
-                        .and_then(|t| t.aux(&t.events[event]))
+                        .and_then(|t| t.aux(event))
                         .and_then(|a| a.user_metadata.as_deref())
                         .unwrap_or("");
                     out.push_str(meta);
@@ -720,7 +720,7 @@ pub fn write_trace_text(
                     out.push_str(")\n");
                 }
                 Line::Other { event } => {
-                    let e = trace.map(|t| (&t.events[event], t.aux(&t.events[event])));
+                    let e = trace.map(|t| (&t.events[event], t.aux(event)));
                     if let Some((e, aux)) = e {
                         let name = aux
                             .and_then(|a| a.action_name.as_deref())
