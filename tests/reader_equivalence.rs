@@ -213,7 +213,7 @@ fn snapshot_sharing_a_frame_list(events: u32, back: u32) -> Vec<u8> {
         }
         out.push(b'u'); // SETITEMS
     }
-    out.extend_from_slice(&[b'e', b'a', b'u', b'.']); // APPENDS, APPEND, SETITEMS, STOP
+    out.extend_from_slice(b"eau."); // APPENDS, APPEND, SETITEMS, STOP
     out
 }
 
