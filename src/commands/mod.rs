@@ -78,6 +78,18 @@ pub(crate) fn snapshot_devices(
     }
 }
 
+/// The error of a command that needs trace events when the snapshot (or `--device N`) has
+/// none: `what` says what it would have done ("no trace events to plot").
+pub(crate) fn no_trace_events(path: &std::path::Path, what: &str) -> crate::error::Error {
+    crate::error::Error::input(
+        path,
+        format!(
+            "{what}: the snapshot was taken without memory history; \
+             call torch.cuda.memory._record_memory_history() before the run"
+        ),
+    )
+}
+
 /// Write a drawing as `kind` (SVG, PNG from the SVG, or the command's HTML) and say where.
 pub(crate) fn write_picture(
     out: &std::path::Path,

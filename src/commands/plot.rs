@@ -105,11 +105,7 @@ fn stacked(
     }
     let device = match with_events.as_slice() {
         [] => {
-            return Err(Error::input(
-                &a.file,
-                "no trace events to plot: the snapshot was taken without memory history; \
-                 call torch.cuda.memory._record_memory_history() before the run",
-            ))
+            return Err(super::no_trace_events(&a.file, "no trace events to plot"))
         }
         [d] => *d,
         several => {
@@ -160,11 +156,7 @@ fn snapshot(
         .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
         .collect();
     if devices.is_empty() {
-        return Err(Error::input(
-            &a.file,
-            "no trace events to plot: the snapshot was taken without memory history; \
-             call torch.cuda.memory._record_memory_history() before the run",
-        ));
+        return Err(super::no_trace_events(&a.file, "no trace events to plot"));
     }
     let tls: Vec<_> = devices.iter().map(|&d| timeline(snap, d, true)).collect();
     if tls.iter().all(|t| t.events < 2) {

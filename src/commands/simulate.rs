@@ -12,11 +12,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
         .collect();
     if devices.is_empty() {
-        return Err(Error::input(
-            &a.file,
-            "no trace events to replay; record them with \
-             torch.cuda.memory._record_memory_history() before the work, then _dump_snapshot()",
-        ));
+        return Err(super::no_trace_events(&a.file, "no trace events to replay"));
     }
     let scenarios = scenarios(&snap, &a.set).map_err(|e| Error::Usage(format!("--set {e}")))?;
     let mut sim = simulation(&snap, &devices, &scenarios, a.memory);

@@ -1,6 +1,6 @@
 use crate::analysis::trace_listing::listing;
 use crate::cli::TraceArgs;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::{formats, output, render};
 
 pub fn run(a: TraceArgs) -> Result<()> {
@@ -20,13 +20,7 @@ pub fn run(a: TraceArgs) -> Result<()> {
             Some(d) => format!("device {d} has no trace events"),
             None => "no trace events".to_string(),
         };
-        return Err(Error::input(
-            &a.file,
-            format!(
-                "{which} to list: the snapshot was taken without memory history; \
-                 call torch.cuda.memory._record_memory_history() before the run"
-            ),
-        ));
+        return Err(super::no_trace_events(&a.file, &format!("{which} to list")));
     }
     let listings: Vec<_> = devices.iter().map(|&d| listing(&snap, d)).collect();
     output::emit_with(&a.common.output, |w| {
