@@ -2,7 +2,7 @@
 //! the pickle it came from and of the schema era that wrote it.
 //!
 //! Sizes are compact on purpose: a 1M-event snapshot holds ~1.5M trace entries, so an event is
-//! 48 bytes of plain data, and stack traces are interned (`StackId`) once per distinct stack,
+//! 32 bytes of plain data, and stack traces are interned (`StackId`) once per distinct stack,
 //! however often the file repeats them.
 
 use serde::Serialize;
