@@ -37,7 +37,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
         }
         formats::Input::Tracker(t) => t,
         formats::Input::Snapshot(s) if a.stacked => return stacked(&a, &s, &out, kind),
-        formats::Input::Snapshot(s) => return snapshot(&a, &s, &out, kind),
+        formats::Input::Snapshot(s) => return snapshot(&a, *s, &out, kind),
     };
     let driver: &[DeviceSeries] = stats
         .record
@@ -146,27 +146,29 @@ fn stacked(
 /// Allocated and reserved over time, one panel per device, OOMs and annotations marked.
 fn snapshot(
     a: &PlotArgs,
-    snap: &crate::model::Snapshot,
+    snap: crate::model::Snapshot,
     out: &Path,
     kind: PictureKind,
 ) -> Result<()> {
     use crate::analysis::timeline::timeline;
-    let devices: Vec<u32> = super::snapshot_devices(&a.file, snap, a.device)?
+    let devices: Vec<u32> = super::snapshot_devices(&a.file, &snap, a.device)?
         .into_iter()
         .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
         .collect();
     if devices.is_empty() {
         return Err(super::no_trace_events(&a.file, "no trace events to plot"));
     }
-    let tls: Vec<_> = devices.iter().map(|&d| timeline(snap, d, true)).collect();
+    let tls: Vec<_> = devices.iter().map(|&d| timeline(&snap, d, true)).collect();
     if tls.iter().all(|t| t.events < 2) {
-        return Err(single_event(&a.file, snap, &devices));
+        return Err(single_event(&a.file, &snap, &devices));
     }
+    // the series are all the chart needs: the events go before it is built
+    drop(snap);
     let title = a
         .title
         .clone()
         .unwrap_or_else(|| super::display_name(&a.file));
-    let chart = memory_chart::snapshot(&tls, a.units, title);
+    let chart = memory_chart::snapshot(tls, a.units, title);
     let svg = plot::svg(&chart).map_err(|e| Error::Usage(format!("cannot draw the plot: {e}")))?;
     super::write_picture(out, kind, &svg, String::new)
 }

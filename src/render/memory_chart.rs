@@ -109,30 +109,35 @@ pub fn tracker(
 
 /// A snapshot's chart: allocated and reserved over time, one panel per device (`tls`), OOMs
 /// and annotations marked.
-pub fn snapshot(tls: &[Timeline], units: Units, title: String) -> Chart {
+/// Takes the timelines: each series becomes the chart's in place (a long trace's series are
+/// most of what `plot` holds).
+pub fn snapshot(tls: Vec<Timeline>, units: Units, title: String) -> Chart {
     let x_is_time = tls.iter().all(|t| t.x_is_time);
     // with time on every device, one shared clock: the earliest first event
     let t0 = tls.iter().filter_map(|t| t.t0_us).min();
     let mut x_max = 0.0f64;
     let mut panels = Vec::new();
-    for tl in tls {
+    let devices = tls.len();
+    for mut tl in tls {
         let shift = match (x_is_time, tl.t0_us, t0) {
             (true, Some(mine), Some(all)) => (mine - all) as f64 / 1e6,
             _ => 0.0,
         };
         let xs: Vec<f64> = if x_is_time {
-            tl.x.iter().map(|x| x + shift).collect()
+            std::mem::take(&mut tl.x).into_iter().map(|x| x + shift).collect()
         } else {
-            (0..tl.x.len()).map(|i| i as f64).collect()
+            let n = tl.x.len();
+            tl.x = Vec::new();
+            (0..n).map(|i| i as f64).collect()
         };
         let (lo, hi) = (
             xs.first().copied().unwrap_or(0.0),
             xs.last().copied().unwrap_or(0.0),
         );
         x_max = x_max.max(hi);
-        let series = |v: &[i64]| -> Vec<f64> { v.iter().map(|&b| b as f64).collect() };
-        let alloc = series(&tl.allocated);
-        let reserved = series(&tl.reserved);
+        let series = |v: Vec<i64>| -> Vec<f64> { v.into_iter().map(|b| b as f64).collect() };
+        let alloc = series(std::mem::take(&mut tl.allocated));
+        let reserved = series(std::mem::take(&mut tl.reserved));
         let peak = |p: Option<crate::analysis::timeline::Point>| {
             p.map(|p| {
                 (
@@ -181,7 +186,7 @@ pub fn snapshot(tls: &[Timeline], units: Units, title: String) -> Chart {
             });
         }
         panels.push(Panel {
-            title: (tls.len() > 1).then(|| format!("cuda:{}", tl.device)),
+            title: (devices > 1).then(|| format!("cuda:{}", tl.device)),
             lines: vec![
                 Line {
                     label: "allocated (requested bytes of live tensors)".into(),
