@@ -80,12 +80,25 @@ pub struct Stacked {
     pub annotations: Vec<AnnotationMark>,
 }
 
-/// One allocation as the trace shows it.
+/// One allocation as the trace shows it: the events that start and end it (`NONE`: before or
+/// after the trace). 24 bytes: a long trace has millions.
 struct Interval {
-    start: Option<usize>,
-    end: Option<usize>,
+    start: u32,
+    end: u32,
     size: u64,
     stack: StackId,
+}
+
+impl Interval {
+    const NONE: u32 = u32::MAX;
+
+    fn start(&self) -> Option<usize> {
+        (self.start != Interval::NONE).then_some(self.start as usize)
+    }
+
+    fn end(&self) -> Option<usize> {
+        (self.end != Interval::NONE).then_some(self.end as usize)
+    }
 }
 
 /// The stacked timeline of `device` with `n` bands over `columns` pixel columns.
@@ -101,6 +114,7 @@ pub fn stacked(
     by_event: bool,
 ) -> Stacked {
     let mut tl = timeline(snap, device, true);
+    tl.reserved = Vec::new(); // the stacked picture draws allocated memory only
     let has_time = tl.x_is_time;
     let events = snap.trace(device).map_or(&[][..], |t| &t.events[..]);
     if by_event && tl.x_is_time {
@@ -129,8 +143,8 @@ pub fn stacked(
             Action::Alloc => {
                 let id = intervals.len() as u32;
                 intervals.push(Interval {
-                    start: Some(i),
-                    end: None,
+                    start: i as u32,
+                    end: Interval::NONE,
                     size: e.size,
                     stack: e.stack,
                 });
@@ -142,15 +156,15 @@ pub fn stacked(
                     Some(id) => id,
                     None => {
                         intervals.push(Interval {
-                            start: None,
-                            end: None,
+                            start: Interval::NONE,
+                            end: Interval::NONE,
                             size: e.size,
                             stack: e.stack,
                         });
                         (intervals.len() - 1) as u32
                     }
                 };
-                intervals[id as usize].end = Some(i);
+                intervals[id as usize].end = i as u32;
                 interval_of_event[i] = id;
             }
             _ => {}
@@ -170,24 +184,24 @@ pub fn stacked(
             let last = events.len();
             let area = |iv: &Interval| -> f64 {
                 let x0 = iv
-                    .start
+                    .start()
                     .map_or(tl.x.first().copied().unwrap_or(0.0), |i| tl.x[i]);
                 let x1 = iv
-                    .end
+                    .end()
                     .map_or(tl.x.last().copied().unwrap_or(0.0), |i| tl.x[i]);
                 let span = if last > 1 { (x1 - x0).max(0.0) } else { 1.0 };
                 iv.size as f64 * span.max(f64::MIN_POSITIVE)
             };
-            let mut order: Vec<usize> = (0..intervals.len()).collect();
+            let mut order: Vec<u32> = (0..intervals.len() as u32).collect();
             order.sort_by(|&a, &b| {
-                area(&intervals[b])
-                    .total_cmp(&area(&intervals[a]))
+                area(&intervals[b as usize])
+                    .total_cmp(&area(&intervals[a as usize]))
                     .then(a.cmp(&b))
             });
             order.truncate(n);
             // stacked in order of allocation, the oldest at the bottom
-            order.sort_by_key(|&k| (intervals[k].start.map_or(0, |s| s + 1), k));
-            for k in order {
+            order.sort_by_key(|&k| (intervals[k as usize].start().map_or(0, |s| s + 1), k));
+            for k in order.into_iter().map(|k| k as usize) {
                 let iv = &intervals[k];
                 band_of[k] = bands.len() as u32;
                 let site = sites.site(iv.stack);
@@ -196,8 +210,8 @@ pub fn stacked(
                     bytes: iv.size,
                     allocations: 1,
                     stack: sites.frames(iv.stack),
-                    alloc_x: x_of(iv.start),
-                    free_x: x_of(iv.end),
+                    alloc_x: x_of(iv.start()),
+                    free_x: x_of(iv.end()),
                 });
             }
         }
@@ -206,7 +220,7 @@ pub fn stacked(
             let site_of: Vec<SiteKey> = intervals.iter().map(|iv| sites.site(iv.stack)).collect();
             let mut live: FxHashMap<SiteKey, (i64, i64, u64, usize)> = FxHashMap::default();
             for (k, iv) in intervals.iter().enumerate() {
-                if iv.start.is_none() {
+                if iv.start().is_none() {
                     let e = live.entry(site_of[k]).or_insert((0, 0, 0, k));
                     e.0 += iv.size as i64;
                     e.1 = e.1.max(e.0);
@@ -221,7 +235,7 @@ pub fn stacked(
                 let e = live
                     .entry(site_of[id as usize])
                     .or_insert((0, 0, 0, id as usize));
-                if iv.start == Some(i) {
+                if iv.start() == Some(i) {
                     e.0 += iv.size as i64;
                     e.1 = e.1.max(e.0);
                     e.2 += 1;
@@ -259,7 +273,7 @@ pub fn stacked(
     let mut samples = Vec::with_capacity(picks.len());
     let mut level = vec![0i64; bands.len()];
     for (k, iv) in intervals.iter().enumerate() {
-        if iv.start.is_none() && band_of[k] != u32::MAX {
+        if iv.start().is_none() && band_of[k] != u32::MAX {
             level[band_of[k] as usize] += iv.size as i64;
         }
     }
@@ -268,7 +282,7 @@ pub fn stacked(
         if id != u32::MAX && band_of[id as usize] != u32::MAX {
             let iv = &intervals[id as usize];
             let b = band_of[id as usize] as usize;
-            if iv.start == Some(i) {
+            if iv.start() == Some(i) {
                 level[b] += iv.size as i64;
             } else {
                 level[b] -= iv.size as i64;
