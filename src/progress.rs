@@ -11,19 +11,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 /// Work shorter than this shows nothing.
 pub const DELAY: Duration = Duration::from_secs(1);
 
-thread_local! {
-    /// Set on a thread whose reading runs beside another one's bar (`diff` reads its two
-    /// files at once): two bars would overwrite each other's line.
-    static SILENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// No progress from this thread from now on.
-pub fn silence_this_thread() {
-    SILENT.with(|s| s.set(true));
-}
-
 fn stderr_is_terminal() -> bool {
-    !SILENT.with(|s| s.get()) && std::io::stderr().is_terminal()
+    std::io::stderr().is_terminal()
 }
 
 /// A byte-count bar for reading a file; a [`crate::pickle::Progress`] sink.

@@ -176,15 +176,43 @@ fn site_bytes(s: &Snapshot, devices: &[u32]) -> SiteBytes {
     out
 }
 
+/// What `diff` compares of one snapshot, on some of its devices: small, so that the snapshot
+/// can go before the other file is read (two large snapshots are never held at once).
+pub struct SnapshotSide {
+    metrics: [f64; 4],
+    segments: Vec<SegmentKey>,
+    sites: SiteBytes,
+}
+
+pub fn snapshot_side(s: &Snapshot, devices: &[u32]) -> SnapshotSide {
+    let mut segments: Vec<SegmentKey> = s
+        .segments
+        .iter()
+        .filter(|g| devices.contains(&g.device))
+        .map(|g| SegmentKey {
+            device: g.device,
+            address: g.address,
+            total_size: g.total_size,
+        })
+        .collect();
+    segments.sort();
+    segments.dedup();
+    SnapshotSide {
+        metrics: snapshot_metrics(s, devices),
+        segments,
+        sites: site_bytes(s, devices),
+    }
+}
+
+/// `a` and `b` taken on `devices` (a device one of them lacks counts as empty there).
 pub fn snapshot_diff(
-    a: &Snapshot,
-    b: &Snapshot,
+    a: SnapshotSide,
+    b: SnapshotSide,
     devices: &[u32],
     top: usize,
     threshold: Option<Threshold>,
 ) -> SnapshotDiff {
-    let ma = snapshot_metrics(a, devices);
-    let mb = snapshot_metrics(b, devices);
+    let (ma, mb) = (a.metrics, b.metrics);
     let names = [
         "peak allocated",
         "allocated at end",
@@ -201,22 +229,7 @@ pub fn snapshot_diff(
             growth_bytes: mb[i] - ma[i],
         })
         .collect();
-    let keys = |s: &Snapshot| -> Vec<SegmentKey> {
-        let mut v: Vec<SegmentKey> = s
-            .segments
-            .iter()
-            .filter(|g| devices.contains(&g.device))
-            .map(|g| SegmentKey {
-                device: g.device,
-                address: g.address,
-                total_size: g.total_size,
-            })
-            .collect();
-        v.sort();
-        v.dedup();
-        v
-    };
-    let (ka, kb) = (keys(a), keys(b));
+    let (ka, kb) = (a.segments, b.segments);
     let only_before: Vec<SegmentKey> = ka
         .iter()
         .filter(|k| kb.binary_search(k).is_err())
@@ -227,8 +240,7 @@ pub fn snapshot_diff(
         .filter(|k| ka.binary_search(k).is_err())
         .cloned()
         .collect();
-    let sa = site_bytes(a, devices);
-    let sb = site_bytes(b, devices);
+    let (sa, sb) = (a.sites, b.sites);
     let mut all: BTreeMap<(String, String), SiteGrowth> = BTreeMap::new();
     for (k, (end, peak)) in sa {
         let g = all.entry(k.clone()).or_default();

@@ -1,41 +1,45 @@
-use crate::analysis::diff::{snapshot_diff, stats_diff};
+use std::path::Path;
+
+use crate::analysis::diff::{snapshot_diff, snapshot_side, stats_diff, SnapshotSide};
 use crate::cli::DiffArgs;
 use crate::error::{Error, Result};
 use crate::formats::{self, Input};
+use crate::model::TrackerStats;
 use crate::{output, render};
 
+/// One file as `diff` keeps it: a snapshot reduced to what is compared (its devices too), or
+/// a stats file whole (small).
+enum Side {
+    Snapshot(SnapshotSide, Vec<u32>),
+    Stats(Box<TrackerStats>),
+}
+
+/// Read `path` and keep what `diff` compares; a snapshot is let go of before the next read.
+fn read_side(path: &Path, device: Option<u32>) -> Result<(Side, &'static str)> {
+    let input = formats::load(path)?;
+    let kind = input.kind();
+    Ok(match input {
+        Input::Snapshot(s) => {
+            let devices = super::snapshot_devices(path, &s, device)?;
+            (Side::Snapshot(snapshot_side(&s, &devices), devices), kind)
+        }
+        Input::Tracker(t) => (Side::Stats(t), kind),
+    })
+}
+
 pub fn run(a: DiffArgs) -> Result<()> {
-    // the two files are independent: read them on both cores
-    let (before, after) = std::thread::scope(|s| {
-        let after = s.spawn(|| {
-            crate::progress::silence_this_thread();
-            formats::load(&a.after)
-        });
-        let before = formats::load(&a.before);
-        let after = after.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        (before, after)
-    });
-    let (before, after) = (before?, after?);
+    let (before, before_kind) = read_side(&a.before, a.device)?;
+    let (after, after_kind) = read_side(&a.after, a.device)?;
     let title = format!(
         "{} → {}",
         super::display_name(&a.before),
         super::display_name(&a.after)
     );
-    let (text, failed) = match (&before, &after) {
-        (Input::Snapshot(x), Input::Snapshot(y)) => {
-            let devices = match a.device {
-                Some(_) => {
-                    super::snapshot_devices(&a.before, x, a.device)?;
-                    super::snapshot_devices(&a.after, y, a.device)?
-                }
-                None => {
-                    let mut d = x.devices();
-                    d.extend(y.devices());
-                    d.sort_unstable();
-                    d.dedup();
-                    d
-                }
-            };
+    let (text, failed) = match (before, after) {
+        (Side::Snapshot(x, mut devices), Side::Snapshot(y, theirs)) => {
+            devices.extend(theirs);
+            devices.sort_unstable();
+            devices.dedup();
             let d = snapshot_diff(x, y, &devices, a.top, a.fail_over);
             let failed = d.gate.as_ref().is_some_and(|g| g.failed);
             (
@@ -43,26 +47,26 @@ pub fn run(a: DiffArgs) -> Result<()> {
                 failed,
             )
         }
-        (Input::Tracker(x), Input::Tracker(y)) => {
+        (Side::Stats(x), Side::Stats(y)) => {
             if a.device.is_some() {
                 return Err(Error::Usage(
                     "--device applies to allocator snapshots; these are stats files".into(),
                 ));
             }
-            let d = stats_diff(x, y, a.top, a.fail_over);
+            let d = stats_diff(&x, &y, a.top, a.fail_over);
             let failed = d.gate.as_ref().is_some_and(|g| g.failed);
             (
                 render::snapshot::stats_diff(&d, &title, a.common.format, a.common.units),
                 failed,
             )
         }
-        (x, y) => {
+        _ => {
             return Err(Error::Usage(format!(
                 "diff compares two files of one kind: {} is {}, {} is {}",
                 a.before.display(),
-                x.kind(),
+                before_kind,
                 a.after.display(),
-                y.kind()
+                after_kind
             )))
         }
     };
