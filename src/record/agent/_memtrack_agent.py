@@ -947,11 +947,34 @@ def _install_module_hooks(torch):
     # break the graph (or be frozen into it). is_compiling() is a constant True while
     # tracing, so the hooks trace to nothing; in eager code they cost one call.
     is_compiling = torch.compiler.is_compiling
+    # Modules whose compiled call is running under hooks that already ran for them, outside:
+    # torch.compile(module)'s OptimizedModule (for the module it wraps) and module.compile()
+    # (below). Dynamo runs the inner module's _call_impl eagerly and would compile each
+    # global hook it calls as a frame of its own; the hooks are marked never to be compiled
+    # (below), so they run here, eagerly, and stop at this check.
+    inner = {}  # id(module) -> how many of its compiled calls are running
+
+    def enter_inner(mod):
+        k = id(mod)
+        inner[k] = inner.get(k, 0) + 1
+
+    def leave_inner(mod):
+        k = id(mod)
+        c = inner.get(k, 0)
+        if c <= 1:
+            inner.pop(k, None)
+        else:
+            inner[k] = c - 1
 
     def fw_pre_hook(mod, inputs):
         if is_compiling() or not _active:
             return
+        if inner and id(mod) in inner:
+            return
         try:
+            wrapped = _wrapped(mod)
+            if wrapped is not mod:
+                enter_inner(wrapped)
             info = _mod_info(mod)
             bw = gtid() != -1
             add_parent(info, 0)
@@ -972,7 +995,12 @@ def _install_module_hooks(torch):
     def fw_post_hook(mod, inputs, output):
         if is_compiling() or not _active:
             return
+        if inner and id(mod) in inner:
+            return
         try:
+            wrapped = _wrapped(mod)
+            if wrapped is not mod:
+                leave_inner(wrapped)
             info = _mod_info(mod)
             bw = gtid() != -1
             mt_post_fw(mod, info, output, bw)
@@ -984,6 +1012,10 @@ def _install_module_hooks(torch):
         except Exception as e:
             _internal_error(e)
 
+    skip_code = _dynamo_skipper()
+    if skip_code is not None:
+        skip_code(fw_pre_hook.__code__)
+        skip_code(fw_post_hook.__code__)
     register_module_forward_pre_hook(fw_pre_hook)
     register_module_forward_hook(fw_post_hook, always_call=True)
 
@@ -1004,7 +1036,11 @@ def _install_module_hooks(torch):
             if mod is None:
                 return compiled(*a, **k)
             fw_pre_hook(mod, a)
-            out = compiled(*a, **k)
+            enter_inner(mod)
+            try:
+                out = compiled(*a, **k)
+            finally:
+                leave_inner(mod)
             fw_post_hook(mod, a, out)
             return out
 
