@@ -573,6 +573,8 @@ def _install_hooks(torch):
                         track(t, 0, bw)
                     except Exception:
                         pass
+        if _sweep_compiled_optimizers is not None:
+            _sweep_compiled_optimizers()
         code = fids_get(COMPILED_GRAPH)
         if code is None:
             code = _intern(COMPILED_GRAPH, COMPILED_GRAPH, False)
@@ -590,6 +592,7 @@ def _install_hooks(torch):
 
 
 _after_compiled_graph = None
+_sweep_compiled_optimizers = None
 
 
 def _watch_compiled_graphs(output_code):
@@ -1074,12 +1077,53 @@ def _install_optimizer_hooks(torch):
         register_optimizer_step_pre_hook,
     )
 
+    import functools
+    import weakref
+
     opt_ids = {}
+    # A compiled optimizer step (torch.compile of a function calling opt.step()) traces
+    # these hooks: as the module hooks, they trace to nothing (no graph break, no frame of
+    # their own); the step's compiled graphs are sampled when they run. Such an optimizer's
+    # state is then created and replaced inside compiled code, and no hook of its runs: after
+    # each compiled graph, the state of every optimizer whose hooks never ran is counted as
+    # Optstate (as the post-step hook does for the others).
+    is_compiling = torch.compiler.is_compiling
+    optimizers = weakref.WeakSet()  # every optimizer made
+    eager = weakref.WeakSet()  # those whose step hooks have run
+
+    Optimizer = torch.optim.Optimizer
+    orig_init = Optimizer.__init__
+
+    @functools.wraps(orig_init)
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        if not is_compiling():
+            optimizers.add(self)
+
+    Optimizer.__init__ = __init__
+
+    def sweep():
+        if len(optimizers) == len(eager):
+            return
+        try:
+            for opt in list(optimizers):
+                if opt in eager:
+                    continue
+                for st in opt.state.values():
+                    for v in st.values():
+                        if isinstance(v, torch.Tensor):
+                            _track_as(v, OPT)
+        except Exception as e:
+            _internal_error(e)
+
+    global _sweep_compiled_optimizers
+    _sweep_compiled_optimizers = sweep
 
     def pre(opt, args, kwargs):
         global _in_opt
-        if not _active:
+        if is_compiling() or not _active:
             return
+        eager.add(opt)
         _in_opt = True
         oid = opt_ids.get(type(opt))
         if oid is None:
@@ -1111,7 +1155,7 @@ def _install_optimizer_hooks(torch):
 
     def post(opt, args, kwargs):
         global _in_opt
-        if not _active:
+        if is_compiling() or not _active:
             return
         try:
             for st in opt.state.values():
