@@ -1102,19 +1102,22 @@ def _install_optimizer_hooks(torch):
 
     Optimizer.__init__ = __init__
 
+    def track_state(opt):
+        """MemTracker's _track_optimizer_states: the optimizer's state tensors are Optstate."""
+        try:
+            for st in opt.state.values():
+                for v in st.values():
+                    if isinstance(v, torch.Tensor):
+                        _track_as(v, OPT)
+        except Exception as e:
+            _internal_error(e)
+
     def sweep():
         if len(optimizers) == len(eager):
             return
-        try:
-            for opt in list(optimizers):
-                if opt in eager:
-                    continue
-                for st in opt.state.values():
-                    for v in st.values():
-                        if isinstance(v, torch.Tensor):
-                            _track_as(v, OPT)
-        except Exception as e:
-            _internal_error(e)
+        for opt in list(optimizers):
+            if opt not in eager:
+                track_state(opt)
 
     global _sweep_compiled_optimizers
     _sweep_compiled_optimizers = sweep
@@ -1157,13 +1160,7 @@ def _install_optimizer_hooks(torch):
         global _in_opt
         if is_compiling() or not _active:
             return
-        try:
-            for st in opt.state.values():
-                for v in st.values():
-                    if isinstance(v, torch.Tensor):
-                        _track_as(v, OPT)
-        except Exception as e:
-            _internal_error(e)
+        track_state(opt)
         _in_opt = False
         _ap(OPT_END)
 
