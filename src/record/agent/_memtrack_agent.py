@@ -573,6 +573,8 @@ def _install_hooks(torch):
                         track(t, 0, bw)
                     except Exception:
                         pass
+        if _sweep_compiled_optimizers is not None:
+            _sweep_compiled_optimizers()
         code = fids_get(COMPILED_GRAPH)
         if code is None:
             code = _intern(COMPILED_GRAPH, COMPILED_GRAPH, False)
@@ -590,6 +592,7 @@ def _install_hooks(torch):
 
 
 _after_compiled_graph = None
+_sweep_compiled_optimizers = None
 
 
 def _watch_compiled_graphs(output_code):
@@ -947,11 +950,34 @@ def _install_module_hooks(torch):
     # break the graph (or be frozen into it). is_compiling() is a constant True while
     # tracing, so the hooks trace to nothing; in eager code they cost one call.
     is_compiling = torch.compiler.is_compiling
+    # Modules whose compiled call is running under hooks that already ran for them, outside:
+    # torch.compile(module)'s OptimizedModule (for the module it wraps) and module.compile()
+    # (below). Dynamo runs the inner module's _call_impl eagerly and would compile each
+    # global hook it calls as a frame of its own; the hooks are marked never to be compiled
+    # (below), so they run here, eagerly, and stop at this check.
+    inner = {}  # id(module) -> how many of its compiled calls are running
+
+    def enter_inner(mod):
+        k = id(mod)
+        inner[k] = inner.get(k, 0) + 1
+
+    def leave_inner(mod):
+        k = id(mod)
+        c = inner.get(k, 0)
+        if c <= 1:
+            inner.pop(k, None)
+        else:
+            inner[k] = c - 1
 
     def fw_pre_hook(mod, inputs):
         if is_compiling() or not _active:
             return
+        if inner and id(mod) in inner:
+            return
         try:
+            wrapped = _wrapped(mod)
+            if wrapped is not mod:
+                enter_inner(wrapped)
             info = _mod_info(mod)
             bw = gtid() != -1
             add_parent(info, 0)
@@ -972,7 +998,12 @@ def _install_module_hooks(torch):
     def fw_post_hook(mod, inputs, output):
         if is_compiling() or not _active:
             return
+        if inner and id(mod) in inner:
+            return
         try:
+            wrapped = _wrapped(mod)
+            if wrapped is not mod:
+                leave_inner(wrapped)
             info = _mod_info(mod)
             bw = gtid() != -1
             mt_post_fw(mod, info, output, bw)
@@ -984,6 +1015,10 @@ def _install_module_hooks(torch):
         except Exception as e:
             _internal_error(e)
 
+    skip_code = _dynamo_skipper()
+    if skip_code is not None:
+        skip_code(fw_pre_hook.__code__)
+        skip_code(fw_post_hook.__code__)
     register_module_forward_pre_hook(fw_pre_hook)
     register_module_forward_hook(fw_post_hook, always_call=True)
 
@@ -1004,7 +1039,11 @@ def _install_module_hooks(torch):
             if mod is None:
                 return compiled(*a, **k)
             fw_pre_hook(mod, a)
-            out = compiled(*a, **k)
+            enter_inner(mod)
+            try:
+                out = compiled(*a, **k)
+            finally:
+                leave_inner(mod)
             fw_post_hook(mod, a, out)
             return out
 
@@ -1038,12 +1077,56 @@ def _install_optimizer_hooks(torch):
         register_optimizer_step_pre_hook,
     )
 
+    import functools
+    import weakref
+
     opt_ids = {}
+    # A compiled optimizer step (torch.compile of a function calling opt.step()) traces
+    # these hooks: as the module hooks, they trace to nothing (no graph break, no frame of
+    # their own); the step's compiled graphs are sampled when they run. Such an optimizer's
+    # state is then created and replaced inside compiled code, and no hook of its runs: after
+    # each compiled graph, the state of every optimizer whose hooks never ran is counted as
+    # Optstate (as the post-step hook does for the others).
+    is_compiling = torch.compiler.is_compiling
+    optimizers = weakref.WeakSet()  # every optimizer made
+    eager = weakref.WeakSet()  # those whose step hooks have run
+
+    Optimizer = torch.optim.Optimizer
+    orig_init = Optimizer.__init__
+
+    @functools.wraps(orig_init)
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        if not is_compiling():
+            optimizers.add(self)
+
+    Optimizer.__init__ = __init__
+
+    def track_state(opt):
+        """MemTracker's _track_optimizer_states: the optimizer's state tensors are Optstate."""
+        try:
+            for st in opt.state.values():
+                for v in st.values():
+                    if isinstance(v, torch.Tensor):
+                        _track_as(v, OPT)
+        except Exception as e:
+            _internal_error(e)
+
+    def sweep():
+        if len(optimizers) == len(eager):
+            return
+        for opt in list(optimizers):
+            if opt not in eager:
+                track_state(opt)
+
+    global _sweep_compiled_optimizers
+    _sweep_compiled_optimizers = sweep
 
     def pre(opt, args, kwargs):
         global _in_opt
-        if not _active:
+        if is_compiling() or not _active:
             return
+        eager.add(opt)
         _in_opt = True
         oid = opt_ids.get(type(opt))
         if oid is None:
@@ -1075,15 +1158,9 @@ def _install_optimizer_hooks(torch):
 
     def post(opt, args, kwargs):
         global _in_opt
-        if not _active:
+        if is_compiling() or not _active:
             return
-        try:
-            for st in opt.state.values():
-                for v in st.values():
-                    if isinstance(v, torch.Tensor):
-                        _track_as(v, OPT)
-        except Exception as e:
-            _internal_error(e)
+        track_state(opt)
         _in_opt = False
         _ap(OPT_END)
 
