@@ -194,7 +194,14 @@ fn snapshot_sharing_a_frame_list(events: u32, back: u32) -> Vec<u8> {
         out.extend_from_slice(&[b'}', 0x94, b'(']);
         memo += 1;
         text(&mut out, "action");
-        text(&mut out, if i < events { "alloc" } else { "free_completed" });
+        text(
+            &mut out,
+            if i < events {
+                "alloc"
+            } else {
+                "free_completed"
+            },
+        );
         text(&mut out, "addr");
         let addr = if i < events { i } else { events - back };
         out.push(b'J');

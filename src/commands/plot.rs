@@ -104,9 +104,7 @@ fn stacked(
         return Err(single_event(&a.file, snap, &with_events));
     }
     let device = match with_events.as_slice() {
-        [] => {
-            return Err(super::no_trace_events(&a.file, "no trace events to plot"))
-        }
+        [] => return Err(super::no_trace_events(&a.file, "no trace events to plot")),
         [d] => *d,
         several => {
             let list: Vec<String> = several.iter().map(|d| d.to_string()).collect();

@@ -130,7 +130,7 @@ impl TraceReader {
             return dropped(&"device_traces more than once");
         }
         if doc.taken_reused() {
-            return dropped(&"an event or frame list referenced outside device_traces");
+            return dropped(&"an event or frame list referenced outside device_traces, or from further back than the memo keeps its handles");
         }
         if !super::snapshot::is_snapshot(&doc, doc.root()) {
             return dropped(&"not a snapshot");

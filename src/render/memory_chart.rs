@@ -124,7 +124,10 @@ pub fn snapshot(tls: Vec<Timeline>, units: Units, title: String) -> Chart {
             _ => 0.0,
         };
         let xs: Vec<f64> = if x_is_time {
-            std::mem::take(&mut tl.x).into_iter().map(|x| x + shift).collect()
+            std::mem::take(&mut tl.x)
+                .into_iter()
+                .map(|x| x + shift)
+                .collect()
         } else {
             let n = tl.x.len();
             tl.x = Vec::new();
