@@ -166,7 +166,7 @@ impl<'a> Diverted<'_, 'a, '_> {
                 }
                 _ => return Ok(()),
             };
-            if out.is_none() && !self.m.memo_holes && id < self.m.memo.len() {
+            if out.is_none() && !self.m.memo_holes && self.m.memo_holds(id as u64) {
                 self.m.cursor.advance(len); // stored: only its presence matters here
                 continue;
             }
@@ -369,6 +369,9 @@ struct HandleWindow {
     kept_before: Vec<u32>,
     kept: Vec<Value>,
     recent: Box<[(u64, Value)]>,
+    /// Kept values fetched lately, by id (direct-mapped): an event's keys and action names
+    /// are the same few ids, fetched millions of times.
+    hot: Box<[(u64, Value)]>,
 }
 
 enum Lookup {
@@ -378,6 +381,7 @@ enum Lookup {
 }
 
 const RECENT_HANDLES: usize = 1 << 16;
+const HOT_VALUES: usize = 1 << 12;
 
 impl HandleWindow {
     fn new(base: u64) -> HandleWindow {
@@ -388,6 +392,7 @@ impl HandleWindow {
             kept_before: Vec::new(),
             kept: Vec::new(),
             recent: vec![(u64::MAX, UNSET); RECENT_HANDLES].into_boxed_slice(),
+            hot: vec![(u64::MAX, UNSET); HOT_VALUES].into_boxed_slice(),
         }
     }
 
@@ -420,7 +425,11 @@ impl HandleWindow {
     }
 
     #[inline]
-    fn get(&self, id: u64) -> Lookup {
+    fn get(&mut self, id: u64) -> Lookup {
+        let hot = &mut self.hot[id as usize % HOT_VALUES];
+        if hot.0 == id {
+            return Lookup::Stored(hot.1);
+        }
         if id >= self.next {
             return Lookup::Never;
         }
@@ -429,7 +438,9 @@ impl HandleWindow {
         let bits = self.kept_bits[w];
         if bits >> bit & 1 == 1 {
             let below = (bits & ((1u64 << bit) - 1)).count_ones();
-            return Lookup::Stored(self.kept[(self.kept_before[w] + below) as usize]);
+            let v = self.kept[(self.kept_before[w] + below) as usize];
+            *hot = (id, v);
+            return Lookup::Stored(v);
         }
         match self.recent[id as usize % RECENT_HANDLES] {
             (at, v) if at == id => Lookup::Stored(v),
@@ -695,6 +706,16 @@ impl<'a, 's> Machine<'a, 's> {
         }
     }
 
+    /// Whether `id` is stored, without reading it (a handle let go of counts: it was stored).
+    #[inline(always)]
+    fn memo_holds(&self, id: u64) -> bool {
+        id < self.memo.len() as u64
+            || self
+                .window
+                .as_ref()
+                .is_some_and(|w| id >= w.base && id < w.next)
+    }
+
     /// The memo entry `id`, if stored. A handle the window has let go of reads as
     /// [`EVICTED_HANDLE`] and marks the document, so the caller reads the file again.
     #[inline]
@@ -707,9 +728,9 @@ impl<'a, 's> Machine<'a, 's> {
         self.memo_lookup_beyond(id)
     }
 
-    #[inline(never)]
+    #[inline]
     fn memo_lookup_beyond(&mut self, id: u64) -> Option<Value> {
-        if let Some(w) = &self.window {
+        if let Some(w) = &mut self.window {
             if id >= w.base {
                 return match w.get(id) {
                     Lookup::Stored(v) => Some(v),
