@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, Snapshot, TraceEvent};
+use crate::model::snapshot::{Action, DeviceTrace, Snapshot, TraceEvent};
 
 /// A name `_memory_viz` would give: the n-th of `a..z`, `a1..z1`, …
 pub fn name_of(n: u32) -> String {
@@ -169,10 +169,10 @@ impl DeviceListing {
             .map(|(i, s)| (s.address, s.total_size, i))
             .collect();
         finals.sort_unstable();
+        let trace = snap.trace(self.device);
         Lines {
-            snap,
-            device: self.device,
-            events: snap.trace(self.device).map_or(&[], |t| &t.events[..]),
+            trace,
+            events: trace.map_or(&[], |t| &t.events[..]),
             at: 0,
             finals,
             live_segs: BTreeMap::new(),
@@ -185,8 +185,7 @@ impl DeviceListing {
 
 /// The walk that names allocations and segments as `_memory_viz trace` does.
 pub struct Lines<'s> {
-    snap: &'s Snapshot,
-    device: u32,
+    trace: Option<&'s DeviceTrace>,
     events: &'s [TraceEvent],
     at: usize,
     /// The final segments (address, size, index), sorted: where an address no live segment
@@ -292,8 +291,7 @@ impl Iterator for Lines<'_> {
             Action::Oom => Line::Oom {
                 size: e.size,
                 device_free: self
-                    .snap
-                    .trace(self.device)
+                    .trace
                     .and_then(|tr| tr.aux(i))
                     .and_then(|a| a.device_free),
             },

@@ -78,6 +78,19 @@ pub(crate) fn snapshot_devices(
     }
 }
 
+/// Of the devices a snapshot command covers ([`snapshot_devices`]), those whose trace has
+/// events: what the commands over trace events (plot, trace, simulate) work on.
+pub(crate) fn devices_with_trace_events(
+    path: &std::path::Path,
+    snap: &crate::model::Snapshot,
+    device: Option<u32>,
+) -> Result<Vec<u32>> {
+    Ok(snapshot_devices(path, snap, device)?
+        .into_iter()
+        .filter(|&d| snap.trace_lengths.get(d as usize).is_some_and(|&n| n > 0))
+        .collect())
+}
+
 /// The error of a command that needs trace events when the snapshot (or `--device N`) has
 /// none: `what` says what it would have done ("no trace events to plot").
 pub(crate) fn no_trace_events(path: &std::path::Path, what: &str) -> crate::error::Error {

@@ -92,10 +92,7 @@ fn stacked(
     out: &Path,
     kind: PictureKind,
 ) -> Result<()> {
-    let with_events: Vec<u32> = super::snapshot_devices(&a.file, snap, a.device)?
-        .into_iter()
-        .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
-        .collect();
+    let with_events = super::devices_with_trace_events(&a.file, snap, a.device)?;
     if with_events
         .iter()
         .all(|&d| snap.trace(d).is_some_and(|t| t.events.len() < 2))
@@ -149,10 +146,7 @@ fn snapshot(
     kind: PictureKind,
 ) -> Result<()> {
     use crate::analysis::timeline::timeline;
-    let devices: Vec<u32> = super::snapshot_devices(&a.file, &snap, a.device)?
-        .into_iter()
-        .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
-        .collect();
+    let devices = super::devices_with_trace_events(&a.file, &snap, a.device)?;
     if devices.is_empty() {
         return Err(super::no_trace_events(&a.file, "no trace events to plot"));
     }

@@ -6,11 +6,7 @@ use crate::{formats, output, render};
 pub fn run(a: SimulateArgs) -> Result<()> {
     // the replay needs no stacks: they are read only to name where OOMs would happen
     let snap = formats::load_snapshot_parts(&a.file, formats::SnapshotParts::EventsWithoutStacks)?;
-    let devices = super::snapshot_devices(&a.file, &snap, a.device)?;
-    let devices: Vec<u32> = devices
-        .into_iter()
-        .filter(|&d| snap.trace(d).is_some_and(|t| !t.events.is_empty()))
-        .collect();
+    let devices = super::devices_with_trace_events(&a.file, &snap, a.device)?;
     if devices.is_empty() {
         return Err(super::no_trace_events(&a.file, "no trace events to replay"));
     }

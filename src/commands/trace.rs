@@ -5,16 +5,8 @@ use crate::{formats, output, render};
 
 pub fn run(a: TraceArgs) -> Result<()> {
     let snap = formats::load_snapshot_parts(&a.file, formats::SnapshotParts::EventsWithoutStacks)?;
-    let devices: Vec<u32> = match a.device {
-        Some(_) => super::snapshot_devices(&a.file, &snap, a.device)?
-            .into_iter()
-            .filter(|&d| snap.trace_lengths.get(d as usize).is_some_and(|&n| n > 0))
-            .collect(),
-        // as `_memory_viz trace`: every device whose trace has entries
-        None => (0..snap.traces.len() as u32)
-            .filter(|&d| snap.trace_lengths[d as usize] > 0)
-            .collect(),
-    };
+    // as `_memory_viz trace`: every device whose trace has entries
+    let devices = super::devices_with_trace_events(&a.file, &snap, a.device)?;
     if devices.is_empty() {
         let which = match a.device {
             Some(d) => format!("device {d} has no trace events"),

@@ -351,8 +351,8 @@ struct Machine<'a, 's> {
 const PROGRESS_STEP: usize = 16 << 20;
 
 /// What a GET of a handle the window no longer holds reads as (never a handle a reader makes:
-/// theirs are stack ids and small constants).
-pub const EVICTED_HANDLE: u64 = (1 << 41) - 1;
+/// the snapshot reader's are stack ids and two constants just past 2^40).
+const EVICTED_HANDLE: u64 = (1 << 41) - 1;
 
 /// The memo past a diverted value's start. A diverted reader memoizes an inert handle for
 /// every container it keeps to itself (two a trace event: millions in a large snapshot), and
