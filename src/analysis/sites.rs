@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::model::snapshot::{Action, FrameId, Snapshot, StackId};
+use crate::model::AGENT_FILE;
 
 use super::memviz::FrameFilter;
 use super::timeline::timeline;
@@ -120,11 +121,16 @@ impl<'s> Sites<'s> {
             SiteKey::NoContext
         } else {
             let kept = self.filter.kept(stack);
-            let py = kept.iter().copied().find(|&f| {
-                let fr = self.snap.stacks.frame(f);
-                self.snap.stacks.str(fr.filename).ends_with(".py")
-            });
-            match py.or(kept.first().copied()) {
+            let file = |f: FrameId| self.snap.stacks.str(self.snap.stacks.frame(f).filename);
+            // Under `memtrack record --snapshot` every allocation is made inside the agent's
+            // __torch_dispatch__ (and the op call it makes, torch/_ops.py): the program's own
+            // code is the frame below it.
+            let program = match kept.iter().position(|&f| file(f).ends_with(AGENT_FILE)) {
+                Some(i) if i + 1 < kept.len() => &kept[i + 1..],
+                _ => &kept[..],
+            };
+            let py = program.iter().copied().find(|&f| file(f).ends_with(".py"));
+            match py.or(program.first().copied()) {
                 Some(f) => SiteKey::Frame(f),
                 None => SiteKey::NonPython,
             }

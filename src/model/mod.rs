@@ -17,3 +17,7 @@ pub use tracker::{
     RecordInfo, Series, TrackerStats,
 };
 pub use units::{format_bytes, Units};
+
+/// The file name of `memtrack record`'s Python agent: written so by `record`, seen so in the
+/// stacks of snapshots taken under it.
+pub const AGENT_FILE: &str = "_memtrack_agent.py";

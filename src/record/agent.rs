@@ -6,7 +6,7 @@ use std::path::Path;
 pub const FILES: [(&str, &str); 2] = [
     ("sitecustomize.py", include_str!("agent/sitecustomize.py")),
     (
-        "_memtrack_agent.py",
+        crate::model::AGENT_FILE,
         include_str!("agent/_memtrack_agent.py"),
     ),
 ];

@@ -53,6 +53,10 @@ def site_of(frames):
     kept = [f for f in frames if mv._frame_filter(f["name"], f["filename"])]
     if not kept:
         return "<non-python>"
+    # under `memtrack record --snapshot`, the program's code is below the agent's dispatch frame
+    agent = [i for i, f in enumerate(kept) if f["filename"].endswith("_memtrack_agent.py")]
+    if agent and agent[0] + 1 < len(kept):
+        kept = kept[agent[0] + 1:]
     py = [f for f in kept if f["filename"].endswith(".py")]
     f = (py or kept)[0]
     return f"{f['filename']}:{f['line']}:{f['name']}"
