@@ -591,8 +591,8 @@ pub fn top(reports: &[SiteReport], title: &str, format: Format, units: Units) ->
     }
     if !doc.md {
         doc.out.push_str(
-            "\nsite: innermost Python frame kept by _memory_viz's frame filter, below memtrack record's own \
-             (file:line:function); bytes as requested\n",
+            "\nsite: innermost Python frame kept by _memory_viz's frame filter (file:line:function); \
+             bytes as requested\n",
         );
     }
     doc.out
