@@ -21,6 +21,9 @@ pub struct Bar {
     started: Instant,
     shown: bool,
     terminal: bool,
+    /// Bytes read by the main reading, and by a second reader further on.
+    consumed: usize,
+    elsewhere: usize,
 }
 
 impl Bar {
@@ -39,13 +42,21 @@ impl Bar {
             started: Instant::now(),
             shown: false,
             terminal: stderr_is_terminal(),
+            consumed: 0,
+            elsewhere: 0,
         }
     }
 }
 
 impl crate::pickle::Progress for Bar {
+    fn read_elsewhere(&mut self, bytes: usize) {
+        self.elsewhere = bytes;
+        self.bar.set_position((self.consumed + bytes) as u64);
+    }
+
     fn advanced(&mut self, consumed: usize) {
-        self.bar.set_position(consumed as u64);
+        self.consumed = consumed;
+        self.bar.set_position((consumed + self.elsewhere) as u64);
         if !self.shown && self.terminal && self.started.elapsed() >= DELAY {
             self.shown = true;
             self.bar.set_draw_target(ProgressDrawTarget::stderr());

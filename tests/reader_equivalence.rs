@@ -252,3 +252,138 @@ fn a_frame_list_shared_from_far_back_is_read_again_the_generic_way() {
         assert_eq!(format!("{loaded:?}"), format!("{generic:?}"));
     }
 }
+
+/// Every snapshot fixture, read with the back half of its trace on a second core (as `load`
+/// reads large files), is the snapshot the generic reading makes; on the real captures with
+/// more than one batch of events the second core did take part.
+#[test]
+fn a_trace_read_on_two_cores_is_the_one_core_reading() {
+    let real_multi_batch = [
+        "cs336_medium_512_training.pickle",
+        "h100/gpt_default.pickle",
+        "h100/gpt_expandable_segments.pickle",
+        "h100_gpt2_train_exit.pickle",
+    ];
+    let extra = [
+        "h100/gpt_max_split_size_mb.pickle",
+        "h100/oom_default.pickle",
+        "h100/oom_expandable_segments.pickle",
+        "h100_resnet18_train_exit.pickle",
+    ];
+    for name in SNAPSHOTS.iter().chain(&real_multi_batch).chain(&extra) {
+        let bytes = std::fs::read(fixture(&format!("snapshots/{name}"))).unwrap();
+        let doc = memtrack::pickle::parse(&bytes).unwrap();
+        for parts in [
+            SnapshotParts::EventsWithoutStacks,
+            SnapshotParts::SegmentsOnly,
+        ] {
+            let generic = snapshot::from_document_parts(&doc, parts).unwrap();
+            let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts);
+            if let Streamed::Snapshot(s) = read {
+                assert_eq!(
+                    format!("{s:?}"),
+                    format!("{generic:?}"),
+                    "{name} ({parts:?})"
+                );
+            }
+            if real_multi_batch.contains(name) {
+                assert!(
+                    second > 0,
+                    "{name} ({parts:?}): the second core read nothing"
+                );
+            }
+        }
+    }
+}
+
+/// A snapshot as Python's pickler writes it (batches of 1000, frames, memo sharing), with what
+/// the second core must leave to the main reading or hand back unresolved: action names and
+/// metadata strings first written late (fetched again from the memo), frame lists shared with
+/// the segments' blocks and between events, frames first written late and fetched by the next
+/// device's events, one-frame stacks, None frames, float times, two devices, and (`odd`) a
+/// frame holding a tuple, which the second core does not read.
+const LATE_STRINGS_PY: &str = r#"
+import pickle, random, sys
+odd = sys.argv[1] == "odd"
+rnd = random.Random(7)
+pool = [{"filename": f"f{i}.py", "line": i, "name": f"fn{i}"} for i in range(300)]
+stacks = [[rnd.choice(pool) for _ in range(rnd.randrange(1, 30))] for _ in range(200)]
+late = [{"filename": "late.py", "line": i, "name": f"late{i}"} for i in range(50)]
+blocks, traces = [], []
+for dev in range(2):
+    trace, live = [], []
+    n = 12000 if dev == 0 else 6000
+    for i in range(n):
+        t = 1000 + i * 3 + (0.5 if i % 7 == 0 else 0)
+        frames = list(rnd.choice(stacks)) if i < n // 2 else [rnd.choice(late)] + list(rnd.choice(stacks))
+        if i % 997 == 0:
+            frames = None
+        if i == n - 10 and odd:
+            frames = [{"filename": "odd.py", "line": 1, "name": "odd", "extra": (1, 2)}]
+        meta = f"step {i // 3000}" if i > n * 0.6 and i % 5 == 0 else ""
+        if live and rnd.random() < 0.45:
+            addr, size, fr = live.pop(rnd.randrange(len(live)))
+            trace.append({"action": "free_requested", "addr": addr, "size": size, "stream": 0,
+                          "time_us": t, "compile_context": "N/A", "user_metadata": meta, "frames": fr})
+            trace.append({"action": "free_completed", "addr": addr, "size": size, "stream": 0,
+                          "time_us": t, "compile_context": "N/A", "user_metadata": meta, "frames": fr})
+        else:
+            action = "alloc"
+            if i > n * 0.7 and i % 500 == 0:
+                action = "segment_unmap" if dev == 0 else "snapshot"
+            size = rnd.choice((512, 4096, 1 << 20))
+            addr = 0x7000000 + i * 4096 + dev * (1 << 40)
+            stream = 7 if i % 1500 == 0 else 0
+            trace.append({"action": action, "addr": addr, "size": size, "stream": stream,
+                          "time_us": t, "compile_context": "ctx 1" if i > n * 0.8 else "N/A",
+                          "user_metadata": meta, "frames": frames})
+            if action == "alloc" and frames is not None:
+                live.append((addr, size, frames))
+    traces.append(trace)
+    blocks += [{"address": a, "size": s, "requested_size": s, "state": "active_allocated",
+                "frames": fr} for a, s, fr in live[:100]]
+segments = [{"device": 0, "address": 0x7000000, "total_size": 1 << 30, "allocated_size": 0,
+             "active_size": 0, "requested_size": 0, "stream": 0, "segment_type": "large",
+             "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks}]
+snap = {"segments": segments, "device_traces": traces, "allocator_settings": {},
+        "external_annotations": []}
+sys.stdout.buffer.write(pickle.dumps(snap, 4))
+"#;
+
+#[test]
+fn strings_frames_and_lists_the_second_core_leaves_open_resolve_as_one_core_reads_them() {
+    for variant in ["plain", "odd"] {
+        let out = std::process::Command::new("python3")
+            .args(["-c", LATE_STRINGS_PY, variant])
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bytes = out.stdout;
+        let doc = memtrack::pickle::parse(&bytes).unwrap();
+        for parts in [
+            SnapshotParts::EventsWithoutStacks,
+            SnapshotParts::SegmentsOnly,
+        ] {
+            let generic = snapshot::from_document_parts(&doc, parts).unwrap();
+            let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts);
+            let Streamed::Snapshot(s) = read else {
+                panic!("{variant} ({parts:?}): the streamed reading did not stand");
+            };
+            assert_eq!(
+                format!("{s:?}"),
+                format!("{generic:?}"),
+                "{variant} ({parts:?})"
+            );
+            if variant == "plain" {
+                assert!(
+                    second > 0,
+                    "{variant} ({parts:?}): the second core read nothing"
+                );
+            }
+        }
+    }
+}

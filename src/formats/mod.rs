@@ -6,6 +6,7 @@ pub mod json;
 pub mod record_ext;
 pub mod snapshot;
 pub mod snapshot_traces;
+pub mod trace_tail;
 pub mod tracker;
 pub mod tracker_stream;
 
@@ -113,7 +114,12 @@ pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
     // that reading cannot vouch for (an odd layout, a value it kept to itself referenced
     // elsewhere, any error) is read again the generic way, which then says exactly what the
     // file holds.
-    let mut traces = snapshot_traces::TraceReader::new(parts, file.bytes().len());
+    let mut traces = snapshot_traces::TraceReader::new(parts, file.bytes().len()).with_second_core(
+        snapshot_traces::SecondCore {
+            min_bytes: snapshot_traces::SecondCore::MIN_BYTES,
+            pages: file.pages(),
+        },
+    );
     let mut bar = bar(path, &file);
     let parsed = pickle::parse_mapped_with_divert(&file, &mut bar, &mut traces);
     drop(bar);

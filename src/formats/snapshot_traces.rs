@@ -11,12 +11,20 @@
 //! through the memo, a list where an event should be) is an error, after which the caller reads
 //! the file the generic way, which then says exactly what the file holds.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::{Scope, ScopedJoinHandle};
+
 use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::{
-    Action, DeviceTrace, EventAux, Parts, Snapshot, StackId, TraceEvent, NO_TIME,
+    Action, DeviceTrace, EventAux, Parts, Snapshot, StackId, TraceEvent, MAX_STREAMS, NO_TIME,
 };
-use crate::pickle::{Divert, Diverted, Document, IntOrRef, Op, PickleError, Progress, Value, View};
+use crate::pickle::{
+    Divert, Diverted, Document, IntOrRef, Op, Pages, PickleError, Progress, Value, View,
+    RECENT_HANDLES,
+};
+
+use super::trace_tail::{self, Entry, Known, Tail, CHUNK as TAIL_CHUNK};
 
 type Result<T> = std::result::Result<T, PickleError>;
 
@@ -27,16 +35,37 @@ const EVENT_HANDLE: u64 = 1 << 40;
 /// Memo handle of a frame list whose stack was not kept (reads without stacks).
 const NO_STACK_HANDLE: u64 = EVENT_HANDLE + 1;
 
+/// Memo handle of a value the second core's reader left unread (a frame dict, without stacks).
+const UNREAD_HANDLE: u64 = EVENT_HANDLE + 2;
+
 // positions in EVENT_FIELDS
-const F_ACTION: u8 = 0;
-const F_ADDR: u8 = 1;
-const F_SIZE: u8 = 2;
-const F_STREAM: u8 = 3;
-const F_TIME: u8 = 4;
-const F_FRAMES: u8 = 5;
-const F_DEVICE_FREE: u8 = 6;
-const F_USER_METADATA: u8 = 7;
-const F_COMPILE_CONTEXT: u8 = 8;
+pub(super) const F_ACTION: u8 = 0;
+pub(super) const F_ADDR: u8 = 1;
+pub(super) const F_SIZE: u8 = 2;
+pub(super) const F_STREAM: u8 = 3;
+pub(super) const F_TIME: u8 = 4;
+pub(super) const F_FRAMES: u8 = 5;
+pub(super) const F_DEVICE_FREE: u8 = 6;
+pub(super) const F_USER_METADATA: u8 = 7;
+pub(super) const F_COMPILE_CONTEXT: u8 = 8;
+
+/// An event's `action` named `name`.
+pub(super) fn set_action(name: &str, e: &mut TraceEvent, aux: &mut EventAux) {
+    let a = Action::from_name(name);
+    aux.action_name = (a == Action::Other).then(|| name.to_string());
+    e.action = a;
+}
+
+/// An event's `user_metadata` or `compile_context` string (empty and "N/A" say nothing).
+pub(super) fn set_text_field(field: u8, s: &str, aux: &mut EventAux) {
+    match field {
+        F_USER_METADATA if !s.is_empty() => aux.user_metadata = Some(s.to_string()),
+        F_COMPILE_CONTEXT if !s.is_empty() && s != "N/A" => {
+            aux.compile_context = Some(s.to_string())
+        }
+        _ => {}
+    }
+}
 
 /// What the reader made of `device_traces`.
 #[derive(Default)]
@@ -68,9 +97,24 @@ pub fn read(data: &[u8], progress: &mut dyn Progress, parts: Parts) -> Streamed 
     traces.finish(parsed)
 }
 
+/// `read`, with the back half of a trace handed to a second core whatever the file's size
+/// (`load_with` does so for large files only); also how many events that core read.
+pub fn read_on_two_cores(data: &[u8], parts: Parts) -> (Streamed, usize) {
+    let mut traces = TraceReader::new(parts, data.len()).with_second_core(SecondCore {
+        min_bytes: 0,
+        pages: Pages::default(),
+    });
+    let parsed = crate::pickle::parse_with_divert(data, &mut (), &mut traces);
+    let second = traces.second_core_events();
+    (traces.finish(parsed), second)
+}
+
 /// The `pickle::Divert` for a snapshot's top-level `device_traces`.
-pub struct TraceReader {
+pub struct TraceReader<'f> {
     parts: Parts,
+    /// Hand the back half of the trace to a second core (see `trace_tail`).
+    second_core: Option<SecondCore<'f>>,
+    second_core_events: usize,
     /// Events the first device's vector is made room for up front: address space only until
     /// written, and the vector then never moves (a growing 60 MB vector is copied, page
     /// faults and all, at each doubling).
@@ -86,11 +130,27 @@ pub struct TraceReader {
     scratch: Vec<Value>,
 }
 
-impl TraceReader {
+/// When and how the back half of a trace is read on a second core.
+#[derive(Clone, Copy)]
+pub struct SecondCore<'f> {
+    /// Only when at least this many bytes are left to read.
+    pub min_bytes: usize,
+    /// Where the pages it has read go back.
+    pub pages: Pages<'f>,
+}
+
+impl SecondCore<'_> {
+    /// Below this, a second thread is not worth starting.
+    pub const MIN_BYTES: usize = 32 << 20;
+}
+
+impl<'f> TraceReader<'f> {
     /// A reader for `parts` of a file of `file_len` bytes.
-    pub fn new(parts: Parts, file_len: usize) -> TraceReader {
+    pub fn new(parts: Parts, file_len: usize) -> TraceReader<'f> {
         TraceReader {
             parts,
+            second_core: None,
+            second_core_events: 0,
             // an event takes at least ~48 bytes of pickle
             room: if parts == Parts::SegmentsOnly {
                 0
@@ -108,15 +168,27 @@ impl TraceReader {
     }
 }
 
-impl TraceReader {
-    /// What the parse that used this reader amounts to.
+impl<'f> TraceReader<'f> {
+    /// Read the back half of a large trace on a second core where one is free and `parts`
+    /// leaves the stacks out (a reading with stacks interns them in order, on one thread).
+    pub fn with_second_core(mut self, second: SecondCore<'f>) -> TraceReader<'f> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if self.parts != Parts::All && cores >= 2 {
+            self.second_core = Some(second);
+        }
+        self
+    }
+
+    /// Events the second core read (and the main reading took over).
+    pub fn second_core_events(&self) -> usize {
+        self.second_core_events
+    }
+
     /// What the parse that used this reader amounts to. With `MEMTRACK_DEBUG_STREAM` set, why
     /// a reading is dropped goes to stderr (for developers: the file is read again anyway).
     pub fn finish(self, parsed: Result<Document>) -> Streamed {
         let dropped = |why: &dyn std::fmt::Display| {
-            if std::env::var_os("MEMTRACK_DEBUG_STREAM").is_some() {
-                eprintln!("memtrack: streamed reading dropped: {why}");
-            }
+            debug(&format_args!("streamed reading dropped: {why}"));
             Streamed::ReadAgain
         };
         let doc = match parsed {
@@ -142,7 +214,7 @@ impl TraceReader {
     }
 }
 
-impl Divert for TraceReader {
+impl Divert for TraceReader<'_> {
     fn wants(&mut self, key: &str, _prior: &[&str]) -> bool {
         if key != "device_traces" {
             return false;
@@ -153,32 +225,341 @@ impl Divert for TraceReader {
 
     fn read(&mut self, r: &mut Diverted<'_, '_, '_>) -> Result<Value> {
         self.read = true;
-        let mut devices = 0usize;
-        list(r, b']', &mut |r| {
-            if r.peek() != Some(b']') {
-                return Err(r.error("device_traces: expected a list per device"));
-            }
-            let mut t = DeviceTrace::default();
-            if devices == 0 {
-                let _ = t.events.try_reserve(self.room); // only an optimization
-            }
-            self.out.traces.push(t);
-            self.out.lengths.push(0);
-            list(r, b'}', &mut |r| self.event(r, devices))?;
-            devices += 1;
-            Ok(())
+        let (cancel, done) = (AtomicBool::new(false), AtomicUsize::new(0));
+        std::thread::scope(|scope| {
+            let mut tail = TailState::new(&cancel, &done);
+            let mut devices = 0usize;
+            let read = list(r, b']', &mut |r| {
+                if r.peek() != Some(b']') {
+                    return Err(r.error("device_traces: expected a list per device"));
+                }
+                let mut t = DeviceTrace::default();
+                if devices == 0 {
+                    let _ = t.events.try_reserve(self.room); // only an optimization
+                }
+                self.out.traces.push(t);
+                self.out.lengths.push(0);
+                self.events(r, devices, &mut tail, scope)?;
+                devices += 1;
+                Ok(())
+            });
+            cancel.store(true, Ordering::Relaxed); // a tail still reading stops
+            read
         })?;
         Ok(Value::NONE)
+    }
+}
+
+/// A memo entry as it stood when the second core's reading fetched it.
+enum Held {
+    /// One of that reading's own, and its place among them.
+    Tail(Entry, usize),
+    /// The main reading's.
+    Main(Value),
+}
+
+/// The second core's reading, from the main reading's side.
+struct TailState<'s> {
+    cancel: &'s AtomicBool,
+    done: &'s AtomicUsize,
+    /// Where it started (`usize::MAX`: none is reading).
+    at: usize,
+    /// One is started per file, at most.
+    started: bool,
+    /// It gives back what it was told, with its reading.
+    handle: Option<ScopedJoinHandle<'s, (Known, Option<Tail>)>>,
+}
+
+impl<'s> TailState<'s> {
+    fn new(cancel: &'s AtomicBool, done: &'s AtomicUsize) -> Self {
+        TailState {
+            cancel,
+            done,
+            at: usize::MAX,
+            started: false,
+            handle: None,
+        }
+    }
+}
+
+impl<'f> TraceReader<'f> {
+    /// A device's list of events: `]` memo, then batches `(` event… `e`, or single events
+    /// with APPEND. Between two events of a batch the second core's reading is started (after
+    /// the first batch) and taken over (where it started).
+    fn events<'s, 'a: 's>(
+        &mut self,
+        r: &mut Diverted<'_, 'a, '_>,
+        device: usize,
+        tail: &mut TailState<'s>,
+        scope: &'s Scope<'s, '_>,
+    ) -> Result<()>
+    where
+        'f: 's,
+    {
+        match r.next_op()? {
+            Op::EmptyList => {}
+            _ => return Err(r.error("expected a list")),
+        }
+        memo_entries(r, Value::taken(EVENT_HANDLE))?;
+        loop {
+            match r.peek() {
+                Some(b'(') => {
+                    r.eat(b'(');
+                    let batch = r.position();
+                    while r.peek() != Some(b'e') {
+                        if r.position() >= tail.at {
+                            self.take_over(r, device, tail);
+                            continue;
+                        }
+                        self.event(r, device)?;
+                    }
+                    r.eat(b'e');
+                    if !tail.started {
+                        self.start_tail(r, batch, tail, scope);
+                    }
+                }
+                Some(b'}') => {
+                    self.event(r, device)?;
+                    if !r.eat(b'a') {
+                        return Err(r.error("expected APPEND after a single item"));
+                    }
+                }
+                _ => return Ok(()),
+            }
+            r.tick();
+            if tail.handle.is_some() {
+                r.read_elsewhere(tail.done.load(Ordering::Relaxed));
+            }
+        }
+    }
+
+    /// Start the second core's reading at an event halfway through what is left, telling it
+    /// the strings the batch just read (from `batch`) fetched from the memo.
+    fn start_tail<'s, 'a: 's>(
+        &mut self,
+        r: &mut Diverted<'_, 'a, '_>,
+        batch: usize,
+        tail: &mut TailState<'s>,
+        scope: &'s Scope<'s, '_>,
+    ) where
+        'f: 's,
+    {
+        let Some(second) = self.second_core else {
+            return;
+        };
+        let (data, here) = (r.data(), r.position());
+        if data.len() - here < second.min_bytes.max(1) || r.memo_dense_len().is_none() {
+            return;
+        }
+        tail.started = true;
+        let mut known = Known::default();
+        let mut ops = crate::pickle::ops::Cursor::new(&data[..here]);
+        ops.advance(batch);
+        while let Ok(op) = ops.next_op() {
+            if let Op::Get(id) = op {
+                if !known.contains(id) {
+                    if let Some(s) = r.memo_peek(id).and_then(|v| r.doc().as_str(v)) {
+                        known.insert(id, s);
+                    }
+                }
+            }
+        }
+        // the main reading is the slower per byte (the memo, the generic values): it takes
+        // a little less than half
+        let from = here + (data.len() - here) * 43 / 100;
+        let Some(at) = known.event_start(data, from, 1 << 20) else {
+            return;
+        };
+        let events = self.parts != Parts::SegmentsOnly;
+        let (cancel, done, pages) = (tail.cancel, tail.done, second.pages);
+        tail.at = at;
+        tail.handle = Some(scope.spawn(move || {
+            let read = trace_tail::read(data, at, &known, events, cancel, done, pages);
+            (known, read)
+        }));
+    }
+
+    /// The main reading is at or past where the second core's started: take its reading over
+    /// if it is exactly there and every check holds, else read on alone.
+    fn take_over(&mut self, r: &mut Diverted<'_, '_, '_>, device: usize, tail: &mut TailState<'_>) {
+        let at = std::mem::replace(&mut tail.at, usize::MAX);
+        r.read_elsewhere(0); // from here on the main reading's position says it all
+        if r.position() != at {
+            tail.cancel.store(true, Ordering::Relaxed);
+            debug(&format_args!(
+                "second core: byte {at} was not an event start"
+            ));
+            return;
+        }
+        let Some(Ok((known, Some(t)))) = tail.handle.take().map(|h| h.join()) else {
+            debug(&"second core: gave up (a layout it leaves to the main reading)");
+            return;
+        };
+        let Some(texts) = self.check_tail(r, &known, &t) else {
+            debug(&"second core: its reading did not hold");
+            return;
+        };
+        debug(&format_args!(
+            "second core: read {} events, bytes {}..{}",
+            t.count, t.start, t.end
+        ));
+        self.second_core_events += t.count;
+        let Tail {
+            end,
+            events,
+            trace: mut tail_trace,
+            count,
+            entries,
+            texts: tail_texts,
+            memo_texts,
+            checks,
+            deferred,
+            ..
+        } = t;
+        drop(checks);
+        let mut memo_texts = memo_texts.into_iter();
+        for e in entries {
+            let v = match e {
+                Entry::Event => Value::taken(EVENT_HANDLE),
+                Entry::FrameList => Value::taken(NO_STACK_HANDLE),
+                Entry::Text => {
+                    let i = memo_texts.next().expect("a memo text an Entry::Text");
+                    r.push_text(&tail_texts[i as usize])
+                }
+                Entry::Unread => Value::taken(UNREAD_HANDLE),
+            };
+            r.memoize(v);
+        }
+        self.out.lengths[device] += count;
+        r.skip_to(end);
+        if self.parts == Parts::SegmentsOnly {
+            return;
+        }
+        // the strings it fetched from the memo, now known
+        let mut events = events;
+        for (d, text) in deferred.iter().zip(&texts) {
+            let (chunk, at) = (d.event as usize / TAIL_CHUNK, d.event as usize % TAIL_CHUNK);
+            let e = &mut events[chunk][at];
+            let aux = match tail_trace.aux.binary_search_by_key(&d.event, |&(i, _)| i) {
+                Ok(i) => &mut tail_trace.aux[i].1,
+                Err(i) => {
+                    tail_trace.aux.insert(i, (d.event, EventAux::default()));
+                    &mut tail_trace.aux[i].1
+                }
+            };
+            match d.field {
+                F_ACTION => set_action(text, e, aux),
+                field => set_text_field(field, text, aux),
+            }
+        }
+        tail_trace.aux.retain(|(_, a)| a.says_something());
+        // its streams as the main reading's (check_tail counted them), then the events,
+        // a chunk at a time, each let go once copied
+        let trace = &mut self.out.traces[device];
+        let streams: Vec<u16> = (tail_trace.streams.iter())
+            .map(|&s| trace.stream_index(s).unwrap_or(0))
+            .collect();
+        let same = streams.iter().enumerate().all(|(i, &s)| s as usize == i);
+        let first_index = trace.events.len() as u32;
+        for mut chunk in events {
+            if !same {
+                for e in &mut chunk {
+                    e.stream_index = streams[e.stream_index as usize];
+                }
+            }
+            trace.events.extend_from_slice(&chunk);
+        }
+        (trace.aux).extend(
+            tail_trace
+                .aux
+                .into_iter()
+                .map(|(i, a)| (first_index + i, a)),
+        );
+    }
+
+    /// Whether the second core's reading holds now that the first id of its memo entries is
+    /// known; the strings of its deferred values, in order.
+    fn check_tail(&self, r: &Diverted<'_, '_, '_>, known: &Known, t: &Tail) -> Option<Vec<String>> {
+        let first = r.memo_dense_len()?;
+        let streams = self.out.traces.last().map_or(0, |t| t.streams.len());
+        if streams + t.trace.streams.len() > MAX_STREAMS {
+            return None; // the main reading reads on, and says so
+        }
+        // what it was told is still so (no PUT changed it since)
+        for (id, text) in known.iter() {
+            if r.memo_peek(id).and_then(|v| r.doc().as_str(v)) != Some(text) {
+                return None;
+            }
+        }
+        if t.max_ahead >= first as i64 {
+            return None; // a reference to an id not stored yet
+        }
+        let memo_then = |entries: u32| first + entries as u64;
+        // an entry of the tail, or of the main reading's memo as it stood then
+        let lookup = |id: u64, entries: u32| -> Option<Held> {
+            if id >= memo_then(entries) {
+                return None;
+            }
+            if id >= first {
+                let at = (id - first) as usize;
+                return Some(Held::Tail(t.entries[at], at));
+            }
+            r.memo_peek(id).map(Held::Main)
+        };
+        for c in &t.checks {
+            let frame_list = c.frame_list();
+            // handles: the main reading's window holds the recent ones only
+            let recent = memo_then(c.entries()) - c.id() <= RECENT_HANDLES as u64;
+            let ok = match lookup(c.id(), c.entries())? {
+                Held::Tail(Entry::FrameList, _) => frame_list && recent,
+                Held::Tail(Entry::Unread | Entry::Text, _) => !frame_list,
+                Held::Tail(Entry::Event, _) => false,
+                Held::Main(v) => match r.doc().as_taken(v) {
+                    Some(NO_STACK_HANDLE) => frame_list && recent,
+                    Some(UNREAD_HANDLE) => !frame_list,
+                    Some(_) => false,
+                    None => !frame_list || r.doc().as_seq(v).is_some(),
+                },
+            };
+            if !ok {
+                return None;
+            }
+        }
+        // the memo texts by entry, for the deferred strings that are the tail's own
+        let text_at: FxHashMap<usize, u32> = if t.deferred.is_empty() {
+            FxHashMap::default()
+        } else {
+            (t.entries.iter().enumerate())
+                .filter(|(_, &e)| e == Entry::Text)
+                .map(|(at, _)| at)
+                .zip(t.memo_texts.iter().copied())
+                .collect()
+        };
+        t.deferred
+            .iter()
+            .map(|d| match lookup(d.id, d.entries)? {
+                Held::Tail(Entry::Text, at) => Some(t.texts[text_at[&at] as usize].to_string()),
+                Held::Tail(..) => None,
+                Held::Main(v) => r.doc().as_str(v).map(str::to_string),
+            })
+            .collect()
+    }
+}
+
+/// With `MEMTRACK_DEBUG_STREAM` set, how the reading went, on stderr (for developers).
+fn debug(what: &dyn std::fmt::Display) {
+    if std::env::var_os("MEMTRACK_DEBUG_STREAM").is_some() {
+        eprintln!("memtrack: {what}");
     }
 }
 
 /// A list: EMPTY_LIST, its memo entry, then its items in MARK … APPENDS batches or one by one
 /// with APPEND; `item` reads one item, which starts with opcode `item_code`. The list itself
 /// is memoized as an inert handle.
-fn list(
-    r: &mut Diverted<'_, '_, '_>,
+fn list<'a>(
+    r: &mut Diverted<'_, 'a, '_>,
     item_code: u8,
-    item: &mut dyn FnMut(&mut Diverted<'_, '_, '_>) -> Result<()>,
+    item: &mut dyn FnMut(&mut Diverted<'_, 'a, '_>) -> Result<()>,
 ) -> Result<()> {
     match r.next_op()? {
         Op::EmptyList => {}
@@ -297,7 +678,7 @@ fn scalar(r: &mut Diverted<'_, '_, '_>) -> Result<Scalar> {
     Ok(Scalar::Value(v))
 }
 
-impl TraceReader {
+impl TraceReader<'_> {
     /// One event dict: `}` memo `(` key value … `u`.
     fn event(&mut self, r: &mut Diverted<'_, '_, '_>, device: usize) -> Result<()> {
         if !matches!(r.next_op()?, Op::EmptyDict) {
@@ -337,25 +718,21 @@ impl TraceReader {
                     let Some(v) = v.value() else {
                         return fail(r);
                     };
-                    let a = match self.actions.iter().find(|(h, _)| *h == v) {
-                        Some(&(_, a)) => a,
+                    match self.actions.iter().find(|(h, _)| *h == v) {
+                        Some(&(_, a)) => {
+                            aux.action_name = None;
+                            e.action = a;
+                        }
                         None => {
                             let Some(name) = doc.as_str(v) else {
                                 return fail(r);
                             };
-                            let a = Action::from_name(name);
-                            if a == Action::Other {
-                                aux.action_name = Some(name.to_string());
-                            } else if self.actions.len() < 32 {
-                                self.actions.push((v, a));
+                            set_action(name, &mut e, &mut aux);
+                            if e.action != Action::Other && self.actions.len() < 32 {
+                                self.actions.push((v, e.action));
                             }
-                            a
                         }
-                    };
-                    if a != Action::Other {
-                        aux.action_name = None;
                     }
-                    e.action = a;
                     have_action = true;
                 }
                 F_ADDR | F_SIZE | F_DEVICE_FREE => {
@@ -380,20 +757,9 @@ impl TraceReader {
                         .or_else(|| v.float(doc).map(|f| f as i64))
                         .unwrap_or(NO_TIME)
                 }
-                F_USER_METADATA => {
-                    if let Some(s) = v
-                        .value()
-                        .and_then(|v| doc.as_str(v))
-                        .filter(|s| !s.is_empty())
-                    {
-                        aux.user_metadata = Some(s.to_string());
-                    }
-                }
-                F_COMPILE_CONTEXT => {
-                    if let Some(s) = (v.value().and_then(|v| doc.as_str(v)))
-                        .filter(|s| !s.is_empty() && *s != "N/A")
-                    {
-                        aux.compile_context = Some(s.to_string());
+                F_USER_METADATA | F_COMPILE_CONTEXT => {
+                    if let Some(s) = v.value().and_then(|v| doc.as_str(v)) {
+                        set_text_field(field, s, &mut aux);
                     }
                 }
                 _ => {}
@@ -504,7 +870,8 @@ impl TraceReader {
             Some(b'}') => r.generic_value()?,
             _ => return Err(r.error("a frame that is not a dict")),
         };
-        if v.is_taken() {
+        // (a frame the second core's reading left unread is a frame all the same)
+        if v.is_taken() && (keep || r.doc().as_taken(v) != Some(UNREAD_HANDLE)) {
             return Err(r.error("a frame list where a frame belongs"));
         }
         if keep {

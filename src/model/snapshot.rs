@@ -360,6 +360,16 @@ pub struct EventAux {
     pub action_name: Option<String>,
 }
 
+impl EventAux {
+    /// Whether it carries anything (an event's aux is kept only then).
+    pub fn says_something(&self) -> bool {
+        self.device_free.is_some()
+            || self.user_metadata.is_some()
+            || self.compile_context.is_some()
+            || self.action_name.is_some()
+    }
+}
+
 /// Distinct streams a trace may have: a CUDA program uses a handful (PyTorch's pool is 32 a
 /// priority a device).
 pub const MAX_STREAMS: usize = u16::MAX as usize + 1;
@@ -378,19 +388,16 @@ impl DeviceTrace {
     /// distinct streams.
     pub fn push(&mut self, mut e: TraceEvent, stream: i64, aux: EventAux) -> Result<(), String> {
         e.stream_index = self.stream_index(stream)?;
-        let says_something = aux.device_free.is_some()
-            || aux.user_metadata.is_some()
-            || aux.compile_context.is_some()
-            || aux.action_name.is_some();
-        if says_something {
+        if aux.says_something() {
             self.aux.push((self.events.len() as u32, aux));
         }
         self.events.push(e);
         Ok(())
     }
 
+    /// The index of `stream` in `streams`, added if new. Err past [`MAX_STREAMS`].
     #[inline]
-    fn stream_index(&mut self, stream: i64) -> Result<u16, String> {
+    pub fn stream_index(&mut self, stream: i64) -> Result<u16, String> {
         // the last one used first: events come in runs on one stream
         if let Some(&last) = self.events.last() {
             if self.streams[last.stream_index as usize] == stream {

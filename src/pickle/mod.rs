@@ -12,7 +12,7 @@ pub mod writer;
 pub use ops::Op;
 pub use reader::{
     parse, parse_opcode_by_opcode, parse_with_divert, parse_with_progress, Divert, Diverted,
-    IntOrRef, PickleError, Progress, MAX_DEPTH,
+    IntOrRef, PickleError, Progress, MAX_DEPTH, RECENT_HANDLES,
 };
 pub(crate) use value::int_from_short_le;
 pub use value::{big_int_to_f64, Dict, DictIter, Document, Object, ObjectKind, Value, View};
@@ -43,9 +43,40 @@ impl MappedFile {
     /// what it keeps, so a 1 GB file never sits whole in our resident memory.
     pub fn release_behind<'m>(&'m self, inner: &'m mut dyn Progress) -> ReleaseBehind<'m> {
         ReleaseBehind {
-            map: self.map.as_ref(),
+            pages: self.pages(),
             released: 0,
             inner,
+        }
+    }
+
+    /// Hands pages of the mapping back, from any thread.
+    pub fn pages(&self) -> Pages<'_> {
+        Pages {
+            map: self.map.as_ref(),
+        }
+    }
+}
+
+/// Gives read pages of a mapped file back to the kernel (see [`MappedFile::release_behind`]);
+/// a reader on another thread uses it for the part it reads.
+#[derive(Clone, Copy, Default)]
+pub struct Pages<'m> {
+    map: Option<&'m memmap2::Mmap>,
+}
+
+impl Pages<'_> {
+    /// Drop the whole pages inside `from..to` from this process's memory.
+    pub fn release(&self, from: usize, to: usize) {
+        const PAGE: usize = 4096;
+        let (from, to) = (from.div_ceil(PAGE) * PAGE, to / PAGE * PAGE);
+        if let (Some(map), true) = (self.map, to > from) {
+            // SAFETY: nothing borrows from the mapping behind a parse position (strings and
+            // bytes are copied out), and a private read-only file mapping re-reads the file if
+            // touched again, so dropping those pages cannot change what a parser sees.
+            unsafe {
+                let _ =
+                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from);
+            }
         }
     }
 }
@@ -89,28 +120,21 @@ pub fn read_file(path: &Path, progress: &mut dyn Progress) -> Result<Document, R
 }
 
 pub struct ReleaseBehind<'m> {
-    map: Option<&'m memmap2::Mmap>,
+    pages: Pages<'m>,
     released: usize,
     inner: &'m mut dyn Progress,
 }
 
 impl Progress for ReleaseBehind<'_> {
     fn advanced(&mut self, consumed: usize) {
-        const PAGE: usize = 4096;
-        let upto = consumed / PAGE * PAGE;
-        if let (Some(map), true) = (self.map, upto > self.released) {
-            // SAFETY: nothing borrows from the mapping behind the parse position (strings and
-            // bytes are copied out), and a private read-only file mapping re-reads the file if
-            // touched again, so dropping those pages cannot change what the parser sees.
-            unsafe {
-                let _ = map.unchecked_advise_range(
-                    memmap2::UncheckedAdvice::DontNeed,
-                    self.released,
-                    upto - self.released,
-                );
-            }
-            self.released = upto;
+        if consumed > self.released {
+            self.pages.release(self.released, consumed);
+            self.released = consumed / 4096 * 4096;
         }
         self.inner.advanced(consumed);
+    }
+
+    fn read_elsewhere(&mut self, bytes: usize) {
+        self.inner.read_elsewhere(bytes);
     }
 }

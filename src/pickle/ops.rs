@@ -91,6 +91,11 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// All the bytes, read or not.
+    pub fn whole(&self) -> &'a [u8] {
+        self.data
+    }
+
     /// Bytes consumed so far.
     pub fn position(&self) -> usize {
         self.pos

@@ -39,6 +39,9 @@ type Result<T> = std::result::Result<T, PickleError>;
 /// caller can drop pages it will not read again (and draw progress).
 pub trait Progress {
     fn advanced(&mut self, consumed: usize);
+    /// Bytes a second reader has read further on in the file (for display only: the pages
+    /// behind `advanced` are the ones the caller may drop).
+    fn read_elsewhere(&mut self, _bytes: usize) {}
 }
 
 impl Progress for () {
@@ -95,6 +98,55 @@ impl<'a> Diverted<'_, 'a, '_> {
                 op => return Ok(op),
             }
         }
+    }
+
+    /// The whole input (a reader may hand part of it to another thread).
+    pub fn data(&self) -> &'a [u8] {
+        self.m.cursor.whole()
+    }
+
+    /// Bytes consumed so far.
+    #[inline(always)]
+    pub fn position(&self) -> usize {
+        self.m.cursor.position()
+    }
+
+    /// Go on reading at `pos`, ahead of the current position: what lies between was read by
+    /// someone else, who stored its memo entries.
+    pub fn skip_to(&mut self, pos: usize) {
+        let here = self.m.cursor.position();
+        debug_assert!(pos >= here);
+        self.m.cursor.advance(pos.saturating_sub(here));
+    }
+
+    /// The id the next MEMOIZE stores, when every id below it is stored and none above
+    /// (the memo Python's own pickler writes); None for a memo with holes.
+    pub fn memo_dense_len(&self) -> Option<u64> {
+        if self.m.memo_holes || !self.m.memo_sparse.is_empty() {
+            return None;
+        }
+        Some(match &self.m.window {
+            Some(w) => w.next,
+            None => self.m.memo.len() as u64,
+        })
+    }
+
+    /// Memo entry `id` if stored and still held, without marking anything (a look, not a GET).
+    pub fn memo_peek(&self, id: u64) -> Option<Value> {
+        if let Some(&v) = self.m.memo.get(id as usize) {
+            if v != UNSET {
+                return Some(v);
+            }
+        }
+        match &self.m.window {
+            Some(w) if id >= w.base => w.peek(id),
+            _ => self.m.memo_sparse.get(&id).copied(),
+        }
+    }
+
+    /// Report the bytes a second reader has read (see [`Progress::read_elsewhere`]).
+    pub fn read_elsewhere(&mut self, bytes: usize) {
+        self.progress.read_elsewhere(bytes);
     }
 
     /// The code of the next opcode without consuming it (FRAME markers consumed first).
@@ -258,6 +310,11 @@ impl<'a> Diverted<'_, 'a, '_> {
         &self.m.doc
     }
 
+    /// A string in the document, already text.
+    pub fn push_text(&mut self, s: &str) -> Value {
+        self.m.doc.push_str(s)
+    }
+
     /// A string in the document (what the machine makes of a string opcode).
     pub fn push_str(&mut self, raw: &[u8]) -> Value {
         match std::str::from_utf8(raw) {
@@ -380,7 +437,8 @@ enum Lookup {
     Never,
 }
 
-const RECENT_HANDLES: usize = 1 << 16;
+/// How many recent memo ids the window keeps handles for.
+pub const RECENT_HANDLES: usize = 1 << 16;
 const HOT_VALUES: usize = 1 << 12;
 
 impl HandleWindow {
@@ -422,6 +480,24 @@ impl HandleWindow {
         }
         self.next += 1;
         true
+    }
+
+    /// `get` without touching the cache.
+    fn peek(&self, id: u64) -> Option<Value> {
+        if id >= self.next {
+            return None;
+        }
+        let rel = id - self.base;
+        let (w, bit) = ((rel / 64) as usize, rel % 64);
+        let bits = self.kept_bits[w];
+        if bits >> bit & 1 == 1 {
+            let below = (bits & ((1u64 << bit) - 1)).count_ones();
+            return Some(self.kept[(self.kept_before[w] + below) as usize]);
+        }
+        match self.recent[id as usize % RECENT_HANDLES] {
+            (at, v) if at == id => Some(v),
+            _ => None,
+        }
     }
 
     #[inline]

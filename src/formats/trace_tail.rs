@@ -1,0 +1,603 @@
+//! The back half of a snapshot's trace, read on a second core while `TraceReader` reads the
+//! front half (`summary`, `segments`, `trace` and `simulate`: the readings without stacks).
+//!
+//! Pickle opcodes do not say where a value starts, and a memo id counts everything memoized
+//! before it, so a reader dropped in the middle of the file knows neither where it is nor
+//! which ids its own memo entries get. This one starts where the bytes read as an event (`}`
+//! MEMOIZE `(` and a reference to the key "action"), reads events to the end of their list,
+//! and leaves what it cannot know yet to the main reading, which decides when it arrives:
+//! - its memo entries are counted from 0 (`entries`): they take the ids after the main
+//!   reading's;
+//! - a reference that need only be stored (a frame) is checked as `max_ahead`, the largest
+//!   `id - entries made before it`: every one was stored iff that is below the first id;
+//! - frame lists and frames fetched by reference, and strings it was not told of, are kept
+//!   with their ids (`checks`, `deferred`) to be checked and resolved then.
+//!
+//! The main reading takes this reading over only if it arrives exactly at `start` between two
+//! events of one list and every check holds (`TraceReader`); otherwise it reads on by itself.
+//! Either way the snapshot is the one-thread reading's, event for event.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use rustc_hash::FxHashMap;
+
+use crate::model::snapshot::{Action, DeviceTrace, EventAux, TraceEvent, NO_TIME};
+use crate::pickle::Pages;
+
+use super::snapshot::{EVENT_FIELDS, UNKNOWN};
+use super::snapshot_traces::{
+    set_action, set_text_field, F_ACTION, F_ADDR, F_COMPILE_CONTEXT, F_DEVICE_FREE, F_FRAMES,
+    F_SIZE, F_STREAM, F_TIME, F_USER_METADATA,
+};
+
+/// Strings of the memo the main reading had stored when it started this reader (the event
+/// keys and action names, fetched by reference in every event).
+#[derive(Default)]
+pub struct Known {
+    ids: FxHashMap<u64, u32>,
+    texts: Vec<Box<str>>,
+    /// Of each text: the event field it names as a key, the action it names as a value.
+    fields: Vec<u8>,
+    actions: Vec<Action>,
+    /// Memo id of the string "action": an event's first key, how a start is recognized.
+    action_key: Option<u64>,
+}
+
+impl Known {
+    pub fn insert(&mut self, id: u64, text: &str) {
+        if self.ids.contains_key(&id) {
+            return;
+        }
+        if text == "action" {
+            self.action_key = Some(id);
+        }
+        self.ids.insert(id, self.texts.len() as u32);
+        self.texts.push(text.into());
+        self.fields.push(field_named(text));
+        self.actions.push(Action::from_name(text));
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.ids.contains_key(&id)
+    }
+
+    /// Each known id with its string.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &str)> {
+        self.ids
+            .iter()
+            .map(|(&id, &i)| (id, &*self.texts[i as usize]))
+    }
+
+    /// The first offset at or after `from` (within `limit` bytes) whose bytes read as the
+    /// start of an event: `}` MEMOIZE `(` then a reference to "action".
+    pub fn event_start(&self, data: &[u8], from: usize, limit: usize) -> Option<usize> {
+        let key = self.action_key?;
+        let end = data.len().min(from.saturating_add(limit));
+        let mut at = from;
+        while at < end {
+            at += data[at..end].iter().position(|&b| b == b'}')?;
+            let id = match &data[at..] {
+                [b'}', 0x94, b'(', b'h', a, ..] => Some(*a as u64),
+                [b'}', 0x94, b'(', b'j', a, b, c, d, ..] => {
+                    Some(u32::from_le_bytes([*a, *b, *c, *d]) as u64)
+                }
+                _ => None,
+            };
+            if id == Some(key) {
+                return Some(at);
+            }
+            at += 1;
+        }
+        None
+    }
+}
+
+/// The event field `name` is the key of.
+fn field_named(name: &str) -> u8 {
+    EVENT_FIELDS
+        .iter()
+        .position(|&f| f == name)
+        .map_or(UNKNOWN, |f| f as u8)
+}
+
+/// What a memo entry of the tail holds, as the main reading will store it (a byte each:
+/// a large tail makes millions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Entry {
+    Event,
+    FrameList,
+    /// The next of `Tail::memo_texts`.
+    Text,
+    /// A frame dict or anything inside one (only their presence matters without stacks).
+    Unread,
+}
+
+/// A reference to check when the first id is known, in 8 bytes: the id (a memo reference
+/// holds 32 bits), the entries the tail had made before it (the memo then held `first id +
+/// entries`) and whether it is an event's `frames` (a frame list) or a frame of a list.
+#[derive(Clone, Copy, Debug)]
+pub struct Check(u64);
+
+impl Check {
+    fn new(id: u32, entries: u32, frame_list: bool) -> Option<Check> {
+        (entries < 1 << 31).then_some(Check(
+            id as u64 | (entries as u64) << 32 | (frame_list as u64) << 63,
+        ))
+    }
+
+    pub fn id(self) -> u64 {
+        self.0 & 0xFFFF_FFFF
+    }
+
+    pub fn entries(self) -> u32 {
+        (self.0 >> 32) as u32 & 0x7FFF_FFFF
+    }
+
+    pub fn frame_list(self) -> bool {
+        self.0 >> 63 == 1
+    }
+}
+
+/// A string value the tail fetched by a reference it was not told of.
+#[derive(Clone, Copy, Debug)]
+pub struct Deferred {
+    /// Index of the event in the tail.
+    pub event: u32,
+    pub field: u8,
+    pub id: u64,
+    pub entries: u32,
+}
+
+/// Events a chunk: the tail's events are handed over chunk by chunk, each let go once
+/// copied, so the trace is never held twice.
+pub const CHUNK: usize = 1 << 18;
+
+/// The tail's reading.
+#[derive(Default)]
+pub struct Tail {
+    pub start: usize,
+    /// Where the main reading goes on (the byte after the last event read).
+    pub end: usize,
+    /// The events (none when only counted), in chunks; their `stream_index` is into
+    /// `trace.streams`, their aux in `trace.aux`.
+    pub events: Vec<Vec<TraceEvent>>,
+    pub trace: DeviceTrace,
+    pub count: usize,
+    pub entries: Vec<Entry>,
+    /// The strings the tail read, and which of them are memo entries (`Entry::Text`), in order.
+    pub texts: Vec<Box<str>>,
+    pub memo_texts: Vec<u32>,
+    /// Largest `id - entries made before it` of the references that need only be stored.
+    pub max_ahead: i64,
+    pub checks: Vec<Check>,
+    pub deferred: Vec<Deferred>,
+}
+
+/// A value of an event as the tail decodes it.
+#[derive(Clone, Copy)]
+enum Val {
+    Int(i64),
+    Float(f64),
+    None,
+    Bool(bool),
+    /// A known string (`Known::texts`).
+    Known(u32),
+    /// One of the tail's own strings.
+    Own(u32),
+    /// A reference to something the tail was not told of.
+    Ref(u64),
+}
+
+/// Read the events from `start` to the end of their list; None if the bytes there are not
+/// what this reader handles (the main reading then reads them itself). `events`: keep the
+/// events (else only count them). Stops early when `cancel` is set; `done` tells how many
+/// bytes it has read, and `pages` gets back the pages it has read.
+pub fn read(
+    data: &[u8],
+    start: usize,
+    known: &Known,
+    events: bool,
+    cancel: &AtomicBool,
+    done: &AtomicUsize,
+    pages: Pages<'_>,
+) -> Option<Tail> {
+    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        read_events(data, start, known, events, cancel, done, pages)
+    }));
+    read.ok().flatten() // a bug here must not take the reading down: the main reading reads on
+}
+
+fn read_events(
+    data: &[u8],
+    start: usize,
+    known: &Known,
+    events: bool,
+    cancel: &AtomicBool,
+    done: &AtomicUsize,
+    pages: Pages<'_>,
+) -> Option<Tail> {
+    let mut r = Reader {
+        b: data,
+        p: start,
+        known,
+        events,
+        out: Tail {
+            start,
+            max_ahead: i64::MIN,
+            ..Tail::default()
+        },
+    };
+    let mut released = start;
+    loop {
+        // between two events of a batch
+        match r.peek() {
+            Some(b'}') => r.event()?,
+            Some(b'e') => {
+                let at = r.p;
+                r.p += 1;
+                if r.peek() != Some(b'(') {
+                    r.p = at; // the list ends: the main reading reads the APPENDS
+                    break;
+                }
+                r.p += 1;
+                if cancel.load(Ordering::Relaxed) {
+                    return None;
+                }
+                done.store(r.p - start, Ordering::Relaxed);
+                if r.p - released >= 16 << 20 {
+                    pages.release(released, r.p);
+                    released = r.p;
+                }
+            }
+            _ => break,
+        }
+    }
+    r.out.end = r.p;
+    Some(r.out)
+}
+
+struct Reader<'d, 'k> {
+    b: &'d [u8],
+    p: usize,
+    known: &'k Known,
+    events: bool,
+    out: Tail,
+}
+
+impl Reader<'_, '_> {
+    /// The next opcode's code, FRAME markers skipped; None at the end.
+    #[inline(always)]
+    fn peek(&mut self) -> Option<u8> {
+        loop {
+            match self.b.get(self.p) {
+                Some(0x95) if self.p + 9 <= self.b.len() => self.p += 9,
+                Some(0x95) => return None,
+                c => return c.copied(),
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn eat(&mut self, code: u8) -> bool {
+        if self.peek() == Some(code) {
+            self.p += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn entry(&mut self, e: Entry) {
+        self.out.entries.push(e);
+    }
+
+    fn made(&self) -> u32 {
+        self.out.entries.len() as u32
+    }
+
+    /// A MEMOIZE after a value (at most one: the main reading handles anything else).
+    #[inline]
+    fn memo(&mut self, e: Entry) -> Option<()> {
+        if self.b.get(self.p) == Some(&0x94) {
+            self.p += 1;
+            self.entry(e);
+            if self.b.get(self.p) == Some(&0x94) {
+                return None;
+            }
+        }
+        Some(())
+    }
+
+    /// The id of a memo reference at `p`, consumed.
+    #[inline(always)]
+    fn reference(&mut self) -> Option<u64> {
+        match self.b[self.p..] {
+            [b'h', a, ..] => {
+                self.p += 2;
+                Some(a as u64)
+            }
+            [b'j', a, b, c, d, ..] => {
+                self.p += 5;
+                Some(u32::from_le_bytes([a, b, c, d]) as u64)
+            }
+            _ => None,
+        }
+    }
+
+    /// A reference that need only be stored.
+    #[inline(always)]
+    fn stored(&mut self, id: u64) {
+        self.out.max_ahead = self.out.max_ahead.max(id as i64 - self.made() as i64);
+    }
+
+    /// A scalar: a number, None, a bool, a string or a memo reference.
+    #[inline]
+    fn value(&mut self) -> Option<Val> {
+        let c = self.peek()?;
+        let b = &self.b[self.p..];
+        let (v, len) = match (c, b) {
+            (b'h' | b'j', _) => {
+                let id = self.reference()?;
+                return Some(match self.known.ids.get(&id) {
+                    Some(&i) => Val::Known(i),
+                    None => Val::Ref(id),
+                });
+            }
+            (b'K', [_, a, ..]) => (Val::Int(*a as i64), 2),
+            (b'M', [_, a, b, ..]) => (Val::Int(u16::from_le_bytes([*a, *b]) as i64), 3),
+            (b'J', [_, a, b, c, d, ..]) => {
+                (Val::Int(i32::from_le_bytes([*a, *b, *c, *d]) as i64), 5)
+            }
+            (0x8a, [_, k, rest @ ..]) if *k <= 8 && rest.len() >= *k as usize => (
+                Val::Int(crate::pickle::int_from_short_le(&rest[..*k as usize])),
+                2 + *k as usize,
+            ),
+            (b'G', [_, a @ ..]) if a.len() >= 8 => (
+                Val::Float(f64::from_be_bytes(a[..8].try_into().unwrap())),
+                9,
+            ),
+            (b'N', _) => (Val::None, 1),
+            (0x88, _) => (Val::Bool(true), 1),
+            (0x89, _) => (Val::Bool(false), 1),
+            (0x8c, [_, n, rest @ ..]) if rest.len() >= *n as usize => {
+                let n = *n as usize;
+                self.p += 2 + n;
+                return self.text(&rest[..n]);
+            }
+            (b'X', [_, a, b, c, d, rest @ ..]) => {
+                let n = u32::from_le_bytes([*a, *b, *c, *d]) as usize;
+                if rest.len() < n {
+                    return None;
+                }
+                self.p += 5 + n;
+                return self.text(&rest[..n]);
+            }
+            _ => return None,
+        };
+        self.p += len;
+        Some(v)
+    }
+
+    /// A string just read (as the main reading makes text of it), with its memo entry.
+    fn text(&mut self, raw: &[u8]) -> Option<Val> {
+        let i = self.out.texts.len() as u32;
+        self.out
+            .texts
+            .push(String::from_utf8_lossy(raw).into_owned().into_boxed_str());
+        if self.b.get(self.p) == Some(&0x94) {
+            self.out.memo_texts.push(i);
+        }
+        self.memo(Entry::Text)?;
+        Some(Val::Own(i))
+    }
+
+    fn str_of(&self, v: Val) -> Option<&str> {
+        match v {
+            Val::Known(i) => Some(&self.known.texts[i as usize]),
+            Val::Own(i) => Some(&self.out.texts[i as usize]),
+            _ => None,
+        }
+    }
+
+    /// One event dict: `}` MEMOIZE `(` key value … `u`.
+    fn event(&mut self) -> Option<()> {
+        self.p += 1;
+        if self.b.get(self.p) != Some(&0x94) {
+            return None;
+        }
+        self.memo(Entry::Event)?;
+        if !self.eat(b'(') {
+            return None;
+        }
+        let index = self.out.count as u32;
+        let (mut e, mut aux, mut stream) = (TraceEvent::default(), EventAux::default(), 0i64);
+        let mut seen = 0u32;
+        loop {
+            if self.eat(b'u') {
+                break;
+            }
+            let field = match self.value()? {
+                Val::Known(i) => self.known.fields[i as usize],
+                Val::Own(i) => field_named(&self.out.texts[i as usize]),
+                Val::Ref(_) => return None, // a key the main reading resolves
+                _ => UNKNOWN,
+            };
+            if field != UNKNOWN {
+                if seen >> field & 1 == 1 {
+                    return None; // a key twice: the main reading keeps the order of effects
+                }
+                seen |= 1 << field;
+            }
+            if field == F_FRAMES {
+                self.frames()?;
+                continue;
+            }
+            let v = self.value()?;
+            if let Val::Ref(id) = v {
+                // a string fetched from the memo: resolved when the first id is known
+                if !matches!(field, F_ACTION | F_USER_METADATA | F_COMPILE_CONTEXT) {
+                    return None;
+                }
+                let entries = self.made();
+                self.out.deferred.push(Deferred {
+                    event: index,
+                    field,
+                    id,
+                    entries,
+                });
+                continue;
+            }
+            match field {
+                F_ACTION => match v {
+                    Val::Known(i) if self.known.actions[i as usize] != Action::Other => {
+                        e.action = self.known.actions[i as usize];
+                        aux.action_name = None;
+                    }
+                    _ => set_action(self.str_of(v)?, &mut e, &mut aux),
+                },
+                F_ADDR | F_SIZE | F_DEVICE_FREE => {
+                    let n = match v {
+                        Val::Int(i) if i >= 0 => i as u64,
+                        Val::Bool(b) => b as u64,
+                        _ => return None,
+                    };
+                    match field {
+                        F_ADDR => e.addr = n,
+                        F_SIZE => e.size = n,
+                        _ => aux.device_free = Some(n),
+                    }
+                }
+                F_STREAM => {
+                    stream = match v {
+                        Val::Int(i) => i,
+                        Val::Bool(b) => b as i64,
+                        _ => 0,
+                    }
+                }
+                F_TIME => {
+                    e.time_us = match v {
+                        Val::Int(i) => i,
+                        Val::Bool(b) => b as i64,
+                        Val::Float(f) => f as i64,
+                        _ => NO_TIME,
+                    }
+                }
+                F_USER_METADATA | F_COMPILE_CONTEXT => {
+                    if let Some(s) = self.str_of(v) {
+                        set_text_field(field, s, &mut aux);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if seen >> F_ACTION & 1 == 0 {
+            return None;
+        }
+        self.out.count += 1;
+        if self.events {
+            e.stream_index = self.out.trace.stream_index(stream).ok()?;
+            if aux.says_something() {
+                self.out.trace.aux.push((index, aux));
+            }
+            match self.out.events.last_mut() {
+                Some(chunk) if chunk.len() < CHUNK => chunk.push(e),
+                _ => {
+                    let mut chunk = Vec::with_capacity(CHUNK);
+                    chunk.push(e);
+                    self.out.events.push(chunk);
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// An event's `frames`: a reference to a list, None, or a fresh list of frames.
+    fn frames(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'h' | b'j' => {
+                let id = self.reference()?;
+                let check = Check::new(id as u32, self.made(), true)?;
+                self.out.checks.push(check);
+            }
+            b'N' => self.p += 1,
+            b']' => {
+                self.p += 1;
+                self.memo(Entry::FrameList)?;
+                loop {
+                    match self.peek() {
+                        Some(b'(') => {
+                            self.p += 1;
+                            loop {
+                                self.frame_refs();
+                                match self.peek()? {
+                                    b'e' => break,
+                                    b'}' => self.frame_dict()?,
+                                    _ => return None,
+                                }
+                            }
+                            self.p += 1;
+                        }
+                        Some(b'h' | b'j') => {
+                            let id = self.reference()?;
+                            let check = Check::new(id as u32, self.made(), false)?;
+                            self.out.checks.push(check);
+                            if !self.eat(b'a') {
+                                return None;
+                            }
+                        }
+                        Some(b'}') => {
+                            self.frame_dict()?;
+                            if !self.eat(b'a') {
+                                return None;
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// A run of references to frames (the bulk of the file).
+    #[inline]
+    fn frame_refs(&mut self) {
+        let made = self.made() as i64;
+        let mut ahead = self.out.max_ahead;
+        loop {
+            let (id, len) = match self.b[self.p..] {
+                [b'j', a, b, c, d, ..] => (u32::from_le_bytes([a, b, c, d]) as i64, 5),
+                [b'h', a, ..] => (a as i64, 2),
+                [0x95, ..] => {
+                    if self.peek().is_none() {
+                        break;
+                    }
+                    continue;
+                }
+                _ => break,
+            };
+            ahead = ahead.max(id - made);
+            self.p += len;
+        }
+        self.out.max_ahead = ahead;
+    }
+
+    /// A frame written in place: a flat dict of strings, numbers and references.
+    fn frame_dict(&mut self) -> Option<()> {
+        self.p += 1;
+        self.memo(Entry::Unread)?;
+        if !self.eat(b'(') {
+            return Some(()); // an empty dict
+        }
+        let mut items = 0;
+        while !self.eat(b'u') {
+            if let Val::Ref(id) = self.value()? {
+                self.stored(id);
+            }
+            items += 1;
+        }
+        (items % 2 == 0).then_some(())
+    }
+}
