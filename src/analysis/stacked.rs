@@ -14,6 +14,9 @@
 //! This works on the converted model (`Snapshot`'s `DeviceTrace`), separate from the readers,
 //! so a streaming reader can feed it the same events.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -192,13 +195,21 @@ pub fn stacked(
                 let span = if last > 1 { (x1 - x0).max(0.0) } else { 1.0 };
                 iv.size as f64 * span.max(f64::MIN_POSITIVE)
             };
-            let mut order: Vec<u32> = (0..intervals.len() as u32).collect();
-            order.sort_by(|&a, &b| {
-                area(&intervals[b as usize])
-                    .total_cmp(&area(&intervals[a as usize]))
-                    .then(a.cmp(&b))
-            });
-            order.truncate(n);
+            // the n largest (the earlier first among equals), kept in a heap whose top is
+            // the least of them: millions of intervals, a few hundred bands
+            let mut largest: BinaryHeap<Reverse<Largest>> = BinaryHeap::with_capacity(n + 1);
+            for (k, iv) in intervals.iter().enumerate() {
+                let candidate = Largest(area(iv), k as u32);
+                match largest.peek() {
+                    _ if largest.len() < n => largest.push(Reverse(candidate)),
+                    Some(Reverse(least)) if candidate > *least => {
+                        largest.pop();
+                        largest.push(Reverse(candidate));
+                    }
+                    _ => {}
+                }
+            }
+            let mut order: Vec<u32> = largest.into_iter().map(|Reverse(l)| l.1).collect();
             // stacked in order of allocation, the oldest at the bottom
             order.sort_by_key(|&k| (intervals[k as usize].start().map_or(0, |s| s + 1), k));
             for k in order.into_iter().map(|k| k as usize) {
@@ -410,5 +421,23 @@ mod tests {
         assert!(picks.contains(&501));
         assert!(picks.len() <= 40);
         assert!(picks.windows(2).all(|w| w[0] < w[1]));
+    }
+}
+
+/// An interval by area (f64 in total order), the earlier one greater among equals.
+#[derive(Clone, Copy, PartialEq)]
+struct Largest(f64, u32);
+
+impl Eq for Largest {}
+
+impl PartialOrd for Largest {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Largest {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
     }
 }
