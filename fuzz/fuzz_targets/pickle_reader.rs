@@ -1,7 +1,7 @@
 //! Any bytes: the reader errors or decodes, never panics or runs away; its fused fast paths
 //! decode exactly what executing opcode by opcode does; the streaming MemoryTracker reader,
 //! when it accepts the bytes, agrees with the generic one; and a snapshot read with the trace
-//! event sink, when that reading stands, is the generic path's snapshot.
+//! event sink, when that reading stands (on one core or two), is the generic path's snapshot.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -56,6 +56,13 @@ fuzz_target!(|data: &[u8]| {
             let plain = generic.as_ref().expect("the streamed reading stands on bytes the generic reader rejects");
             let slow = snapshot::from_document_parts(plain, parts).expect("and the generic path converts them");
             assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "the streamed reading differs");
+        }
+        if parts != SnapshotParts::All {
+            if let (Streamed::Snapshot(fast), _) = snapshot_traces::read_on_two_cores(data, parts) {
+                let plain = generic.as_ref().expect("the two-core reading stands on bytes the generic reader rejects");
+                let slow = snapshot::from_document_parts(plain, parts).expect("and the generic path converts them");
+                assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "the two-core reading differs");
+            }
         }
     }
     if let Some(fast) = tracker_stream::read(data, &mut ()) {
