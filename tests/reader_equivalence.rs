@@ -253,6 +253,12 @@ fn a_frame_list_shared_from_far_back_is_read_again_the_generic_way() {
     }
 }
 
+const ALL_PARTS: [SnapshotParts; 3] = [
+    SnapshotParts::All,
+    SnapshotParts::EventsWithoutStacks,
+    SnapshotParts::SegmentsOnly,
+];
+
 /// Every snapshot fixture, read with the back half of its trace on a second core (as `load`
 /// reads large files), is the snapshot the generic reading makes; on the real captures with
 /// more than one batch of events the second core did take part.
@@ -273,10 +279,7 @@ fn a_trace_read_on_two_cores_is_the_one_core_reading() {
     for name in SNAPSHOTS.iter().chain(&real_multi_batch).chain(&extra) {
         let bytes = std::fs::read(fixture(&format!("snapshots/{name}"))).unwrap();
         let doc = memtrack::pickle::parse(&bytes).unwrap();
-        for parts in [
-            SnapshotParts::EventsWithoutStacks,
-            SnapshotParts::SegmentsOnly,
-        ] {
+        for parts in ALL_PARTS {
             let generic = snapshot::from_document_parts(&doc, parts).unwrap();
             let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts);
             if let Streamed::Snapshot(s) = read {
@@ -286,7 +289,10 @@ fn a_trace_read_on_two_cores_is_the_one_core_reading() {
                     "{name} ({parts:?})"
                 );
             }
-            if real_multi_batch.contains(name) {
+            eprintln!("{name} ({parts:?}): the second core read {second} events");
+            // (with stacks, a frame first written in the back half leaves it to the main
+            // reading: real captures write new frames late)
+            if real_multi_batch.contains(name) && parts != SnapshotParts::All {
                 assert!(
                     second > 0,
                     "{name} ({parts:?}): the second core read nothing"
@@ -364,10 +370,7 @@ fn strings_frames_and_lists_the_second_core_leaves_open_resolve_as_one_core_read
         );
         let bytes = out.stdout;
         let doc = memtrack::pickle::parse(&bytes).unwrap();
-        for parts in [
-            SnapshotParts::EventsWithoutStacks,
-            SnapshotParts::SegmentsOnly,
-        ] {
+        for parts in ALL_PARTS {
             let generic = snapshot::from_document_parts(&doc, parts).unwrap();
             let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts);
             let Streamed::Snapshot(s) = read else {
@@ -414,10 +417,7 @@ fn damage_in_the_back_half_never_makes_the_two_core_reading_differ() {
             bytes[at] ^= 1 << (next() % 8);
         }
         let generic = memtrack::pickle::parse(&bytes);
-        for parts in [
-            SnapshotParts::EventsWithoutStacks,
-            SnapshotParts::SegmentsOnly,
-        ] {
+        for parts in ALL_PARTS {
             if let (Streamed::Snapshot(s), _) = snapshot_traces::read_on_two_cores(&bytes, parts) {
                 let doc = generic
                     .as_ref()

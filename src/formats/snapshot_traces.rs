@@ -24,7 +24,7 @@ use crate::pickle::{
     RECENT_HANDLES,
 };
 
-use super::trace_tail::{self, Entry, Known, Tail, CHUNK as TAIL_CHUNK};
+use super::trace_tail::{self, Entry, Known, Tail, CHUNK as TAIL_CHUNK, FROM_CHECK};
 
 type Result<T> = std::result::Result<T, PickleError>;
 
@@ -169,11 +169,10 @@ impl<'f> TraceReader<'f> {
 }
 
 impl<'f> TraceReader<'f> {
-    /// Read the back half of a large trace on a second core where one is free and `parts`
-    /// leaves the stacks out (a reading with stacks interns them in order, on one thread).
+    /// Read the back half of a large trace on a second core where one is free.
     pub fn with_second_core(mut self, second: SecondCore<'f>) -> TraceReader<'f> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        if self.parts != Parts::All && cores >= 2 {
+        if cores >= 2 {
             self.second_core = Some(second);
         }
         self
@@ -252,8 +251,8 @@ impl Divert for TraceReader<'_> {
 
 /// A memo entry as it stood when the second core's reading fetched it.
 enum Held {
-    /// One of that reading's own, and its place among them.
-    Tail(Entry, usize),
+    /// One of that reading's own.
+    Tail(Entry),
     /// The main reading's.
     Main(Value),
 }
@@ -370,11 +369,11 @@ impl<'f> TraceReader<'f> {
         let Some(at) = known.event_start(data, from, 1 << 20) else {
             return;
         };
-        let events = self.parts != Parts::SegmentsOnly;
+        let parts = self.parts;
         let (cancel, done, pages) = (tail.cancel, tail.done, second.pages);
         tail.at = at;
         tail.handle = Some(scope.spawn(move || {
-            let read = trace_tail::read(data, at, &known, events, cancel, done, pages);
+            let read = trace_tail::read(data, at, &known, parts, cancel, done, pages);
             (known, read)
         }));
     }
@@ -395,7 +394,10 @@ impl<'f> TraceReader<'f> {
             debug(&"second core: gave up (a layout it leaves to the main reading)");
             return;
         };
-        let Some(texts) = self.check_tail(r, &known, &t) else {
+        let Some(first) = r.memo_dense_len() else {
+            return;
+        };
+        let Some(texts) = self.check_tail(r, first, &known, &t) else {
             debug(&"second core: its reading did not hold");
             return;
         };
@@ -406,26 +408,49 @@ impl<'f> TraceReader<'f> {
         self.second_core_events += t.count;
         let Tail {
             end,
-            events,
+            mut events,
             trace: mut tail_trace,
             count,
             entries,
             texts: tail_texts,
-            memo_texts,
+            stacks,
             checks,
             deferred,
             ..
         } = t;
-        drop(checks);
-        let mut memo_texts = memo_texts.into_iter();
-        for e in entries {
-            let v = match e {
-                Entry::Event => Value::taken(EVENT_HANDLE),
-                Entry::FrameList => Value::taken(NO_STACK_HANDLE),
-                Entry::Text => {
-                    let i = memo_texts.next().expect("a memo text an Entry::Text");
-                    r.push_text(&tail_texts[i as usize])
+        // its strings as document strings, its stacks as the main reading's (interned in the
+        // order of its events, as one thread would have), then its memo entries
+        let mut text_values = vec![Value::NONE; tail_texts.len()];
+        for e in &entries {
+            if let Entry::Text(i) = e.get() {
+                text_values[i as usize] = r.push_text(&tail_texts[i as usize]);
+            }
+        }
+        let keep = self.parts == Parts::All;
+        let mut stack_of = vec![u32::MAX; stacks.len()];
+        if keep {
+            for e in events.iter_mut().flatten() {
+                if e.stack != StackId::MISSING {
+                    e.stack = self.tail_stack(
+                        r,
+                        first,
+                        e.stack,
+                        &mut stack_of,
+                        &text_values,
+                        &stacks,
+                        &checks,
+                        &entries,
+                    );
                 }
+            }
+        }
+        drop(checks);
+        for e in entries {
+            let v = match e.get() {
+                Entry::Event => Value::taken(EVENT_HANDLE),
+                Entry::FrameList(k) if keep => Value::taken(stack_of[k as usize] as u64),
+                Entry::FrameList(_) => Value::taken(NO_STACK_HANDLE),
+                Entry::Text(i) => text_values[i as usize],
                 Entry::Unread => Value::taken(UNREAD_HANDLE),
             };
             r.memoize(v);
@@ -436,7 +461,6 @@ impl<'f> TraceReader<'f> {
             return;
         }
         // the strings it fetched from the memo, now known
-        let mut events = events;
         for (d, text) in deferred.iter().zip(&texts) {
             let (chunk, at) = (d.event as usize / TAIL_CHUNK, d.event as usize % TAIL_CHUNK);
             let e = &mut events[chunk][at];
@@ -477,10 +501,69 @@ impl<'f> TraceReader<'f> {
         );
     }
 
+    /// The main reading's stack for a stack of the second core's reading (`check_tail` has
+    /// checked every id it holds).
+    #[allow(clippy::too_many_arguments)]
+    fn tail_stack(
+        &mut self,
+        r: &Diverted<'_, '_, '_>,
+        first: u64,
+        stack: StackId,
+        stack_of: &mut [u32],
+        text_values: &[Value],
+        stacks: &[Box<[u32]>],
+        checks: &[trace_tail::Check],
+        entries: &[trace_tail::Packed],
+    ) -> StackId {
+        let k = if stack.0 & FROM_CHECK != 0 {
+            // an event's frames fetched by reference: a list of the tail's, or the main's
+            let id = checks[(stack.0 & !FROM_CHECK) as usize].id();
+            if id >= first {
+                match entries[(id - first) as usize].get() {
+                    Entry::FrameList(k) => k,
+                    _ => return StackId::MISSING, // check_tail let none through
+                }
+            } else {
+                let v = r.memo_peek(id).unwrap_or(Value::NONE);
+                if let Some(h) = r.doc().as_taken(v) {
+                    return StackId(h as u32);
+                }
+                self.scratch.clear();
+                self.scratch
+                    .extend_from_slice(r.doc().as_seq(v).unwrap_or(&[]));
+                return self.intern();
+            }
+        } else {
+            stack.0
+        };
+        if stack_of[k as usize] == u32::MAX {
+            self.scratch.clear();
+            for &id in stacks[k as usize].iter() {
+                let id = id as u64;
+                self.scratch.push(if id >= first {
+                    match entries[(id - first) as usize].get() {
+                        Entry::Text(i) => text_values[i as usize],
+                        _ => Value::NONE, // check_tail let none through
+                    }
+                } else {
+                    r.memo_peek(id).unwrap_or(Value::NONE)
+                });
+            }
+            stack_of[k as usize] = self.intern().0;
+        }
+        StackId(stack_of[k as usize])
+    }
+
     /// Whether the second core's reading holds now that the first id of its memo entries is
     /// known; the strings of its deferred values, in order.
-    fn check_tail(&self, r: &Diverted<'_, '_, '_>, known: &Known, t: &Tail) -> Option<Vec<String>> {
-        let first = r.memo_dense_len()?;
+    fn check_tail(
+        &self,
+        r: &Diverted<'_, '_, '_>,
+        first: u64,
+        known: &Known,
+        t: &Tail,
+    ) -> Option<Vec<String>> {
+        let keep = self.parts == Parts::All;
         let streams = self.out.traces.last().map_or(0, |t| t.streams.len());
         if streams + t.trace.streams.len() > MAX_STREAMS {
             return None; // the main reading reads on, and says so
@@ -502,7 +585,7 @@ impl<'f> TraceReader<'f> {
             }
             if id >= first {
                 let at = (id - first) as usize;
-                return Some(Held::Tail(t.entries[at], at));
+                return Some(Held::Tail(t.entries[at].get()));
             }
             r.memo_peek(id).map(Held::Main)
         };
@@ -511,12 +594,13 @@ impl<'f> TraceReader<'f> {
             // handles: the main reading's window holds the recent ones only
             let recent = memo_then(c.entries()) - c.id() <= RECENT_HANDLES as u64;
             let ok = match lookup(c.id(), c.entries())? {
-                Held::Tail(Entry::FrameList, _) => frame_list && recent,
-                Held::Tail(Entry::Unread | Entry::Text, _) => !frame_list,
-                Held::Tail(Entry::Event, _) => false,
+                Held::Tail(Entry::FrameList(_)) => frame_list && recent,
+                Held::Tail(Entry::Text(_)) => !frame_list,
+                Held::Tail(Entry::Unread) => !frame_list && !keep,
+                Held::Tail(Entry::Event) => false,
                 Held::Main(v) => match r.doc().as_taken(v) {
-                    Some(NO_STACK_HANDLE) => frame_list && recent,
-                    Some(UNREAD_HANDLE) => !frame_list,
+                    Some(h) if h < EVENT_HANDLE || h == NO_STACK_HANDLE => frame_list && recent,
+                    Some(UNREAD_HANDLE) => !frame_list && !keep,
                     Some(_) => false,
                     None => !frame_list || r.doc().as_seq(v).is_some(),
                 },
@@ -525,21 +609,24 @@ impl<'f> TraceReader<'f> {
                 return None;
             }
         }
-        // the memo texts by entry, for the deferred strings that are the tail's own
-        let text_at: FxHashMap<usize, u32> = if t.deferred.is_empty() {
-            FxHashMap::default()
-        } else {
-            (t.entries.iter().enumerate())
-                .filter(|(_, &e)| e == Entry::Text)
-                .map(|(at, _)| at)
-                .zip(t.memo_texts.iter().copied())
-                .collect()
-        };
+        // the frames of its stacks: strings of its own, or values of the main reading's
+        // memo that are no handles (the main reading would refuse those as frames)
+        for &id in t.stacks.iter().flat_map(|s| s.iter()) {
+            let id = id as u64;
+            let ok = if id >= first {
+                matches!(t.entries.get((id - first) as usize)?.get(), Entry::Text(_))
+            } else {
+                r.memo_peek(id).is_some_and(|v| !v.is_taken())
+            };
+            if !ok {
+                return None;
+            }
+        }
         t.deferred
             .iter()
             .map(|d| match lookup(d.id, d.entries)? {
-                Held::Tail(Entry::Text, at) => Some(t.texts[text_at[&at] as usize].to_string()),
-                Held::Tail(..) => None,
+                Held::Tail(Entry::Text(i)) => Some(t.texts[i as usize].to_string()),
+                Held::Tail(_) => None,
                 Held::Main(v) => r.doc().as_str(v).map(str::to_string),
             })
             .collect()

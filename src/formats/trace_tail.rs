@@ -1,5 +1,5 @@
 //! The back half of a snapshot's trace, read on a second core while `TraceReader` reads the
-//! front half (`summary`, `segments`, `trace` and `simulate`: the readings without stacks).
+//! front half.
 //!
 //! Pickle opcodes do not say where a value starts, and a memo id counts everything memoized
 //! before it, so a reader dropped in the middle of the file knows neither where it is nor
@@ -11,7 +11,11 @@
 //! - a reference that need only be stored (a frame) is checked as `max_ahead`, the largest
 //!   `id - entries made before it`: every one was stored iff that is below the first id;
 //! - frame lists and frames fetched by reference, and strings it was not told of, are kept
-//!   with their ids (`checks`, `deferred`) to be checked and resolved then.
+//!   with their ids (`checks`, `deferred`) to be checked and resolved then;
+//! - with stacks, each frame list is interned as the memo ids of its frames (`stacks`); the
+//!   main reading interns them again as its own, in the order of the events. A frame written
+//!   in place (a frame dict first seen in the back half) is a value this reader does not
+//!   build: with stacks it gives up there.
 //!
 //! The main reading takes this reading over only if it arrives exactly at `start` between two
 //! events of one list and every check holds (`TraceReader`); otherwise it reads on by itself.
@@ -21,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rustc_hash::FxHashMap;
 
-use crate::model::snapshot::{Action, DeviceTrace, EventAux, TraceEvent, NO_TIME};
+use crate::model::snapshot::{Action, DeviceTrace, EventAux, Parts, StackId, TraceEvent, NO_TIME};
 use crate::pickle::Pages;
 
 use super::snapshot::{EVENT_FIELDS, UNKNOWN};
@@ -100,17 +104,44 @@ fn field_named(name: &str) -> u8 {
         .map_or(UNKNOWN, |f| f as u8)
 }
 
-/// What a memo entry of the tail holds, as the main reading will store it (a byte each:
-/// a large tail makes millions).
+/// What a memo entry of the tail holds, as the main reading will store it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
 pub enum Entry {
     Event,
-    FrameList,
-    /// The next of `Tail::memo_texts`.
-    Text,
+    /// A frame list, with the tail's stack of it (readings with stacks; else 0).
+    FrameList(u32),
+    /// `texts[i]`.
+    Text(u32),
     /// A frame dict or anything inside one (only their presence matters without stacks).
     Unread,
+}
+
+/// An [`Entry`] in 4 bytes (a large tail makes millions): the kind in the top two bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packed(u32);
+
+impl Packed {
+    const PAYLOAD: u32 = (1 << 30) - 1;
+
+    fn new(e: Entry) -> Option<Packed> {
+        let (kind, payload) = match e {
+            Entry::Event => (0, 0),
+            Entry::FrameList(k) => (1, k),
+            Entry::Text(i) => (2, i),
+            Entry::Unread => (3, 0),
+        };
+        (payload <= Self::PAYLOAD).then_some(Packed(kind << 30 | payload))
+    }
+
+    pub fn get(self) -> Entry {
+        let payload = self.0 & Self::PAYLOAD;
+        match self.0 >> 30 {
+            0 => Entry::Event,
+            1 => Entry::FrameList(payload),
+            2 => Entry::Text(payload),
+            _ => Entry::Unread,
+        }
+    }
 }
 
 /// A reference to check when the first id is known, in 8 bytes: the id (a memo reference
@@ -149,6 +180,9 @@ pub struct Deferred {
     pub entries: u32,
 }
 
+/// Marks an event's `stack` as the frame list of a check (`FROM_CHECK | check index`).
+pub const FROM_CHECK: u32 = 1 << 31;
+
 /// Events a chunk: the tail's events are handed over chunk by chunk, each let go once
 /// copied, so the trace is never held twice.
 pub const CHUNK: usize = 1 << 18;
@@ -164,10 +198,13 @@ pub struct Tail {
     pub events: Vec<Vec<TraceEvent>>,
     pub trace: DeviceTrace,
     pub count: usize,
-    pub entries: Vec<Entry>,
-    /// The strings the tail read, and which of them are memo entries (`Entry::Text`), in order.
+    pub entries: Vec<Packed>,
+    /// The strings the tail read.
     pub texts: Vec<Box<str>>,
-    pub memo_texts: Vec<u32>,
+    /// Readings with stacks: each distinct frame list the tail read, as the memo ids of its
+    /// frames, in order of first appearance. An event's `stack` is an index here, or
+    /// [`FROM_CHECK`] and the index of the check whose frame list it is.
+    pub stacks: Vec<Box<[u32]>>,
     /// Largest `id - entries made before it` of the references that need only be stored.
     pub max_ahead: i64,
     pub checks: Vec<Check>,
@@ -190,20 +227,20 @@ enum Val {
 }
 
 /// Read the events from `start` to the end of their list; None if the bytes there are not
-/// what this reader handles (the main reading then reads them itself). `events`: keep the
-/// events (else only count them). Stops early when `cancel` is set; `done` tells how many
+/// what this reader handles (the main reading then reads them itself). `parts`: what of the
+/// events to keep (`SegmentsOnly`: only count them; `All`: their stacks too). Stops early when `cancel` is set; `done` tells how many
 /// bytes it has read, and `pages` gets back the pages it has read.
 pub fn read(
     data: &[u8],
     start: usize,
     known: &Known,
-    events: bool,
+    parts: Parts,
     cancel: &AtomicBool,
     done: &AtomicUsize,
     pages: Pages<'_>,
 ) -> Option<Tail> {
     let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        read_events(data, start, known, events, cancel, done, pages)
+        read_events(data, start, known, parts, cancel, done, pages)
     }));
     read.ok().flatten() // a bug here must not take the reading down: the main reading reads on
 }
@@ -212,7 +249,7 @@ fn read_events(
     data: &[u8],
     start: usize,
     known: &Known,
-    events: bool,
+    parts: Parts,
     cancel: &AtomicBool,
     done: &AtomicUsize,
     pages: Pages<'_>,
@@ -221,7 +258,11 @@ fn read_events(
         b: data,
         p: start,
         known,
-        events,
+        events: parts != Parts::SegmentsOnly,
+        stacks: parts == Parts::All,
+        frame_ids: Vec::new(),
+        stack_ids: FxHashMap::default(),
+        list_pending: false,
         out: Tail {
             start,
             max_ahead: i64::MIN,
@@ -262,6 +303,12 @@ struct Reader<'d, 'k> {
     p: usize,
     known: &'k Known,
     events: bool,
+    /// Read stacks: the memo ids of each frame list, interned (`Tail::stacks`).
+    stacks: bool,
+    frame_ids: Vec<u32>,
+    stack_ids: FxHashMap<Box<[u32]>, u32>,
+    /// A frame list's memo entry waits for its stack while its frames are read.
+    list_pending: bool,
     out: Tail,
 }
 
@@ -288,12 +335,14 @@ impl Reader<'_, '_> {
         }
     }
 
-    fn entry(&mut self, e: Entry) {
-        self.out.entries.push(e);
+    fn entry(&mut self, e: Entry) -> Option<()> {
+        self.out.entries.push(Packed::new(e)?);
+        Some(())
     }
 
+    /// Memo entries made so far (a frame list's own counted while its frames are read).
     fn made(&self) -> u32 {
-        self.out.entries.len() as u32
+        self.out.entries.len() as u32 + self.list_pending as u32
     }
 
     /// A MEMOIZE after a value (at most one: the main reading handles anything else).
@@ -301,7 +350,7 @@ impl Reader<'_, '_> {
     fn memo(&mut self, e: Entry) -> Option<()> {
         if self.b.get(self.p) == Some(&0x94) {
             self.p += 1;
-            self.entry(e);
+            self.entry(e)?;
             if self.b.get(self.p) == Some(&0x94) {
                 return None;
             }
@@ -385,10 +434,7 @@ impl Reader<'_, '_> {
         self.out
             .texts
             .push(String::from_utf8_lossy(raw).into_owned().into_boxed_str());
-        if self.b.get(self.p) == Some(&0x94) {
-            self.out.memo_texts.push(i);
-        }
-        self.memo(Entry::Text)?;
+        self.memo(Entry::Text(i))?;
         Some(Val::Own(i))
     }
 
@@ -430,7 +476,7 @@ impl Reader<'_, '_> {
                 seen |= 1 << field;
             }
             if field == F_FRAMES {
-                self.frames()?;
+                e.stack = self.frames()?;
                 continue;
             }
             let v = self.value()?;
@@ -512,28 +558,44 @@ impl Reader<'_, '_> {
         Some(())
     }
 
-    /// An event's `frames`: a reference to a list, None, or a fresh list of frames.
-    fn frames(&mut self) -> Option<()> {
+    /// An event's `frames`: a reference to a list, None, or a fresh list of frames; its stack
+    /// (`MISSING` without stacks).
+    fn frames(&mut self) -> Option<StackId> {
+        self.frame_ids.clear();
         match self.peek()? {
             b'h' | b'j' => {
                 let id = self.reference()?;
                 let check = Check::new(id as u32, self.made(), true)?;
                 self.out.checks.push(check);
+                if !self.stacks {
+                    return Some(StackId::MISSING);
+                }
+                let at = self.out.checks.len() as u32 - 1;
+                return (at < FROM_CHECK).then_some(StackId(FROM_CHECK | at));
             }
-            b'N' => self.p += 1,
+            b'N' => self.p += 1, // read as an empty stack
             b']' => {
                 self.p += 1;
-                self.memo(Entry::FrameList)?;
+                // its memo entry waits for its stack
+                let memoized = self.b.get(self.p) == Some(&0x94);
+                if memoized {
+                    self.p += 1;
+                    if self.b.get(self.p) == Some(&0x94) {
+                        return None;
+                    }
+                }
+                let made = self.made() as usize;
+                self.list_pending = memoized;
                 loop {
                     match self.peek() {
                         Some(b'(') => {
                             self.p += 1;
                             loop {
-                                self.frame_refs();
+                                self.frame_refs(self.made());
                                 match self.peek()? {
                                     b'e' => break,
-                                    b'}' => self.frame_dict()?,
-                                    _ => return None,
+                                    b'}' if !self.stacks => self.frame_dict()?,
+                                    _ => return None, // a frame written here: the main reading
                                 }
                             }
                             self.p += 1;
@@ -542,11 +604,14 @@ impl Reader<'_, '_> {
                             let id = self.reference()?;
                             let check = Check::new(id as u32, self.made(), false)?;
                             self.out.checks.push(check);
+                            if self.stacks {
+                                self.frame_ids.push(id as u32);
+                            }
                             if !self.eat(b'a') {
                                 return None;
                             }
                         }
-                        Some(b'}') => {
+                        Some(b'}') if !self.stacks => {
                             self.frame_dict()?;
                             if !self.eat(b'a') {
                                 return None;
@@ -555,21 +620,45 @@ impl Reader<'_, '_> {
                         _ => break,
                     }
                 }
+                self.list_pending = false;
+                let stack = self.intern();
+                if memoized {
+                    // the list's id comes before its frames': store it in its place
+                    let list = Packed::new(Entry::FrameList(stack.map_or(0, |s| s.0)))?;
+                    self.out.entries.insert(made, list);
+                }
+                return Some(stack.unwrap_or(StackId::MISSING));
             }
             _ => return None,
         }
-        Some(())
+        Some(self.intern().unwrap_or(StackId::MISSING))
     }
 
-    /// A run of references to frames (the bulk of the file).
+    /// The tail's stack of `frame_ids` (None without stacks).
+    fn intern(&mut self) -> Option<StackId> {
+        if !self.stacks {
+            return None;
+        }
+        if let Some(&k) = self.stack_ids.get(&self.frame_ids[..]) {
+            return Some(StackId(k));
+        }
+        let k = self.out.stacks.len() as u32;
+        let ids: Box<[u32]> = self.frame_ids.as_slice().into();
+        self.out.stacks.push(ids.clone());
+        self.stack_ids.insert(ids, k);
+        Some(StackId(k))
+    }
+
+    /// A run of references to frames (the bulk of the file); `made`: the entries made
+    /// before them.
     #[inline]
-    fn frame_refs(&mut self) {
-        let made = self.made() as i64;
+    fn frame_refs(&mut self, made: u32) {
+        let made = made as i64;
         let mut ahead = self.out.max_ahead;
         loop {
             let (id, len) = match self.b[self.p..] {
-                [b'j', a, b, c, d, ..] => (u32::from_le_bytes([a, b, c, d]) as i64, 5),
-                [b'h', a, ..] => (a as i64, 2),
+                [b'j', a, b, c, d, ..] => (u32::from_le_bytes([a, b, c, d]), 5),
+                [b'h', a, ..] => (a as u32, 2),
                 [0x95, ..] => {
                     if self.peek().is_none() {
                         break;
@@ -578,7 +667,10 @@ impl Reader<'_, '_> {
                 }
                 _ => break,
             };
-            ahead = ahead.max(id - made);
+            ahead = ahead.max(id as i64 - made);
+            if self.stacks {
+                self.frame_ids.push(id);
+            }
             self.p += len;
         }
         self.out.max_ahead = ahead;
