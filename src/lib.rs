@@ -9,6 +9,7 @@ pub mod commands;
 pub mod device;
 pub mod error;
 pub mod formats;
+pub mod memory;
 pub mod model;
 pub mod output;
 pub mod pickle;
