@@ -571,7 +571,7 @@ impl Reader<'_, '_> {
                     return Some(StackId::MISSING);
                 }
                 let at = self.out.checks.len() as u32 - 1;
-                return (at < FROM_CHECK).then_some(StackId(FROM_CHECK | at));
+                return (at < FROM_CHECK - 1).then_some(StackId(FROM_CHECK | at));
             }
             b'N' => self.p += 1, // read as an empty stack
             b']' => {
