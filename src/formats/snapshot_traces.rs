@@ -283,8 +283,8 @@ impl<'s> TailState<'s> {
 
 impl<'f> TraceReader<'f> {
     /// A device's list of events: `]` memo, then batches `(` event… `e`, or single events
-    /// with APPEND. Between two events of a batch the second core's reading is started (after
-    /// the first batch) and taken over (where it started).
+    /// with APPEND (`list`'s walk, with the two places the second core's reading needs:
+    /// it is started after the first batch and taken over between two events of a batch).
     fn events<'s, 'a: 's>(
         &mut self,
         r: &mut Diverted<'_, 'a, '_>,

@@ -228,8 +228,9 @@ enum Val {
 
 /// Read the events from `start` to the end of their list; None if the bytes there are not
 /// what this reader handles (the main reading then reads them itself). `parts`: what of the
-/// events to keep (`SegmentsOnly`: only count them; `All`: their stacks too). Stops early when `cancel` is set; `done` tells how many
-/// bytes it has read, and `pages` gets back the pages it has read.
+/// events to keep (`SegmentsOnly`: only count them; `All`: their stacks too). Stops early
+/// when `cancel` is set; `done` tells how many bytes it has read, and `pages` gets back the
+/// pages it has read.
 pub fn read(
     data: &[u8],
     start: usize,
