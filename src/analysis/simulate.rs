@@ -327,6 +327,33 @@ fn memory_limit(
 
 /// Replay a device's trace under each of `scenarios` (the file's own settings first is the
 /// caller's choice; validation compares against the first).
+/// `f(0)`, …, `f(n - 1)`, computed on as many cores as there are (up to `n`), in order.
+fn each_on_all_cores<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if k >= n {
+                return done;
+            }
+            done.push((k, f(k)));
+        }
+    };
+    let mut all: Vec<(usize, T)> = std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..cores.min(n)).map(|_| scope.spawn(work)).collect();
+        let mut all = work();
+        for h in helpers {
+            // a panic in a replay is a bug: let it surface as on one thread
+            all.extend(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        all
+    });
+    all.sort_by_key(|&(k, _)| k);
+    all.into_iter().map(|(_, t)| t).collect()
+}
+
 pub fn simulate(
     snap: &Snapshot,
     device: u32,
@@ -336,23 +363,28 @@ pub fn simulate(
     let empty = DeviceTrace::default();
     let trace = snap.trace(device).unwrap_or(&empty);
     let (limit, source, mut notes) = memory_limit(snap, device, &trace.events, memory);
-    let mut out_scenarios = Vec::with_capacity(scenarios.len());
-    let mut validation = Validation::default();
-    for (k, settings) in scenarios.iter().enumerate() {
+    // the scenarios are independent replays of one trace: one a core
+    let replays = each_on_all_cores(scenarios.len(), |k| {
+        let settings = &scenarios[k];
         let init = initial_state(snap, device, settings);
-        if k == 0 && init.unplaced_blocks > 0 {
-            notes.push(format!(
-                "{} live block(s) before the trace lie in no segment; left out",
-                init.unplaced_blocks
-            ));
-        }
         let mut run = Replay::new(settings.clone(), limit, &init, &trace.events, k == 0);
         for (i, e) in trace.events.iter().enumerate() {
             run.event(i, e, trace.stream(e));
         }
         let (scenario, log) = run.finish();
-        if k == 0 {
-            validation = validate(snap, device, &trace.events, &log);
+        let validation = (k == 0).then(|| validate(snap, device, &trace.events, &log));
+        (scenario, validation, init.unplaced_blocks)
+    });
+    let mut out_scenarios = Vec::with_capacity(scenarios.len());
+    let mut validation = Validation::default();
+    for (scenario, checked, unplaced_blocks) in replays {
+        if let Some(checked) = checked {
+            validation = checked;
+            if unplaced_blocks > 0 {
+                notes.push(format!(
+                    "{unplaced_blocks} live block(s) before the trace lie in no segment; left out"
+                ));
+            }
         }
         out_scenarios.push(scenario);
     }
