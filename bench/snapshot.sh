@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speed and memory of the snapshot commands against PyTorch's own _memory_viz, on one snapshot:
 # a real-shaped one of N trace events that gen_data.py writes (default 1,000,000: ~1.58M
-# entries, 270 MB), or any snapshot file.
+# entries, 270 MB; written by bench/gen_big_snapshot.py, byte for byte the same), or any
+# snapshot file.
 #
 #   bench/snapshot.sh [EVENTS | FILE]   run from anywhere; data goes to bench/data/ (gitignored)
 #
@@ -23,7 +24,8 @@ else
 fi
 if [ ! -f "$DATA" ]; then
     echo "generating $DATA ($EVENTS events) ..." >&2
-    "$PYTHON" ../shared/bench/gen_data.py snapshot "$DATA" --events "$EVENTS"
+    # the bytes gen_data.py writes, in bounded memory (gen_data.py needs ~3.3 GB a 4M events)
+    "$PYTHON" bench/gen_big_snapshot.py "$DATA" --events "$EVENTS"
 fi
 cargo build --release --quiet
 BIN=target/release/memtrack
