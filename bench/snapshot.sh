@@ -6,7 +6,7 @@
 #
 #   bench/snapshot.sh [EVENTS | FILE]   run from anywhere; data goes to bench/data/ (gitignored)
 #
-# Env: PYTHON (for gen_data.py; default python3), TORCH_PYTHON (an interpreter with torch;
+# Env: PYTHON (for the generator; default python3), TORCH_PYTHON (an interpreter with torch;
 # default ~/.cache/memtrack/venv/bin/python, skipped when it cannot import torch),
 # SKIP_MEMVIZ=1 to skip the (slow) _memory_viz timing, RUNS / MEMVIZ_RUNS: runs per command
 # (default 3 / 2; the fastest is reported).
