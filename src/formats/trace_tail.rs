@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::{Action, DeviceTrace, EventAux, Parts, StackId, TraceEvent, NO_TIME};
-use crate::pickle::Pages;
+use crate::pickle::ops::Cursor;
+use crate::pickle::{int_from_short_le, Op, Pages};
 
 use super::snapshot::{EVENT_FIELDS, UNKNOWN};
 use super::snapshot_traces::{
@@ -240,63 +241,53 @@ pub fn read(
     done: &AtomicUsize,
     pages: Pages<'_>,
 ) -> Option<Tail> {
-    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        read_events(data, start, known, parts, cancel, done, pages)
-    }));
-    read.ok().flatten() // a bug here must not take the reading down: the main reading reads on
-}
-
-fn read_events(
-    data: &[u8],
-    start: usize,
-    known: &Known,
-    parts: Parts,
-    cancel: &AtomicBool,
-    done: &AtomicUsize,
-    pages: Pages<'_>,
-) -> Option<Tail> {
-    let mut r = Reader {
-        b: data,
-        p: start,
-        known,
-        events: parts != Parts::SegmentsOnly,
-        stacks: parts == Parts::All,
-        frame_ids: Vec::new(),
-        stack_ids: FxHashMap::default(),
-        list_pending: false,
-        out: Tail {
-            start,
-            max_ahead: i64::MIN,
-            ..Tail::default()
-        },
-    };
-    let mut released = start;
-    loop {
-        // between two events of a batch
-        match r.peek() {
-            Some(b'}') => r.event()?,
-            Some(b'e') => {
-                let at = r.p;
-                r.p += 1;
-                if r.peek() != Some(b'(') {
-                    r.p = at; // the list ends: the main reading reads the APPENDS
-                    break;
+    // a bug here must not take the reading down: the main reading reads on
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut r = Reader {
+            b: data,
+            p: start,
+            known,
+            events: parts != Parts::SegmentsOnly,
+            stacks: parts == Parts::All,
+            frame_ids: Vec::new(),
+            stack_ids: FxHashMap::default(),
+            list_pending: false,
+            out: Tail {
+                start,
+                max_ahead: i64::MIN,
+                ..Tail::default()
+            },
+        };
+        let mut released = start;
+        loop {
+            // between two events of a batch
+            match r.peek() {
+                Some(b'}') => r.event()?,
+                Some(b'e') => {
+                    let at = r.p;
+                    r.p += 1;
+                    if r.peek() != Some(b'(') {
+                        r.p = at; // the list ends: the main reading reads the APPENDS
+                        break;
+                    }
+                    r.p += 1;
+                    if cancel.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    done.store(r.p - start, Ordering::Relaxed);
+                    if r.p - released >= 16 << 20 {
+                        pages.release(released, r.p);
+                        released = r.p;
+                    }
                 }
-                r.p += 1;
-                if cancel.load(Ordering::Relaxed) {
-                    return None;
-                }
-                done.store(r.p - start, Ordering::Relaxed);
-                if r.p - released >= 16 << 20 {
-                    pages.release(released, r.p);
-                    released = r.p;
-                }
+                _ => break,
             }
-            _ => break,
         }
-    }
-    r.out.end = r.p;
-    Some(r.out)
+        r.out.end = r.p;
+        Some(r.out)
+    }))
+    .ok()
+    .flatten()
 }
 
 struct Reader<'d, 'k> {
@@ -381,52 +372,28 @@ impl Reader<'_, '_> {
         self.out.max_ahead = self.out.max_ahead.max(id as i64 - self.made() as i64);
     }
 
-    /// A scalar: a number, None, a bool, a string or a memo reference.
+    /// A scalar: a number, None, a bool, a string or a memo reference (decoded by the
+    /// project's opcode decoder, as the main reading's `scalar` decodes them).
     #[inline]
     fn value(&mut self) -> Option<Val> {
-        let c = self.peek()?;
-        let b = &self.b[self.p..];
-        let (v, len) = match (c, b) {
-            (b'h' | b'j', _) => {
-                let id = self.reference()?;
-                return Some(match self.known.ids.get(&id) {
-                    Some(&i) => Val::Known(i),
-                    None => Val::Ref(id),
-                });
-            }
-            (b'K', [_, a, ..]) => (Val::Int(*a as i64), 2),
-            (b'M', [_, a, b, ..]) => (Val::Int(u16::from_le_bytes([*a, *b]) as i64), 3),
-            (b'J', [_, a, b, c, d, ..]) => {
-                (Val::Int(i32::from_le_bytes([*a, *b, *c, *d]) as i64), 5)
-            }
-            (0x8a, [_, k, rest @ ..]) if *k <= 8 && rest.len() >= *k as usize => (
-                Val::Int(crate::pickle::int_from_short_le(&rest[..*k as usize])),
-                2 + *k as usize,
-            ),
-            (b'G', [_, a @ ..]) if a.len() >= 8 => (
-                Val::Float(f64::from_be_bytes(a[..8].try_into().unwrap())),
-                9,
-            ),
-            (b'N', _) => (Val::None, 1),
-            (0x88, _) => (Val::Bool(true), 1),
-            (0x89, _) => (Val::Bool(false), 1),
-            (0x8c, [_, n, rest @ ..]) if rest.len() >= *n as usize => {
-                let n = *n as usize;
-                self.p += 2 + n;
-                return self.text(&rest[..n]);
-            }
-            (b'X', [_, a, b, c, d, rest @ ..]) => {
-                let n = u32::from_le_bytes([*a, *b, *c, *d]) as usize;
-                if rest.len() < n {
-                    return None;
-                }
-                self.p += 5 + n;
-                return self.text(&rest[..n]);
-            }
+        self.peek()?;
+        let mut ops = Cursor::new(self.b);
+        ops.advance(self.p);
+        let op = ops.next_op().ok()?;
+        self.p = ops.position();
+        Some(match op {
+            Op::Int(i) => Val::Int(i),
+            Op::Long(le) if le.len() <= 8 => Val::Int(int_from_short_le(le)),
+            Op::Float(f) => Val::Float(f),
+            Op::None => Val::None,
+            Op::Bool(b) => Val::Bool(b),
+            Op::Get(id) => match self.known.ids.get(&id) {
+                Some(&i) => Val::Known(i),
+                None => Val::Ref(id),
+            },
+            Op::Unicode(raw) => return self.text(raw),
             _ => return None,
-        };
-        self.p += len;
-        Some(v)
+        })
     }
 
     /// A string just read (as the main reading makes text of it), with its memo entry.
