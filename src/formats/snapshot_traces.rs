@@ -228,7 +228,10 @@ impl Divert for TraceReader<'_> {
         std::thread::scope(|scope| {
             let mut tail = TailState::new(&cancel, &done);
             let mut devices = 0usize;
-            let read = list(r, b']', &mut |r| {
+            let read = list(r, b']', &mut |r, at| {
+                if let Walk::BatchRead { .. } = at {
+                    return Ok(());
+                }
                 if r.peek() != Some(b']') {
                     return Err(r.error("device_traces: expected a list per device"));
                 }
@@ -282,9 +285,8 @@ impl<'s> TailState<'s> {
 }
 
 impl<'f> TraceReader<'f> {
-    /// A device's list of events: `]` memo, then batches `(` event… `e`, or single events
-    /// with APPEND (`list`'s walk, with the two places the second core's reading needs:
-    /// it is started after the first batch and taken over between two events of a batch).
+    /// A device's list of events. The second core's reading is started after the first
+    /// batch and taken over where it started (between two events).
     fn events<'s, 'a: 's>(
         &mut self,
         r: &mut Diverted<'_, 'a, '_>,
@@ -295,41 +297,23 @@ impl<'f> TraceReader<'f> {
     where
         'f: 's,
     {
-        match r.next_op()? {
-            Op::EmptyList => {}
-            _ => return Err(r.error("expected a list")),
-        }
-        memo_entries(r, Value::taken(EVENT_HANDLE))?;
-        loop {
-            match r.peek() {
-                Some(b'(') => {
-                    r.eat(b'(');
-                    let batch = r.position();
-                    while r.peek() != Some(b'e') {
-                        if r.position() >= tail.at {
-                            self.take_over(r, device, tail);
-                            continue;
-                        }
-                        self.event(r, device)?;
-                    }
-                    r.eat(b'e');
-                    if !tail.started {
-                        self.start_tail(r, batch, tail, scope);
-                    }
+        list(r, b'}', &mut |r, at| match at {
+            Walk::Item => {
+                if r.position() >= tail.at && self.take_over(r, device, tail) {
+                    return Ok(());
                 }
-                Some(b'}') => {
-                    self.event(r, device)?;
-                    if !r.eat(b'a') {
-                        return Err(r.error("expected APPEND after a single item"));
-                    }
+                self.event(r, device)
+            }
+            Walk::BatchRead { start } => {
+                if !tail.started {
+                    self.start_tail(r, start, tail, scope);
                 }
-                _ => return Ok(()),
+                if tail.handle.is_some() {
+                    r.read_elsewhere(tail.done.load(Ordering::Relaxed));
+                }
+                Ok(())
             }
-            r.tick();
-            if tail.handle.is_some() {
-                r.read_elsewhere(tail.done.load(Ordering::Relaxed));
-            }
-        }
+        })
     }
 
     /// Start the second core's reading at an event halfway through what is left, telling it
@@ -379,8 +363,13 @@ impl<'f> TraceReader<'f> {
     }
 
     /// The main reading is at or past where the second core's started: take its reading over
-    /// if it is exactly there and every check holds, else read on alone.
-    fn take_over(&mut self, r: &mut Diverted<'_, '_, '_>, device: usize, tail: &mut TailState<'_>) {
+    /// if it is exactly there and every check holds (true), else read on alone.
+    fn take_over(
+        &mut self,
+        r: &mut Diverted<'_, '_, '_>,
+        device: usize,
+        tail: &mut TailState<'_>,
+    ) -> bool {
         let at = std::mem::replace(&mut tail.at, usize::MAX);
         r.read_elsewhere(0); // from here on the main reading's position says it all
         if r.position() != at {
@@ -388,18 +377,18 @@ impl<'f> TraceReader<'f> {
             debug(&format_args!(
                 "second core: byte {at} was not an event start"
             ));
-            return;
+            return false;
         }
         let Some(Ok((known, Some(t)))) = tail.handle.take().map(|h| h.join()) else {
             debug(&"second core: gave up (a layout it leaves to the main reading)");
-            return;
+            return false;
         };
         let Some(first) = r.memo_dense_len() else {
-            return;
+            return false;
         };
         let Some(texts) = self.check_tail(r, first, &known, &t) else {
             debug(&"second core: its reading did not hold");
-            return;
+            return false;
         };
         debug(&format_args!(
             "second core: read {} events, bytes {}..{}",
@@ -458,7 +447,7 @@ impl<'f> TraceReader<'f> {
         self.out.lengths[device] += count;
         r.skip_to(end);
         if self.parts == Parts::SegmentsOnly {
-            return;
+            return true;
         }
         // the strings it fetched from the memo, now known
         for (d, text) in deferred.iter().zip(&texts) {
@@ -499,6 +488,7 @@ impl<'f> TraceReader<'f> {
                 .into_iter()
                 .map(|(i, a)| (first_index + i, a)),
         );
+        true
     }
 
     /// The main reading's stack for a stack of the second core's reading (`check_tail` has
@@ -640,13 +630,23 @@ fn debug(what: &dyn std::fmt::Display) {
     }
 }
 
+/// Where [`list`] is when it calls back.
+#[derive(Clone, Copy)]
+enum Walk {
+    /// At an item: read it.
+    Item,
+    /// A MARK … APPENDS batch of items, begun at byte `start`, was read.
+    BatchRead { start: usize },
+}
+
 /// A list: EMPTY_LIST, its memo entry, then its items in MARK … APPENDS batches or one by one
-/// with APPEND; `item` reads one item, which starts with opcode `item_code`. The list itself
-/// is memoized as an inert handle.
+/// with APPEND; `visit` reads one item (which starts with opcode `item_code`) at each
+/// `Walk::Item`, and is told of each batch read. The list itself is memoized as an inert
+/// handle.
 fn list<'a>(
     r: &mut Diverted<'_, 'a, '_>,
     item_code: u8,
-    item: &mut dyn FnMut(&mut Diverted<'_, 'a, '_>) -> Result<()>,
+    visit: &mut dyn FnMut(&mut Diverted<'_, 'a, '_>, Walk) -> Result<()>,
 ) -> Result<()> {
     match r.next_op()? {
         Op::EmptyList => {}
@@ -657,13 +657,15 @@ fn list<'a>(
         match r.peek() {
             Some(b'(') => {
                 r.eat(b'(');
+                let start = r.position();
                 while r.peek() != Some(b'e') {
-                    item(r)?;
+                    visit(r, Walk::Item)?;
                 }
                 r.eat(b'e');
+                visit(r, Walk::BatchRead { start })?;
             }
             Some(c) if c == item_code => {
-                item(r)?;
+                visit(r, Walk::Item)?;
                 if !r.eat(b'a') {
                     return Err(r.error("expected APPEND after a single item"));
                 }
