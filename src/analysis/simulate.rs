@@ -325,8 +325,6 @@ fn memory_limit(
     )
 }
 
-/// Replay a device's trace under each of `scenarios` (the file's own settings first is the
-/// caller's choice; validation compares against the first).
 /// `f(0)`, …, `f(n - 1)`, computed on as many cores as there are (up to `n`), in order.
 fn each_on_all_cores<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
@@ -354,6 +352,8 @@ fn each_on_all_cores<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T>
     all.into_iter().map(|(_, t)| t).collect()
 }
 
+/// Replay a device's trace under each of `scenarios` (the file's own settings first is the
+/// caller's choice; validation compares against the first).
 pub fn simulate(
     snap: &Snapshot,
     device: u32,
