@@ -482,46 +482,47 @@ impl HandleWindow {
         true
     }
 
-    /// `get` without touching the cache.
-    fn peek(&self, id: u64) -> Option<Value> {
+    /// Memo entry `id` without the cache; whether it is a kept value (not a handle).
+    #[inline]
+    fn find(&self, id: u64) -> (Lookup, bool) {
         if id >= self.next {
-            return None;
+            return (Lookup::Never, false);
         }
         let rel = id - self.base;
         let (w, bit) = ((rel / 64) as usize, rel % 64);
         let bits = self.kept_bits[w];
         if bits >> bit & 1 == 1 {
             let below = (bits & ((1u64 << bit) - 1)).count_ones();
-            return Some(self.kept[(self.kept_before[w] + below) as usize]);
+            return (
+                Lookup::Stored(self.kept[(self.kept_before[w] + below) as usize]),
+                true,
+            );
         }
         match self.recent[id as usize % RECENT_HANDLES] {
-            (at, v) if at == id => Some(v),
-            _ => None,
+            (at, v) if at == id => (Lookup::Stored(v), false),
+            _ => (Lookup::Evicted, false),
+        }
+    }
+
+    /// `get` without touching the cache.
+    fn peek(&self, id: u64) -> Option<Value> {
+        match self.find(id).0 {
+            Lookup::Stored(v) => Some(v),
+            Lookup::Evicted | Lookup::Never => None,
         }
     }
 
     #[inline]
     fn get(&mut self, id: u64) -> Lookup {
-        let hot = &mut self.hot[id as usize % HOT_VALUES];
+        let hot = self.hot[id as usize % HOT_VALUES];
         if hot.0 == id {
             return Lookup::Stored(hot.1);
         }
-        if id >= self.next {
-            return Lookup::Never;
+        let (found, kept) = self.find(id);
+        if let (Lookup::Stored(v), true) = (&found, kept) {
+            self.hot[id as usize % HOT_VALUES] = (id, *v);
         }
-        let rel = id - self.base;
-        let (w, bit) = ((rel / 64) as usize, rel % 64);
-        let bits = self.kept_bits[w];
-        if bits >> bit & 1 == 1 {
-            let below = (bits & ((1u64 << bit) - 1)).count_ones();
-            let v = self.kept[(self.kept_before[w] + below) as usize];
-            *hot = (id, v);
-            return Lookup::Stored(v);
-        }
-        match self.recent[id as usize % RECENT_HANDLES] {
-            (at, v) if at == id => Lookup::Stored(v),
-            _ => Lookup::Evicted,
-        }
+        found
     }
 }
 const UNSET: Value = Value::UNSET;
