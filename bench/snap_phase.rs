@@ -51,6 +51,8 @@ fn main() {
         snap.stacks.stack_count()
     );
     let t = Instant::now();
-    let s = memtrack::analysis::snapshot_summary::snapshot_summary(&snap, &snap.devices());
+    let mut runs = memtrack::analysis::timeline::TraceRuns::default();
+    snap.feed(&mut runs);
+    let s = memtrack::analysis::snapshot_summary::snapshot_summary(&snap, &snap.devices(), &runs);
     eprintln!("summary {:?} ({} devices)", t.elapsed(), s.devices.len());
 }

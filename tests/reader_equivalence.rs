@@ -8,7 +8,8 @@ use common::fixture;
 use memtrack::formats::snapshot;
 use memtrack::formats::snapshot_traces::{self, Streamed};
 use memtrack::formats::{tracker, tracker_stream, Input, SnapshotParts};
-use memtrack::model::TrackerStats;
+use memtrack::model::snapshot::{EventAux, TraceEvent, TraceSink};
+use memtrack::model::{Snapshot, TrackerStats};
 
 fn both(bytes: &[u8]) -> (Option<TrackerStats>, Result<TrackerStats, String>) {
     let fast = tracker_stream::read(bytes, &mut ());
@@ -253,6 +254,12 @@ fn a_frame_list_shared_from_far_back_is_read_again_the_generic_way() {
     }
 }
 
+/// Rounds for the second core: one over the whole file, and a few (each taken over mid-list,
+/// where the next round starts).
+fn rounds(bytes: &[u8]) -> [usize; 2] {
+    [usize::MAX, bytes.len() / 5]
+}
+
 const ALL_PARTS: [SnapshotParts; 3] = [
     SnapshotParts::All,
     SnapshotParts::EventsWithoutStacks,
@@ -279,23 +286,28 @@ fn a_trace_read_on_two_cores_is_the_one_core_reading() {
     for name in SNAPSHOTS.iter().chain(&real_multi_batch).chain(&extra) {
         let bytes = std::fs::read(fixture(&format!("snapshots/{name}"))).unwrap();
         let doc = memtrack::pickle::parse(&bytes).unwrap();
-        for parts in ALL_PARTS {
+        for (parts, round) in ALL_PARTS
+            .into_iter()
+            .flat_map(|p| rounds(&bytes).map(|r| (p, r)))
+        {
             let generic = snapshot::from_document_parts(&doc, parts).unwrap();
-            let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts);
+            let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts, round, None);
             if let Streamed::Snapshot(s) = read {
                 assert_eq!(
                     format!("{s:?}"),
                     format!("{generic:?}"),
-                    "{name} ({parts:?})"
+                    "{name} ({parts:?}, rounds of {round} bytes)"
                 );
             }
-            eprintln!("{name} ({parts:?}): the second core read {second} events");
+            eprintln!(
+                "{name} ({parts:?}, rounds of {round} bytes): the second core read {second} events"
+            );
             // (with stacks, a frame first written in the back half leaves it to the main
             // reading: real captures write new frames late)
             if real_multi_batch.contains(name) && parts != SnapshotParts::All {
                 assert!(
                     second > 0,
-                    "{name} ({parts:?}): the second core read nothing"
+                    "{name} ({parts:?}, rounds of {round} bytes): the second core read nothing"
                 );
             }
         }
@@ -370,21 +382,24 @@ fn strings_frames_and_lists_the_second_core_leaves_open_resolve_as_one_core_read
         );
         let bytes = out.stdout;
         let doc = memtrack::pickle::parse(&bytes).unwrap();
-        for parts in ALL_PARTS {
+        for (parts, round) in ALL_PARTS
+            .into_iter()
+            .flat_map(|p| rounds(&bytes).map(|r| (p, r)))
+        {
             let generic = snapshot::from_document_parts(&doc, parts).unwrap();
-            let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts);
+            let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts, round, None);
             let Streamed::Snapshot(s) = read else {
-                panic!("{variant} ({parts:?}): the streamed reading did not stand");
+                panic!("{variant} ({parts:?}, rounds of {round} bytes): the streamed reading did not stand");
             };
             assert_eq!(
                 format!("{s:?}"),
                 format!("{generic:?}"),
-                "{variant} ({parts:?})"
+                "{variant} ({parts:?}, rounds of {round} bytes)"
             );
             if variant == "plain" {
                 assert!(
                     second > 0,
-                    "{variant} ({parts:?}): the second core read nothing"
+                    "{variant} ({parts:?}, rounds of {round} bytes): the second core read nothing"
                 );
             }
         }
@@ -417,8 +432,13 @@ fn damage_in_the_back_half_never_makes_the_two_core_reading_differ() {
             bytes[at] ^= 1 << (next() % 8);
         }
         let generic = memtrack::pickle::parse(&bytes);
-        for parts in ALL_PARTS {
-            if let (Streamed::Snapshot(s), _) = snapshot_traces::read_on_two_cores(&bytes, parts) {
+        for (parts, round) in ALL_PARTS
+            .into_iter()
+            .flat_map(|p| rounds(&clean).map(|r| (p, r)))
+        {
+            if let (Streamed::Snapshot(s), _) =
+                snapshot_traces::read_on_two_cores(&bytes, parts, round, None)
+            {
                 let doc = generic
                     .as_ref()
                     .expect("a streamed reading stands on bytes that do not parse");
@@ -431,4 +451,109 @@ fn damage_in_the_back_half_never_makes_the_two_core_reading_differ() {
             }
         }
     }
+}
+
+/// What a `TraceSink` was given.
+#[derive(Default)]
+struct Recorder {
+    events: Vec<String>,
+    restarts: usize,
+}
+
+impl TraceSink for Recorder {
+    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+        self.events.push(format!("{device} {e:?} {stream} {aux:?}"));
+    }
+
+    fn restart(&mut self) {
+        self.events.clear();
+        self.restarts += 1;
+    }
+}
+
+/// The snapshot without its events, as a reading with a sink leaves it.
+fn without_events(mut s: Snapshot) -> String {
+    for t in &mut s.traces {
+        t.events.clear();
+        t.aux.clear();
+    }
+    format!("{s:?}")
+}
+
+/// A reading that gives the events to a sink gives it exactly the events the generic reading
+/// keeps, in order (whatever the second core's rounds), and the same snapshot otherwise.
+#[test]
+fn a_sink_gets_the_events_the_generic_reading_keeps() {
+    let late = std::process::Command::new("python3")
+        .args(["-c", LATE_STRINGS_PY, "plain"])
+        .output()
+        .expect("python3 runs");
+    assert!(late.status.success());
+    let mut files: Vec<(String, Vec<u8>)> = SNAPSHOTS
+        .iter()
+        .chain(&[
+            "cs336_medium_512_training.pickle",
+            "h100/oom_default.pickle",
+        ])
+        .map(|n| {
+            (
+                n.to_string(),
+                std::fs::read(fixture(&format!("snapshots/{n}"))).unwrap(),
+            )
+        })
+        .collect();
+    files.push(("late strings".into(), late.stdout));
+    for (name, bytes) in &files {
+        let doc = memtrack::pickle::parse(bytes).unwrap();
+        let generic =
+            snapshot::from_document_parts(&doc, SnapshotParts::EventsWithoutStacks).unwrap();
+        let mut expected = Recorder::default();
+        generic.feed(&mut expected);
+        for round in rounds(bytes) {
+            let mut got = Recorder::default();
+            let (read, second) = snapshot_traces::read_on_two_cores(
+                bytes,
+                SnapshotParts::EventsWithoutStacks,
+                round,
+                Some(&mut got),
+            );
+            if name == "late strings" {
+                assert!(
+                    second > 0,
+                    "rounds of {round} bytes: the second core read nothing"
+                );
+            }
+            let Streamed::Snapshot(s) = read else {
+                continue; // (read again the generic way: `load_streaming` feeds the sink then)
+            };
+            assert_eq!(
+                got.events, expected.events,
+                "{name}, rounds of {round} bytes"
+            );
+            assert_eq!(without_events(s), without_events(generic.clone()), "{name}");
+        }
+    }
+}
+
+/// A streamed reading dropped at its end (a frame list shared from too far back) has given
+/// the sink every event once: the sink is told to start again, and gets them all again.
+#[test]
+fn a_sink_starts_again_when_the_reading_is_read_again() {
+    let bytes = snapshot_sharing_a_frame_list(70_001, 70_000);
+    let path = std::env::temp_dir().join("memtrack_sink_restart.pickle");
+    std::fs::write(&path, &bytes).unwrap();
+    let mut got = Recorder::default();
+    let loaded = memtrack::formats::load_streaming(&path, &mut got);
+    std::fs::remove_file(&path).ok();
+    let Ok(Input::Snapshot(s)) = loaded else {
+        panic!("not loaded as a snapshot");
+    };
+    let doc = memtrack::pickle::parse(&bytes).unwrap();
+    let generic = snapshot::from_document_parts(&doc, SnapshotParts::EventsWithoutStacks).unwrap();
+    let mut expected = Recorder::default();
+    generic.feed(&mut expected);
+    assert_eq!(got.restarts, 1);
+    assert_eq!(got.events.len(), 70_002);
+    assert_eq!(got.events, expected.events);
+    assert_eq!(without_events(*s), without_events(generic));
 }

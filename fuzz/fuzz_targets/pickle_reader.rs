@@ -58,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "the streamed reading differs");
         }
         if parts != SnapshotParts::All {
-            if let (Streamed::Snapshot(fast), _) = snapshot_traces::read_on_two_cores(data, parts) {
+            if let (Streamed::Snapshot(fast), _) = snapshot_traces::read_on_two_cores(data, parts, data.len() / 3, None) {
                 let plain = generic.as_ref().expect("the two-core reading stands on bytes the generic reader rejects");
                 let slow = snapshot::from_document_parts(plain, parts).expect("and the generic path converts them");
                 assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "the two-core reading differs");

@@ -145,7 +145,7 @@ pub fn segment_map(snap: &Snapshot, devices: &[u32]) -> SegmentMap {
     totals.free_bytes = totals.free_external_bytes + totals.free_internal_bytes;
     totals.internal_percent = pct(totals.free_internal_bytes, totals.free_external_bytes);
     let a = &mut totals.allocator;
-    for d in super::snapshot_summary::snapshot_summary(snap, devices).devices {
+    for d in super::snapshot_summary::snapshot_summary(snap, devices, &Default::default()).devices {
         a.allocated_bytes += d.allocated_bytes;
         a.active_bytes += d.active_bytes;
         a.pending_free_bytes += d.pending_free_bytes;

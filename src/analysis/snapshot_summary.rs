@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::model::snapshot::{Action, Layout, SizeClass, Snapshot};
 
-use super::timeline::{timeline, OomMark, Point};
+use super::timeline::{final_state, OomMark, Point, TraceRuns};
 
 #[derive(Debug, Serialize)]
 pub struct SnapshotSummary {
@@ -94,8 +94,13 @@ pub struct PoolRow {
     pub largest_free_block_bytes: u64,
 }
 
-pub fn snapshot_summary(snap: &Snapshot, devices: &[u32]) -> SnapshotSummary {
-    let devices = devices.iter().map(|&d| device_summary(snap, d)).collect();
+/// The summary of `devices` of `snap`, their traces as `runs` took them (the reader streams
+/// them there: `formats::load_streaming`).
+pub fn snapshot_summary(snap: &Snapshot, devices: &[u32], runs: &TraceRuns) -> SnapshotSummary {
+    let devices = devices
+        .iter()
+        .map(|&d| device_summary(snap, d, runs))
+        .collect();
     SnapshotSummary {
         kind: "allocator_snapshot",
         layout: snap.layout.clone(),
@@ -108,11 +113,26 @@ pub fn snapshot_summary(snap: &Snapshot, devices: &[u32]) -> SnapshotSummary {
     }
 }
 
-/// Fill `simulate_suggestions`: replay the devices that had an OOM or a fragmented cache.
+impl DeviceSummary {
+    /// An OOM or a fragmented cache: a replay may find a setting that helps.
+    fn wants_suggestion(&self) -> bool {
+        let fragmented = self.external_fragmentation.is_some_and(|f| f > 0.2);
+        !self.ooms.is_empty() || fragmented
+    }
+}
+
+impl SnapshotSummary {
+    /// Whether `add_simulate_suggestions` has devices to replay (and so needs the events).
+    pub fn wants_suggestions(&self) -> bool {
+        self.devices.iter().any(|d| d.wants_suggestion())
+    }
+}
+
+/// Fill `simulate_suggestions`: replay the devices that had an OOM or a fragmented cache
+/// (`snap` with its events).
 pub fn add_simulate_suggestions(summary: &mut SnapshotSummary, snap: &Snapshot) {
     for d in &summary.devices {
-        let fragmented = d.external_fragmentation.is_some_and(|f| f > 0.2);
-        if d.ooms.is_empty() && !fragmented {
+        if !d.wants_suggestion() {
             continue;
         }
         if let Some(s) = super::simulate::suggest(snap, d.device) {
@@ -121,7 +141,7 @@ pub fn add_simulate_suggestions(summary: &mut SnapshotSummary, snap: &Snapshot) 
     }
 }
 
-fn device_summary(snap: &Snapshot, device: u32) -> DeviceSummary {
+fn device_summary(snap: &Snapshot, device: u32, runs: &TraceRuns) -> DeviceSummary {
     let mut d = DeviceSummary {
         device,
         ..Default::default()
@@ -211,38 +231,33 @@ fn device_summary(snap: &Snapshot, device: u32) -> DeviceSummary {
     d.internal_fragmentation_bytes = d.active_bytes.saturating_sub(d.requested_bytes);
     d.external_fragmentation =
         (d.free_bytes > 0).then(|| 1.0 - d.largest_free_block_bytes as f64 / d.free_bytes as f64);
-    if let Some(t) = snap.trace(device) {
-        d.trace_entries = t.events.len();
-        let mut counts = [0usize; Action::ALL.len()];
-        for e in &t.events {
-            counts[e.action as usize] += 1;
-        }
+    if let Some(run) = runs.get(device) {
+        d.trace_entries = run.events;
         d.actions = Action::ALL
             .iter()
-            .zip(counts)
+            .zip(run.action_counts)
             .filter(|(_, c)| *c > 0)
             .map(|(a, c)| ActionCount {
                 action: a.name(),
                 count: c,
             })
             .collect();
-        if !t.events.is_empty() {
-            let tl = timeline(snap, device, false);
-            d.trace_start_time_us = tl.t0_us;
-            let (a, r) = (tl.initial_allocated_bytes, tl.initial_reserved_bytes);
-            if a < 0 || r < 0 {
-                d.trace_shortfall = Some(TraceShortfall {
-                    allocated_bytes: a.min(0).unsigned_abs(),
-                    reserved_bytes: r.min(0).unsigned_abs(),
-                });
-            } else {
-                d.initial_allocated_bytes = Some(a as u64);
-                d.initial_reserved_bytes = Some(r as u64);
-            }
-            d.peak_allocated = tl.peak_allocated;
-            d.peak_reserved = tl.peak_reserved;
-            d.ooms = tl.ooms;
+        let (final_allocated, final_reserved) = final_state(snap, device);
+        let tl = run.finish(final_allocated, final_reserved);
+        d.trace_start_time_us = tl.t0_us;
+        let (a, r) = (tl.initial_allocated_bytes, tl.initial_reserved_bytes);
+        if a < 0 || r < 0 {
+            d.trace_shortfall = Some(TraceShortfall {
+                allocated_bytes: a.min(0).unsigned_abs(),
+                reserved_bytes: r.min(0).unsigned_abs(),
+            });
+        } else {
+            d.initial_allocated_bytes = Some(a as u64);
+            d.initial_reserved_bytes = Some(r as u64);
         }
+        d.peak_allocated = tl.peak_allocated;
+        d.peak_reserved = tl.peak_reserved;
+        d.ooms = tl.ooms;
     }
     d
 }

@@ -13,7 +13,7 @@
 
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, Snapshot, TraceEvent, NO_TIME};
+use crate::model::snapshot::{Action, EventAux, Snapshot, TraceEvent, TraceSink, NO_TIME};
 
 #[derive(Debug, Serialize)]
 pub struct Timeline {
@@ -102,17 +102,196 @@ pub fn final_state(snap: &Snapshot, device: u32) -> (i64, i64) {
     (alloc, reserved)
 }
 
+/// A point of a trace as [`TraceRun`] saw it go by.
+#[derive(Clone, Copy, Debug)]
+struct RunPoint {
+    index: usize,
+    /// The event's own `time_us`.
+    time_us: Option<i64>,
+    /// The latest `time_us` up to it (what its x is).
+    carried_time_us: Option<i64>,
+    bytes: i64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RunOom {
+    at: RunPoint,
+    reserved: i64,
+    requested_bytes: u64,
+    device_free_bytes: Option<u64>,
+}
+
+/// Allocated and reserved bytes relative to a trace's start, with their peaks, the OOMs and
+/// the count of each action, taken one event at a time: from a kept trace (`timeline`) or as
+/// the trace streams by (`TraceRuns`). Peaks do not move when the whole series shifts by the
+/// anchor, which is known only at the end ([`TraceRun::finish`]).
+#[derive(Clone, Debug)]
+pub struct TraceRun {
+    pub events: usize,
+    /// Events of each action, indexed as `Action::ALL`.
+    pub action_counts: [usize; Action::ALL.len()],
+    allocated: i64,
+    reserved: i64,
+    peak_allocated: Option<RunPoint>,
+    peak_reserved: Option<RunPoint>,
+    ooms: Vec<RunOom>,
+    first_time_us: Option<i64>,
+    last_time_us: Option<i64>,
+    monotonic: bool,
+}
+
+impl Default for TraceRun {
+    fn default() -> TraceRun {
+        TraceRun {
+            events: 0,
+            action_counts: [0; Action::ALL.len()],
+            allocated: 0,
+            reserved: 0,
+            peak_allocated: None,
+            peak_reserved: None,
+            ooms: Vec::new(),
+            first_time_us: None,
+            last_time_us: None,
+            monotonic: true,
+        }
+    }
+}
+
+/// A run's totals, anchored at the final state.
+pub struct RunTotals {
+    pub x_is_time: bool,
+    /// `time_us` of the first event, when x is time.
+    pub t0_us: Option<i64>,
+    /// The last `time_us` of the trace.
+    pub last_time_us: Option<i64>,
+    pub initial_allocated_bytes: i64,
+    pub initial_reserved_bytes: i64,
+    pub peak_allocated: Option<Point>,
+    pub peak_reserved: Option<Point>,
+    pub ooms: Vec<OomMark>,
+}
+
+impl TraceRun {
+    /// The next event; `aux` is read for OOMs only.
+    #[inline]
+    pub fn push(&mut self, e: &TraceEvent, aux: Option<&EventAux>) {
+        let index = self.events;
+        self.events += 1;
+        self.action_counts[e.action as usize] += 1;
+        // an entry without time (e.g. `snapshot`) takes its neighbour's
+        if e.time_us != NO_TIME {
+            self.monotonic &= self.last_time_us.is_none_or(|t| e.time_us >= t);
+            self.last_time_us = Some(e.time_us);
+            self.first_time_us.get_or_insert(e.time_us);
+        }
+        let point = |bytes| RunPoint {
+            index,
+            time_us: e.time(),
+            carried_time_us: self.last_time_us,
+            bytes,
+        };
+        if e.action == Action::Oom {
+            self.ooms.push(RunOom {
+                at: point(self.allocated),
+                reserved: self.reserved,
+                requested_bytes: e.size,
+                device_free_bytes: aux.and_then(|a| a.device_free),
+            });
+        }
+        self.allocated += allocated_delta(e);
+        self.reserved += reserved_delta(e);
+        if self.peak_allocated.is_none_or(|p| self.allocated > p.bytes) {
+            self.peak_allocated = Some(point(self.allocated));
+        }
+        if self.peak_reserved.is_none_or(|p| self.reserved > p.bytes) {
+            self.peak_reserved = Some(point(self.reserved));
+        }
+    }
+
+    /// Allocated bytes after the events so far, relative to the start.
+    pub fn allocated(&self) -> i64 {
+        self.allocated
+    }
+
+    pub fn reserved(&self) -> i64 {
+        self.reserved
+    }
+
+    /// Anchored at the final allocated (requested bytes of `active_allocated` blocks) and
+    /// reserved bytes.
+    pub fn finish(&self, final_allocated: i64, final_reserved: i64) -> RunTotals {
+        let init_a = final_allocated - self.allocated;
+        let init_r = final_reserved - self.reserved;
+        let x_is_time = self.first_time_us.is_some() && self.monotonic;
+        let t0 = if x_is_time { self.first_time_us } else { None };
+        // x: seconds since t0 (carrying the last time over entries without one), or the index
+        let x = |p: &RunPoint| match t0 {
+            Some(t0) => (p.carried_time_us.unwrap_or(t0) - t0) as f64 / 1e6,
+            None => p.index as f64,
+        };
+        let point = |p: Option<RunPoint>, init: i64| {
+            p.map(|p| Point {
+                index: p.index,
+                x: x(&p),
+                time_us: p.time_us,
+                bytes: p.bytes + init,
+            })
+        };
+        RunTotals {
+            x_is_time,
+            t0_us: t0,
+            last_time_us: self.last_time_us,
+            initial_allocated_bytes: init_a,
+            initial_reserved_bytes: init_r,
+            peak_allocated: point(self.peak_allocated, init_a),
+            peak_reserved: point(self.peak_reserved, init_r),
+            ooms: (self.ooms.iter())
+                .map(|o| OomMark {
+                    index: o.at.index,
+                    x: x(&o.at),
+                    time_us: o.at.time_us,
+                    requested_bytes: o.requested_bytes,
+                    device_free_bytes: o.device_free_bytes,
+                    allocated_bytes: o.at.bytes + init_a,
+                    reserved_bytes: o.reserved + init_r,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A [`TraceRun`] per device, fed as the reader streams the events by.
+#[derive(Default)]
+pub struct TraceRuns {
+    runs: Vec<TraceRun>,
+}
+
+impl TraceRuns {
+    /// Device `device`'s run, if its trace had events.
+    pub fn get(&self, device: u32) -> Option<&TraceRun> {
+        self.runs.get(device as usize).filter(|r| r.events > 0)
+    }
+}
+
+impl TraceSink for TraceRuns {
+    fn event(&mut self, device: u32, e: &TraceEvent, _stream: i64, aux: Option<&EventAux>) {
+        let d = device as usize;
+        if self.runs.len() <= d {
+            self.runs.resize_with(d + 1, TraceRun::default);
+        }
+        self.runs[d].push(e, aux);
+    }
+
+    fn restart(&mut self) {
+        self.runs.clear();
+    }
+}
+
 pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
-    let events: &[TraceEvent] = snap.trace(device).map_or(&[], |t| &t.events[..]);
     let trace = snap.trace(device);
+    let events: &[TraceEvent] = trace.map_or(&[], |t| &t.events[..]);
     let (final_alloc, final_reserved) = final_state(snap, device);
-    // One pass over the events, relative to the (yet unknown) start: peaks do not move when
-    // the whole series shifts by the anchor, which is known only at the end.
-    let (mut a, mut r) = (0i64, 0i64);
-    let mut pa: Option<(usize, i64)> = None;
-    let mut pr: Option<(usize, i64)> = None;
-    let mut ooms: Vec<(usize, i64, i64)> = Vec::new();
-    let (mut monotonic, mut any_time, mut last_t) = (true, false, i64::MIN);
+    let mut run = TraceRun::default();
     let mut allocated = Vec::new();
     let mut reserved = Vec::new();
     if with_series {
@@ -120,62 +299,26 @@ pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
         reserved.reserve(events.len());
     }
     for (i, e) in events.iter().enumerate() {
-        // an entry without time (e.g. `snapshot`) takes its neighbour's
-        if e.time_us != NO_TIME {
-            monotonic &= e.time_us >= last_t;
-            last_t = e.time_us;
-            any_time = true;
-        }
-        if e.action == Action::Oom {
-            ooms.push((i, a, r));
-        }
-        a += allocated_delta(e);
-        r += reserved_delta(e);
-        if pa.is_none_or(|p| a > p.1) {
-            pa = Some((i, a));
-        }
-        if pr.is_none_or(|p| r > p.1) {
-            pr = Some((i, r));
-        }
+        // (only an OOM's aux is read: the lookup is not free)
+        let aux = (e.action == Action::Oom)
+            .then(|| trace.and_then(|t| t.aux(i)))
+            .flatten();
+        run.push(e, aux);
         if with_series {
-            allocated.push(a);
-            reserved.push(r);
+            allocated.push(run.allocated());
+            reserved.push(run.reserved());
         }
     }
-    let init_a = final_alloc - a;
-    let init_r = final_reserved - r;
-    let x_is_time = any_time && monotonic;
-    let t0 = if x_is_time {
-        events.iter().find_map(|e| e.time())
-    } else {
-        None
-    };
-    // x of event i: seconds since t0 (carrying the last time over entries without one), or i
-    let x_at = |i: usize| -> f64 {
-        match t0 {
-            Some(t0) => {
-                let t = events[..=i]
-                    .iter()
-                    .rev()
-                    .find_map(|e| e.time())
-                    .unwrap_or(t0);
-                (t - t0) as f64 / 1e6
-            }
-            None => i as f64,
-        }
-    };
-    let point = |p: Option<(usize, i64)>, init: i64| {
-        p.map(|(i, b)| Point {
-            index: i,
-            x: x_at(i),
-            time_us: events[i].time(),
-            bytes: b + init,
-        })
-    };
+    let totals = run.finish(final_alloc, final_reserved);
+    let (init_a, init_r) = (
+        totals.initial_allocated_bytes,
+        totals.initial_reserved_bytes,
+    );
+    let t0 = totals.t0_us;
     let mut tl = Timeline {
         device,
         events: events.len(),
-        x_is_time,
+        x_is_time: totals.x_is_time,
         t0_us: t0,
         x: Vec::new(),
         allocated,
@@ -184,23 +327,9 @@ pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
         initial_reserved_bytes: init_r,
         final_allocated_bytes: final_alloc,
         final_reserved_bytes: final_reserved,
-        peak_allocated: point(pa, init_a),
-        peak_reserved: point(pr, init_r),
-        ooms: ooms
-            .into_iter()
-            .map(|(i, a, r)| {
-                let e = &events[i];
-                OomMark {
-                    index: i,
-                    x: x_at(i),
-                    time_us: e.time(),
-                    requested_bytes: e.size,
-                    device_free_bytes: trace.and_then(|t| t.aux(i)).and_then(|x| x.device_free),
-                    allocated_bytes: a + init_a,
-                    reserved_bytes: r + init_r,
-                }
-            })
-            .collect(),
+        peak_allocated: totals.peak_allocated,
+        peak_reserved: totals.peak_reserved,
+        ooms: totals.ooms,
         annotations: Vec::new(),
     };
     if with_series {
@@ -221,7 +350,7 @@ pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
         }
     }
     if let Some(t0) = t0 {
-        let last = events.iter().rev().find_map(|e| e.time()).unwrap_or(t0);
+        let last = totals.last_time_us.unwrap_or(t0);
         for an in &snap.annotations {
             if an.device.is_some_and(|d| d != device) {
                 continue;

@@ -1,5 +1,6 @@
 use crate::analysis::snapshot_summary::{add_simulate_suggestions, snapshot_summary};
 use crate::analysis::summary::{cross_rank, tracker_summary};
+use crate::analysis::timeline::TraceRuns;
 use crate::cli::SummaryArgs;
 use crate::error::{Error, Result};
 use crate::formats::{self, Input};
@@ -13,8 +14,10 @@ pub fn run(a: SummaryArgs) -> Result<()> {
     let (format, units) = (a.common.format, a.common.units);
     let text = if let [file] = a.files.as_slice() {
         let title = super::display_name(file);
-        // a snapshot's summary reads events for peaks and OOMs, never their stacks
-        match formats::load_with(file, formats::SnapshotParts::EventsWithoutStacks)? {
+        // a snapshot's summary takes the events as they are read, for peaks and OOMs, and
+        // keeps none of them
+        let mut runs = TraceRuns::default();
+        match formats::load_streaming(file, &mut runs)? {
             Input::Tracker(stats) => {
                 if a.device.is_some() {
                     return Err(Error::Usage(
@@ -26,8 +29,16 @@ pub fn run(a: SummaryArgs) -> Result<()> {
             }
             Input::Snapshot(snap) => {
                 let devices = super::snapshot_devices(file, &snap, a.device)?;
-                let mut s = snapshot_summary(&snap, &devices);
-                add_simulate_suggestions(&mut s, &snap);
+                let mut s = snapshot_summary(&snap, &devices, &runs);
+                if s.wants_suggestions() {
+                    // the replays need the events: read the file again, keeping them (only
+                    // for files with an OOM or a fragmented cache)
+                    let snap = formats::load_snapshot_parts(
+                        file,
+                        formats::SnapshotParts::EventsWithoutStacks,
+                    )?;
+                    add_simulate_suggestions(&mut s, &snap);
+                }
                 render::snapshot::summary(&s, &title, format, units)
             }
         }

@@ -14,6 +14,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 pub use crate::model::snapshot::Parts as SnapshotParts;
+use crate::model::snapshot::TraceSink;
 use crate::model::{Snapshot, TrackerStats};
 use crate::pickle::{self, Document, MappedFile, View};
 use snapshot_traces::Streamed;
@@ -103,6 +104,21 @@ pub fn load(path: &Path) -> Result<Input> {
 
 /// Load any input; of a snapshot, only `parts`.
 pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
+    load_into(path, parts, None)
+}
+
+/// Load any input; a snapshot's trace events (without stacks) go to `sink` in order as they
+/// are read, and the snapshot keeps none of them (its traces have their lengths and streams),
+/// so memory does not grow with the trace.
+pub fn load_streaming(path: &Path, sink: &mut dyn TraceSink) -> Result<Input> {
+    load_into(path, SnapshotParts::EventsWithoutStacks, Some(sink))
+}
+
+fn load_into(
+    path: &Path,
+    parts: SnapshotParts,
+    mut sink: Option<&mut dyn TraceSink>,
+) -> Result<Input> {
     let file = map(path)?;
     let mut progress = bar(path, &file);
     if let Some(stats) = tracker_stream::read(file.bytes(), &mut file.release_behind(&mut progress))
@@ -117,18 +133,35 @@ pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
     let mut traces = snapshot_traces::TraceReader::new(parts, file.bytes().len()).with_second_core(
         snapshot_traces::SecondCore {
             min_bytes: snapshot_traces::SecondCore::MIN_BYTES,
+            round_bytes: snapshot_traces::SecondCore::ROUND_BYTES,
             pages: file.pages(),
         },
     );
+    if let Some(sink) = sink.as_deref_mut() {
+        traces = traces.with_sink(sink);
+    }
     let mut bar = bar(path, &file);
     let parsed = pickle::parse_mapped_with_divert(&file, &mut bar, &mut traces);
     drop(bar);
-    match traces.finish(parsed) {
+    let input = match traces.finish(parsed) {
         Streamed::Snapshot(s) => return Ok(Input::Snapshot(Box::new(s))),
-        Streamed::Other(doc) => return from_document_with(path, doc, parts),
-        Streamed::ReadAgain => {}
+        Streamed::Other(doc) => from_document_with(path, doc, parts)?,
+        Streamed::ReadAgain => from_document_with(path, parse(path, &file)?, parts)?,
+    };
+    // read the generic way: the sink gets the events from the start, as a streamed reading
+    // would have given them
+    match (input, sink) {
+        (Input::Snapshot(mut snap), Some(sink)) => {
+            sink.restart();
+            snap.feed(sink);
+            for trace in &mut snap.traces {
+                trace.events = Vec::new();
+                trace.aux = Vec::new();
+            }
+            Ok(Input::Snapshot(snap))
+        }
+        (input, _) => Ok(input),
     }
-    from_document_with(path, parse(path, &file)?, parts)
 }
 
 /// What a decoded pickle is, from its content.

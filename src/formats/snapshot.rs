@@ -350,7 +350,7 @@ impl<'d> Conv<'d> {
             .traces
             .iter()
             .any(|t| t.events.iter().any(|e| e.time_us != NO_TIME));
-        self.snap.layout.has_time_us = any_time;
+        self.snap.layout.has_time_us |= any_time;
         self.snap
     }
 
@@ -365,6 +365,8 @@ impl<'d> Conv<'d> {
         }
         self.snap.trace_lengths = st.lengths;
         self.snap.traces = st.traces;
+        // (events given to a sink are not in the traces)
+        self.snap.layout.has_time_us = st.any_time;
         if self.snap.parts == Parts::All {
             for t in &mut self.snap.traces {
                 for e in &mut t.events {

@@ -17,7 +17,8 @@ use std::thread::{Scope, ScopedJoinHandle};
 use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::{
-    Action, DeviceTrace, EventAux, Parts, Snapshot, StackId, TraceEvent, MAX_STREAMS, NO_TIME,
+    Action, DeviceTrace, EventAux, Parts, Snapshot, StackId, TraceEvent, TraceSink, MAX_STREAMS,
+    NO_TIME,
 };
 use crate::pickle::{
     Divert, Diverted, Document, IntOrRef, Op, Pages, PickleError, Progress, Value, View,
@@ -78,6 +79,8 @@ pub struct StreamedTraces {
     /// Each distinct stack, as its frames (document values: frame dicts), in the order of
     /// first appearance.
     pub stacks: Vec<Box<[Value]>>,
+    /// An event (kept, or given to the sink) had a `time_us`.
+    pub any_time: bool,
 }
 
 /// The outcome of a reading with `TraceReader`.
@@ -97,13 +100,23 @@ pub fn read(data: &[u8], progress: &mut dyn Progress, parts: Parts) -> Streamed 
     traces.finish(parsed)
 }
 
-/// `read`, with the back half of a trace handed to a second core whatever the file's size
-/// (`load_with` does so for large files only); also how many events that core read.
-pub fn read_on_two_cores(data: &[u8], parts: Parts) -> (Streamed, usize) {
+/// `read`, with parts of a trace handed to a second core whatever the file's size (`load_with`
+/// does so for large files only), `round_bytes` at a time, the events to `sink` if one is
+/// given; also how many events that core read.
+pub fn read_on_two_cores(
+    data: &[u8],
+    parts: Parts,
+    round_bytes: usize,
+    sink: Option<&mut dyn TraceSink>,
+) -> (Streamed, usize) {
     let mut traces = TraceReader::new(parts, data.len()).with_second_core(SecondCore {
         min_bytes: 0,
+        round_bytes,
         pages: Pages::default(),
     });
+    if let Some(sink) = sink {
+        traces = traces.with_sink(sink);
+    }
     let parsed = crate::pickle::parse_with_divert(data, &mut (), &mut traces);
     let second = traces.second_core_events();
     (traces.finish(parsed), second)
@@ -112,7 +125,9 @@ pub fn read_on_two_cores(data: &[u8], parts: Parts) -> (Streamed, usize) {
 /// The `pickle::Divert` for a snapshot's top-level `device_traces`.
 pub struct TraceReader<'f> {
     parts: Parts,
-    /// Hand the back half of the trace to a second core (see `trace_tail`).
+    /// Where the events go instead of `out.traces` (see `with_sink`).
+    sink: Option<&'f mut dyn TraceSink>,
+    /// Hand parts of the trace to a second core (see `trace_tail`).
     second_core: Option<SecondCore<'f>>,
     second_core_events: usize,
     /// Events the first device's vector is made room for up front: address space only until
@@ -130,11 +145,15 @@ pub struct TraceReader<'f> {
     scratch: Vec<Value>,
 }
 
-/// When and how the back half of a trace is read on a second core.
+/// When and how parts of a trace are read on a second core: in rounds, each over the next
+/// `round_bytes` of the file (or what is left), the main reading taking a little less than the
+/// first half and the second core the rest, so the events the second core holds until the main
+/// reading takes them over stay bounded however large the file.
 #[derive(Clone, Copy)]
 pub struct SecondCore<'f> {
     /// Only when at least this many bytes are left to read.
     pub min_bytes: usize,
+    pub round_bytes: usize,
     /// Where the pages it has read go back.
     pub pages: Pages<'f>,
 }
@@ -142,6 +161,9 @@ pub struct SecondCore<'f> {
 impl SecondCore<'_> {
     /// Below this, a second thread is not worth starting.
     pub const MIN_BYTES: usize = 32 << 20;
+    /// About 850,000 events of a real-shaped capture held by the second core at most (~50 MB
+    /// with their memo entries); a round's start and take-over cost well under 1% of it.
+    pub const ROUND_BYTES: usize = 256 << 20;
 }
 
 impl<'f> TraceReader<'f> {
@@ -149,6 +171,7 @@ impl<'f> TraceReader<'f> {
     pub fn new(parts: Parts, file_len: usize) -> TraceReader<'f> {
         TraceReader {
             parts,
+            sink: None,
             second_core: None,
             second_core_events: 0,
             // an event takes at least ~48 bytes of pickle
@@ -169,7 +192,20 @@ impl<'f> TraceReader<'f> {
 }
 
 impl<'f> TraceReader<'f> {
-    /// Read the back half of a large trace on a second core where one is free.
+    /// Hand the events to `sink` as they are read, instead of keeping them (`finish`'s
+    /// snapshot then has the traces' lengths and streams, and no events). Not with stacks:
+    /// their ids are settled only at the end.
+    pub fn with_sink(mut self, sink: &'f mut dyn TraceSink) -> TraceReader<'f> {
+        assert!(
+            self.parts != Parts::All,
+            "a sink takes events without stacks"
+        );
+        self.room = 0;
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Read parts of a large trace on a second core where one is free.
     pub fn with_second_core(mut self, second: SecondCore<'f>) -> TraceReader<'f> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         if cores >= 2 {
@@ -266,8 +302,11 @@ struct TailState<'s> {
     done: &'s AtomicUsize,
     /// Where it started (`usize::MAX`: none is reading).
     at: usize,
-    /// One is started per file, at most.
+    /// One was started, and none is to be started again: after a round taken over, the next
+    /// is started at the end of the next batch; after one that did not hold, none.
     started: bool,
+    /// Where the main reading went on after the last round it took over (0: none yet).
+    resumed_at: usize,
     /// It gives back what it was told, with its reading.
     handle: Option<ScopedJoinHandle<'s, (Known, Option<Tail>)>>,
 }
@@ -279,14 +318,15 @@ impl<'s> TailState<'s> {
             done,
             at: usize::MAX,
             started: false,
+            resumed_at: 0,
             handle: None,
         }
     }
 }
 
 impl<'f> TraceReader<'f> {
-    /// A device's list of events. The second core's reading is started after the first
-    /// batch and taken over where it started (between two events).
+    /// A device's list of events. A second core's reading is started after a batch and taken
+    /// over where it started (between two events); the next, after the batch that follows.
     fn events<'s, 'a: 's>(
         &mut self,
         r: &mut Diverted<'_, 'a, '_>,
@@ -316,7 +356,8 @@ impl<'f> TraceReader<'f> {
         })
     }
 
-    /// Start the second core's reading at an event halfway through what is left, telling it
+    /// Start the second core's reading at an event a little less than halfway through this
+    /// round (the next `round_bytes`, or what is left), to stop at the round's end, telling it
     /// the strings the batch just read (from `batch`) fetched from the memo.
     fn start_tail<'s, 'a: 's>(
         &mut self,
@@ -336,8 +377,9 @@ impl<'f> TraceReader<'f> {
         }
         tail.started = true;
         let mut known = Known::default();
+        // (of a batch a round was taken over in, only what the main reading read after it)
         let mut ops = crate::pickle::ops::Cursor::new(&data[..here]);
-        ops.advance(batch);
+        ops.advance(batch.max(tail.resumed_at));
         while let Ok(op) = ops.next_op() {
             if let Op::Get(id) = op {
                 if !known.contains(id) {
@@ -349,15 +391,17 @@ impl<'f> TraceReader<'f> {
         }
         // the main reading is the slower per byte (the memo, the generic values): it takes
         // a little less than half
-        let from = here + (data.len() - here) * 43 / 100;
+        let round = (data.len() - here).min(second.round_bytes.max(1));
+        let (from, stop) = (here + round * 43 / 100, here + round);
         let Some(at) = known.event_start(data, from, 1 << 20) else {
             return;
         };
         let parts = self.parts;
         let (cancel, done, pages) = (tail.cancel, tail.done, second.pages);
         tail.at = at;
+        done.store(0, Ordering::Relaxed); // (the last round's count, until this one reports)
         tail.handle = Some(scope.spawn(move || {
-            let read = trace_tail::read(data, at, &known, parts, cancel, done, pages);
+            let read = trace_tail::read(data, at, stop, &known, parts, cancel, done, pages);
             (known, read)
         }));
     }
@@ -395,6 +439,8 @@ impl<'f> TraceReader<'f> {
             t.count, t.start, t.end
         ));
         self.second_core_events += t.count;
+        tail.started = false; // the next round, after the next batch
+        tail.resumed_at = t.end;
         let Tail {
             end,
             mut events,
@@ -472,6 +518,20 @@ impl<'f> TraceReader<'f> {
         let streams: Vec<u16> = (tail_trace.streams.iter())
             .map(|&s| trace.stream_index(s).unwrap_or(0))
             .collect();
+        self.out.any_time |= events.iter().flatten().any(|e| e.time_us != NO_TIME);
+        if let Some(sink) = self.sink.as_deref_mut() {
+            let mut aux = tail_trace.aux.iter().peekable();
+            for (i, e) in events.iter().flatten().enumerate() {
+                let a = aux.next_if(|(at, _)| *at as usize == i).map(|(_, a)| a);
+                let stream = tail_trace.stream(e);
+                let e = TraceEvent {
+                    stream_index: streams[e.stream_index as usize],
+                    ..*e
+                };
+                sink.event(device as u32, &e, stream, a);
+            }
+            return true;
+        }
         let same = streams.iter().enumerate().all(|(i, &s)| s as usize == i);
         let first_index = trace.events.len() as u32;
         for mut chunk in events {
@@ -861,9 +921,16 @@ impl TraceReader<'_> {
         if self.parts == Parts::SegmentsOnly {
             return Ok(());
         }
-        self.out.traces[device]
-            .push(e, stream, aux)
-            .map_err(|m| r.error(m))?;
+        self.out.any_time |= e.time_us != NO_TIME;
+        let trace = &mut self.out.traces[device];
+        if let Some(sink) = self.sink.as_deref_mut() {
+            // the streams are still counted: past MAX_STREAMS the reading fails, as without
+            e.stream_index = trace.stream_index(stream).map_err(|m| r.error(m))?;
+            let aux = aux.says_something().then_some(&aux);
+            sink.event(device as u32, &e, stream, aux);
+            return Ok(());
+        }
+        trace.push(e, stream, aux).map_err(|m| r.error(m))?;
         Ok(())
     }
 

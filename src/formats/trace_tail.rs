@@ -227,14 +227,16 @@ enum Val {
     Ref(u64),
 }
 
-/// Read the events from `start` to the end of their list; None if the bytes there are not
-/// what this reader handles (the main reading then reads them itself). `parts`: what of the
-/// events to keep (`SegmentsOnly`: only count them; `All`: their stacks too). Stops early
-/// when `cancel` is set; `done` tells how many bytes it has read, and `pages` gets back the
-/// pages it has read.
+/// Read the events from `start` to the first event that starts at or past `stop`, or to the
+/// end of their list; None if the bytes there are not what this reader handles (the main
+/// reading then reads them itself). `parts`: what of the events to keep (`SegmentsOnly`: only
+/// count them; `All`: their stacks too). Stops early when `cancel` is set; `done` tells how
+/// many bytes it has read, and `pages` gets back the pages it has read.
+#[allow(clippy::too_many_arguments)]
 pub fn read(
     data: &[u8],
     start: usize,
+    stop: usize,
     known: &Known,
     parts: Parts,
     cancel: &AtomicBool,
@@ -262,6 +264,7 @@ pub fn read(
         loop {
             // between two events of a batch
             match r.peek() {
+                Some(b'}') if r.p >= stop => break,
                 Some(b'}') => r.event()?,
                 Some(b'e') => {
                     let at = r.p;

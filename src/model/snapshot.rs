@@ -432,6 +432,18 @@ impl DeviceTrace {
     }
 }
 
+/// Takes a snapshot's trace events as they are read, in order, instead of the model keeping
+/// them: what an analysis keeps is then its own (running totals, live blocks), not the trace.
+pub trait TraceSink {
+    /// Event `e` of device `device`'s trace, on `stream`, with what only some events carry.
+    /// Without stacks (`stack` is `MISSING`): readings with a sink leave them out.
+    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>);
+
+    /// The events will come again from the first one (a reading that was dropped and is
+    /// read again): forget those taken so far.
+    fn restart(&mut self);
+}
+
 /// `external_annotations` entry: a START/END mark (e.g. the profiler's record_function ranges).
 #[derive(Clone, Debug, Serialize)]
 pub struct Annotation {
@@ -497,6 +509,15 @@ impl Snapshot {
         d.sort_unstable();
         d.dedup();
         d
+    }
+
+    /// Give the kept trace events to `sink`, in order, as a streamed reading would have.
+    pub fn feed(&self, sink: &mut dyn TraceSink) {
+        for (device, trace) in self.traces.iter().enumerate() {
+            for (i, e) in trace.events.iter().enumerate() {
+                sink.event(device as u32, e, trace.stream(e), trace.aux(i));
+            }
+        }
     }
 
     pub fn trace(&self, device: u32) -> Option<&DeviceTrace> {
