@@ -4,20 +4,25 @@ use crate::analysis::timeline::TraceRuns;
 use crate::cli::SummaryArgs;
 use crate::error::{Error, Result};
 use crate::formats::{self, Input};
+use crate::model::snapshot::KeptTraces;
 use crate::{output, render};
 
 const SEVERAL_SNAPSHOTS: &str = "is an allocator snapshot: `summary` of several files compares \
     the stats files of a job's ranks (`memtrack record` or save_stats). Summarize snapshots one \
     at a time (`memtrack summary a.pickle`), or compare two with `memtrack diff a.pickle b.pickle`";
 
+/// Events `summary` keeps for its setting suggestion (64 MB): real captures hold up to a few
+/// million (`max_entries`); a longer trace that needs a suggestion is read a second time.
+const SUGGESTION_EVENTS: usize = 2 << 20;
+
 pub fn run(a: SummaryArgs) -> Result<()> {
     let (format, units) = (a.common.format, a.common.units);
     let text = if let [file] = a.files.as_slice() {
         let title = super::display_name(file);
         // a snapshot's summary takes the events as they are read, for peaks and OOMs, and
-        // keeps none of them
-        let mut runs = TraceRuns::default();
-        match formats::load_streaming(file, &mut runs)? {
+        // keeps them only for the setting suggestion's replays, and only up to a number
+        let mut sink = (TraceRuns::default(), KeptTraces::up_to(SUGGESTION_EVENTS));
+        match formats::load_streaming(file, &mut sink)? {
             Input::Tracker(stats) => {
                 if a.device.is_some() {
                     return Err(Error::Usage(
@@ -27,16 +32,25 @@ pub fn run(a: SummaryArgs) -> Result<()> {
                 let summary = tracker_summary(&stats, a.top);
                 render::summary::tracker(&summary, &title, format, units)
             }
-            Input::Snapshot(snap) => {
+            Input::Snapshot(mut snap) => {
                 let devices = super::snapshot_devices(file, &snap, a.device)?;
+                let (runs, kept) = sink;
                 let mut s = snapshot_summary(&snap, &devices, &runs);
                 if s.wants_suggestions() {
-                    // the replays need the events: read the file again, keeping them (only
-                    // for files with an OOM or a fragmented cache)
-                    let snap = formats::load_snapshot_parts(
-                        file,
-                        formats::SnapshotParts::EventsWithoutStacks,
-                    )?;
+                    // the replays need the events: those kept, or (a longer trace) the file
+                    // read again, keeping them all
+                    let snap = match kept.into_traces() {
+                        Some(traces) => {
+                            for (d, t) in traces.into_iter().enumerate() {
+                                snap.traces[d] = t;
+                            }
+                            *snap
+                        }
+                        None => formats::load_snapshot_parts(
+                            file,
+                            formats::SnapshotParts::EventsWithoutStacks,
+                        )?,
+                    };
                     add_simulate_suggestions(&mut s, &snap);
                 }
                 render::snapshot::summary(&s, &title, format, units)

@@ -13,6 +13,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{Scope, ScopedJoinHandle};
+use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
@@ -307,8 +308,13 @@ struct TailState<'s> {
     started: bool,
     /// Where the main reading went on after the last round it took over (0: none yet).
     resumed_at: usize,
-    /// It gives back what it was told, with its reading.
-    handle: Option<ScopedJoinHandle<'s, (Known, Option<Tail>)>>,
+    /// It gives back what it was told, with its reading and how long that took.
+    handle: Option<ScopedJoinHandle<'s, (Known, Option<Tail>, Duration)>>,
+    /// The share of a round the main reading takes: the two readings' speeds in the last
+    /// round (bytes a second) decide the next round's split, so that neither waits long.
+    main_share: f64,
+    /// When and where the main reading's share of this round began.
+    round_began: (Instant, usize),
 }
 
 impl<'s> TailState<'s> {
@@ -320,6 +326,9 @@ impl<'s> TailState<'s> {
             started: false,
             resumed_at: 0,
             handle: None,
+            // (per byte, the main reading is the slower: the memo, the generic values)
+            main_share: 0.43,
+            round_began: (Instant::now(), 0),
         }
     }
 }
@@ -389,20 +398,21 @@ impl<'f> TraceReader<'f> {
                 }
             }
         }
-        // the main reading is the slower per byte (the memo, the generic values): it takes
-        // a little less than half
         let round = (data.len() - here).min(second.round_bytes.max(1));
-        let (from, stop) = (here + round * 43 / 100, here + round);
+        let from = here + (round as f64 * tail.main_share) as usize;
+        let stop = here + round;
         let Some(at) = known.event_start(data, from, 1 << 20) else {
             return;
         };
         let parts = self.parts;
         let (cancel, done, pages) = (tail.cancel, tail.done, second.pages);
         tail.at = at;
+        tail.round_began = (Instant::now(), here);
         done.store(0, Ordering::Relaxed); // (the last round's count, until this one reports)
         tail.handle = Some(scope.spawn(move || {
+            let began = Instant::now();
             let read = trace_tail::read(data, at, stop, &known, parts, cancel, done, pages);
-            (known, read)
+            (known, read, began.elapsed())
         }));
     }
 
@@ -423,7 +433,8 @@ impl<'f> TraceReader<'f> {
             ));
             return false;
         }
-        let Some(Ok((known, Some(t)))) = tail.handle.take().map(|h| h.join()) else {
+        let (main_took, main_bytes) = (tail.round_began.0.elapsed(), at - tail.round_began.1);
+        let Some(Ok((known, Some(t), tail_took))) = tail.handle.take().map(|h| h.join()) else {
             debug(&"second core: gave up (a layout it leaves to the main reading)");
             return false;
         };
@@ -435,10 +446,13 @@ impl<'f> TraceReader<'f> {
             return false;
         };
         debug(&format_args!(
-            "second core: read {} events, bytes {}..{}",
-            t.count, t.start, t.end
+            "second core: read {} events, bytes {}..{}, in {tail_took:?} (the main reading's {} bytes before: {main_took:?})",
+            t.count, t.start, t.end, main_bytes
         ));
         self.second_core_events += t.count;
+        let speed = |bytes: usize, took: Duration| bytes as f64 / took.as_secs_f64().max(1e-6);
+        let (main_speed, tail_speed) = (speed(main_bytes, main_took), speed(t.end - at, tail_took));
+        tail.main_share = (main_speed / (main_speed + tail_speed)).clamp(0.2, 0.8);
         tail.started = false; // the next round, after the next batch
         tail.resumed_at = t.end;
         let Tail {

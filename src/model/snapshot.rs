@@ -444,6 +444,73 @@ pub trait TraceSink {
     fn restart(&mut self);
 }
 
+/// Both take every event.
+impl<A: TraceSink, B: TraceSink> TraceSink for (A, B) {
+    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+        self.0.event(device, e, stream, aux);
+        self.1.event(device, e, stream, aux);
+    }
+
+    fn restart(&mut self) {
+        self.0.restart();
+        self.1.restart();
+    }
+}
+
+/// Keeps the events given it, up to a number: past that it lets them all go (memory stays
+/// bounded; whoever needed them reads the file again).
+pub struct KeptTraces {
+    traces: Vec<DeviceTrace>,
+    kept: usize,
+    limit: usize,
+    over: bool,
+}
+
+impl KeptTraces {
+    pub fn up_to(limit: usize) -> KeptTraces {
+        KeptTraces {
+            traces: Vec::new(),
+            kept: 0,
+            limit,
+            over: false,
+        }
+    }
+
+    /// The traces, by device index, if no more than the limit of events came.
+    pub fn into_traces(self) -> Option<Vec<DeviceTrace>> {
+        (!self.over).then_some(self.traces)
+    }
+}
+
+impl TraceSink for KeptTraces {
+    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+        if self.over {
+            return;
+        }
+        if self.kept == self.limit {
+            self.over = true;
+            self.traces = Vec::new();
+            return;
+        }
+        self.kept += 1;
+        let d = device as usize;
+        if self.traces.len() <= d {
+            self.traces.resize_with(d + 1, DeviceTrace::default);
+        }
+        let trace = &mut self.traces[d];
+        if trace.events.capacity() == 0 {
+            // address space only until written, and the vector never moves
+            let _ = trace.events.try_reserve_exact(self.limit - self.kept + 1);
+        }
+        // (a stream past MAX_STREAMS failed the reading already)
+        let _ = trace.push(*e, stream, aux.cloned().unwrap_or_default());
+    }
+
+    fn restart(&mut self) {
+        *self = KeptTraces::up_to(self.limit);
+    }
+}
+
 /// `external_annotations` entry: a START/END mark (e.g. the profiler's record_function ranges).
 #[derive(Clone, Debug, Serialize)]
 pub struct Annotation {
@@ -544,4 +611,50 @@ impl Snapshot {
 /// The last path component, for `/` and (Windows captures) `\` separators.
 pub fn short_filename(path: &str) -> &str {
     path.rsplit(['/', '\\']).next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(i: u64) -> TraceEvent {
+        TraceEvent {
+            addr: i,
+            action: Action::Alloc,
+            ..TraceEvent::default()
+        }
+    }
+
+    #[test]
+    fn kept_traces_keep_up_to_their_limit_and_start_again() {
+        let mut kept = KeptTraces::up_to(3);
+        let oom = EventAux {
+            device_free: Some(7),
+            ..EventAux::default()
+        };
+        kept.event(0, &event(1), 0, None);
+        kept.event(1, &event(2), 5, Some(&oom));
+        kept.event(0, &event(3), 0, None);
+        let traces = kept.into_traces().expect("within the limit");
+        assert_eq!(traces.len(), 2);
+        assert_eq!(traces[0].events.len(), 2);
+        assert_eq!(traces[1].stream(&traces[1].events[0]), 5);
+        assert_eq!(traces[1].aux(0).and_then(|a| a.device_free), Some(7));
+
+        let mut kept = KeptTraces::up_to(3);
+        for i in 0..4 {
+            kept.event(0, &event(i), 0, None);
+        }
+        kept.restart(); // a reading read again: the count starts over
+        for i in 0..3 {
+            kept.event(0, &event(i), 0, None);
+        }
+        assert_eq!(kept.into_traces().map(|t| t[0].events.len()), Some(3));
+
+        let mut both = (KeptTraces::up_to(1), KeptTraces::up_to(2));
+        both.event(0, &event(1), 0, None);
+        both.event(0, &event(2), 0, None);
+        assert!(both.0.into_traces().is_none(), "over its limit");
+        assert_eq!(both.1.into_traces().map(|t| t[0].events.len()), Some(2));
+    }
 }
