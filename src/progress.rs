@@ -50,8 +50,9 @@ impl Bar {
 
 impl crate::pickle::Progress for Bar {
     fn read_elsewhere(&mut self, bytes: usize) {
+        // shown with the next `advanced`: a second reader's reading taken over ends its count
+        // just before the main reading jumps past what it read, and the bar never steps back
         self.elsewhere = bytes;
-        self.bar.set_position((self.consumed + bytes) as u64);
     }
 
     fn advanced(&mut self, consumed: usize) {

@@ -117,6 +117,8 @@ impl<'a> Diverted<'_, 'a, '_> {
         let here = self.m.cursor.position();
         debug_assert!(pos >= here);
         self.m.cursor.advance(pos.saturating_sub(here));
+        self.progress.advanced(self.m.cursor.position());
+        self.next_report = self.m.cursor.position() + PROGRESS_STEP;
     }
 
     /// The id the next MEMOIZE stores, when every id below it is stored and none above
