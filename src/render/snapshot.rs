@@ -609,12 +609,104 @@ fn push_ref(out: &mut String, r: Ref) {
     }
 }
 
-/// The listing, `_memory_viz trace`'s lines.
-/// The listing as text, in memory (the CSV and Markdown tables are built from its lines).
-pub fn trace_text(snap: &Snapshot, listings: &[DeviceListing]) -> String {
-    let mut out = Vec::new();
-    write_trace_text(&mut out, snap, listings).expect("writing to memory does not fail");
-    String::from_utf8(out).expect("the listing is UTF-8")
+/// One line of the listing (`line` of an event of `trace`), with its newline.
+fn push_line(out: &mut String, trace: Option<&crate::model::snapshot::DeviceTrace>, line: Line) {
+    match line {
+        Line::Alloc {
+            name,
+            place,
+            offset,
+            size,
+        } => {
+            push_name(out, name);
+            out.push_str(" = ");
+            match place {
+                Place::Named(s) => push_name(out, s),
+                Place::Final(i) => {
+                    let _ = write!(out, "seg_{i}");
+                }
+                Place::Mem => out.push_str("MEM"),
+            }
+            let _ = write!(out, "[{offset}:");
+            push_size(out, size as i64);
+            out.push_str("]\n");
+        }
+        Line::FreeRequested { target, size } => {
+            out.push_str("del ");
+            push_ref(out, target);
+            out.push_str(" # ");
+            push_size(out, size as i64);
+            out.push('\n');
+        }
+        Line::FreeCompleted { target, size } => {
+            out.push_str("# free completed for ");
+            push_ref(out, target);
+            out.push(' ');
+            push_size(out, size as i64);
+            out.push('\n');
+        }
+        Line::SegmentAlloc { name, addr, size } => {
+            let _ = write!(out, "{} = cudaMalloc({addr}, ", name_of(name));
+            push_size(out, size as i64);
+            out.push_str(")\n");
+        }
+        Line::SegmentMap { name, addr, size } => {
+            let _ = write!(out, "{} = cuMemMap({addr}, ", name_of(name));
+            push_size(out, size as i64);
+            out.push_str(")\n");
+        }
+        Line::SegmentFree { target, size } => {
+            out.push_str("cudaFree(");
+            push_ref(out, target);
+            out.push_str(") # ");
+            push_size(out, size as i64);
+            out.push('\n');
+        }
+        Line::SegmentUnmap { target, size } => {
+            out.push_str("cuMemUnmap(");
+            push_ref(out, target);
+            out.push_str(") # ");
+            push_size(out, size as i64);
+            out.push('\n');
+        }
+        Line::Oom { size, device_free } => {
+            out.push_str("raise OutOfMemoryError # ");
+            push_size(out, size as i64);
+            out.push_str(" requested, ");
+            match device_free {
+                Some(f) => push_size(out, f as i64),
+                None => out.push('?'),
+            }
+            out.push_str(" free in CUDA\n");
+        }
+        Line::Annotate { target, event } => {
+            out.push_str("# annotate ");
+            push_ref(out, target);
+            out.push_str(": ");
+            let meta = trace
+                .and_then(|t| t.aux(event))
+                .and_then(|a| a.user_metadata.as_deref())
+                .unwrap_or("");
+            out.push_str(meta);
+            out.push('\n');
+        }
+        Line::Snapshot { size } => {
+            out.push_str("# snapshot taken (");
+            push_size(out, size as i64);
+            out.push_str(")\n");
+        }
+        Line::Other { event } => {
+            let e = trace.map(|t| (&t.events[event], t.aux(event)));
+            if let Some((e, aux)) = e {
+                let name = aux
+                    .and_then(|a| a.action_name.as_deref())
+                    .unwrap_or("unknown");
+                let _ = write!(out, "# {name} addr={} size=", e.addr);
+                push_size(out, e.size as i64);
+                out.push('\n');
+            }
+        }
+    }
 }
 
 /// The listing as text, written to `w` a chunk at a time: 10M events make gigabytes of text,
@@ -635,102 +727,7 @@ pub fn write_trace_text(
                 w.write_all(out.as_bytes())?;
                 out.clear();
             }
-            match line {
-                Line::Alloc {
-                    name,
-                    place,
-                    offset,
-                    size,
-                } => {
-                    push_name(&mut out, name);
-                    out.push_str(" = ");
-                    match place {
-                        Place::Named(s) => push_name(&mut out, s),
-                        Place::Final(i) => {
-                            let _ = write!(out, "seg_{i}");
-                        }
-                        Place::Mem => out.push_str("MEM"),
-                    }
-                    let _ = write!(out, "[{offset}:");
-                    push_size(&mut out, size as i64);
-                    out.push_str("]\n");
-                }
-                Line::FreeRequested { target, size } => {
-                    out.push_str("del ");
-                    push_ref(&mut out, target);
-                    out.push_str(" # ");
-                    push_size(&mut out, size as i64);
-                    out.push('\n');
-                }
-                Line::FreeCompleted { target, size } => {
-                    out.push_str("# free completed for ");
-                    push_ref(&mut out, target);
-                    out.push(' ');
-                    push_size(&mut out, size as i64);
-                    out.push('\n');
-                }
-                Line::SegmentAlloc { name, addr, size } => {
-                    let _ = write!(out, "{} = cudaMalloc({addr}, ", name_of(name));
-                    push_size(&mut out, size as i64);
-                    out.push_str(")\n");
-                }
-                Line::SegmentMap { name, addr, size } => {
-                    let _ = write!(out, "{} = cuMemMap({addr}, ", name_of(name));
-                    push_size(&mut out, size as i64);
-                    out.push_str(")\n");
-                }
-                Line::SegmentFree { target, size } => {
-                    out.push_str("cudaFree(");
-                    push_ref(&mut out, target);
-                    out.push_str(") # ");
-                    push_size(&mut out, size as i64);
-                    out.push('\n');
-                }
-                Line::SegmentUnmap { target, size } => {
-                    out.push_str("cuMemUnmap(");
-                    push_ref(&mut out, target);
-                    out.push_str(") # ");
-                    push_size(&mut out, size as i64);
-                    out.push('\n');
-                }
-                Line::Oom { size, device_free } => {
-                    out.push_str("raise OutOfMemoryError # ");
-                    push_size(&mut out, size as i64);
-                    out.push_str(" requested, ");
-                    match device_free {
-                        Some(f) => push_size(&mut out, f as i64),
-                        None => out.push('?'),
-                    }
-                    out.push_str(" free in CUDA\n");
-                }
-                Line::Annotate { target, event } => {
-                    out.push_str("# annotate ");
-                    push_ref(&mut out, target);
-                    out.push_str(": ");
-                    let meta = trace
-                        .and_then(|t| t.aux(event))
-                        .and_then(|a| a.user_metadata.as_deref())
-                        .unwrap_or("");
-                    out.push_str(meta);
-                    out.push('\n');
-                }
-                Line::Snapshot { size } => {
-                    out.push_str("# snapshot taken (");
-                    push_size(&mut out, size as i64);
-                    out.push_str(")\n");
-                }
-                Line::Other { event } => {
-                    let e = trace.map(|t| (&t.events[event], t.aux(event)));
-                    if let Some((e, aux)) = e {
-                        let name = aux
-                            .and_then(|a| a.action_name.as_deref())
-                            .unwrap_or("unknown");
-                        let _ = write!(out, "# {name} addr={} size=", e.addr);
-                        push_size(&mut out, e.size as i64);
-                        out.push('\n');
-                    }
-                }
-            }
+            push_line(&mut out, trace, line);
         }
         out.push_str("TOTAL MEM: ");
         push_size(&mut out, l.totals.net_bytes);
@@ -839,33 +836,53 @@ pub fn write_trace(
             w.write_all(b"\n")
         }
         Format::Csv | Format::Markdown => {
-            let mut t = Table::new(&[
+            // a row an event: the columns, then its line of the listing
+            let headers = [
                 ">device", ">index", "action", ">addr", ">size", ">time_us", "line",
-            ]);
-            let text = trace_text(snap, listings);
-            let mut lines = text.lines();
-            for l in listings {
-                let events: &[_] = snap.trace(l.device).map_or(&[], |t| &t.events[..]);
-                lines.next(); // Device header
-                lines.next(); // entries
-                for (i, e) in events.iter().enumerate() {
-                    let line = lines.next().unwrap_or("");
-                    t.row(vec![
-                        l.device.to_string(),
-                        i.to_string(),
-                        e.action.name().into(),
-                        e.addr.to_string(),
-                        e.size.to_string(),
-                        e.time().map_or(String::new(), |t| t.to_string()),
-                        line.to_string(),
-                    ]);
-                }
-                lines.next(); // TOTAL MEM
+            ];
+            let mut t = Table::new(&headers);
+            let csv = format == Format::Csv;
+            const CHUNK: usize = 1 << 16;
+            let mut out = String::with_capacity(CHUNK + 4096);
+            if csv {
+                out.push_str(&t.headers.join(","));
+                out.push('\n');
             }
-            let out = if format == Format::Csv {
-                t.csv()
-            } else {
-                let mut out = t.markdown();
+            let mut line_text = String::new();
+            for l in listings {
+                let trace = snap.trace(l.device);
+                let events: &[_] = trace.map_or(&[], |t| &t.events[..]);
+                for (i, (line, e)) in l.lines(snap).zip(events).enumerate() {
+                    line_text.clear();
+                    push_line(&mut line_text, trace, line);
+                    let line = line_text.strip_suffix('\n').unwrap_or(&line_text);
+                    let time = e.time().map_or(String::new(), |t| t.to_string());
+                    let (action, addr, size) = (e.action.name(), e.addr, e.size);
+                    if !csv {
+                        t.row(vec![
+                            l.device.to_string(),
+                            i.to_string(),
+                            action.into(),
+                            addr.to_string(),
+                            size.to_string(),
+                            time,
+                            line.to_string(),
+                        ]);
+                        continue;
+                    }
+                    // CSV is written as it is made (a row an event: millions)
+                    let _ = write!(out, "{},{i},{action},{addr},{size},{time},", l.device);
+                    out.push_str(&super::table::csv_cell(line));
+                    out.push('\n');
+                    if out.len() >= CHUNK {
+                        w.write_all(out.as_bytes())?;
+                        out.clear();
+                    }
+                }
+            }
+            if !csv {
+                // (Markdown aligns its columns: the table is made whole)
+                out = t.markdown();
                 for l in listings {
                     let _ = writeln!(
                         out,
@@ -875,8 +892,7 @@ pub fn write_trace(
                         crate::analysis::memviz::format_size(l.totals.net_bytes)
                     );
                 }
-                out
-            };
+            }
             w.write_all(out.as_bytes())
         }
     }

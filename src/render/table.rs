@@ -104,7 +104,8 @@ impl Table {
     }
 }
 
-fn csv_cell(c: &str) -> String {
+/// A CSV cell: quoted when it holds a comma, quote or line break.
+pub fn csv_cell(c: &str) -> String {
     if c.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", c.replace('"', "\"\""))
     } else {
