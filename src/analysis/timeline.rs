@@ -287,87 +287,167 @@ impl TraceSink for TraceRuns {
     }
 }
 
+/// A device's [`Timeline`], built one event at a time: from a kept trace (`timeline`) or as
+/// the trace streams by ([`Timelines`]). With series, 24 bytes an event: the time each event
+/// carries (its own, or the last before it) and allocated and reserved so far.
+pub struct TimelineBuilder {
+    with_series: bool,
+    run: TraceRun,
+    times: Vec<i64>,
+    allocated: Vec<i64>,
+    reserved: Vec<i64>,
+    first: Option<TraceEvent>,
+}
+
+impl TimelineBuilder {
+    pub fn new(with_series: bool) -> TimelineBuilder {
+        TimelineBuilder {
+            with_series,
+            run: TraceRun::default(),
+            times: Vec::new(),
+            allocated: Vec::new(),
+            reserved: Vec::new(),
+            first: None,
+        }
+    }
+
+    /// The next event; `aux` is read for OOMs only.
+    #[inline]
+    pub fn push(&mut self, e: &TraceEvent, aux: Option<&EventAux>) {
+        self.first.get_or_insert(*e);
+        self.run.push(e, aux);
+        if self.with_series {
+            self.times.push(self.run.last_time_us.unwrap_or(NO_TIME));
+            self.allocated.push(self.run.allocated());
+            self.reserved.push(self.run.reserved());
+        }
+    }
+
+    /// Events so far.
+    pub fn events(&self) -> usize {
+        self.run.events
+    }
+
+    /// The first event.
+    pub fn first(&self) -> Option<&TraceEvent> {
+        self.first.as_ref()
+    }
+
+    /// Anchored at device `device`'s final state in `snap`, with its annotations.
+    pub fn finish(self, snap: &Snapshot, device: u32) -> Timeline {
+        let (final_alloc, final_reserved) = final_state(snap, device);
+        let totals = self.run.finish(final_alloc, final_reserved);
+        let (init_a, init_r) = (
+            totals.initial_allocated_bytes,
+            totals.initial_reserved_bytes,
+        );
+        let t0 = totals.t0_us;
+        let mut tl = Timeline {
+            device,
+            events: self.run.events,
+            x_is_time: totals.x_is_time,
+            t0_us: t0,
+            x: Vec::new(),
+            allocated: self.allocated,
+            reserved: self.reserved,
+            initial_allocated_bytes: init_a,
+            initial_reserved_bytes: init_r,
+            final_allocated_bytes: final_alloc,
+            final_reserved_bytes: final_reserved,
+            peak_allocated: totals.peak_allocated,
+            peak_reserved: totals.peak_reserved,
+            ooms: totals.ooms,
+            annotations: Vec::new(),
+        };
+        if self.with_series {
+            tl.allocated.iter_mut().for_each(|v| *v += init_a);
+            tl.reserved.iter_mut().for_each(|v| *v += init_r);
+            // (in place: the times' vector becomes x's)
+            tl.x = match t0 {
+                // events before the first time are at t0
+                Some(t0) => (self.times.into_iter())
+                    .map(|t| {
+                        if t == NO_TIME {
+                            0.0
+                        } else {
+                            (t - t0) as f64 / 1e6
+                        }
+                    })
+                    .collect(),
+                None => (0..tl.events).map(|i| i as f64).collect(),
+            };
+        }
+        if let Some(t0) = t0 {
+            let last = totals.last_time_us.unwrap_or(t0);
+            for an in &snap.annotations {
+                if an.device.is_some_and(|d| d != device) {
+                    continue;
+                }
+                if let Some(t) = an.time_us {
+                    if t >= t0 && t <= last {
+                        tl.annotations.push(AnnotationMark {
+                            x: (t - t0) as f64 / 1e6,
+                            time_us: t,
+                            stage: an.stage.clone(),
+                            name: an.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        tl
+    }
+}
+
+/// A [`TimelineBuilder`] with series per device, fed as the reader streams the events by
+/// (`plot`: the series are all it keeps).
+#[derive(Default)]
+pub struct Timelines {
+    builders: Vec<TimelineBuilder>,
+}
+
+impl Timelines {
+    /// Device `device`'s builder (empty if its trace had no events).
+    pub fn take(&mut self, device: u32) -> TimelineBuilder {
+        match self.builders.get_mut(device as usize) {
+            Some(b) => std::mem::replace(b, TimelineBuilder::new(true)),
+            None => TimelineBuilder::new(true),
+        }
+    }
+}
+
+impl TraceSink for Timelines {
+    fn event(&mut self, device: u32, e: &TraceEvent, _stream: i64, aux: Option<&EventAux>) {
+        let d = device as usize;
+        if self.builders.len() <= d {
+            self.builders
+                .resize_with(d + 1, || TimelineBuilder::new(true));
+        }
+        self.builders[d].push(e, aux);
+    }
+
+    fn restart(&mut self) {
+        self.builders.clear();
+    }
+}
+
 pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
     let trace = snap.trace(device);
     let events: &[TraceEvent] = trace.map_or(&[], |t| &t.events[..]);
-    let (final_alloc, final_reserved) = final_state(snap, device);
-    let mut run = TraceRun::default();
-    let mut allocated = Vec::new();
-    let mut reserved = Vec::new();
+    let mut b = TimelineBuilder::new(with_series);
     if with_series {
-        allocated.reserve(events.len());
-        reserved.reserve(events.len());
+        b.times.reserve_exact(events.len());
+        b.allocated.reserve_exact(events.len());
+        b.reserved.reserve_exact(events.len());
     }
     for (i, e) in events.iter().enumerate() {
         // (only an OOM's aux is read: the lookup is not free)
         let aux = (e.action == Action::Oom)
             .then(|| trace.and_then(|t| t.aux(i)))
             .flatten();
-        run.push(e, aux);
-        if with_series {
-            allocated.push(run.allocated());
-            reserved.push(run.reserved());
-        }
+        b.push(e, aux);
     }
-    let totals = run.finish(final_alloc, final_reserved);
-    let (init_a, init_r) = (
-        totals.initial_allocated_bytes,
-        totals.initial_reserved_bytes,
-    );
-    let t0 = totals.t0_us;
-    let mut tl = Timeline {
-        device,
-        events: events.len(),
-        x_is_time: totals.x_is_time,
-        t0_us: t0,
-        x: Vec::new(),
-        allocated,
-        reserved,
-        initial_allocated_bytes: init_a,
-        initial_reserved_bytes: init_r,
-        final_allocated_bytes: final_alloc,
-        final_reserved_bytes: final_reserved,
-        peak_allocated: totals.peak_allocated,
-        peak_reserved: totals.peak_reserved,
-        ooms: totals.ooms,
-        annotations: Vec::new(),
-    };
-    if with_series {
-        tl.allocated.iter_mut().for_each(|v| *v += init_a);
-        tl.reserved.iter_mut().for_each(|v| *v += init_r);
-        tl.x.reserve(events.len());
-        match t0 {
-            Some(t0) => {
-                let mut t = t0;
-                for e in events {
-                    if e.time_us != NO_TIME {
-                        t = e.time_us;
-                    }
-                    tl.x.push((t - t0) as f64 / 1e6);
-                }
-            }
-            None => tl.x.extend((0..events.len()).map(|i| i as f64)),
-        }
-    }
-    if let Some(t0) = t0 {
-        let last = totals.last_time_us.unwrap_or(t0);
-        for an in &snap.annotations {
-            if an.device.is_some_and(|d| d != device) {
-                continue;
-            }
-            if let Some(t) = an.time_us {
-                if t >= t0 && t <= last {
-                    tl.annotations.push(AnnotationMark {
-                        x: (t - t0) as f64 / 1e6,
-                        time_us: t,
-                        stage: an.stage.clone(),
-                        name: an.name.clone(),
-                    });
-                }
-            }
-        }
-    }
-    tl
+    b.finish(snap, device)
 }
 
 #[cfg(test)]

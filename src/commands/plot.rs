@@ -1,9 +1,11 @@
 use std::path::{Path, PathBuf};
 
 use crate::analysis::stacked::BandBy;
+use crate::analysis::timeline::Timelines;
 use crate::cli::{BandByArg, PlotArgs, SeriesArg, XAxisArg};
 use crate::error::{Error, Result};
 use crate::formats;
+use crate::model::snapshot::TraceEvent;
 use crate::model::{DeviceSeries, Series};
 use crate::render::picture::{self, PictureKind};
 use crate::render::stacked as stacked_svg;
@@ -28,7 +30,15 @@ pub fn run(a: PlotArgs) -> Result<()> {
     } else {
         picture::kind_of(&out, &[PictureKind::Svg, PictureKind::Png])?
     };
-    let stats = match formats::load(&a.file)? {
+    // a timeline takes the events as they are read and keeps only its series; the stacked
+    // chart needs the events and their stacks
+    let mut timelines = Timelines::default();
+    let input = if a.stacked {
+        formats::load(&a.file)?
+    } else {
+        formats::load_streaming(&a.file, &mut timelines)?
+    };
+    let stats = match input {
         formats::Input::Tracker(_) if a.stacked => {
             return Err(Error::input(
                 &a.file,
@@ -37,7 +47,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
         }
         formats::Input::Tracker(t) => t,
         formats::Input::Snapshot(s) if a.stacked => return stacked(&a, &s, &out, kind),
-        formats::Input::Snapshot(s) => return snapshot(&a, *s, &out, kind),
+        formats::Input::Snapshot(s) => return snapshot(&a, &s, timelines, &out, kind),
     };
     let driver: &[DeviceSeries] = stats
         .record
@@ -98,7 +108,9 @@ fn stacked(
         .all(|&d| snap.trace(d).is_some_and(|t| t.events.len() < 2))
         && !with_events.is_empty()
     {
-        return Err(single_event(&a.file, snap, &with_events));
+        let first =
+            (with_events.iter()).find_map(|&d| snap.trace(d)?.events.first().map(|e| (d, e)));
+        return Err(single_event(&a.file, first));
     }
     let device = match with_events.as_slice() {
         [] => return Err(super::no_trace_events(&a.file, "no trace events to plot")),
@@ -141,21 +153,23 @@ fn stacked(
 /// Allocated and reserved over time, one panel per device, OOMs and annotations marked.
 fn snapshot(
     a: &PlotArgs,
-    snap: crate::model::Snapshot,
+    snap: &crate::model::Snapshot,
+    mut timelines: Timelines,
     out: &Path,
     kind: PictureKind,
 ) -> Result<()> {
-    use crate::analysis::timeline::timeline;
-    let devices = super::devices_with_trace_events(&a.file, &snap, a.device)?;
+    let devices = super::devices_with_trace_events(&a.file, snap, a.device)?;
     if devices.is_empty() {
         return Err(super::no_trace_events(&a.file, "no trace events to plot"));
     }
-    let tls: Vec<_> = devices.iter().map(|&d| timeline(&snap, d, true)).collect();
-    if tls.iter().all(|t| t.events < 2) {
-        return Err(single_event(&a.file, &snap, &devices));
+    let builders: Vec<_> = devices.iter().map(|&d| timelines.take(d)).collect();
+    if builders.iter().all(|b| b.events() < 2) {
+        let first = (devices.iter().zip(&builders)).find_map(|(&d, b)| b.first().map(|e| (d, e)));
+        return Err(single_event(&a.file, first));
     }
-    // the series are all the chart needs: the events go before it is built
-    drop(snap);
+    let tls: Vec<_> = (builders.into_iter().zip(&devices))
+        .map(|(b, &d)| b.finish(snap, d))
+        .collect();
     let title = a
         .title
         .clone()
@@ -165,18 +179,16 @@ fn snapshot(
     super::write_picture(out, kind, &svg, String::new)
 }
 
-/// A trace of one event has no "over time": say what the event is and where to look instead.
-fn single_event(path: &Path, snap: &crate::model::Snapshot, devices: &[u32]) -> Error {
-    let what = devices
-        .iter()
-        .find_map(|&d| snap.trace(d)?.events.first().map(|e| (d, e)))
-        .map_or_else(String::new, |(d, e)| {
-            format!(
-                " (cuda:{d}: {} of {})",
-                e.action.name(),
-                crate::model::format_bytes(e.size as f64, crate::model::Units::Auto)
-            )
-        });
+/// A trace of one event has no "over time": say what the event (`first`, on its device) is
+/// and where to look instead.
+fn single_event(path: &Path, first: Option<(u32, &TraceEvent)>) -> Error {
+    let what = first.map_or_else(String::new, |(d, e)| {
+        format!(
+            " (cuda:{d}: {} of {})",
+            e.action.name(),
+            crate::model::format_bytes(e.size as f64, crate::model::Units::Auto)
+        )
+    });
     Error::input(
         path,
         format!(
