@@ -303,8 +303,9 @@ struct TailState<'s> {
     done: &'s AtomicUsize,
     /// Where it started (`usize::MAX`: none is reading).
     at: usize,
-    /// One was started, and none is to be started again: after a round taken over, the next
-    /// is started at the end of the next batch; after one that did not hold, none.
+    /// One was started and is not over: the next round starts at the end of the batch after
+    /// the take-over (or after the reading it gave up or that did not hold; none after one
+    /// that was not where an event starts, whose thread may still be reading).
     started: bool,
     /// Where the main reading went on after the last round it took over (0: none yet).
     resumed_at: usize,
@@ -434,7 +435,10 @@ impl<'f> TraceReader<'f> {
             return false;
         }
         let (main_took, main_bytes) = (tail.round_began.0.elapsed(), at - tail.round_began.1);
-        let Some(Ok((known, Some(t), tail_took))) = tail.handle.take().map(|h| h.join()) else {
+        let joined = tail.handle.take().map(|h| h.join());
+        // its thread has ended: whatever came of this round, the next may be tried
+        tail.started = false;
+        let Some(Ok((known, Some(t), tail_took))) = joined else {
             debug(&"second core: gave up (a layout it leaves to the main reading)");
             return false;
         };
@@ -453,7 +457,6 @@ impl<'f> TraceReader<'f> {
         let speed = |bytes: usize, took: Duration| bytes as f64 / took.as_secs_f64().max(1e-6);
         let (main_speed, tail_speed) = (speed(main_bytes, main_took), speed(t.end - at, tail_took));
         tail.main_share = (main_speed / (main_speed + tail_speed)).clamp(0.2, 0.8);
-        tail.started = false; // the next round, after the next batch
         tail.resumed_at = t.end;
         let Tail {
             end,
