@@ -609,6 +609,15 @@ fn push_ref(out: &mut String, r: Ref) {
     }
 }
 
+/// `{before}{target}{after}{size}` and a newline.
+fn push_ref_line(out: &mut String, before: &str, target: Ref, after: &str, size: u64) {
+    out.push_str(before);
+    push_ref(out, target);
+    out.push_str(after);
+    push_size(out, size as i64);
+    out.push('\n');
+}
+
 /// One line of the listing (`line` of an event of `trace`), with its newline.
 fn push_line(out: &mut String, trace: Option<&crate::model::snapshot::DeviceTrace>, line: Line) {
     match line {
@@ -631,19 +640,9 @@ fn push_line(out: &mut String, trace: Option<&crate::model::snapshot::DeviceTrac
             push_size(out, size as i64);
             out.push_str("]\n");
         }
-        Line::FreeRequested { target, size } => {
-            out.push_str("del ");
-            push_ref(out, target);
-            out.push_str(" # ");
-            push_size(out, size as i64);
-            out.push('\n');
-        }
+        Line::FreeRequested { target, size } => push_ref_line(out, "del ", target, " # ", size),
         Line::FreeCompleted { target, size } => {
-            out.push_str("# free completed for ");
-            push_ref(out, target);
-            out.push(' ');
-            push_size(out, size as i64);
-            out.push('\n');
+            push_ref_line(out, "# free completed for ", target, " ", size)
         }
         Line::SegmentAlloc { name, addr, size } => {
             let _ = write!(out, "{} = cudaMalloc({addr}, ", name_of(name));
@@ -655,19 +654,9 @@ fn push_line(out: &mut String, trace: Option<&crate::model::snapshot::DeviceTrac
             push_size(out, size as i64);
             out.push_str(")\n");
         }
-        Line::SegmentFree { target, size } => {
-            out.push_str("cudaFree(");
-            push_ref(out, target);
-            out.push_str(") # ");
-            push_size(out, size as i64);
-            out.push('\n');
-        }
+        Line::SegmentFree { target, size } => push_ref_line(out, "cudaFree(", target, ") # ", size),
         Line::SegmentUnmap { target, size } => {
-            out.push_str("cuMemUnmap(");
-            push_ref(out, target);
-            out.push_str(") # ");
-            push_size(out, size as i64);
-            out.push('\n');
+            push_ref_line(out, "cuMemUnmap(", target, ") # ", size)
         }
         Line::Oom { size, device_free } => {
             out.push_str("raise OutOfMemoryError # ");
