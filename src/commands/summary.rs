@@ -41,8 +41,9 @@ pub fn run(a: SummaryArgs) -> Result<()> {
                     // read again, keeping them all
                     let snap = match kept.into_traces() {
                         Some(traces) => {
-                            for (d, t) in traces.into_iter().enumerate() {
-                                snap.traces[d] = t;
+                            // (the same reading's lists, so the same devices and streams)
+                            for (slot, t) in snap.traces.iter_mut().zip(traces) {
+                                *slot = t;
                             }
                             *snap
                         }

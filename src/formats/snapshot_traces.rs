@@ -147,13 +147,15 @@ pub struct TraceReader<'f> {
 }
 
 /// When and how parts of a trace are read on a second core: in rounds, each over the next
-/// `round_bytes` of the file (or what is left), the main reading taking a little less than the
-/// first half and the second core the rest, so the events the second core holds until the main
-/// reading takes them over stay bounded however large the file.
+/// `round_bytes` of the file (or what is left), the main reading taking the front part and the
+/// second core the back part (split by their speeds in the last round), so the events the
+/// second core holds until the main reading takes them over stay bounded however large the
+/// file.
 #[derive(Clone, Copy)]
 pub struct SecondCore<'f> {
     /// Only when at least this many bytes are left to read.
     pub min_bytes: usize,
+    /// The bytes of a round.
     pub round_bytes: usize,
     /// Where the pages it has read go back.
     pub pages: Pages<'f>,
@@ -366,9 +368,9 @@ impl<'f> TraceReader<'f> {
         })
     }
 
-    /// Start the second core's reading at an event a little less than halfway through this
-    /// round (the next `round_bytes`, or what is left), to stop at the round's end, telling it
-    /// the strings the batch just read (from `batch`) fetched from the memo.
+    /// Start the second core's reading at an event past the main reading's share of this round
+    /// (the next `round_bytes`, or what is left), to stop at the round's end, telling it the
+    /// strings the batch just read (from `batch`) fetched from the memo.
     fn start_tail<'s, 'a: 's>(
         &mut self,
         r: &mut Diverted<'_, 'a, '_>,
