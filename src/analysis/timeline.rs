@@ -431,6 +431,8 @@ impl TraceSink for Timelines {
     }
 }
 
+/// Device `device`'s timeline from its kept trace; `with_series`: with x, allocated and
+/// reserved after each event (else peaks, OOMs and the anchor only).
 pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
     let trace = snap.trace(device);
     let events: &[TraceEvent] = trace.map_or(&[], |t| &t.events[..]);
