@@ -51,8 +51,12 @@ fn main() {
         snap.stacks.stack_count()
     );
     let t = Instant::now();
-    let mut runs = memtrack::analysis::timeline::TraceRuns::default();
-    snap.feed(&mut runs);
-    let s = memtrack::analysis::snapshot_summary::snapshot_summary(&snap, &snap.devices(), &runs);
+    let mut timelines = memtrack::analysis::timeline::Timelines::new(false);
+    snap.feed(&mut timelines);
+    let s = memtrack::analysis::snapshot_summary::snapshot_summary(
+        &snap,
+        &snap.devices(),
+        &mut timelines,
+    );
     eprintln!("summary {:?} ({} devices)", t.elapsed(), s.devices.len());
 }

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::timeline::Timelines;
 use crate::model::snapshot::{BlockState, Snapshot};
 
 /// One character of the map stands for this many bytes of a segment (20 MiB, as `_memory_viz`).
@@ -145,7 +146,9 @@ pub fn segment_map(snap: &Snapshot, devices: &[u32]) -> SegmentMap {
     totals.free_bytes = totals.free_external_bytes + totals.free_internal_bytes;
     totals.internal_percent = pct(totals.free_internal_bytes, totals.free_external_bytes);
     let a = &mut totals.allocator;
-    for d in super::snapshot_summary::snapshot_summary(snap, devices, &Default::default()).devices {
+    for d in
+        super::snapshot_summary::snapshot_summary(snap, devices, &mut Timelines::new(false)).devices
+    {
         a.allocated_bytes += d.allocated_bytes;
         a.active_bytes += d.active_bytes;
         a.pending_free_bytes += d.pending_free_bytes;

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::model::snapshot::{Action, Layout, SizeClass, Snapshot};
 
-use super::timeline::{final_state, OomMark, Point, TraceRuns};
+use super::timeline::{OomMark, Point, Timelines};
 
 #[derive(Debug, Serialize)]
 pub struct SnapshotSummary {
@@ -94,12 +94,16 @@ pub struct PoolRow {
     pub largest_free_block_bytes: u64,
 }
 
-/// The summary of `devices` of `snap`, their traces as `runs` took them (the reader streams
-/// them there: `formats::load_streaming`).
-pub fn snapshot_summary(snap: &Snapshot, devices: &[u32], runs: &TraceRuns) -> SnapshotSummary {
+/// The summary of `devices` of `snap`, their traces as `timelines` (without series) took them
+/// (the reader streams them there: `formats::load_streaming`).
+pub fn snapshot_summary(
+    snap: &Snapshot,
+    devices: &[u32],
+    timelines: &mut Timelines,
+) -> SnapshotSummary {
     let devices = devices
         .iter()
-        .map(|&d| device_summary(snap, d, runs))
+        .map(|&d| device_summary(snap, d, timelines))
         .collect();
     SnapshotSummary {
         kind: "allocator_snapshot",
@@ -141,7 +145,7 @@ pub fn add_simulate_suggestions(summary: &mut SnapshotSummary, snap: &Snapshot) 
     }
 }
 
-fn device_summary(snap: &Snapshot, device: u32, runs: &TraceRuns) -> DeviceSummary {
+fn device_summary(snap: &Snapshot, device: u32, timelines: &mut Timelines) -> DeviceSummary {
     let mut d = DeviceSummary {
         device,
         ..Default::default()
@@ -231,19 +235,19 @@ fn device_summary(snap: &Snapshot, device: u32, runs: &TraceRuns) -> DeviceSumma
     d.internal_fragmentation_bytes = d.active_bytes.saturating_sub(d.requested_bytes);
     d.external_fragmentation =
         (d.free_bytes > 0).then(|| 1.0 - d.largest_free_block_bytes as f64 / d.free_bytes as f64);
-    if let Some(run) = runs.get(device) {
-        d.trace_entries = run.events;
+    let trace = timelines.take(device);
+    if trace.events() > 0 {
+        d.trace_entries = trace.events();
         d.actions = Action::ALL
             .iter()
-            .zip(run.action_counts)
+            .zip(trace.action_counts())
             .filter(|(_, c)| *c > 0)
             .map(|(a, c)| ActionCount {
                 action: a.name(),
                 count: c,
             })
             .collect();
-        let (final_allocated, final_reserved) = final_state(snap, device);
-        let tl = run.finish(final_allocated, final_reserved);
+        let tl = trace.finish(snap, device);
         d.trace_start_time_us = tl.t0_us;
         let (a, r) = (tl.initial_allocated_bytes, tl.initial_reserved_bytes);
         if a < 0 || r < 0 {

@@ -122,14 +122,14 @@ struct RunOom {
 }
 
 /// Allocated and reserved bytes relative to a trace's start, with their peaks, the OOMs and
-/// the count of each action, taken one event at a time: from a kept trace (`timeline`) or as
-/// the trace streams by (`TraceRuns`). Peaks do not move when the whole series shifts by the
-/// anchor, which is known only at the end ([`TraceRun::finish`]).
+/// the count of each action, taken one event at a time (a [`TimelineBuilder`]'s). Peaks do
+/// not move when the whole series shifts by the anchor, which is known only at the end
+/// ([`TraceRun::finish`]).
 #[derive(Clone, Debug)]
-pub struct TraceRun {
-    pub events: usize,
+struct TraceRun {
+    events: usize,
     /// Events of each action, indexed as `Action::ALL`.
-    pub action_counts: [usize; Action::ALL.len()],
+    action_counts: [usize; Action::ALL.len()],
     allocated: i64,
     reserved: i64,
     peak_allocated: Option<RunPoint>,
@@ -158,23 +158,23 @@ impl Default for TraceRun {
 }
 
 /// A run's totals, anchored at the final state.
-pub struct RunTotals {
-    pub x_is_time: bool,
+struct RunTotals {
+    x_is_time: bool,
     /// `time_us` of the first event, when x is time.
-    pub t0_us: Option<i64>,
+    t0_us: Option<i64>,
     /// The last `time_us` of the trace.
-    pub last_time_us: Option<i64>,
-    pub initial_allocated_bytes: i64,
-    pub initial_reserved_bytes: i64,
-    pub peak_allocated: Option<Point>,
-    pub peak_reserved: Option<Point>,
-    pub ooms: Vec<OomMark>,
+    last_time_us: Option<i64>,
+    initial_allocated_bytes: i64,
+    initial_reserved_bytes: i64,
+    peak_allocated: Option<Point>,
+    peak_reserved: Option<Point>,
+    ooms: Vec<OomMark>,
 }
 
 impl TraceRun {
     /// The next event; `aux` is read for OOMs only.
     #[inline]
-    pub fn push(&mut self, e: &TraceEvent, aux: Option<&EventAux>) {
+    fn push(&mut self, e: &TraceEvent, aux: Option<&EventAux>) {
         let index = self.events;
         self.events += 1;
         self.action_counts[e.action as usize] += 1;
@@ -208,18 +208,9 @@ impl TraceRun {
         }
     }
 
-    /// Allocated bytes after the events so far, relative to the start.
-    pub fn allocated(&self) -> i64 {
-        self.allocated
-    }
-
-    pub fn reserved(&self) -> i64 {
-        self.reserved
-    }
-
     /// Anchored at the final allocated (requested bytes of `active_allocated` blocks) and
     /// reserved bytes.
-    pub fn finish(&self, final_allocated: i64, final_reserved: i64) -> RunTotals {
+    fn finish(&self, final_allocated: i64, final_reserved: i64) -> RunTotals {
         let init_a = final_allocated - self.allocated;
         let init_r = final_reserved - self.reserved;
         let x_is_time = self.first_time_us.is_some() && self.monotonic;
@@ -260,33 +251,6 @@ impl TraceRun {
     }
 }
 
-/// A [`TraceRun`] per device, fed as the reader streams the events by.
-#[derive(Default)]
-pub struct TraceRuns {
-    runs: Vec<TraceRun>,
-}
-
-impl TraceRuns {
-    /// Device `device`'s run, if its trace had events.
-    pub fn get(&self, device: u32) -> Option<&TraceRun> {
-        self.runs.get(device as usize).filter(|r| r.events > 0)
-    }
-}
-
-impl TraceSink for TraceRuns {
-    fn event(&mut self, device: u32, e: &TraceEvent, _stream: i64, aux: Option<&EventAux>) {
-        let d = device as usize;
-        if self.runs.len() <= d {
-            self.runs.resize_with(d + 1, TraceRun::default);
-        }
-        self.runs[d].push(e, aux);
-    }
-
-    fn restart(&mut self) {
-        self.runs.clear();
-    }
-}
-
 /// A device's [`Timeline`], built one event at a time: from a kept trace (`timeline`) or as
 /// the trace streams by ([`Timelines`]). With series, 24 bytes an event: the time each event
 /// carries (its own, or the last before it) and allocated and reserved so far.
@@ -318,14 +282,19 @@ impl TimelineBuilder {
         self.run.push(e, aux);
         if self.with_series {
             self.times.push(self.run.last_time_us.unwrap_or(NO_TIME));
-            self.allocated.push(self.run.allocated());
-            self.reserved.push(self.run.reserved());
+            self.allocated.push(self.run.allocated);
+            self.reserved.push(self.run.reserved);
         }
     }
 
     /// Events so far.
     pub fn events(&self) -> usize {
         self.run.events
+    }
+
+    /// Events so far of each action, indexed as `Action::ALL`.
+    pub fn action_counts(&self) -> [usize; Action::ALL.len()] {
+        self.run.action_counts
     }
 
     /// The first event.
@@ -399,19 +368,27 @@ impl TimelineBuilder {
     }
 }
 
-/// A [`TimelineBuilder`] with series per device, fed as the reader streams the events by
-/// (`plot`: the series are all it keeps).
-#[derive(Default)]
+/// A [`TimelineBuilder`] per device, fed as the reader streams the events by: `plot` keeps
+/// only the series, `summary` (without series) only the running totals.
 pub struct Timelines {
+    with_series: bool,
     builders: Vec<TimelineBuilder>,
 }
 
 impl Timelines {
+    pub fn new(with_series: bool) -> Timelines {
+        Timelines {
+            with_series,
+            builders: Vec::new(),
+        }
+    }
+
     /// Device `device`'s builder (empty if its trace had no events).
     pub fn take(&mut self, device: u32) -> TimelineBuilder {
+        let empty = TimelineBuilder::new(self.with_series);
         match self.builders.get_mut(device as usize) {
-            Some(b) => std::mem::replace(b, TimelineBuilder::new(true)),
-            None => TimelineBuilder::new(true),
+            Some(b) => std::mem::replace(b, empty),
+            None => empty,
         }
     }
 }
@@ -420,8 +397,9 @@ impl TraceSink for Timelines {
     fn event(&mut self, device: u32, e: &TraceEvent, _stream: i64, aux: Option<&EventAux>) {
         let d = device as usize;
         if self.builders.len() <= d {
+            let with_series = self.with_series;
             self.builders
-                .resize_with(d + 1, || TimelineBuilder::new(true));
+                .resize_with(d + 1, || TimelineBuilder::new(with_series));
         }
         self.builders[d].push(e, aux);
     }

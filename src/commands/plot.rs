@@ -32,7 +32,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
     };
     // a timeline takes the events as they are read and keeps only its series; the stacked
     // chart needs the events and their stacks
-    let mut timelines = Timelines::default();
+    let mut timelines = Timelines::new(true);
     let input = if a.stacked {
         formats::load(&a.file)?
     } else {

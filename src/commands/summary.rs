@@ -1,6 +1,6 @@
 use crate::analysis::snapshot_summary::{add_simulate_suggestions, snapshot_summary};
 use crate::analysis::summary::{cross_rank, tracker_summary};
-use crate::analysis::timeline::TraceRuns;
+use crate::analysis::timeline::Timelines;
 use crate::cli::SummaryArgs;
 use crate::error::{Error, Result};
 use crate::formats::{self, Input};
@@ -21,7 +21,7 @@ pub fn run(a: SummaryArgs) -> Result<()> {
         let title = super::display_name(file);
         // a snapshot's summary takes the events as they are read, for peaks and OOMs, and
         // keeps them only for the setting suggestion's replays, and only up to a number
-        let mut sink = (TraceRuns::default(), KeptTraces::up_to(SUGGESTION_EVENTS));
+        let mut sink = (Timelines::new(false), KeptTraces::up_to(SUGGESTION_EVENTS));
         match formats::load_streaming(file, &mut sink)? {
             Input::Tracker(stats) => {
                 if a.device.is_some() {
@@ -34,8 +34,8 @@ pub fn run(a: SummaryArgs) -> Result<()> {
             }
             Input::Snapshot(mut snap) => {
                 let devices = super::snapshot_devices(file, &snap, a.device)?;
-                let (runs, kept) = sink;
-                let mut s = snapshot_summary(&snap, &devices, &runs);
+                let (mut timelines, kept) = sink;
+                let mut s = snapshot_summary(&snap, &devices, &mut timelines);
                 if s.wants_suggestions() {
                     // the replays need the events: those kept, or (a longer trace) the file
                     // read again, keeping them all
