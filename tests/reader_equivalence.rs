@@ -368,19 +368,24 @@ snap = {"segments": segments, "device_traces": traces, "allocator_settings": {},
 sys.stdout.buffer.write(pickle.dumps(snap, 4))
 "#;
 
+/// The bytes `LATE_STRINGS_PY` writes for `variant` ("plain" or "odd").
+fn late_strings_file(variant: &str) -> Vec<u8> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", LATE_STRINGS_PY, variant])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 #[test]
 fn strings_frames_and_lists_the_second_core_leaves_open_resolve_as_one_core_reads_them() {
     for variant in ["plain", "odd"] {
-        let out = std::process::Command::new("python3")
-            .args(["-c", LATE_STRINGS_PY, variant])
-            .output()
-            .expect("python3 runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let bytes = out.stdout;
+        let bytes = late_strings_file(variant);
         let doc = memtrack::pickle::parse(&bytes).unwrap();
         for (parts, round) in ALL_PARTS
             .into_iter()
@@ -410,12 +415,7 @@ fn strings_frames_and_lists_the_second_core_leaves_open_resolve_as_one_core_read
 /// make of them, a streamed reading that stands is the generic one, and nothing panics.
 #[test]
 fn damage_in_the_back_half_never_makes_the_two_core_reading_differ() {
-    let out = std::process::Command::new("python3")
-        .args(["-c", LATE_STRINGS_PY, "plain"])
-        .output()
-        .expect("python3 runs");
-    assert!(out.status.success());
-    let clean = out.stdout;
+    let clean = late_strings_file("plain");
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = move || {
         seed ^= seed << 13;
@@ -484,11 +484,7 @@ fn without_events(mut s: Snapshot) -> String {
 /// keeps, in order (whatever the second core's rounds), and the same snapshot otherwise.
 #[test]
 fn a_sink_gets_the_events_the_generic_reading_keeps() {
-    let late = std::process::Command::new("python3")
-        .args(["-c", LATE_STRINGS_PY, "plain"])
-        .output()
-        .expect("python3 runs");
-    assert!(late.status.success());
+    let late = late_strings_file("plain");
     let mut files: Vec<(String, Vec<u8>)> = SNAPSHOTS
         .iter()
         .chain(&[
@@ -502,7 +498,7 @@ fn a_sink_gets_the_events_the_generic_reading_keeps() {
             )
         })
         .collect();
-    files.push(("late strings".into(), late.stdout));
+    files.push(("late strings".into(), late));
     for (name, bytes) in &files {
         let doc = memtrack::pickle::parse(bytes).unwrap();
         let generic =

@@ -345,12 +345,10 @@ impl<'d> Conv<'d> {
     }
 
     fn finish(mut self) -> Snapshot {
-        let any_time = self
-            .snap
-            .traces
-            .iter()
-            .any(|t| t.events.iter().any(|e| e.time_us != NO_TIME));
-        self.snap.layout.has_time_us |= any_time;
+        // (a streamed reading said so already, of every event it read)
+        let l = &mut self.snap.layout;
+        l.has_time_us = l.has_time_us
+            || (self.snap.traces.iter()).any(|t| t.events.iter().any(|e| e.time_us != NO_TIME));
         self.snap
     }
 

@@ -461,38 +461,35 @@ impl<A: TraceSink, B: TraceSink> TraceSink for (A, B) {
 /// bounded; whoever needed them reads the file again).
 pub struct KeptTraces {
     traces: Vec<DeviceTrace>,
-    kept: usize,
+    /// Events given so far (kept while no more than `limit`).
+    given: usize,
     limit: usize,
-    over: bool,
 }
 
 impl KeptTraces {
     pub fn up_to(limit: usize) -> KeptTraces {
         KeptTraces {
             traces: Vec::new(),
-            kept: 0,
+            given: 0,
             limit,
-            over: false,
         }
     }
 
     /// The traces, by device index, if no more than the limit of events came.
     pub fn into_traces(self) -> Option<Vec<DeviceTrace>> {
-        (!self.over).then_some(self.traces)
+        (self.given <= self.limit).then_some(self.traces)
     }
 }
 
 impl TraceSink for KeptTraces {
     fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
-        if self.over {
+        self.given += 1;
+        if self.given > self.limit {
+            if self.given == self.limit + 1 {
+                self.traces = Vec::new();
+            }
             return;
         }
-        if self.kept == self.limit {
-            self.over = true;
-            self.traces = Vec::new();
-            return;
-        }
-        self.kept += 1;
         let d = device as usize;
         if self.traces.len() <= d {
             self.traces.resize_with(d + 1, DeviceTrace::default);
@@ -500,7 +497,7 @@ impl TraceSink for KeptTraces {
         let trace = &mut self.traces[d];
         if trace.events.capacity() == 0 {
             // address space only until written, and the vector never moves
-            let _ = trace.events.try_reserve_exact(self.limit - self.kept + 1);
+            let _ = trace.events.try_reserve_exact(self.limit - self.given + 1);
         }
         // (a stream past MAX_STREAMS failed the reading already)
         let _ = trace.push(*e, stream, aux.cloned().unwrap_or_default());
