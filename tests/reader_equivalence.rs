@@ -8,7 +8,7 @@ use common::fixture;
 use memtrack::formats::snapshot;
 use memtrack::formats::snapshot_traces::{self, Streamed};
 use memtrack::formats::{tracker, tracker_stream, Input, SnapshotParts};
-use memtrack::model::snapshot::{EventAux, TraceEvent, TraceSink};
+use memtrack::model::snapshot::{EventAux, StackId, TraceEvent, TraceSink};
 use memtrack::model::{Snapshot, TrackerStats};
 
 fn both(bytes: &[u8]) -> (Option<TrackerStats>, Result<TrackerStats, String>) {
@@ -456,18 +456,36 @@ fn damage_in_the_back_half_never_makes_the_two_core_reading_differ() {
 /// What a `TraceSink` was given.
 #[derive(Default)]
 struct Recorder {
-    events: Vec<String>,
+    events: Vec<(u32, TraceEvent, i64, Option<EventAux>)>,
     restarts: usize,
+    renumbered: usize,
+}
+
+impl Recorder {
+    fn lines(&self) -> Vec<String> {
+        (self.events.iter())
+            .map(|(device, e, stream, aux)| format!("{device} {e:?} {stream} {aux:?}"))
+            .collect()
+    }
 }
 
 impl TraceSink for Recorder {
     fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
-        self.events.push(format!("{device} {e:?} {stream} {aux:?}"));
+        self.events.push((device, *e, stream, aux.cloned()));
     }
 
     fn restart(&mut self) {
         self.events.clear();
         self.restarts += 1;
+    }
+
+    fn renumber_stacks(&mut self, ids: &[StackId]) {
+        for (_, e, _, _) in &mut self.events {
+            if !e.stack.is_missing() {
+                e.stack = ids[e.stack.0 as usize];
+            }
+        }
+        self.renumbered += 1;
     }
 }
 
@@ -481,7 +499,8 @@ fn without_events(mut s: Snapshot) -> String {
 }
 
 /// A reading that gives the events to a sink gives it exactly the events the generic reading
-/// keeps, in order (whatever the second core's rounds), and the same snapshot otherwise.
+/// keeps, in order (whatever the second core's rounds), their stacks once renumbered too, and
+/// the same snapshot otherwise.
 #[test]
 fn a_sink_gets_the_events_the_generic_reading_keeps() {
     let late = late_strings_file("plain");
@@ -499,20 +518,16 @@ fn a_sink_gets_the_events_the_generic_reading_keeps() {
         })
         .collect();
     files.push(("late strings".into(), late));
-    for (name, bytes) in &files {
+    let parts = [SnapshotParts::EventsWithoutStacks, SnapshotParts::All];
+    for ((name, bytes), parts) in files.iter().flat_map(|f| parts.map(|p| (f, p))) {
         let doc = memtrack::pickle::parse(bytes).unwrap();
-        let generic =
-            snapshot::from_document_parts(&doc, SnapshotParts::EventsWithoutStacks).unwrap();
+        let generic = snapshot::from_document_parts(&doc, parts).unwrap();
         let mut expected = Recorder::default();
         generic.feed(&mut expected);
         for round in rounds(bytes) {
             let mut got = Recorder::default();
-            let (read, second) = snapshot_traces::read_on_two_cores(
-                bytes,
-                SnapshotParts::EventsWithoutStacks,
-                round,
-                Some(&mut got),
-            );
+            let (read, second) =
+                snapshot_traces::read_on_two_cores(bytes, parts, round, Some(&mut got));
             if name == "late strings" {
                 assert!(
                     second > 0,
@@ -523,10 +538,21 @@ fn a_sink_gets_the_events_the_generic_reading_keeps() {
                 continue; // (read again the generic way: `load_streaming` feeds the sink then)
             };
             assert_eq!(
-                got.events, expected.events,
-                "{name}, rounds of {round} bytes"
+                got.lines(),
+                expected.lines(),
+                "{name} ({parts:?}), rounds of {round} bytes"
             );
-            assert_eq!(without_events(s), without_events(generic.clone()), "{name}");
+            let with_stacks = parts == SnapshotParts::All;
+            assert_eq!(
+                got.renumbered,
+                usize::from(with_stacks),
+                "{name} ({parts:?})"
+            );
+            assert_eq!(
+                without_events(s),
+                without_events(generic.clone()),
+                "{name} ({parts:?})"
+            );
         }
     }
 }
@@ -538,18 +564,22 @@ fn a_sink_starts_again_when_the_reading_is_read_again() {
     let bytes = snapshot_sharing_a_frame_list(70_001, 70_000);
     let path = std::env::temp_dir().join("memtrack_sink_restart.pickle");
     std::fs::write(&path, &bytes).unwrap();
-    let mut got = Recorder::default();
-    let loaded = memtrack::formats::load_streaming(&path, &mut got);
-    std::fs::remove_file(&path).ok();
-    let Ok(Input::Snapshot(s)) = loaded else {
-        panic!("not loaded as a snapshot");
-    };
     let doc = memtrack::pickle::parse(&bytes).unwrap();
-    let generic = snapshot::from_document_parts(&doc, SnapshotParts::EventsWithoutStacks).unwrap();
-    let mut expected = Recorder::default();
-    generic.feed(&mut expected);
-    assert_eq!(got.restarts, 1);
-    assert_eq!(got.events.len(), 70_002);
-    assert_eq!(got.events, expected.events);
-    assert_eq!(without_events(*s), without_events(generic));
+    for parts in [SnapshotParts::EventsWithoutStacks, SnapshotParts::All] {
+        let mut got = Recorder::default();
+        let loaded = memtrack::formats::load_streaming(&path, parts, &mut got);
+        let Ok(Input::Snapshot(s)) = loaded else {
+            panic!("not loaded as a snapshot");
+        };
+        let generic = snapshot::from_document_parts(&doc, parts).unwrap();
+        let mut expected = Recorder::default();
+        generic.feed(&mut expected);
+        assert_eq!(got.restarts, 1, "{parts:?}");
+        assert_eq!(got.events.len(), 70_002, "{parts:?}");
+        // (fed from the kept trace: the snapshot's own stack ids, nothing to renumber)
+        assert_eq!(got.renumbered, 0, "{parts:?}");
+        assert_eq!(got.lines(), expected.lines(), "{parts:?}");
+        assert_eq!(without_events(*s), without_events(generic), "{parts:?}");
+    }
+    std::fs::remove_file(&path).ok();
 }

@@ -9,8 +9,8 @@ use serde::Serialize;
 use crate::model::snapshot::Snapshot;
 use crate::model::{op_module, Series, TrackerStats};
 
-use super::sites::{live_at_end, live_at_peak, Sites};
-use super::timeline::timeline;
+use super::sites::{live_at_end, LiveAtPeaks, Sites};
+use super::timeline::Timelines;
 
 /// `--fail-over`: growth of the peak past a number of bytes, or past a share of A's peak.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -136,10 +136,10 @@ pub struct SiteGrowth {
 
 /// Peak allocated of a snapshot's device: the trace's peak, or the final allocated bytes when
 /// there is no trace.
-fn snapshot_metrics(s: &Snapshot, devices: &[u32]) -> [f64; 4] {
+fn snapshot_metrics(s: &Snapshot, devices: &[u32], timelines: &mut Timelines) -> [f64; 4] {
     let (mut peak, mut end, mut reserved, mut peak_res) = (0.0, 0.0, 0.0, 0.0);
     for &d in devices {
-        let tl = timeline(s, d, false);
+        let tl = timelines.take(d).finish(s, d);
         end += tl.final_allocated_bytes as f64;
         reserved += tl.final_reserved_bytes as f64;
         peak += tl.peak_allocated.map_or(tl.final_allocated_bytes, |p| {
@@ -154,7 +154,7 @@ fn snapshot_metrics(s: &Snapshot, devices: &[u32]) -> [f64; 4] {
 
 type SiteBytes = BTreeMap<(String, String), (u64, u64)>;
 
-fn site_bytes(s: &Snapshot, devices: &[u32]) -> SiteBytes {
+fn site_bytes(s: &Snapshot, devices: &[u32], peaks: &mut LiveAtPeaks) -> SiteBytes {
     let mut sites = Sites::new(s);
     let mut out: SiteBytes = BTreeMap::new();
     for &d in devices {
@@ -164,7 +164,7 @@ fn site_bytes(s: &Snapshot, devices: &[u32]) -> SiteBytes {
                 .or_default()
                 .0 += bytes;
         }
-        if let Some((_, p)) = live_at_peak(s, d) {
+        if let Some((_, p)) = peaks.take(s, d) {
             for (&stack, &(bytes, _)) in &p.by_stack {
                 let k = sites.site(stack);
                 out.entry((sites.label(k, false), sites.label(k, true)))
@@ -184,7 +184,14 @@ pub struct SnapshotSide {
     sites: SiteBytes,
 }
 
-pub fn snapshot_side(s: &Snapshot, devices: &[u32]) -> SnapshotSide {
+/// What `diff` compares of `s` on `devices`; `timelines` (without series) and `peaks` took its
+/// trace events as they were read.
+pub fn snapshot_side(
+    s: &Snapshot,
+    devices: &[u32],
+    timelines: &mut Timelines,
+    peaks: &mut LiveAtPeaks,
+) -> SnapshotSide {
     let mut segments: Vec<SegmentKey> = s
         .segments
         .iter()
@@ -198,9 +205,9 @@ pub fn snapshot_side(s: &Snapshot, devices: &[u32]) -> SnapshotSide {
     segments.sort();
     segments.dedup();
     SnapshotSide {
-        metrics: snapshot_metrics(s, devices),
+        metrics: snapshot_metrics(s, devices, timelines),
         segments,
-        sites: site_bytes(s, devices),
+        sites: site_bytes(s, devices, peaks),
     }
 }
 

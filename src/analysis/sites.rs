@@ -7,16 +7,17 @@
 //!
 //! The live set at the peak is rebuilt by replaying the trace: allocations made in the trace
 //! and not yet freed, plus allocations older than the trace that it frees after the peak, plus
-//! blocks live at the end that the trace never touched.
+//! blocks live at the end that the trace never touched. It is gathered as the events go by
+//! ([`LiveAtPeak`]), keeping per stack totals and the live blocks, not the trace.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, FrameId, Snapshot, StackId};
+use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, TraceEvent, TraceSink};
 use crate::model::AGENT_FILE;
 
 use super::memviz::FrameFilter;
-use super::timeline::timeline;
+use super::timeline::TimelineBuilder;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SiteKey {
@@ -36,11 +37,16 @@ pub struct LiveSet {
 
 impl LiveSet {
     fn add(&mut self, stack: StackId, bytes: u64) {
+        self.add_many(stack, bytes, 1);
+    }
+
+    /// `count` allocations of `bytes` in all.
+    fn add_many(&mut self, stack: StackId, bytes: u64, count: u64) {
         let e = self.by_stack.entry(stack).or_insert((0, 0));
         e.0 += bytes;
-        e.1 += 1;
+        e.1 += count;
         self.bytes += bytes;
-        self.count += 1;
+        self.count += count;
     }
 }
 
@@ -57,44 +63,145 @@ pub fn live_at_end(snap: &Snapshot, device: u32) -> LiveSet {
     live
 }
 
-/// Allocations live right after the trace's peak-allocated event, and that event's index.
-pub fn live_at_peak(snap: &Snapshot, device: u32) -> Option<(usize, LiveSet)> {
-    let trace = snap.trace(device)?;
-    let events = &trace.events;
-    if events.is_empty() {
-        return None;
-    }
-    let peak = timeline(snap, device, false).peak_allocated?.index;
-    let mut live: FxHashMap<u64, (u64, StackId)> = FxHashMap::default();
-    let mut set = LiveSet::default();
-    let mut at_peak: Option<FxHashMap<u64, (u64, StackId)>> = None;
-    for (i, e) in events.iter().enumerate() {
+/// Allocations live right after a device's peak-allocated event (the timeline's), gathered
+/// one event at a time: the blocks the trace allocated and has not freed, their bytes by stack
+/// now and as they stood at the peak so far, and what older blocks the trace freed since.
+/// Memory follows the live blocks and the distinct stacks, not the trace.
+#[derive(Default)]
+pub struct LiveAtPeak {
+    /// For the peak, by the timeline's own rule.
+    timeline: TimelineBuilder,
+    /// Allocations of the trace not freed yet: address → (bytes, stack).
+    live: FxHashMap<u64, (u64, StackId)>,
+    /// `live` by stack: (bytes, count).
+    now: FxHashMap<StackId, (u64, u64)>,
+    /// `now` as it stood at the peak so far, but for the stacks in `changed`, which moved since.
+    at_peak: FxHashMap<StackId, (u64, u64)>,
+    changed: FxHashSet<StackId>,
+    /// Allocations older than the trace that it freed after the peak so far (live at it).
+    older_freed: LiveSet,
+    peak: Option<usize>,
+}
+
+impl LiveAtPeak {
+    pub fn push(&mut self, e: &TraceEvent) {
+        let index = self.timeline.events();
+        self.timeline.push(e, None);
         match e.action {
             Action::Alloc => {
-                live.insert(e.addr, (e.size, e.stack));
+                // (an address allocated twice: the later allocation replaces the earlier)
+                if let Some((bytes, stack)) = self.live.insert(e.addr, (e.size, e.stack)) {
+                    self.change(stack, bytes, false);
+                }
+                self.change(e.stack, e.size, true);
             }
-            Action::FreeRequested if live.remove(&e.addr).is_none() && i > peak => {
-                // allocated before the trace began, still live at the peak
-                set.add(e.stack, e.size);
-            }
+            Action::FreeRequested => match self.live.remove(&e.addr) {
+                Some((bytes, stack)) => self.change(stack, bytes, false),
+                // allocated before the trace began: live at the peak if freed after it
+                None => self.older_freed.add(e.stack, e.size),
+            },
             _ => {}
         }
-        if i == peak {
-            at_peak = Some(live.clone());
+        if self.timeline.peak_allocated_index() == Some(index) {
+            self.peak = Some(index);
+            for stack in self.changed.drain() {
+                match self.now.get(&stack) {
+                    Some(&t) => self.at_peak.insert(stack, t),
+                    None => self.at_peak.remove(&stack),
+                };
+            }
+            self.older_freed = LiveSet::default();
         }
     }
-    for (_, (size, stack)) in at_peak.unwrap_or_default() {
-        set.add(stack, size);
-    }
-    // blocks live at the end that no trace allocation accounts for were live all along
-    for s in snap.segments_on(device) {
-        for b in s.blocks(&snap.blocks) {
-            if b.state.is_allocated() && !live.contains_key(&b.address) {
-                set.add(b.alloc_stack(&snap.history), b.requested(&snap.history));
+
+    /// An allocation of `bytes` at `stack` became live (`added`) or was freed.
+    fn change(&mut self, stack: StackId, bytes: u64, added: bool) {
+        let t = self.now.entry(stack).or_insert((0, 0));
+        if added {
+            t.0 += bytes;
+            t.1 += 1;
+        } else {
+            // (it was added: the totals do not go below zero)
+            t.0 -= bytes;
+            t.1 -= 1;
+            if t.1 == 0 {
+                self.now.remove(&stack);
             }
         }
+        self.changed.insert(stack);
     }
-    Some((peak, set))
+
+    /// The live set at the peak and the peak's index (None without events); `stack_ids`: the
+    /// snapshot's ids of the stacks the events carried, when those were a reading's own.
+    pub fn finish(
+        self,
+        snap: &Snapshot,
+        device: u32,
+        stack_ids: Option<&[StackId]>,
+    ) -> Option<(usize, LiveSet)> {
+        let peak = self.peak?;
+        let id = |s: StackId| match stack_ids {
+            Some(ids) if !s.is_missing() => ids[s.0 as usize],
+            _ => s,
+        };
+        let mut set = LiveSet::default();
+        let older = self.older_freed.by_stack;
+        for (stack, (bytes, count)) in self.at_peak.into_iter().chain(older) {
+            set.add_many(id(stack), bytes, count);
+        }
+        // blocks live at the end that no trace allocation accounts for were live all along
+        for s in snap.segments_on(device) {
+            for b in s.blocks(&snap.blocks) {
+                if b.state.is_allocated() && !self.live.contains_key(&b.address) {
+                    set.add(b.alloc_stack(&snap.history), b.requested(&snap.history));
+                }
+            }
+        }
+        Some((peak, set))
+    }
+}
+
+/// A [`LiveAtPeak`] per device, fed as the reader streams the events by (with stacks).
+#[derive(Default)]
+pub struct LiveAtPeaks {
+    devices: Vec<LiveAtPeak>,
+    stack_ids: Option<Vec<StackId>>,
+}
+
+impl LiveAtPeaks {
+    /// Device `device`'s live set at its peak (None if its trace had no events).
+    pub fn take(&mut self, snap: &Snapshot, device: u32) -> Option<(usize, LiveSet)> {
+        let d = std::mem::take(self.devices.get_mut(device as usize)?);
+        d.finish(snap, device, self.stack_ids.as_deref())
+    }
+}
+
+impl TraceSink for LiveAtPeaks {
+    fn event(&mut self, device: u32, e: &TraceEvent, _stream: i64, _aux: Option<&EventAux>) {
+        let d = device as usize;
+        if self.devices.len() <= d {
+            self.devices.resize_with(d + 1, LiveAtPeak::default);
+        }
+        self.devices[d].push(e);
+    }
+
+    fn restart(&mut self) {
+        *self = LiveAtPeaks::default();
+    }
+
+    fn renumber_stacks(&mut self, ids: &[StackId]) {
+        self.stack_ids = Some(ids.to_vec());
+    }
+}
+
+/// Allocations live right after the trace's peak-allocated event, and that event's index,
+/// from device `device`'s kept trace.
+pub fn live_at_peak(snap: &Snapshot, device: u32) -> Option<(usize, LiveSet)> {
+    let mut b = LiveAtPeak::default();
+    for e in snap.trace(device).map_or(&[][..], |t| &t.events) {
+        b.push(e);
+    }
+    b.finish(snap, device, None)
 }
 
 /// Resolves stacks to sites and kept frames, once per distinct stack.
@@ -208,9 +315,16 @@ pub enum Moment {
     Peak,
 }
 
-pub fn site_report(snap: &Snapshot, device: u32, top: usize, by: Moment) -> SiteReport {
+/// The sites of device `device` by bytes live at the end and at the peak (`peak`: the live
+/// set at it and its index, None without a trace), the first `top` by `by`.
+pub fn site_report(
+    snap: &Snapshot,
+    device: u32,
+    top: usize,
+    by: Moment,
+    peak: Option<(usize, LiveSet)>,
+) -> SiteReport {
     let end = live_at_end(snap, device);
-    let peak = live_at_peak(snap, device);
     let mut sites = Sites::new(snap);
     #[derive(Default)]
     struct Acc {
@@ -281,16 +395,11 @@ pub fn site_report(snap: &Snapshot, device: u32, top: usize, by: Moment) -> Site
     }
 }
 
-/// Folded stacks (`frame;frame;... bytes`, root first) of the live allocations at `at`, for
-/// flamegraph.pl, inferno, speedscope. `prefix` goes first on every line (e.g. `cuda:0`).
-pub fn folded(snap: &Snapshot, device: u32, at: Moment, prefix: Option<&str>) -> String {
-    let live = match at {
-        Moment::End => live_at_end(snap, device),
-        Moment::Peak => match live_at_peak(snap, device) {
-            Some((_, l)) => l,
-            None => live_at_end(snap, device),
-        },
-    };
+/// Folded stacks (`frame;frame;... bytes`, root first) of the allocations `live` (those live
+/// at the end when None), for flamegraph.pl, inferno, speedscope. `prefix` goes first on every
+/// line (e.g. `cuda:0`).
+pub fn folded(snap: &Snapshot, device: u32, live: Option<LiveSet>, prefix: Option<&str>) -> String {
+    let live = live.unwrap_or_else(|| live_at_end(snap, device));
     let mut sites = Sites::new(snap);
     let mut lines: FxHashMap<String, u64> = FxHashMap::default();
     for (&stack, &(bytes, _)) in &live.by_stack {
@@ -315,4 +424,74 @@ pub fn folded(snap: &Snapshot, device: u32, at: Moment, prefix: Option<&str>) ->
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::timeline::timeline;
+    use crate::model::snapshot::DeviceTrace;
+
+    /// The live set at the peak the plain way: replay to the peak, copy the live blocks.
+    fn replayed(snap: &Snapshot) -> Option<(usize, LiveSet)> {
+        let events = &snap.trace(0)?.events;
+        let peak = timeline(snap, 0, false).peak_allocated?.index;
+        let mut live: FxHashMap<u64, (u64, StackId)> = FxHashMap::default();
+        let mut set = LiveSet::default();
+        for (i, e) in events.iter().enumerate() {
+            match e.action {
+                Action::Alloc => {
+                    live.insert(e.addr, (e.size, e.stack));
+                }
+                Action::FreeRequested if live.remove(&e.addr).is_none() && i > peak => {
+                    set.add(e.stack, e.size);
+                }
+                _ => {}
+            }
+            if i == peak {
+                for &(size, stack) in live.values() {
+                    set.add(stack, size);
+                }
+            }
+        }
+        Some((peak, set))
+    }
+
+    /// Traces that peak early and late, free blocks older than the trace before and after the
+    /// peak, and allocate an address twice: gathered as they go by, the live set at the peak
+    /// is the replayed one.
+    #[test]
+    fn live_at_the_peak_as_the_events_go_by_is_the_replayed_one() {
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _ in 0..300 {
+            let len = 1 + next(120) as usize;
+            let events: Vec<TraceEvent> = (0..len)
+                .map(|_| TraceEvent {
+                    action: [Action::Alloc, Action::FreeRequested, Action::FreeCompleted]
+                        [next(3) as usize],
+                    addr: next(12),
+                    size: 1 + next(1000),
+                    stack: StackId(next(5) as u32),
+                    ..TraceEvent::default()
+                })
+                .collect();
+            let mut snap = Snapshot::default();
+            snap.traces.push(DeviceTrace {
+                events,
+                streams: vec![0],
+                ..DeviceTrace::default()
+            });
+            let (peak, set) = live_at_peak(&snap, 0).unwrap();
+            let (want_peak, want) = replayed(&snap).unwrap();
+            assert_eq!(peak, want_peak);
+            assert_eq!(set.by_stack, want.by_stack);
+            assert_eq!((set.bytes, set.count), (want.bytes, want.count));
+        }
+    }
 }

@@ -263,6 +263,13 @@ pub struct TimelineBuilder {
     first: Option<TraceEvent>,
 }
 
+/// Without series.
+impl Default for TimelineBuilder {
+    fn default() -> TimelineBuilder {
+        TimelineBuilder::new(false)
+    }
+}
+
 impl TimelineBuilder {
     pub fn new(with_series: bool) -> TimelineBuilder {
         TimelineBuilder {
@@ -290,6 +297,11 @@ impl TimelineBuilder {
     /// Events so far.
     pub fn events(&self) -> usize {
         self.run.events
+    }
+
+    /// The index of the event after which allocated bytes peaked so far.
+    pub fn peak_allocated_index(&self) -> Option<usize> {
+        self.run.peak_allocated.map(|p| p.index)
     }
 
     /// Events so far of each action, indexed as `Action::ALL`.

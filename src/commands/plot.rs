@@ -36,7 +36,11 @@ pub fn run(a: PlotArgs) -> Result<()> {
     let input = if a.stacked {
         formats::load(&a.file)?
     } else {
-        formats::load_streaming(&a.file, &mut timelines)?
+        formats::load_streaming(
+            &a.file,
+            formats::SnapshotParts::EventsWithoutStacks,
+            &mut timelines,
+        )?
     };
     let stats = match input {
         formats::Input::Tracker(_) if a.stacked => {

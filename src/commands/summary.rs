@@ -22,7 +22,8 @@ pub fn run(a: SummaryArgs) -> Result<()> {
         // a snapshot's summary takes the events as they are read, for peaks and OOMs, and
         // keeps them only for the setting suggestion's replays, and only up to a number
         let mut sink = (Timelines::new(false), KeptTraces::up_to(SUGGESTION_EVENTS));
-        match formats::load_streaming(file, &mut sink)? {
+        match formats::load_streaming(file, formats::SnapshotParts::EventsWithoutStacks, &mut sink)?
+        {
             Input::Tracker(stats) => {
                 if a.device.is_some() {
                     return Err(Error::Usage(

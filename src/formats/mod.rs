@@ -107,11 +107,16 @@ pub fn load_with(path: &Path, parts: SnapshotParts) -> Result<Input> {
     load_into(path, parts, None)
 }
 
-/// Load any input; a snapshot's trace events (without stacks) go to `sink` in order as they
-/// are read, and the snapshot keeps none of them (its traces have their lengths and streams),
-/// so memory does not grow with the trace.
-pub fn load_streaming(path: &Path, sink: &mut dyn TraceSink) -> Result<Input> {
-    load_into(path, SnapshotParts::EventsWithoutStacks, Some(sink))
+/// Load any input; a snapshot's trace events go to `sink` in order as they are read, and the
+/// snapshot keeps none of them (its traces have their lengths and streams), so memory does not
+/// grow with the trace. `parts`: `All` (with stacks) or `EventsWithoutStacks`.
+pub fn load_streaming(
+    path: &Path,
+    parts: SnapshotParts,
+    sink: &mut dyn TraceSink,
+) -> Result<Input> {
+    debug_assert!(parts != SnapshotParts::SegmentsOnly, "a sink takes events");
+    load_into(path, parts, Some(sink))
 }
 
 fn load_into(
@@ -241,7 +246,21 @@ pub fn load_snapshot(path: &Path) -> Result<Snapshot> {
 
 /// Load only `parts` of a file that must be an allocator snapshot.
 pub fn load_snapshot_parts(path: &Path, parts: SnapshotParts) -> Result<Snapshot> {
-    match load_with(path, parts)? {
+    snapshot_only(path, load_with(path, parts)?)
+}
+
+/// Load a file that must be an allocator snapshot, its trace events to `sink` as they are
+/// read (see `load_streaming`).
+pub fn load_snapshot_streaming(
+    path: &Path,
+    parts: SnapshotParts,
+    sink: &mut dyn TraceSink,
+) -> Result<Snapshot> {
+    snapshot_only(path, load_streaming(path, parts, sink)?)
+}
+
+fn snapshot_only(path: &Path, input: Input) -> Result<Snapshot> {
+    match input {
         Input::Snapshot(s) => Ok(*s),
         other => Err(Error::input(
             path,

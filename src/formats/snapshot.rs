@@ -49,27 +49,34 @@ pub fn from_document(doc: &Document) -> Parse<Snapshot> {
 
 /// Convert only `parts` of the snapshot (what a command uses), checking the rest as lists.
 pub fn from_document_parts(doc: &Document, parts: Parts) -> Parse<Snapshot> {
-    convert(doc, parts, None)
+    convert(doc, parts, None).map(|(snap, _)| snap)
 }
 
 /// Convert a document whose `device_traces` `TraceReader` read while it was parsed
-/// (`pickle::parse_with_divert`).
+/// (`pickle::parse_with_divert`); with the snapshot's id of each stack the reading numbered
+/// (none without stacks).
 pub fn from_document_streamed(
     doc: &Document,
     parts: Parts,
     streamed: StreamedTraces,
-) -> Parse<Snapshot> {
+) -> Parse<(Snapshot, Vec<StackId>)> {
     convert(doc, parts, Some(streamed))
 }
 
-fn convert(doc: &Document, parts: Parts, streamed: Option<StreamedTraces>) -> Parse<Snapshot> {
+/// The snapshot, and the snapshot's ids of the `streamed` reading's stacks.
+fn convert(
+    doc: &Document,
+    parts: Parts,
+    streamed: Option<StreamedTraces>,
+) -> Parse<(Snapshot, Vec<StackId>)> {
+    let mut stack_ids = Vec::new();
     let root = doc.root();
     let mut c = Conv::new(doc);
     c.snap.parts = parts;
     if let View::List(segments) = doc.view(root) {
         c.snap.layout.bare_segment_list = true;
         c.segments(segments)?;
-        return Ok(c.finish());
+        return Ok((c.finish(), stack_ids));
     }
     let d = doc
         .as_dict(root)
@@ -80,7 +87,7 @@ fn convert(doc: &Document, parts: Parts, streamed: Option<StreamedTraces>) -> Pa
     }
     if let Some(streamed) = streamed {
         c.snap.layout.has_device_traces = true;
-        c.streamed_traces(streamed)?;
+        stack_ids = c.streamed_traces(streamed)?;
     } else if let Some(v) = d.get("device_traces") {
         c.snap.layout.has_device_traces = true;
         let traces = seq(doc, v, "device_traces")?;
@@ -141,7 +148,7 @@ fn convert(doc: &Document, parts: Parts, streamed: Option<StreamedTraces>) -> Pa
             });
         }
     }
-    Ok(c.finish())
+    Ok((c.finish(), stack_ids))
 }
 
 fn seq<'d>(doc: &'d Document, v: Value, what: &str) -> Parse<&'d [Value]> {
@@ -353,8 +360,9 @@ impl<'d> Conv<'d> {
     }
 
     /// The traces `TraceReader` read: its stacks (frame dicts of the document) interned here,
-    /// in the order it met them, which is the order `trace` would meet them in.
-    fn streamed_traces(&mut self, st: StreamedTraces) -> Parse<()> {
+    /// in the order it met them, which is the order `trace` would meet them in; the
+    /// snapshot's id of each (for events it gave a sink, which carry the reading's ids).
+    fn streamed_traces(&mut self, st: StreamedTraces) -> Parse<Vec<StackId>> {
         let mut global = Vec::with_capacity(st.stacks.len());
         if self.snap.parts == Parts::All {
             for (i, frames) in st.stacks.iter().enumerate() {
@@ -374,7 +382,7 @@ impl<'d> Conv<'d> {
                 }
             }
         }
-        Ok(())
+        Ok(global)
     }
 
     // ---- strings, frames, stacks: interned by handle, then by content ----

@@ -196,13 +196,10 @@ impl<'f> TraceReader<'f> {
 
 impl<'f> TraceReader<'f> {
     /// Hand the events to `sink` as they are read, instead of keeping them (`finish`'s
-    /// snapshot then has the traces' lengths and streams, and no events). Not with stacks:
-    /// their ids are settled only at the end.
+    /// snapshot then has the traces' lengths and streams, and no events). With stacks, their
+    /// ids are the reading's own until `finish` tells the sink the snapshot's
+    /// (`TraceSink::renumber_stacks`).
     pub fn with_sink(mut self, sink: &'f mut dyn TraceSink) -> TraceReader<'f> {
-        assert!(
-            self.parts != Parts::All,
-            "a sink takes events without stacks"
-        );
         self.room = 0;
         self.sink = Some(sink);
         self
@@ -246,7 +243,12 @@ impl<'f> TraceReader<'f> {
             return dropped(&"not a snapshot");
         }
         match super::snapshot::from_document_streamed(&doc, self.parts, self.out) {
-            Ok(s) => Streamed::Snapshot(s),
+            Ok((s, stack_ids)) => {
+                if let (Some(sink), Parts::All) = (self.sink, self.parts) {
+                    sink.renumber_stacks(&stack_ids);
+                }
+                Streamed::Snapshot(s)
+            }
             Err(e) => dropped(&e),
         }
     }

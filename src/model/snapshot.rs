@@ -436,12 +436,18 @@ impl DeviceTrace {
 /// them: what an analysis keeps is then its own (running totals, live blocks), not the trace.
 pub trait TraceSink {
     /// Event `e` of device `device`'s trace, on `stream`, with what only some events carry.
-    /// Without stacks (`stack` is `MISSING`): readings with a sink leave them out.
+    /// Its `stack` is `MISSING` when the reading leaves stacks out; else see `renumber_stacks`.
     fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>);
 
     /// The events will come again from the first one (a reading that was dropped and is
     /// read again): forget those taken so far.
     fn restart(&mut self);
+
+    /// The events' stacks so far were the reading's own numbering (it settles the snapshot's
+    /// only at its end): stack `n` is the snapshot's `ids[n]` (`MISSING` stays so). Said once,
+    /// after the last event, by a streamed reading with stacks; events fed from a kept trace
+    /// ([`Snapshot::feed`]) carry the snapshot's ids and come without it.
+    fn renumber_stacks(&mut self, _ids: &[StackId]) {}
 }
 
 /// Both take every event.
@@ -454,6 +460,11 @@ impl<A: TraceSink, B: TraceSink> TraceSink for (A, B) {
     fn restart(&mut self) {
         self.0.restart();
         self.1.restart();
+    }
+
+    fn renumber_stacks(&mut self, ids: &[StackId]) {
+        self.0.renumber_stacks(ids);
+        self.1.renumber_stacks(ids);
     }
 }
 
@@ -505,6 +516,14 @@ impl TraceSink for KeptTraces {
 
     fn restart(&mut self) {
         *self = KeptTraces::up_to(self.limit);
+    }
+
+    fn renumber_stacks(&mut self, ids: &[StackId]) {
+        for e in self.traces.iter_mut().flat_map(|t| &mut t.events) {
+            if !e.stack.is_missing() {
+                e.stack = ids[e.stack.0 as usize];
+            }
+        }
     }
 }
 
