@@ -460,3 +460,19 @@ fn frames_are_interned_once() {
     assert_eq!(v["stacks"].as_array().unwrap().len(), 189);
     assert_eq!(v["frames"].as_array().unwrap().len(), 538);
 }
+
+/// `trace` puts the events aside in a temporary file while it reads: where none can be made,
+/// it says so, names the directory and TMPDIR, and exits 2 without writing a listing.
+#[test]
+fn trace_without_a_temporary_directory_says_so() {
+    let f = snapshot("cs336_small_mem_snapshot");
+    let missing = std::env::temp_dir().join("memtrack-no-such-dir");
+    memtrack()
+        .env("TMPDIR", &missing)
+        .args(["trace", p(&f)])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicates::str::contains(missing.to_str().unwrap()))
+        .stderr(predicates::str::contains("TMPDIR"));
+}

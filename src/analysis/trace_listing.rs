@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, DeviceTrace, Snapshot, TraceEvent};
+use crate::model::snapshot::{Action, EventAux, Snapshot, TraceEvent, TraceEvents};
 
 /// A name `_memory_viz` would give: the n-th of `a..z`, `a1..z1`, …
 pub fn name_of(n: u32) -> String {
@@ -98,17 +98,15 @@ pub enum Line {
         size: u64,
         device_free: Option<u64>,
     },
+    /// (its metadata is the event's)
     Annotate {
         target: Ref,
-        /// The event index, to fetch its metadata.
-        event: usize,
     },
     Snapshot {
         size: u64,
     },
-    Other {
-        event: usize,
-    },
+    /// (its name and fields are the event's)
+    Other,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -125,22 +123,22 @@ pub struct Totals {
     pub ooms: usize,
 }
 
-/// One device's listing: its totals (known up front, as the JSON form puts them first) and
-/// its lines, made one at a time as they are written ([`DeviceListing::lines`]): a listing of
-/// millions of events never exists whole.
+/// One device's listing: its totals (known up front, as the text and JSON forms put them
+/// first) and its lines, made one at a time as they are written ([`DeviceListing::namer`]): a
+/// listing of millions of events never exists whole.
 #[derive(Debug)]
 pub struct DeviceListing {
     pub device: u32,
     pub totals: Totals,
 }
 
-pub fn listing(snap: &Snapshot, device: u32) -> DeviceListing {
-    let events: &[_] = snap.trace(device).map_or(&[], |t| &t.events[..]);
+/// The totals of device `device`'s trace (a first walk over its events).
+pub fn listing(events: &mut dyn TraceEvents, device: u32) -> std::io::Result<DeviceListing> {
     let mut t = Totals {
-        entries: events.len(),
+        entries: events.count(device),
         ..Totals::default()
     };
-    for e in events {
+    events.visit(device, &mut |_, e, _, _| {
         match e.action {
             Action::Alloc => {
                 t.allocs += 1;
@@ -153,14 +151,15 @@ pub fn listing(snap: &Snapshot, device: u32) -> DeviceListing {
             Action::Oom => t.ooms += 1,
             Action::Annotate | Action::Snapshot | Action::Other => {}
         }
-    }
+        Ok(())
+    })?;
     t.net_bytes = t.alloc_bytes as i64 - t.free_completed_bytes as i64;
-    DeviceListing { device, totals: t }
+    Ok(DeviceListing { device, totals: t })
 }
 
 impl DeviceListing {
-    /// The lines, in event order.
-    pub fn lines<'s>(&self, snap: &'s Snapshot) -> Lines<'s> {
+    /// What names the device's events' lines, one event at a time in order.
+    pub fn namer(&self, snap: &Snapshot) -> Namer {
         let mut finals: Vec<(u64, u64, usize)> = snap
             .segments
             .iter()
@@ -169,11 +168,7 @@ impl DeviceListing {
             .map(|(i, s)| (s.address, s.total_size, i))
             .collect();
         finals.sort_unstable();
-        let trace = snap.trace(self.device);
-        Lines {
-            trace,
-            events: trace.map_or(&[], |t| &t.events[..]),
-            at: 0,
+        Namer {
             finals,
             live_segs: BTreeMap::new(),
             alloc_names: FxHashMap::default(),
@@ -184,10 +179,7 @@ impl DeviceListing {
 }
 
 /// The walk that names allocations and segments as `_memory_viz trace` does.
-pub struct Lines<'s> {
-    trace: Option<&'s DeviceTrace>,
-    events: &'s [TraceEvent],
-    at: usize,
+pub struct Namer {
     /// The final segments (address, size, index), sorted: where an address no live segment
     /// of the trace covers lies.
     finals: Vec<(u64, u64, usize)>,
@@ -197,7 +189,7 @@ pub struct Lines<'s> {
     next: u32,
 }
 
-impl Lines<'_> {
+impl Namer {
     fn place_of(&self, addr: u64) -> (Place, u64) {
         if let Some((&start, &(size, name))) = self.live_segs.range(..=addr).next_back() {
             if addr < start.saturating_add(size) {
@@ -213,23 +205,10 @@ impl Lines<'_> {
         }
         (Place::Mem, addr)
     }
-}
 
-fn lookup(names: &FxHashMap<u64, u32>, addr: u64) -> Ref {
-    match names.get(&addr) {
-        Some(&n) => Ref::Name(n),
-        None => Ref::Addr(addr),
-    }
-}
-
-impl Iterator for Lines<'_> {
-    type Item = Line;
-
-    fn next(&mut self) -> Option<Line> {
-        let i = self.at;
-        let e = *self.events.get(i)?;
-        self.at += 1;
-        Some(match e.action {
+    /// The line of the next event `e`, with what it carries.
+    pub fn line(&mut self, e: &TraceEvent, aux: Option<&EventAux>) -> Line {
+        match e.action {
             Action::Alloc => {
                 let name = self.next;
                 self.next += 1;
@@ -290,18 +269,21 @@ impl Iterator for Lines<'_> {
             }
             Action::Oom => Line::Oom {
                 size: e.size,
-                device_free: self
-                    .trace
-                    .and_then(|tr| tr.aux(i))
-                    .and_then(|a| a.device_free),
+                device_free: aux.and_then(|a| a.device_free),
             },
             Action::Annotate => Line::Annotate {
                 target: lookup(&self.alloc_names, e.addr),
-                event: i,
             },
             Action::Snapshot => Line::Snapshot { size: e.size },
-            Action::Other => Line::Other { event: i },
-        })
+            Action::Other => Line::Other,
+        }
+    }
+}
+
+fn lookup(names: &FxHashMap<u64, u32>, addr: u64) -> Ref {
+    match names.get(&addr) {
+        Some(&n) => Ref::Name(n),
+        None => Ref::Addr(addr),
     }
 }
 

@@ -1,10 +1,25 @@
 use crate::analysis::trace_listing::listing;
 use crate::cli::TraceArgs;
-use crate::error::Result;
-use crate::{formats, output, render};
+use crate::error::{Error, Result};
+use crate::formats::event_spool::EventSpool;
+use crate::formats::{self, SnapshotParts};
+use crate::model::snapshot::TraceEvents;
+use crate::{output, render};
 
 pub fn run(a: TraceArgs) -> Result<()> {
-    let snap = formats::load_snapshot_parts(&a.file, formats::SnapshotParts::EventsWithoutStacks)?;
+    // The listing starts with its count of entries and names allocations in the final
+    // segments, which the file gives only once read: the events are put aside on disk as
+    // they are read (not in memory), then read back to be listed.
+    let spool_error = |e: std::io::Error| {
+        Error::Unavailable(format!(
+            "trace: cannot keep the trace events in a temporary file ({}): {e}; set TMPDIR to a directory with room",
+            std::env::temp_dir().display()
+        ))
+    };
+    let mut spool = EventSpool::new().map_err(spool_error)?;
+    let snap =
+        formats::load_snapshot_streaming(&a.file, SnapshotParts::EventsWithoutStacks, &mut spool)?;
+    spool.finish().map_err(spool_error)?;
     // as `_memory_viz trace`: every device whose trace has entries
     let devices = super::devices_with_trace_events(&a.file, &snap, a.device)?;
     if devices.is_empty() {
@@ -14,8 +29,12 @@ pub fn run(a: TraceArgs) -> Result<()> {
         };
         return Err(super::no_trace_events(&a.file, &format!("{which} to list")));
     }
-    let listings: Vec<_> = devices.iter().map(|&d| listing(&snap, d)).collect();
+    let listings = (devices.iter())
+        .map(|&d| listing(&mut spool, d))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(spool_error)?;
+    let events: &mut dyn TraceEvents = &mut spool;
     output::emit_with(&a.common.output, |w| {
-        render::snapshot::write_trace(w, &snap, &listings, a.common.format)
+        render::snapshot::write_trace(w, &snap, &listings, events, a.common.format)
     })
 }

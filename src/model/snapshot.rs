@@ -468,6 +468,41 @@ impl<A: TraceSink, B: TraceSink> TraceSink for (A, B) {
     }
 }
 
+/// What [`TraceEvents::visit`] gives each event to: its index, the event, its stream and
+/// what only some events carry.
+pub type EventVisitor<'v> =
+    dyn FnMut(usize, &TraceEvent, i64, Option<&EventAux>) -> std::io::Result<()> + 'v;
+
+/// A snapshot's trace events, given in order as often as asked: from a kept trace, or from
+/// where a reading put them aside (`formats::event_spool`).
+pub trait TraceEvents {
+    /// Events of device `device`'s trace.
+    fn count(&self, device: u32) -> usize;
+
+    /// Each event of device `device`'s trace in order, with its index, its stream and what
+    /// only some events carry; stops at `f`'s first error.
+    fn visit(&mut self, device: u32, f: &mut EventVisitor<'_>) -> std::io::Result<()>;
+}
+
+/// A kept trace gives its events from memory.
+impl TraceEvents for &Snapshot {
+    fn count(&self, device: u32) -> usize {
+        self.trace(device).map_or(0, |t| t.events.len())
+    }
+
+    fn visit(&mut self, device: u32, f: &mut EventVisitor<'_>) -> std::io::Result<()> {
+        let Some(trace) = self.trace(device) else {
+            return Ok(());
+        };
+        let mut aux = trace.aux.iter().peekable();
+        for (i, e) in trace.events.iter().enumerate() {
+            let a = aux.next_if(|(at, _)| *at as usize == i).map(|(_, a)| a);
+            f(i, e, trace.stream(e), a)?;
+        }
+        Ok(())
+    }
+}
+
 /// Keeps the events given it, up to a number: past that it lets them all go (memory stays
 /// bounded; whoever needed them reads the file again).
 pub struct KeptTraces {

@@ -1,6 +1,7 @@
 //! Allocator-snapshot reports as text, Markdown, CSV or JSON: summary, segments, top, trace,
 //! diff.
 
+use std::cell::RefCell;
 use std::fmt::Write;
 
 use crate::analysis::diff::{SnapshotDiff, StatsDiff, Threshold};
@@ -9,7 +10,7 @@ use crate::analysis::segments::SegmentMap;
 use crate::analysis::sites::SiteReport;
 use crate::analysis::snapshot_summary::SnapshotSummary;
 use crate::analysis::trace_listing::{name_of, push_name, DeviceListing, Line, Place, Ref};
-use crate::model::snapshot::Snapshot;
+use crate::model::snapshot::{EventAux, Snapshot, TraceEvent, TraceEvents};
 use crate::model::{format_bytes, Units};
 
 use super::table::Table;
@@ -618,8 +619,8 @@ fn push_ref_line(out: &mut String, before: &str, target: Ref, after: &str, size:
     out.push('\n');
 }
 
-/// One line of the listing (`line` of an event of `trace`), with its newline.
-fn push_line(out: &mut String, trace: Option<&crate::model::snapshot::DeviceTrace>, line: Line) {
+/// One line of the listing (`line` of event `e`, which carries `aux`), with its newline.
+fn push_line(out: &mut String, e: &TraceEvent, aux: Option<&EventAux>, line: Line) {
     match line {
         Line::Alloc {
             name,
@@ -668,14 +669,11 @@ fn push_line(out: &mut String, trace: Option<&crate::model::snapshot::DeviceTrac
             }
             out.push_str(" free in CUDA\n");
         }
-        Line::Annotate { target, event } => {
+        Line::Annotate { target } => {
             out.push_str("# annotate ");
             push_ref(out, target);
             out.push_str(": ");
-            let meta = trace
-                .and_then(|t| t.aux(event))
-                .and_then(|a| a.user_metadata.as_deref())
-                .unwrap_or("");
+            let meta = aux.and_then(|a| a.user_metadata.as_deref()).unwrap_or("");
             out.push_str(meta);
             out.push('\n');
         }
@@ -684,16 +682,13 @@ fn push_line(out: &mut String, trace: Option<&crate::model::snapshot::DeviceTrac
             push_size(out, size as i64);
             out.push_str(")\n");
         }
-        Line::Other { event } => {
-            let e = trace.map(|t| (&t.events[event], t.aux(event)));
-            if let Some((e, aux)) = e {
-                let name = aux
-                    .and_then(|a| a.action_name.as_deref())
-                    .unwrap_or("unknown");
-                let _ = write!(out, "# {name} addr={} size=", e.addr);
-                push_size(out, e.size as i64);
-                out.push('\n');
-            }
+        Line::Other => {
+            let name = aux
+                .and_then(|a| a.action_name.as_deref())
+                .unwrap_or("unknown");
+            let _ = write!(out, "# {name} addr={} size=", e.addr);
+            push_size(out, e.size as i64);
+            out.push('\n');
         }
     }
 }
@@ -704,20 +699,22 @@ pub fn write_trace_text(
     w: &mut dyn std::io::Write,
     snap: &Snapshot,
     listings: &[DeviceListing],
+    events: &mut dyn TraceEvents,
 ) -> std::io::Result<()> {
     const CHUNK: usize = 1 << 16;
     let mut out = String::with_capacity(CHUNK + 4096);
     for l in listings {
-        let trace = snap.trace(l.device);
         let _ = writeln!(out, "Device {} ----------------", l.device);
         let _ = writeln!(out, "{} entries", l.totals.entries);
-        for line in l.lines(snap) {
+        let mut namer = l.namer(snap);
+        events.visit(l.device, &mut |_, e, _, aux| {
             if out.len() >= CHUNK {
                 w.write_all(out.as_bytes())?;
                 out.clear();
             }
-            push_line(&mut out, trace, line);
-        }
+            push_line(&mut out, e, aux, namer.line(e, aux));
+            Ok(())
+        })?;
         out.push_str("TOTAL MEM: ");
         push_size(&mut out, l.totals.net_bytes);
         out.push('\n');
@@ -726,21 +723,31 @@ pub fn write_trace_text(
 }
 
 #[derive(serde::Serialize)]
-struct TraceJsonDevice<'a> {
+struct TraceJsonDevice<'a, 'e> {
     device: u32,
     totals: &'a crate::analysis::trace_listing::Totals,
-    events: TraceJsonEvents<'a>,
+    events: TraceJsonEvents<'a, 'e>,
 }
 
-struct TraceJsonEvents<'a>(&'a Snapshot, &'a DeviceListing);
+/// A device's events with their names, serialized as they are read back (`events`: shared by
+/// the devices, one at a time).
+struct TraceJsonEvents<'a, 'e> {
+    snap: &'a Snapshot,
+    listing: &'a DeviceListing,
+    events: &'a RefCell<&'e mut dyn TraceEvents>,
+}
 
-impl serde::Serialize for TraceJsonEvents<'_> {
+impl serde::Serialize for TraceJsonEvents<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let (snap, l) = (self.0, self.1);
-        let events: &[_] = snap.trace(l.device).map_or(&[], |t| &t.events[..]);
-        let mut seq = s.serialize_seq(Some(events.len()))?;
-        for (i, (line, e)) in l.lines(snap).zip(events).enumerate() {
+        use serde::ser::{Error, SerializeSeq};
+        let l = self.listing;
+        let mut events = self.events.borrow_mut();
+        let mut seq = s.serialize_seq(Some(events.count(l.device)))?;
+        let mut namer = l.namer(self.snap);
+        // (an error of the serializer stops the walk, and is the one returned)
+        let mut failed = None;
+        let walked = events.visit(l.device, &mut |i, e, _, aux| {
+            let line = namer.line(e, aux);
             let name = match line {
                 Line::Alloc { name, .. }
                 | Line::SegmentAlloc { name, .. }
@@ -749,7 +756,7 @@ impl serde::Serialize for TraceJsonEvents<'_> {
                 | Line::FreeCompleted { target, .. }
                 | Line::SegmentFree { target, .. }
                 | Line::SegmentUnmap { target, .. }
-                | Line::Annotate { target, .. } => match target {
+                | Line::Annotate { target } => match target {
                     Ref::Name(n) => Some(name_of(n)),
                     Ref::Addr(_) => None,
                 },
@@ -777,7 +784,7 @@ impl serde::Serialize for TraceJsonEvents<'_> {
                 segment: Option<&'a str>,
                 offset: Option<u64>,
             }
-            seq.serialize_element(&Ev {
+            let element = seq.serialize_element(&Ev {
                 index: i,
                 action: e.action.name(),
                 addr: e.addr,
@@ -786,34 +793,49 @@ impl serde::Serialize for TraceJsonEvents<'_> {
                 name,
                 segment: segment.as_ref().map(|s| s.0.as_str()),
                 offset: segment.as_ref().map(|s| s.1),
-            })?;
+            });
+            element.map_err(|err| {
+                failed = Some(err);
+                std::io::Error::other("serializing")
+            })
+        });
+        if let Some(err) = failed {
+            return Err(err);
         }
+        walked.map_err(S::Error::custom)?;
         seq.end()
     }
 }
 
-/// The listing in `format`, written to `w`; text and JSON as they are produced.
+/// The listing in `format`, written to `w` (Markdown, whose columns are aligned, made whole;
+/// the others as they are made), the events read from `events`.
 pub fn write_trace(
     w: &mut dyn std::io::Write,
     snap: &Snapshot,
     listings: &[DeviceListing],
+    events: &mut dyn TraceEvents,
     format: Format,
 ) -> std::io::Result<()> {
     match format {
-        Format::Text => write_trace_text(w, snap, listings),
+        Format::Text => write_trace_text(w, snap, listings, events),
         Format::Json => {
+            let events = RefCell::new(events);
             let devs: Vec<TraceJsonDevice> = listings
                 .iter()
                 .map(|l| TraceJsonDevice {
                     device: l.device,
                     totals: &l.totals,
-                    events: TraceJsonEvents(snap, l),
+                    events: TraceJsonEvents {
+                        snap,
+                        listing: l,
+                        events: &events,
+                    },
                 })
                 .collect();
             #[derive(serde::Serialize)]
-            struct Out<'a> {
+            struct Out<'a, 'e> {
                 kind: &'static str,
-                devices: Vec<TraceJsonDevice<'a>>,
+                devices: Vec<TraceJsonDevice<'a, 'e>>,
             }
             serde_json::to_writer(
                 &mut *w,
@@ -839,11 +861,10 @@ pub fn write_trace(
             }
             let mut line_text = String::new();
             for l in listings {
-                let trace = snap.trace(l.device);
-                let events: &[_] = trace.map_or(&[], |t| &t.events[..]);
-                for (i, (line, e)) in l.lines(snap).zip(events).enumerate() {
+                let mut namer = l.namer(snap);
+                events.visit(l.device, &mut |i, e, _, aux| {
                     line_text.clear();
-                    push_line(&mut line_text, trace, line);
+                    push_line(&mut line_text, e, aux, namer.line(e, aux));
                     let line = line_text.strip_suffix('\n').unwrap_or(&line_text);
                     let time = e.time().map_or(String::new(), |t| t.to_string());
                     let (action, addr, size) = (e.action.name(), e.addr, e.size);
@@ -857,7 +878,7 @@ pub fn write_trace(
                             time,
                             line.to_string(),
                         ]);
-                        continue;
+                        return Ok(());
                     }
                     // CSV is written as it is made (a row an event: millions)
                     let _ = write!(out, "{},{i},{action},{addr},{size},{time},", l.device);
@@ -867,7 +888,8 @@ pub fn write_trace(
                         w.write_all(out.as_bytes())?;
                         out.clear();
                     }
-                }
+                    Ok(())
+                })?;
             }
             if !csv {
                 // (Markdown aligns its columns: the table is made whole)

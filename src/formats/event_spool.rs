@@ -1,0 +1,212 @@
+//! Trace events kept in a temporary file instead of memory, as they are read, and read back in
+//! order as often as asked: for output that needs the whole trace before its first line (the
+//! listing of `trace` starts with its count of entries), memory then stays bounded however long
+//! the trace. 32 bytes an event on disk (in the system's temporary directory, `TMPDIR`); what
+//! only some events carry stays in memory.
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+
+use crate::model::snapshot::{
+    Action, EventAux, EventVisitor, StackId, TraceEvent, TraceEvents, TraceSink,
+};
+
+const RECORD: usize = 32;
+
+/// One device's events: where they lie in the file, their streams, what some carry.
+#[derive(Default)]
+struct DeviceEvents {
+    /// (first record, records): a device's events come in one run when read from a file.
+    runs: Vec<(u64, u64)>,
+    count: usize,
+    /// The distinct streams, indexed as the events' `stream_index`.
+    streams: Vec<i64>,
+    /// (event index, what it carries), in event order.
+    aux: Vec<(usize, EventAux)>,
+}
+
+/// A [`TraceSink`] that writes the events to an unnamed temporary file.
+pub struct EventSpool {
+    file: BufWriter<File>,
+    records: u64,
+    devices: Vec<DeviceEvents>,
+    /// The first write that failed (a sink cannot fail: `finish` says it).
+    error: Option<io::Error>,
+}
+
+impl EventSpool {
+    /// An empty spool: an unnamed file in the system's temporary directory.
+    pub fn new() -> io::Result<EventSpool> {
+        Ok(EventSpool {
+            file: BufWriter::with_capacity(1 << 20, tempfile::tempfile()?),
+            records: 0,
+            devices: Vec::new(),
+            error: None,
+        })
+    }
+
+    /// Ready to be read back; the first error writing it, if any.
+    pub fn finish(&mut self) -> io::Result<()> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.file.flush()
+    }
+
+    fn encode(e: &TraceEvent) -> [u8; RECORD] {
+        let mut r = [0u8; RECORD];
+        r[0..8].copy_from_slice(&e.addr.to_le_bytes());
+        r[8..16].copy_from_slice(&e.size.to_le_bytes());
+        r[16..24].copy_from_slice(&e.time_us.to_le_bytes());
+        r[24..28].copy_from_slice(&e.stack.0.to_le_bytes());
+        r[28..30].copy_from_slice(&e.stream_index.to_le_bytes());
+        r[30] = e.action as u8;
+        r
+    }
+
+    fn decode(r: &[u8]) -> TraceEvent {
+        let u64_at = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().expect("8 bytes"));
+        TraceEvent {
+            addr: u64_at(0),
+            size: u64_at(8),
+            time_us: u64_at(16) as i64,
+            stack: StackId(u32::from_le_bytes(r[24..28].try_into().expect("4 bytes"))),
+            stream_index: u16::from_le_bytes([r[28], r[29]]),
+            // (written by `encode` from an `Action`)
+            action: Action::ALL[r[30] as usize],
+        }
+    }
+}
+
+impl TraceSink for EventSpool {
+    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+        let d = device as usize;
+        if self.devices.len() <= d {
+            self.devices.resize_with(d + 1, DeviceEvents::default);
+        }
+        let dev = &mut self.devices[d];
+        match dev.runs.last_mut() {
+            Some((first, n)) if *first + *n == self.records => *n += 1,
+            _ => dev.runs.push((self.records, 1)),
+        }
+        let s = e.stream_index as usize;
+        if dev.streams.len() <= s {
+            dev.streams.resize(s + 1, 0);
+        }
+        dev.streams[s] = stream;
+        if let Some(a) = aux {
+            dev.aux.push((dev.count, a.clone()));
+        }
+        dev.count += 1;
+        self.records += 1;
+        if self.error.is_none() {
+            if let Err(err) = self.file.write_all(&EventSpool::encode(e)) {
+                self.error = Some(err);
+            }
+        }
+    }
+
+    fn restart(&mut self) {
+        self.records = 0;
+        self.devices.clear();
+        self.error = None;
+        let rewound = (self.file.flush())
+            .and_then(|_| self.file.get_mut().set_len(0))
+            .and_then(|_| self.file.seek(SeekFrom::Start(0)));
+        if let Err(e) = rewound {
+            self.error = Some(e);
+        }
+    }
+
+    fn renumber_stacks(&mut self, _ids: &[StackId]) {
+        // (the listing reads no stacks: a spool keeps what the reading gave)
+    }
+}
+
+impl TraceEvents for EventSpool {
+    fn count(&self, device: u32) -> usize {
+        self.devices.get(device as usize).map_or(0, |d| d.count)
+    }
+
+    fn visit(&mut self, device: u32, f: &mut EventVisitor<'_>) -> io::Result<()> {
+        let Some(dev) = self.devices.get(device as usize) else {
+            return Ok(());
+        };
+        let file = self.file.get_ref();
+        let mut index = 0;
+        let mut aux = dev.aux.iter().peekable();
+        let mut record = [0u8; RECORD];
+        for &(first, n) in &dev.runs {
+            let mut file = file;
+            file.seek(SeekFrom::Start(first * RECORD as u64))?;
+            let mut r = BufReader::with_capacity(1 << 20, file.take(n * RECORD as u64));
+            for _ in 0..n {
+                r.read_exact(&mut record)?;
+                let e = EventSpool::decode(&record);
+                let a = aux.next_if(|(at, _)| *at == index).map(|(_, a)| a);
+                f(index, &e, dev.streams[e.stream_index as usize], a)?;
+                index += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(i: u64, action: Action) -> TraceEvent {
+        TraceEvent {
+            addr: i * 512,
+            size: 1 << i,
+            time_us: if i.is_multiple_of(2) {
+                -(i as i64)
+            } else {
+                crate::model::snapshot::NO_TIME
+            },
+            stack: StackId(i as u32),
+            stream_index: (i % 3) as u16,
+            action,
+        }
+    }
+
+    fn read_back(s: &mut EventSpool, device: u32) -> Vec<String> {
+        let mut got = Vec::new();
+        s.visit(device, &mut |i, e, stream, aux| {
+            got.push(format!("{i} {e:?} {stream} {aux:?}"));
+            Ok(())
+        })
+        .unwrap();
+        got
+    }
+
+    /// Every field and every action comes back as it went in, each device's events in order,
+    /// as often as asked; a restart forgets what came before.
+    #[test]
+    fn events_come_back_as_they_went_in() {
+        let mut s = EventSpool::new().unwrap();
+        s.event(0, &ev(9, Action::Alloc), 7, None);
+        s.restart();
+        let oom = EventAux {
+            device_free: Some(5),
+            ..EventAux::default()
+        };
+        let mut want: [Vec<String>; 2] = Default::default();
+        for (i, &action) in Action::ALL.iter().enumerate() {
+            let (device, e) = ((i % 2) as u32, ev(i as u64, action));
+            let stream = 100 + e.stream_index as i64;
+            let aux = (action == Action::Oom).then_some(&oom);
+            s.event(device, &e, stream, aux);
+            let index = want[device as usize].len();
+            want[device as usize].push(format!("{index} {e:?} {stream} {aux:?}"));
+        }
+        s.finish().unwrap();
+        for _ in 0..2 {
+            assert_eq!(read_back(&mut s, 0), want[0]);
+            assert_eq!(read_back(&mut s, 1), want[1]);
+        }
+        assert_eq!((s.count(0), s.count(1), s.count(2)), (6, 5, 0));
+        assert!(read_back(&mut s, 2).is_empty());
+    }
+}
