@@ -1,16 +1,24 @@
 use crate::cli::{ExportArgs, ExportFormat};
-use crate::error::{Error, Result};
-use crate::formats::{self, json::TrackerJson, Input};
+use crate::error::Result;
+use crate::formats::event_spool::EventSpool;
+use crate::formats::json::{SnapshotJson, TrackerJson};
+use crate::formats::{self, Input, SnapshotParts};
 use crate::output;
 
 pub fn run(a: ExportArgs) -> Result<()> {
-    let input = formats::load(&a.file)?;
     let ExportFormat::Json = a.format;
-    let mut bytes = match &input {
-        Input::Tracker(t) => serde_json::to_vec(&TrackerJson(t)),
-        Input::Snapshot(s) => serde_json::to_vec(&crate::formats::json::SnapshotJson(s)),
-    }
-    .map_err(|e| Error::Usage(format!("cannot encode JSON: {e}")))?;
-    bytes.push(b'\n');
-    output::emit(&a.output, &bytes)
+    // a snapshot's trace events are put aside on disk as they are read and written from
+    // there: the JSON, as large as the file or larger, is written as it is made
+    let mut spool = EventSpool::new().map_err(super::spool_error("export"))?;
+    let input = formats::load_streaming(&a.file, SnapshotParts::All, &mut spool)?;
+    spool.finish().map_err(super::spool_error("export"))?;
+    output::emit_with(&a.output, |w| {
+        match &input {
+            Input::Tracker(t) => serde_json::to_writer(&mut *w, &TrackerJson(t))?,
+            Input::Snapshot(s) => {
+                serde_json::to_writer(&mut *w, &SnapshotJson::new(s, &mut spool))?
+            }
+        }
+        w.write_all(b"\n")
+    })
 }

@@ -91,6 +91,19 @@ pub(crate) fn devices_with_trace_events(
         .collect())
 }
 
+/// The error of a command that could not put trace events aside in a temporary file
+/// (`formats::event_spool`).
+pub(crate) fn spool_error(
+    command: &str,
+) -> impl Fn(std::io::Error) -> crate::error::Error + Copy + '_ {
+    move |e| {
+        crate::error::Error::Unavailable(format!(
+            "{command}: cannot keep the trace events in a temporary file ({}): {e}; set TMPDIR to a directory with room",
+            std::env::temp_dir().display()
+        ))
+    }
+}
+
 /// The error of a command that needs trace events when the snapshot (or `--device N`) has
 /// none: `what` says what it would have done ("no trace events to plot").
 pub(crate) fn no_trace_events(path: &std::path::Path, what: &str) -> crate::error::Error {

@@ -1,6 +1,6 @@
 use crate::analysis::trace_listing::listing;
 use crate::cli::TraceArgs;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::formats::event_spool::EventSpool;
 use crate::formats::{self, SnapshotParts};
 use crate::model::snapshot::TraceEvents;
@@ -10,12 +10,7 @@ pub fn run(a: TraceArgs) -> Result<()> {
     // The listing starts with its count of entries and names allocations in the final
     // segments, which the file gives only once read: the events are put aside on disk as
     // they are read (not in memory), then read back to be listed.
-    let spool_error = |e: std::io::Error| {
-        Error::Unavailable(format!(
-            "trace: cannot keep the trace events in a temporary file ({}): {e}; set TMPDIR to a directory with room",
-            std::env::temp_dir().display()
-        ))
-    };
+    let spool_error = super::spool_error("trace");
     let mut spool = EventSpool::new().map_err(spool_error)?;
     let snap =
         formats::load_snapshot_streaming(&a.file, SnapshotParts::EventsWithoutStacks, &mut spool)?;

@@ -30,6 +30,8 @@ pub struct EventSpool {
     file: BufWriter<File>,
     records: u64,
     devices: Vec<DeviceEvents>,
+    /// The snapshot's ids of the stacks the events carry, when those are the reading's own.
+    stack_ids: Option<Vec<StackId>>,
     /// The first write that failed (a sink cannot fail: `finish` says it).
     error: Option<io::Error>,
 }
@@ -41,6 +43,7 @@ impl EventSpool {
             file: BufWriter::with_capacity(1 << 20, tempfile::tempfile()?),
             records: 0,
             devices: Vec::new(),
+            stack_ids: None,
             error: None,
         })
     }
@@ -109,6 +112,7 @@ impl TraceSink for EventSpool {
     fn restart(&mut self) {
         self.records = 0;
         self.devices.clear();
+        self.stack_ids = None;
         self.error = None;
         let rewound = (self.file.flush())
             .and_then(|_| self.file.get_mut().set_len(0))
@@ -118,8 +122,9 @@ impl TraceSink for EventSpool {
         }
     }
 
-    fn renumber_stacks(&mut self, _ids: &[StackId]) {
-        // (the listing reads no stacks: a spool keeps what the reading gave)
+    fn renumber_stacks(&mut self, ids: &[StackId]) {
+        // (applied as the events are read back)
+        self.stack_ids = Some(ids.to_vec());
     }
 }
 
@@ -142,7 +147,10 @@ impl TraceEvents for EventSpool {
             let mut r = BufReader::with_capacity(1 << 20, file.take(n * RECORD as u64));
             for _ in 0..n {
                 r.read_exact(&mut record)?;
-                let e = EventSpool::decode(&record);
+                let mut e = EventSpool::decode(&record);
+                if let (Some(ids), false) = (&self.stack_ids, e.stack.is_missing()) {
+                    e.stack = ids[e.stack.0 as usize];
+                }
                 let a = aux.next_if(|(at, _)| *at == index).map(|(_, a)| a);
                 f(index, &e, dev.streams[e.stream_index as usize], a)?;
                 index += 1;
@@ -206,6 +214,15 @@ mod tests {
             assert_eq!(read_back(&mut s, 0), want[0]);
             assert_eq!(read_back(&mut s, 1), want[1]);
         }
+        // stacks renumbered by the reading at its end come back renumbered
+        let ids: Vec<StackId> = (0..Action::ALL.len() as u32)
+            .map(|i| StackId(i * 10))
+            .collect();
+        s.renumber_stacks(&ids);
+        let first = read_back(&mut s, 0).remove(0);
+        assert!(first.contains("stack: StackId(0)"), "{first}");
+        let third = read_back(&mut s, 0).remove(1);
+        assert!(third.contains("stack: StackId(20)"), "{third}");
         assert_eq!((s.count(0), s.count(1), s.count(2)), (6, 5, 0));
         assert!(read_back(&mut s, 2).is_empty());
     }

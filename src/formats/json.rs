@@ -1,5 +1,7 @@
 //! `export --format json`: the whole model as JSON (layout in docs/export.md).
 
+use std::cell::RefCell;
+
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 
@@ -58,12 +60,25 @@ impl Serialize for TrackerJson<'_> {
 
 // ---- allocator snapshots ----
 
-use crate::model::snapshot::{Snapshot, StackId};
+use crate::model::snapshot::{serialize_events, Snapshot, StackId, TraceEvents};
 
 /// A snapshot as one JSON document (docs/snapshots.md, "export"): segments with their blocks,
 /// traces, and the interned `frames` and `stacks` tables that `stack` fields index
-/// (`null` where the file had no `frames` key).
-pub struct SnapshotJson<'a>(pub &'a Snapshot);
+/// (`null` where the file had no `frames` key). The trace events come from `events` (a kept
+/// trace, or where a reading put them aside) as they are written.
+pub struct SnapshotJson<'a, 'e> {
+    snap: &'a Snapshot,
+    events: RefCell<&'e mut dyn TraceEvents>,
+}
+
+impl<'a, 'e> SnapshotJson<'a, 'e> {
+    pub fn new(snap: &'a Snapshot, events: &'e mut dyn TraceEvents) -> Self {
+        SnapshotJson {
+            snap,
+            events: RefCell::new(events),
+        }
+    }
+}
 
 fn stack_ref(s: StackId) -> Option<u32> {
     (!s.is_missing()).then_some(s.0)
@@ -133,6 +148,26 @@ struct EventOut<'a> {
     aux: Option<&'a crate::model::snapshot::EventAux>,
 }
 
+/// A device's events, as they are read from where they are.
+struct TraceEventsOut<'a, 'e>(u32, &'a RefCell<&'e mut dyn TraceEvents>);
+
+impl Serialize for TraceEventsOut<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut events = self.1.borrow_mut();
+        serialize_events(s, *events, self.0, |seq, _, e, stream, aux| {
+            seq.serialize_element(&EventOut {
+                action: (aux.and_then(|a| a.action_name.as_deref())).unwrap_or(e.action.name()),
+                addr: e.addr,
+                size: e.size,
+                time_us: e.time(),
+                stream,
+                stack: stack_ref(e.stack),
+                aux,
+            })
+        })
+    }
+}
+
 #[derive(Serialize)]
 struct FrameOut<'a> {
     filename: &'a str,
@@ -140,9 +175,9 @@ struct FrameOut<'a> {
     line: i64,
 }
 
-impl Serialize for SnapshotJson<'_> {
+impl Serialize for SnapshotJson<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let snap = self.0;
+        let snap = self.snap;
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("kind", "allocator_snapshot")?;
         m.serialize_entry("format_version", &1)?;
@@ -198,27 +233,14 @@ impl Serialize for SnapshotJson<'_> {
         }
         m.serialize_entry("segments", &Segs(snap))?;
         #[derive(Serialize)]
-        struct TraceOut<E: Serialize> {
+        struct TraceOut<'a, 'e> {
             device: usize,
-            events: E,
+            events: TraceEventsOut<'a, 'e>,
         }
         let traces_out = Seq(snap.traces.len(), || {
-            snap.traces.iter().enumerate().map(|(d, t)| TraceOut {
+            (0..snap.traces.len()).map(|d| TraceOut {
                 device: d,
-                events: Seq(t.events.len(), move || {
-                    t.events.iter().enumerate().map(move |(i, e)| EventOut {
-                        action: t
-                            .aux(i)
-                            .and_then(|a| a.action_name.as_deref())
-                            .unwrap_or(e.action.name()),
-                        addr: e.addr,
-                        size: e.size,
-                        time_us: e.time(),
-                        stream: t.stream(e),
-                        stack: stack_ref(e.stack),
-                        aux: t.aux(i),
-                    })
-                }),
+                events: TraceEventsOut(d as u32, &self.events),
             })
         });
         m.serialize_entry("device_traces", &traces_out)?;

@@ -503,6 +503,36 @@ impl TraceEvents for &Snapshot {
     }
 }
 
+/// Device `device`'s events of `events` as a sequence, each element written by `element` as
+/// the event is read (a serializer's error stops the walk and is the one returned).
+pub fn serialize_events<S: serde::Serializer>(
+    s: S,
+    events: &mut dyn TraceEvents,
+    device: u32,
+    mut element: impl FnMut(
+        &mut S::SerializeSeq,
+        usize,
+        &TraceEvent,
+        i64,
+        Option<&EventAux>,
+    ) -> Result<(), S::Error>,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::{Error, SerializeSeq};
+    let mut seq = s.serialize_seq(Some(events.count(device)))?;
+    let mut failed = None;
+    let walked = events.visit(device, &mut |i, e, stream, aux| {
+        element(&mut seq, i, e, stream, aux).map_err(|err| {
+            failed = Some(err);
+            std::io::Error::other("serializing")
+        })
+    });
+    if let Some(err) = failed {
+        return Err(err);
+    }
+    walked.map_err(S::Error::custom)?;
+    seq.end()
+}
+
 /// Keeps the events given it, up to a number: past that it lets them all go (memory stays
 /// bounded; whoever needed them reads the file again).
 pub struct KeptTraces {

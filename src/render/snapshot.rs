@@ -10,7 +10,7 @@ use crate::analysis::segments::SegmentMap;
 use crate::analysis::sites::SiteReport;
 use crate::analysis::snapshot_summary::SnapshotSummary;
 use crate::analysis::trace_listing::{name_of, push_name, DeviceListing, Line, Place, Ref};
-use crate::model::snapshot::{EventAux, Snapshot, TraceEvent, TraceEvents};
+use crate::model::snapshot::{serialize_events, EventAux, Snapshot, TraceEvent, TraceEvents};
 use crate::model::{format_bytes, Units};
 
 use super::table::Table;
@@ -739,14 +739,11 @@ struct TraceJsonEvents<'a, 'e> {
 
 impl serde::Serialize for TraceJsonEvents<'_, '_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{Error, SerializeSeq};
+        use serde::ser::SerializeSeq;
         let l = self.listing;
         let mut events = self.events.borrow_mut();
-        let mut seq = s.serialize_seq(Some(events.count(l.device)))?;
         let mut namer = l.namer(self.snap);
-        // (an error of the serializer stops the walk, and is the one returned)
-        let mut failed = None;
-        let walked = events.visit(l.device, &mut |i, e, _, aux| {
+        serialize_events(s, *events, l.device, |seq, i, e, _, aux| {
             let line = namer.line(e, aux);
             let name = match line {
                 Line::Alloc { name, .. }
@@ -784,7 +781,7 @@ impl serde::Serialize for TraceJsonEvents<'_, '_> {
                 segment: Option<&'a str>,
                 offset: Option<u64>,
             }
-            let element = seq.serialize_element(&Ev {
+            seq.serialize_element(&Ev {
                 index: i,
                 action: e.action.name(),
                 addr: e.addr,
@@ -793,17 +790,8 @@ impl serde::Serialize for TraceJsonEvents<'_, '_> {
                 name,
                 segment: segment.as_ref().map(|s| s.0.as_str()),
                 offset: segment.as_ref().map(|s| s.1),
-            });
-            element.map_err(|err| {
-                failed = Some(err);
-                std::io::Error::other("serializing")
             })
-        });
-        if let Some(err) = failed {
-            return Err(err);
-        }
-        walked.map_err(S::Error::custom)?;
-        seq.end()
+        })
     }
 }
 
