@@ -11,8 +11,9 @@
 //! event (as `decimate::min_max_envelope` does for lines): every spike the pixel grid can show
 //! survives, and the peak drawn is the data's.
 //!
-//! This works on the converted model (`Snapshot`'s `DeviceTrace`), separate from the readers,
-//! so a streaming reader can feed it the same events.
+//! It takes the device's timeline and reads the events once, from wherever they are (a kept
+//! trace, or where the reading put them aside: `TraceEvents`), keeping the intervals, not
+//! the events.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -20,10 +21,10 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, Snapshot, StackId};
+use crate::model::snapshot::{Action, Snapshot, StackId, TraceEvents};
 
 use super::sites::{SiteKey, Sites};
-use super::timeline::{timeline, AnnotationMark, OomMark, Point};
+use super::timeline::{AnnotationMark, OomMark, Point, Timeline};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -104,29 +105,31 @@ impl Interval {
     }
 }
 
-/// The stacked timeline of `device` with `n` bands over `columns` pixel columns.
+/// The stacked timeline of a device with `n` bands over `columns` pixel columns, from its
+/// timeline `tl` (with series) and its events in `events` (with the snapshot's stacks).
 ///
 /// With `by_event` x is the event index (as `_memory_viz` draws it: idle stretches take no
 /// room), else time when the trace has it.
 pub fn stacked(
     snap: &Snapshot,
-    device: u32,
     n: usize,
     by: BandBy,
     columns: usize,
     by_event: bool,
-) -> Stacked {
-    let mut tl = timeline(snap, device, true);
+    mut tl: Timeline,
+    events: &mut dyn TraceEvents,
+) -> std::io::Result<Stacked> {
+    let device = tl.device;
     tl.reserved = Vec::new(); // the stacked picture draws allocated memory only
     let has_time = tl.x_is_time;
-    let events = snap.trace(device).map_or(&[][..], |t| &t.events[..]);
+    let event_count = events.count(device);
     if by_event && tl.x_is_time {
         // annotations carry only a time: place each at the first event at or after it
         let times = std::mem::take(&mut tl.x);
         for an in &mut tl.annotations {
             an.x = times.partition_point(|&t| t < an.x) as f64;
         }
-        tl.x = (0..events.len()).map(|i| i as f64).collect();
+        tl.x = (0..event_count).map(|i| i as f64).collect();
         tl.x_is_time = false;
         for o in &mut tl.ooms {
             o.x = o.index as f64;
@@ -139,9 +142,9 @@ pub fn stacked(
     // Pair each alloc with its free_requested by address; a free without an alloc was
     // allocated before the trace began.
     let mut intervals: Vec<Interval> = Vec::new();
-    let mut interval_of_event: Vec<u32> = vec![u32::MAX; events.len()];
+    let mut interval_of_event: Vec<u32> = vec![u32::MAX; event_count];
     let mut open: FxHashMap<u64, u32> = FxHashMap::default();
-    for (i, e) in events.iter().enumerate() {
+    events.visit(device, &mut |i, e, _, _| {
         match e.action {
             Action::Alloc => {
                 let id = intervals.len() as u32;
@@ -172,7 +175,8 @@ pub fn stacked(
             }
             _ => {}
         }
-    }
+        Ok(())
+    })?;
 
     let mut sites = Sites::new(snap);
     let x_of = |i: Option<usize>| i.map(|i| tl.x[i]);
@@ -184,7 +188,7 @@ pub fn stacked(
             // "largest" on the picture: bytes times the x span they stay live, so a band is
             // something one can see (the biggest allocations of a step are often its
             // shortest-lived temporaries, a hairline at any width)
-            let last = events.len();
+            let last = event_count;
             let area = |iv: &Interval| -> f64 {
                 let x0 = iv
                     .start()
@@ -309,9 +313,9 @@ pub fn stacked(
             });
         }
     }
-    Stacked {
+    Ok(Stacked {
         device,
-        events: events.len(),
+        events: event_count,
         by,
         x_is_time: tl.x_is_time,
         has_time,
@@ -328,7 +332,7 @@ pub fn stacked(
         peak: tl.peak_allocated,
         ooms: tl.ooms,
         annotations: tl.annotations,
-    }
+    })
 }
 
 /// Indices of the first, lowest, highest and last value of each of `columns` equal x ranges,
@@ -373,6 +377,7 @@ fn column_picks(x: &[f64], y: &[i64], columns: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::timeline::timeline;
 
     fn fixture(name: &str) -> Snapshot {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -390,7 +395,8 @@ mod tests {
         let tl = timeline(&snap, 0, true);
         for by in [BandBy::Allocation, BandBy::Site] {
             for by_event in [false, true] {
-                let s = stacked(&snap, 0, 20, by, 400, by_event);
+                let series = timeline(&snap, 0, true);
+                let s = stacked(&snap, 20, by, 400, by_event, series, &mut &snap).unwrap();
                 assert!(!s.bands.is_empty() && s.bands.len() <= 20);
                 assert!(s.samples.len() <= 4 * 400 && s.samples.len() > 100);
                 for sm in &s.samples {
@@ -405,7 +411,8 @@ mod tests {
             }
         }
         // allocation bands: the final composition adds up with what is still live
-        let s = stacked(&snap, 0, 5, BandBy::Allocation, 100, true);
+        let tl = timeline(&snap, 0, true);
+        let s = stacked(&snap, 5, BandBy::Allocation, 100, true, tl, &mut &snap).unwrap();
         let last = s.samples.last().unwrap();
         for (b, &bytes) in s.bands.iter().zip(&last.bands) {
             assert_eq!(bytes != 0, b.free_x.is_none(), "{}", b.site);

@@ -4,7 +4,7 @@ use crate::analysis::stacked::BandBy;
 use crate::analysis::timeline::Timelines;
 use crate::cli::{BandByArg, PlotArgs, SeriesArg, XAxisArg};
 use crate::error::{Error, Result};
-use crate::formats;
+use crate::formats::{self, event_spool::EventSpool};
 use crate::model::snapshot::TraceEvent;
 use crate::model::{DeviceSeries, Series};
 use crate::render::picture::{self, PictureKind};
@@ -31,10 +31,19 @@ pub fn run(a: PlotArgs) -> Result<()> {
         picture::kind_of(&out, &[PictureKind::Svg, PictureKind::Png])?
     };
     // a timeline takes the events as they are read and keeps only its series; the stacked
-    // chart needs the events and their stacks
+    // chart also reads the events (with their stacks) once more, from where they were put
+    // aside on disk as they were read
     let mut timelines = Timelines::new(true);
+    let mut spool = None;
     let input = if a.stacked {
-        formats::load(&a.file)?
+        let mut sink = (
+            timelines,
+            EventSpool::new().map_err(super::spool_error("plot"))?,
+        );
+        let input = formats::load_streaming(&a.file, formats::SnapshotParts::All, &mut sink)?;
+        sink.1.finish().map_err(super::spool_error("plot"))?;
+        (timelines, spool) = (sink.0, Some(sink.1));
+        input
     } else {
         formats::load_streaming(
             &a.file,
@@ -50,7 +59,10 @@ pub fn run(a: PlotArgs) -> Result<()> {
             ))
         }
         formats::Input::Tracker(t) => t,
-        formats::Input::Snapshot(s) if a.stacked => return stacked(&a, &s, &out, kind),
+        formats::Input::Snapshot(s) if a.stacked => {
+            let spool = spool.as_mut().expect("read with a spool");
+            return stacked(&a, &s, timelines, spool, &out, kind);
+        }
         formats::Input::Snapshot(s) => return snapshot(&a, &s, timelines, &out, kind),
     };
     let driver: &[DeviceSeries] = stats
@@ -103,17 +115,16 @@ pub fn run(a: PlotArgs) -> Result<()> {
 fn stacked(
     a: &PlotArgs,
     snap: &crate::model::Snapshot,
+    mut timelines: Timelines,
+    events: &mut EventSpool,
     out: &Path,
     kind: PictureKind,
 ) -> Result<()> {
     let with_events = super::devices_with_trace_events(&a.file, snap, a.device)?;
-    if with_events
-        .iter()
-        .all(|&d| snap.trace(d).is_some_and(|t| t.events.len() < 2))
-        && !with_events.is_empty()
-    {
+    let builders: Vec<_> = with_events.iter().map(|&d| timelines.take(d)).collect();
+    if !builders.is_empty() && builders.iter().all(|b| b.events() < 2) {
         let first =
-            (with_events.iter()).find_map(|&d| snap.trace(d)?.events.first().map(|e| (d, e)));
+            (with_events.iter().zip(&builders)).find_map(|(&d, b)| b.first().map(|e| (d, e)));
         return Err(single_event(&a.file, first));
     }
     let device = match with_events.as_slice() {
@@ -133,14 +144,19 @@ fn stacked(
         BandByArg::Site => BandBy::Site,
     };
     let drawing = crate::progress::Stage::new("drawing");
+    let tl = (builders.into_iter().next())
+        .expect("the one device's builder")
+        .finish(snap, device);
     let data = crate::analysis::stacked::stacked(
         snap,
-        device,
         a.bands,
         by,
         stacked_svg::COLUMNS,
         a.x == XAxisArg::Event,
-    );
+        tl,
+        events,
+    )
+    .map_err(super::spool_error("plot"))?;
     let chart = stacked_svg::StackedChart {
         title: a
             .title
