@@ -77,6 +77,8 @@ run "top --folded" "$BIN" top --folded "$DATA"
 run "plot" "$BIN" plot "$DATA" -o bench/data/timeline.svg
 run "diff (itself)" "$BIN" diff "$DATA" "$DATA"
 run "plot --stacked" "$BIN" plot "$DATA" --stacked -o bench/data/stacked.html
+run "export" "$BIN" export "$DATA" -o bench/data/export.json
+rm -f bench/data/export.json
 printf 'memtrack plot --stacked -o .html: %s bytes, self-contained\n' "$(stat -c %s bench/data/stacked.html)"
 
 if [ "${SKIP_MEMVIZ:-0}" != 1 ] && "$TORCH_PYTHON" -c 'import torch' 2>/dev/null; then

@@ -194,16 +194,6 @@ impl TraceSink for LiveAtPeaks {
     }
 }
 
-/// Allocations live right after the trace's peak-allocated event, and that event's index,
-/// from device `device`'s kept trace.
-pub fn live_at_peak(snap: &Snapshot, device: u32) -> Option<(usize, LiveSet)> {
-    let mut b = LiveAtPeak::default();
-    for e in snap.trace(device).map_or(&[][..], |t| &t.events) {
-        b.push(e);
-    }
-    b.finish(snap, device, None)
-}
-
 /// Resolves stacks to sites and kept frames, once per distinct stack.
 pub struct Sites<'s> {
     pub snap: &'s Snapshot,
@@ -487,7 +477,9 @@ mod tests {
                 streams: vec![0],
                 ..DeviceTrace::default()
             });
-            let (peak, set) = live_at_peak(&snap, 0).unwrap();
+            let mut gathered = LiveAtPeak::default();
+            snap.traces[0].events.iter().for_each(|e| gathered.push(e));
+            let (peak, set) = gathered.finish(&snap, 0, None).unwrap();
             let (want_peak, want) = replayed(&snap).unwrap();
             assert_eq!(peak, want_peak);
             assert_eq!(set.by_stack, want.by_stack);
