@@ -551,6 +551,11 @@ impl KeptTraces {
         }
     }
 
+    /// Whether the next event would be past the limit (and let all go).
+    pub fn is_full(&self) -> bool {
+        self.given >= self.limit
+    }
+
     /// The traces, by device index, if no more than the limit of events came.
     pub fn into_traces(self) -> Option<Vec<DeviceTrace>> {
         (self.given <= self.limit).then_some(self.traces)
