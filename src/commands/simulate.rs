@@ -4,8 +4,9 @@ use crate::error::{Error, Result};
 use crate::{formats, output, render};
 
 pub fn run(a: SimulateArgs) -> Result<()> {
-    // the replay needs no stacks: they are read only to name where OOMs would happen
-    let snap = formats::load_snapshot_parts(&a.file, formats::SnapshotParts::EventsWithoutStacks)?;
+    // the replay needs the events (it walks them back and forth); their stacks name where OOMs
+    // would happen: read with them, once (the file is not read again for them)
+    let snap = formats::load_snapshot(&a.file)?;
     let devices = super::devices_with_trace_events(&a.file, &snap, a.device)?;
     if devices.is_empty() {
         return Err(super::no_trace_events(&a.file, "no trace events to replay"));
@@ -13,8 +14,7 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     let scenarios = scenarios(&snap, &a.set).map_err(|e| Error::Usage(format!("--set {e}")))?;
     let mut sim = simulation(&snap, &devices, &scenarios, a.memory);
     if sim.has_ooms() {
-        drop(snap);
-        label_oom_sites(&mut sim, &formats::load_snapshot(&a.file)?);
+        label_oom_sites(&mut sim, &snap);
     }
     for d in &sim.devices {
         if d.validation.first_mismatch.is_some() || !d.validation.final_segments_match {
