@@ -8,7 +8,8 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 
 use crate::model::snapshot::{
-    Action, EventAux, EventVisitor, StackId, TraceEvent, TraceEvents, TraceSink,
+    Action, DeviceTrace, EventAux, EventVisitor, KeptTraces, StackId, TraceEvent, TraceEvents,
+    TraceSink,
 };
 
 const RECORD: usize = 32;
@@ -160,9 +161,78 @@ impl TraceEvents for EventSpool {
     }
 }
 
+/// Trace events kept for a use the end of the reading may or may not call for: in memory up
+/// to a number of events, and past that all put aside in an [`EventSpool`] (memory stays
+/// bounded), to be had back whole only if wanted.
+pub struct SpillingTraces {
+    kept: KeptTraces,
+    limit: usize,
+    /// Past the limit: every event so far, in order (or why there is no file for them).
+    spool: Option<std::io::Result<EventSpool>>,
+}
+
+impl SpillingTraces {
+    /// Up to `limit` events in memory.
+    pub fn keeping(limit: usize) -> SpillingTraces {
+        SpillingTraces {
+            kept: KeptTraces::up_to(limit),
+            limit,
+            spool: None,
+        }
+    }
+
+    /// The traces, by device index (`devices` of them when read back from disk).
+    pub fn into_traces(self, devices: usize) -> std::io::Result<Vec<DeviceTrace>> {
+        let Some(spool) = self.spool else {
+            return Ok(self.kept.into_traces().unwrap_or_default());
+        };
+        let mut spool = spool?;
+        spool.finish()?;
+        let mut traces = Vec::with_capacity(devices);
+        for d in 0..devices as u32 {
+            let mut t = DeviceTrace::default();
+            t.events.reserve_exact(spool.count(d));
+            spool.visit(d, &mut |_, e, stream, aux| {
+                let aux = aux.cloned().unwrap_or_default();
+                t.push(*e, stream, aux).map_err(std::io::Error::other)
+            })?;
+            traces.push(t);
+        }
+        Ok(traces)
+    }
+}
+
+impl TraceSink for SpillingTraces {
+    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+        match &mut self.spool {
+            Some(Ok(spool)) => spool.event(device, e, stream, aux),
+            Some(Err(_)) => {}
+            None if self.kept.is_full() => {
+                // the kept ones first, then this one and all that follow
+                let kept = std::mem::replace(&mut self.kept, KeptTraces::up_to(0));
+                self.spool = Some(EventSpool::new().map(|mut spool| {
+                    for (d, t) in kept.into_traces().unwrap_or_default().iter().enumerate() {
+                        for (i, k) in t.events.iter().enumerate() {
+                            spool.event(d as u32, k, t.stream(k), t.aux(i));
+                        }
+                    }
+                    spool.event(device, e, stream, aux);
+                    spool
+                }));
+            }
+            None => self.kept.event(device, e, stream, aux),
+        }
+    }
+
+    fn restart(&mut self) {
+        *self = SpillingTraces::keeping(self.limit);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Snapshot;
 
     fn ev(i: u64, action: Action) -> TraceEvent {
         TraceEvent {
@@ -225,5 +295,37 @@ mod tests {
         assert!(third.contains("stack: StackId(20)"), "{third}");
         assert_eq!((s.count(0), s.count(1), s.count(2)), (6, 5, 0));
         assert!(read_back(&mut s, 2).is_empty());
+    }
+
+    fn fed(snap: &Snapshot, limit: usize) -> String {
+        let mut events = SpillingTraces::keeping(limit);
+        snap.feed(&mut events);
+        let spilled = events.spool.is_some();
+        let traces = events.into_traces(snap.traces.len()).unwrap();
+        assert_eq!(
+            spilled,
+            limit < snap.traces.iter().map(|t| t.events.len()).sum()
+        );
+        format!("{traces:?}")
+    }
+
+    /// Past its limit the events go to disk, and come back as they went in:
+    /// every field, stream and aux (an OOM's free bytes, unknown actions), on every device.
+    #[test]
+    fn events_past_the_limit_come_back_from_disk_as_they_went_in() {
+        for name in ["h100/oom_default.pickle", "synthetic_flat_events.pickle"] {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("fixtures/snapshots")
+                .join(name);
+            let snap = crate::formats::load_snapshot_parts(
+                &path,
+                crate::formats::SnapshotParts::EventsWithoutStacks,
+            )
+            .unwrap();
+            let kept = format!("{:?}", snap.traces);
+            for limit in [0, 1, 7, usize::MAX] {
+                assert_eq!(fed(&snap, limit), kept, "{name}, limit {limit}");
+            }
+        }
     }
 }
