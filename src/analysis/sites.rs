@@ -10,7 +10,7 @@
 //! blocks live at the end that the trace never touched. It is gathered as the events go by
 //! ([`LiveAtPeak`]), keeping per stack totals and the live blocks, not the trace.
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, TraceEvent, TraceSink};
@@ -73,14 +73,24 @@ pub struct LiveAtPeak {
     timeline: TimelineBuilder,
     /// Allocations of the trace not freed yet: address → (bytes, stack).
     live: FxHashMap<u64, (u64, StackId)>,
-    /// `live` by stack: (bytes, count).
-    now: FxHashMap<StackId, (u64, u64)>,
-    /// `now` as it stood at the peak so far, but for the stacks in `changed`, which moved since.
-    at_peak: FxHashMap<StackId, (u64, u64)>,
-    changed: FxHashSet<StackId>,
+    /// By stack id (ids are dense: the reading's or the snapshot's list of distinct stacks).
+    stacks: Vec<StackLive>,
+    /// For events without a stack.
+    missing: StackLive,
+    /// The stacks whose `now` moved since the last peak (their `at_peak` is the last peak's).
+    changed: Vec<StackId>,
     /// Allocations older than the trace that it freed after the peak so far (live at it).
     older_freed: LiveSet,
     peak: Option<usize>,
+}
+
+/// A stack's live allocations: (bytes, count) now and at the peak so far.
+#[derive(Clone, Copy, Default)]
+struct StackLive {
+    now: (u64, u64),
+    at_peak: (u64, u64),
+    /// In `LiveAtPeak::changed`.
+    changed: bool,
 }
 
 impl LiveAtPeak {
@@ -104,31 +114,41 @@ impl LiveAtPeak {
         }
         if self.timeline.peak_allocated_index() == Some(index) {
             self.peak = Some(index);
-            for stack in self.changed.drain() {
-                match self.now.get(&stack) {
-                    Some(&t) => self.at_peak.insert(stack, t),
-                    None => self.at_peak.remove(&stack),
-                };
+            for stack in std::mem::take(&mut self.changed) {
+                let s = self.stack(stack);
+                s.at_peak = s.now;
+                s.changed = false;
             }
             self.older_freed = LiveSet::default();
         }
     }
 
+    fn stack(&mut self, stack: StackId) -> &mut StackLive {
+        if stack.is_missing() {
+            return &mut self.missing;
+        }
+        let i = stack.0 as usize;
+        if self.stacks.len() <= i {
+            self.stacks.resize(i + 1, StackLive::default());
+        }
+        &mut self.stacks[i]
+    }
+
     /// An allocation of `bytes` at `stack` became live (`added`) or was freed.
     fn change(&mut self, stack: StackId, bytes: u64, added: bool) {
-        let t = self.now.entry(stack).or_insert((0, 0));
+        let s = self.stack(stack);
         if added {
-            t.0 += bytes;
-            t.1 += 1;
+            s.now.0 += bytes;
+            s.now.1 += 1;
         } else {
             // (it was added: the totals do not go below zero)
-            t.0 -= bytes;
-            t.1 -= 1;
-            if t.1 == 0 {
-                self.now.remove(&stack);
-            }
+            s.now.0 -= bytes;
+            s.now.1 -= 1;
         }
-        self.changed.insert(stack);
+        if !s.changed {
+            s.changed = true;
+            self.changed.push(stack);
+        }
     }
 
     /// The live set at the peak and the peak's index (None without events); `stack_ids`: the
@@ -145,8 +165,15 @@ impl LiveAtPeak {
             _ => s,
         };
         let mut set = LiveSet::default();
-        let older = self.older_freed.by_stack;
-        for (stack, (bytes, count)) in self.at_peak.into_iter().chain(older) {
+        let stacks = (self.stacks.iter().enumerate())
+            .map(|(i, s)| (StackId(i as u32), s))
+            .chain([(StackId::MISSING, &self.missing)]);
+        for (stack, s) in stacks {
+            if s.at_peak.1 > 0 {
+                set.add_many(id(stack), s.at_peak.0, s.at_peak.1);
+            }
+        }
+        for (&stack, &(bytes, count)) in &self.older_freed.by_stack {
             set.add_many(id(stack), bytes, count);
         }
         // blocks live at the end that no trace allocation accounts for were live all along
