@@ -4,6 +4,7 @@ use crate::formats::event_spool::EventSpool;
 use crate::formats::json::{SnapshotJson, TrackerJson};
 use crate::formats::{self, Input, SnapshotParts};
 use crate::output;
+use crate::progress::Stage;
 
 pub fn run(a: ExportArgs) -> Result<()> {
     let ExportFormat::Json = a.format;
@@ -12,6 +13,8 @@ pub fn run(a: ExportArgs) -> Result<()> {
     let mut spool = EventSpool::new().map_err(super::spool_error("export"))?;
     let input = formats::load_streaming(&a.file, SnapshotParts::All, &mut spool)?;
     spool.finish().map_err(super::spool_error("export"))?;
+    // (a spinner only when the JSON goes to a file: on stdout it would mix with it)
+    let _writing = (a.output.as_os_str() != "-").then(|| Stage::new("writing JSON"));
     output::emit_with(&a.output, |w| {
         match &input {
             Input::Tracker(t) => serde_json::to_writer(&mut *w, &TrackerJson(t))?,

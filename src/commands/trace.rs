@@ -4,6 +4,7 @@ use crate::error::Result;
 use crate::formats::event_spool::EventSpool;
 use crate::formats::{self, SnapshotParts};
 use crate::model::snapshot::TraceEvents;
+use crate::progress::Stage;
 use crate::{output, render};
 
 pub fn run(a: TraceArgs) -> Result<()> {
@@ -29,6 +30,8 @@ pub fn run(a: TraceArgs) -> Result<()> {
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(spool_error)?;
     let events: &mut dyn TraceEvents = &mut spool;
+    // (a spinner only when the listing goes to a file: on stdout it would mix with it)
+    let _writing = (a.common.output.as_os_str() != "-").then(|| Stage::new("listing"));
     output::emit_with(&a.common.output, |w| {
         render::snapshot::write_trace(w, &snap, &listings, events, a.common.format)
     })
