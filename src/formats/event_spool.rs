@@ -227,6 +227,14 @@ impl TraceSink for SpillingTraces {
     fn restart(&mut self) {
         *self = SpillingTraces::keeping(self.limit);
     }
+
+    fn renumber_stacks(&mut self, ids: &[StackId]) {
+        match &mut self.spool {
+            Some(Ok(spool)) => spool.renumber_stacks(ids),
+            Some(Err(_)) => {}
+            None => self.kept.renumber_stacks(ids),
+        }
+    }
 }
 
 #[cfg(test)]
