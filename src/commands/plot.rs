@@ -33,36 +33,29 @@ pub fn run(a: PlotArgs) -> Result<()> {
     // a timeline takes the events as they are read and keeps only its series; the stacked
     // chart also reads the events (with their stacks) once more, from where they were put
     // aside on disk as they were read
-    let mut timelines = Timelines::new(true);
-    let mut spool = None;
-    let input = if a.stacked {
-        let mut sink = (
-            timelines,
-            EventSpool::new().map_err(super::spool_error("plot"))?,
-        );
-        let input = formats::load_streaming(&a.file, formats::SnapshotParts::All, &mut sink)?;
-        sink.1.finish().map_err(super::spool_error("plot"))?;
-        (timelines, spool) = (sink.0, Some(sink.1));
-        input
-    } else {
-        formats::load_streaming(
-            &a.file,
-            formats::SnapshotParts::EventsWithoutStacks,
-            &mut timelines,
-        )?
-    };
-    let stats = match input {
-        formats::Input::Tracker(_) if a.stacked => {
-            return Err(Error::input(
+    if a.stacked {
+        let spool = EventSpool::new().map_err(super::spool_error("plot"))?;
+        let mut sink = (Timelines::new(true), spool);
+        return match formats::load_streaming(&a.file, formats::SnapshotParts::All, &mut sink)? {
+            formats::Input::Tracker(_) => Err(Error::input(
                 &a.file,
                 "--stacked draws the allocations of an allocator snapshot (torch.cuda.memory._dump_snapshot); a stats file has only totals per op: plot it without --stacked",
-            ))
-        }
+            )),
+            formats::Input::Snapshot(s) => {
+                let (timelines, mut spool) = sink;
+                spool.finish().map_err(super::spool_error("plot"))?;
+                stacked(&a, &s, timelines, &mut spool, &out, kind)
+            }
+        };
+    }
+    let mut timelines = Timelines::new(true);
+    let input = formats::load_streaming(
+        &a.file,
+        formats::SnapshotParts::EventsWithoutStacks,
+        &mut timelines,
+    )?;
+    let stats = match input {
         formats::Input::Tracker(t) => t,
-        formats::Input::Snapshot(s) if a.stacked => {
-            let spool = spool.as_mut().expect("read with a spool");
-            return stacked(&a, &s, timelines, spool, &out, kind);
-        }
         formats::Input::Snapshot(s) => return snapshot(&a, &s, timelines, &out, kind),
     };
     let driver: &[DeviceSeries] = stats
