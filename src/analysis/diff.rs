@@ -9,8 +9,8 @@ use serde::Serialize;
 use crate::model::snapshot::Snapshot;
 use crate::model::{op_module, Series, TrackerStats};
 
-use super::sites::{live_at_end, LiveAtPeaks, Sites};
-use super::timeline::Timelines;
+use super::sites::{live_at_end, LiveAtPeaks, LiveSet, Sites};
+use super::timeline::Timeline;
 
 /// `--fail-over`: growth of the peak past a number of bytes, or past a share of A's peak.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -136,10 +136,9 @@ pub struct SiteGrowth {
 
 /// Peak allocated of a snapshot's device: the trace's peak, or the final allocated bytes when
 /// there is no trace.
-fn snapshot_metrics(s: &Snapshot, devices: &[u32], timelines: &mut Timelines) -> [f64; 4] {
+fn snapshot_metrics(timelines: &[Timeline]) -> [f64; 4] {
     let (mut peak, mut end, mut reserved, mut peak_res) = (0.0, 0.0, 0.0, 0.0);
-    for &d in devices {
-        let tl = timelines.take(d).finish(s, d);
+    for tl in timelines {
         end += tl.final_allocated_bytes as f64;
         reserved += tl.final_reserved_bytes as f64;
         peak += tl.peak_allocated.map_or(tl.final_allocated_bytes, |p| {
@@ -154,17 +153,18 @@ fn snapshot_metrics(s: &Snapshot, devices: &[u32], timelines: &mut Timelines) ->
 
 type SiteBytes = BTreeMap<(String, String), (u64, u64)>;
 
-fn site_bytes(s: &Snapshot, devices: &[u32], peaks: &mut LiveAtPeaks) -> SiteBytes {
+/// `at_peak`: each device's live set at its peak, if it has a trace.
+fn site_bytes(s: &Snapshot, devices: &[u32], at_peak: Vec<Option<LiveSet>>) -> SiteBytes {
     let mut sites = Sites::new(s);
     let mut out: SiteBytes = BTreeMap::new();
-    for &d in devices {
+    for (&d, at_peak) in devices.iter().zip(at_peak) {
         for (&stack, &(bytes, _)) in &live_at_end(s, d).by_stack {
             let k = sites.site(stack);
             out.entry((sites.label(k, false), sites.label(k, true)))
                 .or_default()
                 .0 += bytes;
         }
-        if let Some((_, p)) = peaks.take(s, d) {
+        if let Some(p) = at_peak {
             for (&stack, &(bytes, _)) in &p.by_stack {
                 let k = sites.site(stack);
                 out.entry((sites.label(k, false), sites.label(k, true)))
@@ -184,14 +184,14 @@ pub struct SnapshotSide {
     sites: SiteBytes,
 }
 
-/// What `diff` compares of `s` on `devices`; `timelines` (without series) and `peaks` took its
-/// trace events as they were read.
-pub fn snapshot_side(
-    s: &Snapshot,
-    devices: &[u32],
-    timelines: &mut Timelines,
-    peaks: &mut LiveAtPeaks,
-) -> SnapshotSide {
+/// What `diff` compares of `s` on `devices`; `peaks` took its trace events as they were read.
+pub fn snapshot_side(s: &Snapshot, devices: &[u32], peaks: &mut LiveAtPeaks) -> SnapshotSide {
+    let (timelines, at_peak): (Vec<Timeline>, Vec<Option<LiveSet>>) = (devices.iter())
+        .map(|&d| {
+            let (tl, live) = peaks.take(s, d);
+            (tl, live.map(|(_, set)| set))
+        })
+        .unzip();
     let mut segments: Vec<SegmentKey> = s
         .segments
         .iter()
@@ -205,9 +205,9 @@ pub fn snapshot_side(
     segments.sort();
     segments.dedup();
     SnapshotSide {
-        metrics: snapshot_metrics(s, devices, timelines),
+        metrics: snapshot_metrics(&timelines),
         segments,
-        sites: site_bytes(s, devices, peaks),
+        sites: site_bytes(s, devices, at_peak),
     }
 }
 

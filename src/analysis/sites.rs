@@ -17,7 +17,7 @@ use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, Trace
 use crate::model::AGENT_FILE;
 
 use super::memviz::FrameFilter;
-use super::timeline::TimelineBuilder;
+use super::timeline::{Timeline, TimelineBuilder};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SiteKey {
@@ -151,15 +151,19 @@ impl LiveAtPeak {
         }
     }
 
-    /// The live set at the peak and the peak's index (None without events); `stack_ids`: the
-    /// snapshot's ids of the stacks the events carried, when those were a reading's own.
+    /// The device's timeline (without series), and the live set at the peak and the peak's
+    /// index (None without events); `stack_ids`: the snapshot's ids of the stacks the events
+    /// carried, when those were a reading's own.
     pub fn finish(
         self,
         snap: &Snapshot,
         device: u32,
         stack_ids: Option<&[StackId]>,
-    ) -> Option<(usize, LiveSet)> {
-        let peak = self.peak?;
+    ) -> (Timeline, Option<(usize, LiveSet)>) {
+        let timeline = self.timeline.finish(snap, device);
+        let Some(peak) = self.peak else {
+            return (timeline, None);
+        };
         let id = |s: StackId| match stack_ids {
             Some(ids) if !s.is_missing() => ids[s.0 as usize],
             _ => s,
@@ -184,7 +188,7 @@ impl LiveAtPeak {
                 }
             }
         }
-        Some((peak, set))
+        (timeline, Some((peak, set)))
     }
 }
 
@@ -196,9 +200,13 @@ pub struct LiveAtPeaks {
 }
 
 impl LiveAtPeaks {
-    /// Device `device`'s live set at its peak (None if its trace had no events).
-    pub fn take(&mut self, snap: &Snapshot, device: u32) -> Option<(usize, LiveSet)> {
-        let d = std::mem::take(self.devices.get_mut(device as usize)?);
+    /// Device `device`'s timeline (without series) and live set at its peak (None if its
+    /// trace had no events).
+    pub fn take(&mut self, snap: &Snapshot, device: u32) -> (Timeline, Option<(usize, LiveSet)>) {
+        let d = match self.devices.get_mut(device as usize) {
+            Some(d) => std::mem::take(d),
+            None => LiveAtPeak::default(),
+        };
         d.finish(snap, device, self.stack_ids.as_deref())
     }
 }
@@ -506,7 +514,7 @@ mod tests {
             });
             let mut gathered = LiveAtPeak::default();
             snap.traces[0].events.iter().for_each(|e| gathered.push(e));
-            let (peak, set) = gathered.finish(&snap, 0, None).unwrap();
+            let (peak, set) = gathered.finish(&snap, 0, None).1.unwrap();
             let (want_peak, want) = replayed(&snap).unwrap();
             assert_eq!(peak, want_peak);
             assert_eq!(set.by_stack, want.by_stack);

@@ -2,7 +2,6 @@ use std::path::Path;
 
 use crate::analysis::diff::{snapshot_diff, snapshot_side, stats_diff, SnapshotSide};
 use crate::analysis::sites::LiveAtPeaks;
-use crate::analysis::timeline::Timelines;
 use crate::cli::DiffArgs;
 use crate::error::{Error, Result};
 use crate::formats::{self, Input};
@@ -20,14 +19,13 @@ enum Side {
 /// and its trace events as they are read (its totals and what was live at its peak are
 /// gathered from them as they go by).
 fn read_side(path: &Path, device: Option<u32>) -> Result<(Side, &'static str)> {
-    let mut sink = (Timelines::new(false), LiveAtPeaks::default());
-    let input = formats::load_streaming(path, formats::SnapshotParts::All, &mut sink)?;
-    let (mut timelines, mut peaks) = sink;
+    let mut peaks = LiveAtPeaks::default();
+    let input = formats::load_streaming(path, formats::SnapshotParts::All, &mut peaks)?;
     let kind = input.kind();
     Ok(match input {
         Input::Snapshot(s) => {
             let devices = super::snapshot_devices(path, &s, device)?;
-            let side = snapshot_side(&s, &devices, &mut timelines, &mut peaks);
+            let side = snapshot_side(&s, &devices, &mut peaks);
             (Side::Snapshot(side, devices), kind)
         }
         Input::Tracker(t) => (Side::Stats(t), kind),

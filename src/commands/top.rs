@@ -28,7 +28,7 @@ pub fn run(a: TopArgs) -> Result<()> {
         for &d in &devices {
             let prefix = format!("cuda:{d}");
             let live = match at {
-                Moment::Peak => peaks.take(&snap, d).map(|(_, live)| live),
+                Moment::Peak => peaks.take(&snap, d).1.map(|(_, live)| live),
                 Moment::End => None,
             };
             out.push_str(&folded(&snap, d, live, several.then_some(prefix.as_str())));
@@ -38,7 +38,7 @@ pub fn run(a: TopArgs) -> Result<()> {
     let by = moment(a.by.unwrap_or(MomentArg::Peak));
     let reports: Vec<_> = devices
         .iter()
-        .map(|&d| site_report(&snap, d, a.top, by, peaks.take(&snap, d)))
+        .map(|&d| site_report(&snap, d, a.top, by, peaks.take(&snap, d).1))
         .collect();
     let title = super::display_name(&a.file);
     let text = render::snapshot::top(&reports, &title, a.common.format, a.common.units);
