@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, EventAux, Snapshot, TraceEvent, TraceEvents};
+use crate::model::snapshot::{Action, EventAux, Snapshot, TraceEvent, TraceSink};
 
 /// A name `_memory_viz` would give: the n-th of `a..z`, `a1..z1`, …
 pub fn name_of(n: u32) -> String {
@@ -132,29 +132,54 @@ pub struct DeviceListing {
     pub totals: Totals,
 }
 
-/// The totals of device `device`'s trace (a first walk over its events).
-pub fn listing(events: &mut dyn TraceEvents, device: u32) -> std::io::Result<DeviceListing> {
-    let mut t = Totals {
-        entries: events.count(device),
-        ..Totals::default()
-    };
-    events.visit(device, &mut |_, e, _, _| {
+impl Totals {
+    fn add(&mut self, e: &TraceEvent) {
+        self.entries += 1;
         match e.action {
             Action::Alloc => {
-                t.allocs += 1;
-                t.alloc_bytes += e.size;
+                self.allocs += 1;
+                self.alloc_bytes += e.size;
             }
-            Action::FreeRequested => t.free_requested_bytes += e.size,
-            Action::FreeCompleted => t.free_completed_bytes += e.size,
-            Action::SegmentAlloc | Action::SegmentMap => t.segment_alloc_bytes += e.size,
-            Action::SegmentFree | Action::SegmentUnmap => t.segment_free_bytes += e.size,
-            Action::Oom => t.ooms += 1,
+            Action::FreeRequested => self.free_requested_bytes += e.size,
+            Action::FreeCompleted => self.free_completed_bytes += e.size,
+            Action::SegmentAlloc | Action::SegmentMap => self.segment_alloc_bytes += e.size,
+            Action::SegmentFree | Action::SegmentUnmap => self.segment_free_bytes += e.size,
+            Action::Oom => self.ooms += 1,
             Action::Annotate | Action::Snapshot | Action::Other => {}
         }
-        Ok(())
-    })?;
-    t.net_bytes = t.alloc_bytes as i64 - t.free_completed_bytes as i64;
-    Ok(DeviceListing { device, totals: t })
+    }
+}
+
+/// Each device's [`Totals`], taken as the reader streams the events by (the listing's lines
+/// come after, from where the events were put aside).
+#[derive(Default)]
+pub struct ListingTotals {
+    devices: Vec<Totals>,
+}
+
+impl ListingTotals {
+    /// Device `device`'s listing (its totals).
+    pub fn take(&mut self, device: u32) -> DeviceListing {
+        let mut totals: Totals = (self.devices.get_mut(device as usize))
+            .map(std::mem::take)
+            .unwrap_or_default();
+        totals.net_bytes = totals.alloc_bytes as i64 - totals.free_completed_bytes as i64;
+        DeviceListing { device, totals }
+    }
+}
+
+impl TraceSink for ListingTotals {
+    fn event(&mut self, device: u32, e: &TraceEvent, _stream: i64, _aux: Option<&EventAux>) {
+        let d = device as usize;
+        if self.devices.len() <= d {
+            self.devices.resize_with(d + 1, Totals::default);
+        }
+        self.devices[d].add(e);
+    }
+
+    fn restart(&mut self) {
+        self.devices.clear();
+    }
 }
 
 impl DeviceListing {

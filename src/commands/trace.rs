@@ -1,4 +1,4 @@
-use crate::analysis::trace_listing::listing;
+use crate::analysis::trace_listing::ListingTotals;
 use crate::cli::TraceArgs;
 use crate::error::Result;
 use crate::formats::event_spool::EventSpool;
@@ -12,9 +12,11 @@ pub fn run(a: TraceArgs) -> Result<()> {
     // segments, which the file gives only once read: the events are put aside on disk as
     // they are read (not in memory), then read back to be listed.
     let spool_error = super::spool_error("trace");
-    let mut spool = EventSpool::new().map_err(spool_error)?;
+    let spool = EventSpool::new().map_err(spool_error)?;
+    let mut sink = (ListingTotals::default(), spool);
     let snap =
-        formats::load_snapshot_streaming(&a.file, SnapshotParts::EventsWithoutStacks, &mut spool)?;
+        formats::load_snapshot_streaming(&a.file, SnapshotParts::EventsWithoutStacks, &mut sink)?;
+    let (mut totals, mut spool) = sink;
     spool.finish().map_err(spool_error)?;
     // as `_memory_viz trace`: every device whose trace has entries
     let devices = super::devices_with_trace_events(&a.file, &snap, a.device)?;
@@ -25,10 +27,7 @@ pub fn run(a: TraceArgs) -> Result<()> {
         };
         return Err(super::no_trace_events(&a.file, &format!("{which} to list")));
     }
-    let listings = (devices.iter())
-        .map(|&d| listing(&mut spool, d))
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(spool_error)?;
+    let listings: Vec<_> = devices.iter().map(|&d| totals.take(d)).collect();
     let events: &mut dyn TraceEvents = &mut spool;
     // (a spinner only when the listing goes to a file: on stdout it would mix with it)
     let _writing = (a.common.output.as_os_str() != "-").then(|| Stage::new("listing"));
