@@ -7,11 +7,11 @@
 //! PARTS=all|events|segments (default events, what `summary` reads).
 use std::time::Instant;
 
-use memtrack::formats::snapshot_traces::{self, Streamed};
+use memtrack::formats::snapshot::{self, Streamed};
 use memtrack::formats::SnapshotParts;
 
 fn read(bytes: &[u8], parts: SnapshotParts) -> memtrack::model::Snapshot {
-    match snapshot_traces::read(bytes, &mut (), parts) {
+    match snapshot::read(bytes, &mut (), parts) {
         Streamed::Snapshot(s) => s,
         Streamed::Other(_) => panic!("not a snapshot with a trace"),
         Streamed::ReadAgain => panic!("the streamed reading does not stand on this file"),

@@ -1,12 +1,11 @@
 //! The fast paths read exactly what the generic document reader reads: the streaming
 //! MemoryTracker reader on every file it accepts, and the snapshot reader that streams trace
-//! events straight from the opcodes (`formats::snapshot_traces`) on every snapshot.
+//! events straight from the opcodes (`formats::snapshot`) on every snapshot.
 
 mod common;
 
 use common::fixture;
-use memtrack::formats::snapshot;
-use memtrack::formats::snapshot_traces::{self, Streamed};
+use memtrack::formats::snapshot::{self, Streamed};
 use memtrack::formats::{tracker, tracker_stream, Input, SnapshotParts};
 use memtrack::model::snapshot::{EventAux, StackId, TraceEvent, TraceSink};
 use memtrack::model::{Snapshot, TrackerStats};
@@ -127,7 +126,7 @@ fn snapshots_read_the_same_streamed_and_generic() {
 /// Whether the streamed reading of a fixture stands (else the file is read again).
 fn streamed_stands(name: &str) -> bool {
     let bytes = std::fs::read(fixture(&format!("snapshots/{name}"))).unwrap();
-    match snapshot_traces::read(&bytes, &mut (), SnapshotParts::All) {
+    match snapshot::read(&bytes, &mut (), SnapshotParts::All) {
         Streamed::Snapshot(s) => {
             let doc = memtrack::pickle::parse(&bytes).unwrap();
             let generic = snapshot::from_document(&doc).unwrap();
@@ -166,7 +165,7 @@ fn traces_stream_and_step_aside_when_they_must() {
     // no trace list at all: the document, read once
     let bytes = std::fs::read(fixture("snapshots/synthetic_bare_segment_list.pickle")).unwrap();
     assert!(matches!(
-        snapshot_traces::read(&bytes, &mut (), SnapshotParts::All),
+        snapshot::read(&bytes, &mut (), SnapshotParts::All),
         Streamed::Other(_)
     ));
 }
@@ -235,7 +234,7 @@ fn a_frame_list_shared_from_far_back_is_read_again_the_generic_way() {
         let doc = memtrack::pickle::parse(&bytes).unwrap();
         let generic = snapshot::from_document(&doc).unwrap();
         assert_eq!(generic.trace(0).unwrap().events.len(), 70_002);
-        match snapshot_traces::read(&bytes, &mut (), SnapshotParts::All) {
+        match snapshot::read(&bytes, &mut (), SnapshotParts::All) {
             Streamed::Snapshot(s) => {
                 assert!(stands, "a reference {back} events back must not stand");
                 assert_eq!(format!("{s:?}"), format!("{generic:?}"));
@@ -291,7 +290,7 @@ fn a_trace_read_on_two_cores_is_the_one_core_reading() {
             .flat_map(|p| rounds(&bytes).map(|r| (p, r)))
         {
             let generic = snapshot::from_document_parts(&doc, parts).unwrap();
-            let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts, round, None);
+            let (read, second) = snapshot::read_on_two_cores(&bytes, parts, round, None);
             if let Streamed::Snapshot(s) = read {
                 assert_eq!(
                     format!("{s:?}"),
@@ -392,7 +391,7 @@ fn strings_frames_and_lists_the_second_core_leaves_open_resolve_as_one_core_read
             .flat_map(|p| rounds(&bytes).map(|r| (p, r)))
         {
             let generic = snapshot::from_document_parts(&doc, parts).unwrap();
-            let (read, second) = snapshot_traces::read_on_two_cores(&bytes, parts, round, None);
+            let (read, second) = snapshot::read_on_two_cores(&bytes, parts, round, None);
             let Streamed::Snapshot(s) = read else {
                 panic!("{variant} ({parts:?}, rounds of {round} bytes): the streamed reading did not stand");
             };
@@ -437,7 +436,7 @@ fn damage_in_the_back_half_never_makes_the_two_core_reading_differ() {
             .flat_map(|p| rounds(&clean).map(|r| (p, r)))
         {
             if let (Streamed::Snapshot(s), _) =
-                snapshot_traces::read_on_two_cores(&bytes, parts, round, None)
+                snapshot::read_on_two_cores(&bytes, parts, round, None)
             {
                 let doc = generic
                     .as_ref()
@@ -526,8 +525,7 @@ fn a_sink_gets_the_events_the_generic_reading_keeps() {
         generic.feed(&mut expected);
         for round in rounds(bytes) {
             let mut got = Recorder::default();
-            let (read, second) =
-                snapshot_traces::read_on_two_cores(bytes, parts, round, Some(&mut got));
+            let (read, second) = snapshot::read_on_two_cores(bytes, parts, round, Some(&mut got));
             if name == "late strings" {
                 assert!(
                     second > 0,

@@ -5,8 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memtrack::formats::snapshot;
-use memtrack::formats::snapshot_traces::{self, Streamed};
+use memtrack::formats::snapshot::{self, Streamed};
 use memtrack::formats::{tracker, tracker_stream, SnapshotParts};
 use memtrack::pickle::{self, Document, Value, View};
 
@@ -52,13 +51,13 @@ fuzz_target!(|data: &[u8]| {
         _ => panic!("fused and opcode-by-opcode decoding disagree on success: {:?} / {:?}", generic.is_ok(), reference.is_ok()),
     }
     for parts in [SnapshotParts::All, SnapshotParts::EventsWithoutStacks, SnapshotParts::SegmentsOnly] {
-        if let Streamed::Snapshot(fast) = snapshot_traces::read(data, &mut (), parts) {
+        if let Streamed::Snapshot(fast) = snapshot::read(data, &mut (), parts) {
             let plain = generic.as_ref().expect("the streamed reading stands on bytes the generic reader rejects");
             let slow = snapshot::from_document_parts(plain, parts).expect("and the generic path converts them");
             assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "the streamed reading differs");
         }
         if parts != SnapshotParts::All {
-            if let (Streamed::Snapshot(fast), _) = snapshot_traces::read_on_two_cores(data, parts, data.len() / 3, None) {
+            if let (Streamed::Snapshot(fast), _) = snapshot::read_on_two_cores(data, parts, data.len() / 3, None) {
                 let plain = generic.as_ref().expect("the two-core reading stands on bytes the generic reader rejects");
                 let slow = snapshot::from_document_parts(plain, parts).expect("and the generic path converts them");
                 assert_eq!(format!("{fast:?}"), format!("{slow:?}"), "the two-core reading differs");

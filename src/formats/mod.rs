@@ -6,8 +6,6 @@ pub mod event_spool;
 pub mod json;
 pub mod record_ext;
 pub mod snapshot;
-pub mod snapshot_traces;
-pub mod trace_tail;
 pub mod tracker;
 pub mod tracker_stream;
 
@@ -18,7 +16,7 @@ pub use crate::model::snapshot::Parts as SnapshotParts;
 use crate::model::snapshot::TraceSink;
 use crate::model::{Snapshot, TrackerStats};
 use crate::pickle::{self, Document, MappedFile, View};
-use snapshot_traces::Streamed;
+use snapshot::Streamed;
 
 /// A file memtrack reads, by kind.
 pub enum Input {
@@ -136,10 +134,10 @@ fn load_into(
     // that reading cannot vouch for (an odd layout, a value it kept to itself referenced
     // elsewhere, any error) is read again the generic way, which then says exactly what the
     // file holds.
-    let mut traces = snapshot_traces::TraceReader::new(parts, file.bytes().len()).with_second_core(
-        snapshot_traces::SecondCore {
-            min_bytes: snapshot_traces::SecondCore::MIN_BYTES,
-            round_bytes: snapshot_traces::SecondCore::ROUND_BYTES,
+    let mut traces = snapshot::TraceReader::new(parts, file.bytes().len()).with_second_core(
+        snapshot::SecondCore {
+            min_bytes: snapshot::SecondCore::MIN_BYTES,
+            round_bytes: snapshot::SecondCore::ROUND_BYTES,
             pages: file.pages(),
         },
     );
@@ -149,7 +147,7 @@ fn load_into(
     let mut bar = bar(path, &file);
     let parsed = pickle::parse_mapped_with_divert(&file, &mut bar, &mut traces);
     drop(bar);
-    let input = match traces.finish(parsed) {
+    let input = match snapshot::finish(traces, parsed) {
         Streamed::Snapshot(s) => return Ok(Input::Snapshot(Box::new(s))),
         Streamed::Other(doc) => from_document_with(path, doc, parts)?,
         Streamed::ReadAgain => from_document_with(path, parse(path, &file)?, parts)?,

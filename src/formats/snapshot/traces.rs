@@ -18,19 +18,20 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::{
-    Action, DeviceTrace, EventAux, Parts, Snapshot, StackId, TraceEvent, TraceSink, MAX_STREAMS,
-    NO_TIME,
+    Action, DeviceTrace, EventAux, Parts, StackId, TraceEvent, TraceSink, MAX_STREAMS, NO_TIME,
 };
 use crate::pickle::{
-    Divert, Diverted, Document, IntOrRef, Op, Pages, PickleError, Progress, Value, View,
-    RECENT_HANDLES,
+    Divert, Diverted, Document, IntOrRef, Op, Pages, PickleError, Value, View, RECENT_HANDLES,
 };
 
-use super::trace_tail::{self, Entry, Known, Tail, CHUNK as TAIL_CHUNK, FROM_CHECK};
+use super::tail::{self, Entry, Known, Tail, CHUNK as TAIL_CHUNK, FROM_CHECK};
 
 type Result<T> = std::result::Result<T, PickleError>;
 
-use super::snapshot::{KeyCache, EVENT_FIELDS, UNKNOWN as F_UNKNOWN};
+use super::fields::{
+    set_action, set_text_field, KeyCache, EVENT_FIELDS, F_ACTION, F_ADDR, F_COMPILE_CONTEXT,
+    F_DEVICE_FREE, F_FRAMES, F_SIZE, F_STREAM, F_TIME, F_USER_METADATA, UNKNOWN as F_UNKNOWN,
+};
 
 /// Memo handle of an event dict (a GET of one elsewhere sends the file to the generic path).
 const EVENT_HANDLE: u64 = 1 << 40;
@@ -39,35 +40,6 @@ const NO_STACK_HANDLE: u64 = EVENT_HANDLE + 1;
 
 /// Memo handle of a value the second core's reader left unread (a frame dict, without stacks).
 const UNREAD_HANDLE: u64 = EVENT_HANDLE + 2;
-
-// positions in EVENT_FIELDS
-pub(super) const F_ACTION: u8 = 0;
-pub(super) const F_ADDR: u8 = 1;
-pub(super) const F_SIZE: u8 = 2;
-pub(super) const F_STREAM: u8 = 3;
-pub(super) const F_TIME: u8 = 4;
-pub(super) const F_FRAMES: u8 = 5;
-pub(super) const F_DEVICE_FREE: u8 = 6;
-pub(super) const F_USER_METADATA: u8 = 7;
-pub(super) const F_COMPILE_CONTEXT: u8 = 8;
-
-/// An event's `action` named `name`.
-pub(super) fn set_action(name: &str, e: &mut TraceEvent, aux: &mut EventAux) {
-    let a = Action::from_name(name);
-    aux.action_name = (a == Action::Other).then(|| name.to_string());
-    e.action = a;
-}
-
-/// An event's `user_metadata` or `compile_context` string (empty and "N/A" say nothing).
-pub(super) fn set_text_field(field: u8, s: &str, aux: &mut EventAux) {
-    match field {
-        F_USER_METADATA if !s.is_empty() => aux.user_metadata = Some(s.to_string()),
-        F_COMPILE_CONTEXT if !s.is_empty() && s != "N/A" => {
-            aux.compile_context = Some(s.to_string())
-        }
-        _ => {}
-    }
-}
 
 /// What the reader made of `device_traces`.
 #[derive(Default)]
@@ -84,43 +56,20 @@ pub struct StreamedTraces {
     pub any_time: bool,
 }
 
-/// The outcome of a reading with `TraceReader`.
-pub enum Streamed {
-    /// A snapshot whose traces were streamed, and the reading stands.
-    Snapshot(Snapshot),
+/// What a parse that used a [`TraceReader`] left, before the document is converted.
+pub enum Reading<'f> {
+    /// The reader read the file's `device_traces`, and nothing it saw stops the reading from
+    /// standing: the document of the rest, the traces, and where their events went.
+    Traces {
+        doc: Document,
+        traces: StreamedTraces,
+        parts: Parts,
+        sink: Option<&'f mut dyn TraceSink>,
+    },
     /// A file the reader had nothing to do with (no top-level `device_traces`): its document.
     Other(Document),
     /// The reading cannot vouch for the file: read it the generic way.
     ReadAgain,
-}
-
-/// Decode `data` with its `device_traces` streamed (`parts` of it).
-pub fn read(data: &[u8], progress: &mut dyn Progress, parts: Parts) -> Streamed {
-    let mut traces = TraceReader::new(parts, data.len());
-    let parsed = crate::pickle::parse_with_divert(data, progress, &mut traces);
-    traces.finish(parsed)
-}
-
-/// `read`, with parts of a trace handed to a second core whatever the file's size (`load_with`
-/// does so for large files only), `round_bytes` at a time, the events to `sink` if one is
-/// given; also how many events that core read.
-pub fn read_on_two_cores(
-    data: &[u8],
-    parts: Parts,
-    round_bytes: usize,
-    sink: Option<&mut dyn TraceSink>,
-) -> (Streamed, usize) {
-    let mut traces = TraceReader::new(parts, data.len()).with_second_core(SecondCore {
-        min_bytes: 0,
-        round_bytes,
-        pages: Pages::default(),
-    });
-    if let Some(sink) = sink {
-        traces = traces.with_sink(sink);
-    }
-    let parsed = crate::pickle::parse_with_divert(data, &mut (), &mut traces);
-    let second = traces.second_core_events();
-    (traces.finish(parsed), second)
 }
 
 /// The `pickle::Divert` for a snapshot's top-level `device_traces`.
@@ -128,7 +77,7 @@ pub struct TraceReader<'f> {
     parts: Parts,
     /// Where the events go instead of `out.traces` (see `with_sink`).
     sink: Option<&'f mut dyn TraceSink>,
-    /// Hand parts of the trace to a second core (see `trace_tail`).
+    /// Hand parts of the trace to a second core (see `tail`).
     second_core: Option<SecondCore<'f>>,
     second_core_events: usize,
     /// Events the first device's vector is made room for up front: address space only until
@@ -219,19 +168,15 @@ impl<'f> TraceReader<'f> {
         self.second_core_events
     }
 
-    /// What the parse that used this reader amounts to. With `MEMTRACK_DEBUG_STREAM` set, why
-    /// a reading is dropped goes to stderr (for developers: the file is read again anyway).
-    pub fn finish(self, parsed: Result<Document>) -> Streamed {
-        let dropped = |why: &dyn std::fmt::Display| {
-            debug(&format_args!("streamed reading dropped: {why}"));
-            Streamed::ReadAgain
-        };
+    /// What the parse that used this reader left ([`Reading`]); a reading it cannot vouch
+    /// for is `ReadAgain`.
+    pub fn finish(self, parsed: Result<Document>) -> Reading<'f> {
         let doc = match parsed {
             Ok(doc) => doc,
             Err(e) => return dropped(&e),
         };
         if !self.read {
-            return Streamed::Other(doc);
+            return Reading::Other(doc);
         }
         if self.keys_seen != 1 {
             return dropped(&"device_traces more than once");
@@ -239,19 +184,20 @@ impl<'f> TraceReader<'f> {
         if doc.taken_reused() {
             return dropped(&"an event or frame list referenced outside device_traces, or from further back than the memo keeps its handles");
         }
-        if !super::snapshot::is_snapshot(&doc, doc.root()) {
-            return dropped(&"not a snapshot");
-        }
-        match super::snapshot::from_document_streamed(&doc, self.parts, self.out) {
-            Ok((s, stack_ids)) => {
-                if let (Some(sink), Parts::All) = (self.sink, self.parts) {
-                    sink.renumber_stacks(&stack_ids);
-                }
-                Streamed::Snapshot(s)
-            }
-            Err(e) => dropped(&e),
+        Reading::Traces {
+            doc,
+            traces: self.out,
+            parts: self.parts,
+            sink: self.sink,
         }
     }
+}
+
+/// A reading dropped: why goes to stderr with `MEMTRACK_DEBUG_STREAM` set (for developers: the
+/// file is read again anyway).
+pub(super) fn dropped<'f>(why: &dyn std::fmt::Display) -> Reading<'f> {
+    debug(&format_args!("streamed reading dropped: {why}"));
+    Reading::ReadAgain
 }
 
 impl Divert for TraceReader<'_> {
@@ -338,6 +284,62 @@ impl<'s> TailState<'s> {
     }
 }
 
+/// A second core's reading being taken over: its memo entries, which take the ids from
+/// `first` in the main reading's memo, and its stacks, mapped to the main reading's as events
+/// are met.
+struct TakenOver {
+    first: u64,
+    entries: Vec<tail::Packed>,
+    /// Of each of its strings, the document string it became.
+    text_values: Vec<Value>,
+    stacks: Vec<Box<[u32]>>,
+    checks: Vec<tail::Check>,
+    /// Of each of its stacks, the main reading's id (`u32::MAX`: not met yet).
+    stack_of: Vec<u32>,
+}
+
+impl TakenOver {
+    /// Its strings stored as document strings.
+    fn new(
+        r: &mut Diverted<'_, '_, '_>,
+        first: u64,
+        entries: Vec<tail::Packed>,
+        texts: &[Box<str>],
+        stacks: Vec<Box<[u32]>>,
+        checks: Vec<tail::Check>,
+    ) -> TakenOver {
+        let mut text_values = vec![Value::NONE; texts.len()];
+        for e in &entries {
+            if let Entry::Text(i) = e.get() {
+                text_values[i as usize] = r.push_text(&texts[i as usize]);
+            }
+        }
+        TakenOver {
+            first,
+            entries,
+            text_values,
+            stack_of: vec![u32::MAX; stacks.len()],
+            stacks,
+            checks,
+        }
+    }
+
+    /// Store its memo entries after the main reading's: strings as document strings, events
+    /// and frame lists as handles (frame lists as their stack's when stacks are `kept`).
+    fn memoize(self, r: &mut Diverted<'_, '_, '_>, kept: bool) {
+        for e in self.entries {
+            let v = match e.get() {
+                Entry::Event => Value::taken(EVENT_HANDLE),
+                Entry::FrameList(k) if kept => Value::taken(self.stack_of[k as usize] as u64),
+                Entry::FrameList(_) => Value::taken(NO_STACK_HANDLE),
+                Entry::Text(i) => self.text_values[i as usize],
+                Entry::Unread => Value::taken(UNREAD_HANDLE),
+            };
+            r.memoize(v);
+        }
+    }
+}
+
 impl<'f> TraceReader<'f> {
     /// A device's list of events. A second core's reading is started after a batch and taken
     /// over where it started (between two events); the next, after the batch that follows.
@@ -409,14 +411,24 @@ impl<'f> TraceReader<'f> {
         let Some(at) = known.event_start(data, from, 1 << 20) else {
             return;
         };
-        let parts = self.parts;
-        let (cancel, done, pages) = (tail.cancel, tail.done, second.pages);
+        let round = tail::Round {
+            data,
+            start: at,
+            stop,
+            parts: self.parts,
+            pages: second.pages,
+        };
+        let progress = tail::Progress {
+            cancel: tail.cancel,
+            done: tail.done,
+        };
         tail.at = at;
         tail.round_began = (Instant::now(), here);
-        done.store(0, Ordering::Relaxed); // (the last round's count, until this one reports)
+        // (the last round's count, until this one reports)
+        progress.done.store(0, Ordering::Relaxed);
         tail.handle = Some(scope.spawn(move || {
             let began = Instant::now();
-            let read = trace_tail::read(data, at, stop, &known, parts, cancel, done, pages);
+            let read = tail::read(round, &known, progress);
             (known, read, began.elapsed())
         }));
     }
@@ -429,39 +441,9 @@ impl<'f> TraceReader<'f> {
         device: usize,
         tail: &mut TailState<'_>,
     ) -> bool {
-        let at = std::mem::replace(&mut tail.at, usize::MAX);
-        r.read_elsewhere(0); // from here on the main reading's position says it all
-        if r.position() != at {
-            tail.cancel.store(true, Ordering::Relaxed);
-            debug(&format_args!(
-                "second core: byte {at} was not an event start"
-            ));
-            return false;
-        }
-        let (main_took, main_bytes) = (tail.round_began.0.elapsed(), at - tail.round_began.1);
-        let joined = tail.handle.take().map(|h| h.join());
-        // its thread has ended: whatever came of this round, the next may be tried
-        tail.started = false;
-        let Some(Ok((known, Some(t), tail_took))) = joined else {
-            debug(&"second core: gave up (a layout it leaves to the main reading)");
+        let Some((t, first, texts)) = self.join_tail(r, tail) else {
             return false;
         };
-        let Some(first) = r.memo_dense_len() else {
-            return false;
-        };
-        let Some(texts) = self.check_tail(r, first, &known, &t) else {
-            debug(&"second core: its reading did not hold");
-            return false;
-        };
-        debug(&format_args!(
-            "second core: read {} events, bytes {}..{}, in {tail_took:?} (the main reading's {} bytes before: {main_took:?})",
-            t.count, t.start, t.end, main_bytes
-        ));
-        self.second_core_events += t.count;
-        let speed = |bytes: usize, took: Duration| bytes as f64 / took.as_secs_f64().max(1e-6);
-        let (main_speed, tail_speed) = (speed(main_bytes, main_took), speed(t.end - at, tail_took));
-        tail.main_share = (main_speed / (main_speed + tail_speed)).clamp(0.2, 0.8);
-        tail.resumed_at = t.end;
         let Tail {
             end,
             mut events,
@@ -476,41 +458,16 @@ impl<'f> TraceReader<'f> {
         } = t;
         // its strings as document strings, its stacks as the main reading's (interned in the
         // order of its events, as one thread would have), then its memo entries
-        let mut text_values = vec![Value::NONE; tail_texts.len()];
-        for e in &entries {
-            if let Entry::Text(i) = e.get() {
-                text_values[i as usize] = r.push_text(&tail_texts[i as usize]);
-            }
-        }
+        let mut taken = TakenOver::new(r, first, entries, &tail_texts, stacks, checks);
         let keep = self.parts == Parts::All;
-        let mut stack_of = vec![u32::MAX; stacks.len()];
         if keep {
             for e in events.iter_mut().flatten() {
                 if e.stack != StackId::MISSING {
-                    e.stack = self.tail_stack(
-                        r,
-                        first,
-                        e.stack,
-                        &mut stack_of,
-                        &text_values,
-                        &stacks,
-                        &checks,
-                        &entries,
-                    );
+                    e.stack = self.tail_stack(r, &mut taken, e.stack);
                 }
             }
         }
-        drop(checks);
-        for e in entries {
-            let v = match e.get() {
-                Entry::Event => Value::taken(EVENT_HANDLE),
-                Entry::FrameList(k) if keep => Value::taken(stack_of[k as usize] as u64),
-                Entry::FrameList(_) => Value::taken(NO_STACK_HANDLE),
-                Entry::Text(i) => text_values[i as usize],
-                Entry::Unread => Value::taken(UNREAD_HANDLE),
-            };
-            r.memoize(v);
-        }
+        taken.memoize(r, keep);
         self.out.lengths[device] += count;
         r.skip_to(end);
         if self.parts == Parts::SegmentsOnly {
@@ -533,8 +490,62 @@ impl<'f> TraceReader<'f> {
             }
         }
         tail_trace.aux.retain(|(_, a)| a.says_something());
-        // its streams as the main reading's (check_tail counted them), then the events,
-        // a chunk at a time, each let go once copied
+        self.append_tail_events(device, events, tail_trace);
+        true
+    }
+
+    /// Wait for the second core's reading of this round and check it (`check_tail`): the
+    /// reading, the first memo id of its entries and the strings of its deferred values; None
+    /// (and the main reading reads on alone) if it was not where an event starts, gave up or
+    /// does not hold. Either way its thread is over and the next round may start.
+    fn join_tail(
+        &mut self,
+        r: &mut Diverted<'_, '_, '_>,
+        tail: &mut TailState<'_>,
+    ) -> Option<(Tail, u64, Vec<String>)> {
+        let at = std::mem::replace(&mut tail.at, usize::MAX);
+        r.read_elsewhere(0); // from here on the main reading's position says it all
+        if r.position() != at {
+            tail.cancel.store(true, Ordering::Relaxed);
+            debug(&format_args!(
+                "second core: byte {at} was not an event start"
+            ));
+            return None;
+        }
+        let (main_took, main_bytes) = (tail.round_began.0.elapsed(), at - tail.round_began.1);
+        let joined = tail.handle.take().map(|h| h.join());
+        // its thread has ended: whatever came of this round, the next may be tried
+        tail.started = false;
+        let Some(Ok((known, Some(t), tail_took))) = joined else {
+            debug(&"second core: gave up (a layout it leaves to the main reading)");
+            return None;
+        };
+        let first = r.memo_dense_len()?;
+        let Some(texts) = self.check_tail(r, first, &known, &t) else {
+            debug(&"second core: its reading did not hold");
+            return None;
+        };
+        debug(&format_args!(
+            "second core: read {} events, bytes {}..{}, in {tail_took:?} (the main reading's {} bytes before: {main_took:?})",
+            t.count, t.start, t.end, main_bytes
+        ));
+        self.second_core_events += t.count;
+        let speed = |bytes: usize, took: Duration| bytes as f64 / took.as_secs_f64().max(1e-6);
+        let (main_speed, tail_speed) = (speed(main_bytes, main_took), speed(t.end - at, tail_took));
+        tail.main_share = (main_speed / (main_speed + tail_speed)).clamp(0.2, 0.8);
+        tail.resumed_at = t.end;
+        Some((t, first, texts))
+    }
+
+    /// A taken-over reading's events, after the main reading's: to the sink, or appended to
+    /// the device's trace a chunk at a time, each let go once copied; their streams as the
+    /// main reading's (`check_tail` counted them).
+    fn append_tail_events(
+        &mut self,
+        device: usize,
+        events: Vec<Vec<TraceEvent>>,
+        tail_trace: DeviceTrace,
+    ) {
         let trace = &mut self.out.traces[device];
         let streams: Vec<u16> = (tail_trace.streams.iter())
             .map(|&s| trace.stream_index(s).unwrap_or(0))
@@ -551,7 +562,7 @@ impl<'f> TraceReader<'f> {
                 };
                 sink.event(device as u32, &e, stream, a);
             }
-            return true;
+            return;
         }
         let same = streams.iter().enumerate().all(|(i, &s)| s as usize == i);
         let first_index = trace.events.len() as u32;
@@ -569,28 +580,22 @@ impl<'f> TraceReader<'f> {
                 .into_iter()
                 .map(|(i, a)| (first_index + i, a)),
         );
-        true
     }
 
     /// The main reading's stack for a stack of the second core's reading (`check_tail` has
     /// checked every id it holds).
-    #[allow(clippy::too_many_arguments)]
     fn tail_stack(
         &mut self,
         r: &Diverted<'_, '_, '_>,
-        first: u64,
+        taken: &mut TakenOver,
         stack: StackId,
-        stack_of: &mut [u32],
-        text_values: &[Value],
-        stacks: &[Box<[u32]>],
-        checks: &[trace_tail::Check],
-        entries: &[trace_tail::Packed],
     ) -> StackId {
+        let first = taken.first;
         let k = if stack.0 & FROM_CHECK != 0 {
             // an event's frames fetched by reference: a list of the tail's, or the main's
-            let id = checks[(stack.0 & !FROM_CHECK) as usize].id();
+            let id = taken.checks[(stack.0 & !FROM_CHECK) as usize].id();
             if id >= first {
-                match entries[(id - first) as usize].get() {
+                match taken.entries[(id - first) as usize].get() {
                     Entry::FrameList(k) => k,
                     _ => return StackId::MISSING, // check_tail let none through
                 }
@@ -607,22 +612,22 @@ impl<'f> TraceReader<'f> {
         } else {
             stack.0
         };
-        if stack_of[k as usize] == u32::MAX {
+        if taken.stack_of[k as usize] == u32::MAX {
             self.scratch.clear();
-            for &id in stacks[k as usize].iter() {
+            for &id in taken.stacks[k as usize].iter() {
                 let id = id as u64;
                 self.scratch.push(if id >= first {
-                    match entries[(id - first) as usize].get() {
-                        Entry::Text(i) => text_values[i as usize],
+                    match taken.entries[(id - first) as usize].get() {
+                        Entry::Text(i) => taken.text_values[i as usize],
                         _ => Value::NONE, // check_tail let none through
                     }
                 } else {
                     r.memo_peek(id).unwrap_or(Value::NONE)
                 });
             }
-            stack_of[k as usize] = self.intern().0;
+            taken.stack_of[k as usize] = self.intern().0;
         }
-        StackId(stack_of[k as usize])
+        StackId(taken.stack_of[k as usize])
     }
 
     /// Whether the second core's reading holds now that the first id of its memo entries is

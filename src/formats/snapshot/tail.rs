@@ -29,10 +29,9 @@ use crate::model::snapshot::{Action, DeviceTrace, EventAux, Parts, StackId, Trac
 use crate::pickle::ops::Cursor;
 use crate::pickle::{int_from_short_le, Op, Pages};
 
-use super::snapshot::{EVENT_FIELDS, UNKNOWN};
-use super::snapshot_traces::{
-    set_action, set_text_field, F_ACTION, F_ADDR, F_COMPILE_CONTEXT, F_DEVICE_FREE, F_FRAMES,
-    F_SIZE, F_STREAM, F_TIME, F_USER_METADATA,
+use super::fields::{
+    set_action, set_text_field, EVENT_FIELDS, F_ACTION, F_ADDR, F_COMPILE_CONTEXT, F_DEVICE_FREE,
+    F_FRAMES, F_SIZE, F_STREAM, F_TIME, F_USER_METADATA, UNKNOWN,
 };
 
 /// Strings of the memo the main reading had stored when it started this reader (the event
@@ -227,22 +226,38 @@ enum Val {
     Ref(u64),
 }
 
-/// Read the events from `start` to the first event that starts at or past `stop`, or to the
-/// end of their list; None if the bytes there are not what this reader handles (the main
-/// reading then reads them itself). `parts`: what of the events to keep (`SegmentsOnly`: only
-/// count them; `All`: their stacks too). Stops early when `cancel` is set; `done` tells how
-/// many bytes it has read, and `pages` gets back the pages it has read.
-#[allow(clippy::too_many_arguments)]
-pub fn read(
-    data: &[u8],
-    start: usize,
-    stop: usize,
-    known: &Known,
-    parts: Parts,
-    cancel: &AtomicBool,
-    done: &AtomicUsize,
-    pages: Pages<'_>,
-) -> Option<Tail> {
+/// What a second core reads: the events of `data` from `start` to the first event that starts
+/// at or past `stop`, or to the end of their list; `parts` says what of them to keep
+/// (`SegmentsOnly`: only count them; `All`: their stacks too), and `pages` gets back the pages
+/// read.
+pub struct Round<'d, 'm> {
+    pub data: &'d [u8],
+    pub start: usize,
+    pub stop: usize,
+    pub parts: Parts,
+    pub pages: Pages<'m>,
+}
+
+/// Where a reading on another thread says how far it got and is told to stop.
+#[derive(Clone, Copy)]
+pub struct Progress<'s> {
+    /// Set: stop early.
+    pub cancel: &'s AtomicBool,
+    /// Bytes read so far.
+    pub done: &'s AtomicUsize,
+}
+
+/// Read `round`, the strings the main reading had stored being `known`; None if the bytes there
+/// are not what this reader handles (the main reading then reads them itself).
+pub fn read(round: Round<'_, '_>, known: &Known, progress: Progress<'_>) -> Option<Tail> {
+    let Round {
+        data,
+        start,
+        stop,
+        parts,
+        pages,
+    } = round;
+    let Progress { cancel, done } = progress;
     // a bug here must not take the reading down: the main reading reads on
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut r = Reader {

@@ -21,7 +21,8 @@ use crate::model::snapshot::{
 };
 use crate::pickle::{Document, Value, View};
 
-use super::snapshot_traces::StreamedTraces;
+use super::fields::{KeyCache, BLOCK_FIELDS, EVENT_FIELDS, FRAME_FIELDS, SEG_FIELDS};
+use super::traces::StreamedTraces;
 
 type Parse<T> = std::result::Result<T, String>;
 
@@ -237,80 +238,6 @@ fn to_json(doc: &Document, v: Value, depth: usize) -> Parse<serde_json::Value> {
         View::Taken(_) => return Err("a trace event where plain values were expected".into()),
     })
 }
-
-/// Resolves dict keys to field numbers, predicting that dicts of one kind list their keys in
-/// the same order with the same (memo-shared) key strings: one compare per key when they do.
-pub(super) struct KeyCache {
-    fields: &'static [&'static str],
-    seen: Vec<(Value, u8)>,
-}
-
-pub(super) const UNKNOWN: u8 = u8::MAX;
-
-impl KeyCache {
-    pub(super) fn new(fields: &'static [&'static str]) -> KeyCache {
-        KeyCache {
-            fields,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The field number of key `k` at position `pos` of a dict (`UNKNOWN`: none).
-    #[inline]
-    pub(super) fn field(&mut self, doc: &Document, pos: usize, k: Value) -> u8 {
-        if let Some(&(v, f)) = self.seen.get(pos) {
-            if v == k {
-                return f;
-            }
-        }
-        let f = doc
-            .as_str(k)
-            .and_then(|s| self.fields.iter().position(|&n| n == s))
-            .map_or(UNKNOWN, |i| i as u8);
-        if pos < self.seen.len() {
-            self.seen[pos] = (k, f);
-        } else if pos == self.seen.len() {
-            self.seen.push((k, f));
-        }
-        f
-    }
-}
-
-const SEG_FIELDS: &[&str] = &[
-    "device",
-    "address",
-    "total_size",
-    "stream",
-    "segment_type",
-    "segment_pool_id",
-    "is_expandable",
-    "allocated_size",
-    "active_size",
-    "requested_size",
-    "frames",
-    "blocks",
-];
-const BLOCK_FIELDS: &[&str] = &[
-    "address",
-    "size",
-    "requested_size",
-    "state",
-    "frames",
-    "history",
-];
-/// The keys of a trace event memtrack reads (`snapshot_traces` numbers its fields by them).
-pub(super) const EVENT_FIELDS: &[&str] = &[
-    "action",
-    "addr",
-    "size",
-    "stream",
-    "time_us",
-    "frames",
-    "device_free",
-    "user_metadata",
-    "compile_context",
-];
-const FRAME_FIELDS: &[&str] = &["filename", "name", "line"];
 
 struct Conv<'d> {
     doc: &'d Document,
@@ -815,21 +742,5 @@ impl<'d> Conv<'d> {
             self.actions.push((v, a));
         }
         Ok((a, None))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_cache_predicts_and_recovers() {
-        let doc = crate::pickle::parse(b"\x80\x04]\x94(\x8c\x01a\x94\x8c\x01b\x94e.").unwrap();
-        let items = doc.as_seq(doc.root()).unwrap().to_vec();
-        let mut kc = KeyCache::new(&["b", "a"]);
-        assert_eq!(kc.field(&doc, 0, items[0]), 1);
-        assert_eq!(kc.field(&doc, 0, items[0]), 1);
-        assert_eq!(kc.field(&doc, 0, items[1]), 0);
-        assert_eq!(kc.field(&doc, 5, items[1]), 0);
     }
 }

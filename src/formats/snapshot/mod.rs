@@ -1,0 +1,93 @@
+//! Allocator snapshots (`torch.cuda.memory._dump_snapshot()`, `memory_snapshot()`) to
+//! `model::Snapshot`. The files import one way:
+//!
+//! - [`document`]: a decoded pickle of any schema era to the model (segments, blocks, frames,
+//!   and the traces, whether the document holds them or the streamed reading read them);
+//! - [`traces`]: `device_traces` read straight from the opcodes as the file streams by, each
+//!   event handed on as it is decoded (`TraceReader`, a `pickle::Divert`);
+//! - [`tail`]: the back part of a round of the trace, read on a second core;
+//! - [`fields`]: the keys all three read, numbered (a leaf).
+//!
+//! This file joins them: a streamed reading that stands is converted with the document.
+
+mod document;
+mod fields;
+mod tail;
+mod traces;
+
+pub use document::{from_document, from_document_parts, is_snapshot};
+pub use traces::{Reading, SecondCore, StreamedTraces, TraceReader};
+
+use crate::model::snapshot::{Parts, Snapshot, TraceSink};
+use crate::pickle::{Document, Pages, PickleError, Progress};
+
+/// The outcome of a reading with a [`TraceReader`].
+pub enum Streamed {
+    /// A snapshot whose traces were streamed, and the reading stands.
+    Snapshot(Snapshot),
+    /// A file the reader had nothing to do with (no top-level `device_traces`): its document.
+    Other(Document),
+    /// The reading cannot vouch for the file: read it the generic way.
+    ReadAgain,
+}
+
+/// What the parse that used `reader` amounts to: the snapshot, converted from the document and
+/// the streamed traces (with stacks, the sink is told the snapshot's stack ids last), or why
+/// not. With `MEMTRACK_DEBUG_STREAM` set, why a reading is dropped goes to stderr.
+pub fn finish(reader: TraceReader<'_>, parsed: Result<Document, PickleError>) -> Streamed {
+    let (doc, streamed, parts, sink) = match reader.finish(parsed) {
+        Reading::Traces {
+            doc,
+            traces,
+            parts,
+            sink,
+        } => (doc, traces, parts, sink),
+        Reading::Other(doc) => return Streamed::Other(doc),
+        Reading::ReadAgain => return Streamed::ReadAgain,
+    };
+    if !is_snapshot(&doc, doc.root()) {
+        traces::dropped(&"not a snapshot");
+        return Streamed::ReadAgain;
+    }
+    match document::from_document_streamed(&doc, parts, streamed) {
+        Ok((s, stack_ids)) => {
+            if let (Some(sink), Parts::All) = (sink, parts) {
+                sink.renumber_stacks(&stack_ids);
+            }
+            Streamed::Snapshot(s)
+        }
+        Err(e) => {
+            traces::dropped(&e);
+            Streamed::ReadAgain
+        }
+    }
+}
+
+/// Decode `data` with its `device_traces` streamed (`parts` of it).
+pub fn read(data: &[u8], progress: &mut dyn Progress, parts: Parts) -> Streamed {
+    let mut reader = TraceReader::new(parts, data.len());
+    let parsed = crate::pickle::parse_with_divert(data, progress, &mut reader);
+    finish(reader, parsed)
+}
+
+/// `read`, with parts of a trace handed to a second core whatever the file's size
+/// (`formats::load` does so for large files only), `round_bytes` at a time, the events to
+/// `sink` if one is given; also how many events that core read.
+pub fn read_on_two_cores(
+    data: &[u8],
+    parts: Parts,
+    round_bytes: usize,
+    sink: Option<&mut dyn TraceSink>,
+) -> (Streamed, usize) {
+    let mut reader = TraceReader::new(parts, data.len()).with_second_core(SecondCore {
+        min_bytes: 0,
+        round_bytes,
+        pages: Pages::default(),
+    });
+    if let Some(sink) = sink {
+        reader = reader.with_sink(sink);
+    }
+    let parsed = crate::pickle::parse_with_divert(data, &mut (), &mut reader);
+    let second = reader.second_core_events();
+    (finish(reader, parsed), second)
+}
