@@ -4,15 +4,19 @@
 //! shared through the memo), so reading is ours; so is writing (`writer`), to keep dict order
 //! and to stream large files.
 
+mod error;
+mod literals;
+mod memo;
 pub mod ops;
 mod reader;
 mod value;
 pub mod writer;
 
+pub use error::PickleError;
 pub use ops::Op;
 pub use reader::{
     parse, parse_opcode_by_opcode, parse_with_divert, parse_with_progress, Divert, Diverted,
-    IntOrRef, PickleError, Progress, MAX_DEPTH, RECENT_HANDLES,
+    IntOrRef, Progress, MAX_DEPTH, RECENT_HANDLES,
 };
 pub(crate) use value::int_from_short_le;
 pub use value::{big_int_to_f64, Dict, DictIter, Document, Object, ObjectKind, Value, View};

@@ -1,7 +1,7 @@
 //! Pickle opcodes decoded with their arguments, without executing anything: one decoder for
 //! the generic virtual machine (`reader`) and for layout-specific fast paths in `formats`.
 
-use super::reader::PickleError;
+use super::error::PickleError;
 
 /// One opcode and its argument, borrowing from the input.
 #[derive(Clone, Copy, Debug, PartialEq)]

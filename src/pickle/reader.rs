@@ -7,6 +7,12 @@
 
 use std::collections::HashMap;
 
+use super::error::PickleError;
+use super::literals::{
+    decimal_to_twos_complement_le, decode_python_string_literal, decode_raw_unicode_escape,
+};
+pub use super::memo::RECENT_HANDLES;
+use super::memo::{HandleWindow, Lookup, EVICTED_HANDLE};
 use super::ops::{Cursor, Op};
 use super::value::{int_from_short_le, ContainerKind, Document, ObjectKind, Value, View};
 
@@ -18,20 +24,6 @@ pub const MAX_DEPTH: u16 = 1000;
 const MEMO_DENSE_SLACK: u64 = 1 << 16;
 /// Python refuses to parse longer decimal ints (sys.int_info.str_digits_check_threshold).
 const MAX_DECIMAL_DIGITS: usize = 4300;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PickleError {
-    pub offset: usize,
-    pub message: String,
-}
-
-impl std::fmt::Display for PickleError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (at byte {})", self.message, self.offset)
-    }
-}
-
-impl std::error::Error for PickleError {}
 
 type Result<T> = std::result::Result<T, PickleError>;
 
@@ -409,124 +401,6 @@ struct Machine<'a, 's> {
 
 const PROGRESS_STEP: usize = 16 << 20;
 
-/// What a GET of a handle the window no longer holds reads as (never a handle a reader makes:
-/// the snapshot reader's are stack ids and two constants just past 2^40).
-const EVICTED_HANDLE: u64 = (1 << 41) - 1;
-
-/// The memo past a diverted value's start. A diverted reader memoizes an inert handle for
-/// every container it keeps to itself (two a trace event: millions in a large snapshot), and
-/// later GETs of those come a few ids later (a free's frame list, shared by its completion:
-/// within 64 ids in every real capture measured). So handles live in a ring of recent ids, and
-/// only the document values (frame dicts, strings) are kept, packed: a bit an id says which,
-/// and a count a word ranks them. 8 bytes an id become about 1.5 bits.
-struct HandleWindow {
-    base: u64,
-    next: u64,
-    /// Bit `i` of word `w`: id `base + 64w + i` holds a document value.
-    kept_bits: Vec<u64>,
-    /// Document values kept before word `w`.
-    kept_before: Vec<u32>,
-    kept: Vec<Value>,
-    recent: Box<[(u64, Value)]>,
-    /// Kept values fetched lately, by id (direct-mapped): an event's keys and action names
-    /// are the same few ids, fetched millions of times.
-    hot: Box<[(u64, Value)]>,
-}
-
-enum Lookup {
-    Stored(Value),
-    Evicted,
-    Never,
-}
-
-/// How many recent memo ids the window keeps handles for.
-pub const RECENT_HANDLES: usize = 1 << 16;
-const HOT_VALUES: usize = 1 << 12;
-
-impl HandleWindow {
-    fn new(base: u64) -> HandleWindow {
-        HandleWindow {
-            base,
-            next: base,
-            kept_bits: Vec::new(),
-            kept_before: Vec::new(),
-            kept: Vec::new(),
-            recent: vec![(u64::MAX, UNSET); RECENT_HANDLES].into_boxed_slice(),
-            hot: vec![(u64::MAX, UNSET); HOT_VALUES].into_boxed_slice(),
-        }
-    }
-
-    /// Store `id`: the next id, or a handle stored again (a reader fills in what its
-    /// container turned out to be); false for anything else, which the window cannot keep.
-    #[inline]
-    fn put(&mut self, id: u64, v: Value) -> bool {
-        if id != self.next {
-            let slot = &mut self.recent[id as usize % RECENT_HANDLES];
-            if slot.0 == id && v.is_taken() {
-                slot.1 = v;
-                return true;
-            }
-            return false;
-        }
-        let rel = id - self.base;
-        let (w, bit) = ((rel / 64) as usize, rel % 64);
-        if w == self.kept_bits.len() {
-            self.kept_bits.push(0);
-            self.kept_before.push(self.kept.len() as u32);
-        }
-        if v.is_taken() {
-            self.recent[id as usize % RECENT_HANDLES] = (id, v);
-        } else {
-            self.kept_bits[w] |= 1 << bit;
-            self.kept.push(v);
-        }
-        self.next += 1;
-        true
-    }
-
-    /// Memo entry `id` without the cache; whether it is a kept value (not a handle).
-    #[inline]
-    fn find(&self, id: u64) -> (Lookup, bool) {
-        if id >= self.next {
-            return (Lookup::Never, false);
-        }
-        let rel = id - self.base;
-        let (w, bit) = ((rel / 64) as usize, rel % 64);
-        let bits = self.kept_bits[w];
-        if bits >> bit & 1 == 1 {
-            let below = (bits & ((1u64 << bit) - 1)).count_ones();
-            return (
-                Lookup::Stored(self.kept[(self.kept_before[w] + below) as usize]),
-                true,
-            );
-        }
-        match self.recent[id as usize % RECENT_HANDLES] {
-            (at, v) if at == id => (Lookup::Stored(v), false),
-            _ => (Lookup::Evicted, false),
-        }
-    }
-
-    /// `get` without touching the cache.
-    fn peek(&self, id: u64) -> Option<Value> {
-        match self.find(id).0 {
-            Lookup::Stored(v) => Some(v),
-            Lookup::Evicted | Lookup::Never => None,
-        }
-    }
-
-    #[inline]
-    fn get(&mut self, id: u64) -> Lookup {
-        let hot = self.hot[id as usize % HOT_VALUES];
-        if hot.0 == id {
-            return Lookup::Stored(hot.1);
-        }
-        let (found, kept) = self.find(id);
-        if let (Lookup::Stored(v), true) = (&found, kept) {
-            self.hot[id as usize % HOT_VALUES] = (id, *v);
-        }
-        found
-    }
-}
 const UNSET: Value = Value::UNSET;
 
 impl<'a, 's> Machine<'a, 's> {
@@ -1254,114 +1128,9 @@ impl<'a, 's> Machine<'a, 's> {
     }
 }
 
-/// Little-endian two's complement bytes of a decimal integer (for ints wider than 64 bits).
-fn decimal_to_twos_complement_le(negative: bool, digits: &str) -> Vec<u8> {
-    let mut mag: Vec<u8> = vec![0];
-    for d in digits.bytes() {
-        let mut carry = (d - b'0') as u32;
-        for byte in mag.iter_mut() {
-            let x = *byte as u32 * 10 + carry;
-            *byte = x as u8;
-            carry = x >> 8;
-        }
-        while carry > 0 {
-            mag.push(carry as u8);
-            carry >>= 8;
-        }
-    }
-    mag.push(0); // room for the sign bit
-    if negative {
-        let mut carry = 1u16;
-        for b in mag.iter_mut() {
-            let x = (!*b) as u16 + carry;
-            *b = x as u8;
-            carry = x >> 8;
-        }
-    }
-    mag
-}
-
-/// Protocol 0 `UNICODE`: latin-1 bytes with `\uXXXX` and `\UXXXXXXXX` escapes.
-fn decode_raw_unicode_escape(raw: &[u8]) -> String {
-    let mut out = String::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        if raw[i] == b'\\' && i + 1 < raw.len() && (raw[i + 1] == b'u' || raw[i + 1] == b'U') {
-            let n = if raw[i + 1] == b'u' { 4 } else { 8 };
-            if let Some(hex) = raw.get(i + 2..i + 2 + n) {
-                let code = std::str::from_utf8(hex)
-                    .ok()
-                    .and_then(|h| u32::from_str_radix(h, 16).ok());
-                if let Some(c) = code.and_then(char::from_u32) {
-                    out.push(c);
-                    i += 2 + n;
-                    continue;
-                }
-            }
-        }
-        out.push(raw[i] as char);
-        i += 1;
-    }
-    out
-}
-
-/// Protocol 0 `STRING`: a Python 2 repr, `'...'` or `"..."`, with backslash escapes.
-fn decode_python_string_literal(line: &[u8]) -> Option<Vec<u8>> {
-    let q = *line.first()?;
-    if line.len() < 2 || (q != b'\'' && q != b'"') || *line.last()? != q {
-        return None;
-    }
-    let body = &line[1..line.len() - 1];
-    let mut out = Vec::with_capacity(body.len());
-    let mut i = 0;
-    while i < body.len() {
-        let b = body[i];
-        if b != b'\\' || i + 1 >= body.len() {
-            out.push(b);
-            i += 1;
-            continue;
-        }
-        let e = body[i + 1];
-        i += 2;
-        match e {
-            b'n' => out.push(b'\n'),
-            b't' => out.push(b'\t'),
-            b'r' => out.push(b'\r'),
-            b'\\' | b'\'' | b'"' => out.push(e),
-            b'x' => {
-                let hex = body.get(i..i + 2)?;
-                out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
-                i += 2;
-            }
-            b'0'..=b'7' => {
-                let mut v = (e - b'0') as u32;
-                let mut k = 0;
-                while k < 2 && i < body.len() && (b'0'..=b'7').contains(&body[i]) {
-                    v = v * 8 + (body[i] - b'0') as u32;
-                    i += 1;
-                    k += 1;
-                }
-                out.push(v as u8);
-            }
-            _ => {
-                out.push(b'\\');
-                out.push(e);
-            }
-        }
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn decimal_big_ints_become_twos_complement() {
-        assert_eq!(decimal_to_twos_complement_le(false, "256"), vec![0, 1, 0]);
-        let neg = decimal_to_twos_complement_le(true, "1");
-        assert!(neg.iter().all(|&b| b == 0xff));
-    }
 
     #[test]
     fn flat_dicts_read_in_one_step_behave_like_any_dict() {
@@ -1389,15 +1158,5 @@ mod tests {
         let second = doc.as_dict(list[3]).unwrap();
         assert_eq!(doc.as_int(second.get("b").unwrap()), Some(4));
         assert_eq!(second.len(), 2);
-    }
-
-    #[test]
-    fn string_literals_unescape() {
-        assert_eq!(
-            decode_python_string_literal(b"'a\\nb\\x41\\101'").unwrap(),
-            b"a\nbAA"
-        );
-        assert!(decode_python_string_literal(b"abc").is_none());
-        assert_eq!(decode_raw_unicode_escape(b"caf\\u00e9"), "café");
     }
 }
