@@ -52,7 +52,7 @@ fn main() {
     );
     let t = Instant::now();
     let mut timelines = memtrack::analysis::timeline::Timelines::new(false);
-    snap.feed(&mut timelines);
+    memtrack::model::trace::feed(&snap, &mut timelines);
     let s = memtrack::analysis::snapshot_summary::snapshot_summary(
         &snap,
         &snap.devices(),

@@ -7,7 +7,8 @@ mod common;
 use common::fixture;
 use memtrack::formats::snapshot::{self, Streamed};
 use memtrack::formats::{tracker, tracker_stream, Input, SnapshotParts};
-use memtrack::model::snapshot::{EventAux, StackId, TraceEvent, TraceSink};
+use memtrack::model::snapshot::{EventAux, StackId, TraceEvent};
+use memtrack::model::trace::TraceSink;
 use memtrack::model::{Snapshot, TrackerStats};
 
 fn both(bytes: &[u8]) -> (Option<TrackerStats>, Result<TrackerStats, String>) {
@@ -522,7 +523,7 @@ fn a_sink_gets_the_events_the_generic_reading_keeps() {
         let doc = memtrack::pickle::parse(bytes).unwrap();
         let generic = snapshot::from_document_parts(&doc, parts).unwrap();
         let mut expected = Recorder::default();
-        generic.feed(&mut expected);
+        memtrack::model::trace::feed(&generic, &mut expected);
         for round in rounds(bytes) {
             let mut got = Recorder::default();
             let (read, second) = snapshot::read_on_two_cores(bytes, parts, round, Some(&mut got));
@@ -571,7 +572,7 @@ fn a_sink_starts_again_when_the_reading_is_read_again() {
         };
         let generic = snapshot::from_document_parts(&doc, parts).unwrap();
         let mut expected = Recorder::default();
-        generic.feed(&mut expected);
+        memtrack::model::trace::feed(&generic, &mut expected);
         assert_eq!(got.restarts, 1, "{parts:?}");
         assert_eq!(got.events.len(), 70_002, "{parts:?}");
         // (fed from the kept trace: the snapshot's own stack ids, nothing to renumber)

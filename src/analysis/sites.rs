@@ -13,7 +13,8 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, TraceEvent, TraceSink};
+use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, TraceEvent};
+use crate::model::trace::TraceSink;
 use crate::model::AGENT_FILE;
 
 use super::memviz::FrameFilter;

@@ -21,7 +21,8 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, Snapshot, StackId, TraceEvents};
+use crate::model::snapshot::{Action, Snapshot, StackId};
+use crate::model::trace::TraceEvents;
 
 use super::sites::{SiteKey, Sites};
 use super::timeline::{AnnotationMark, OomMark, Point, Timeline};

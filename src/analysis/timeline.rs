@@ -13,7 +13,8 @@
 
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, EventAux, Snapshot, TraceEvent, TraceSink, NO_TIME};
+use crate::model::snapshot::{Action, EventAux, Snapshot, TraceEvent, NO_TIME};
+use crate::model::trace::TraceSink;
 
 #[derive(Debug, Serialize)]
 pub struct Timeline {

@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, EventAux, Snapshot, TraceEvent, TraceSink};
+use crate::model::snapshot::{Action, EventAux, Snapshot, TraceEvent};
+use crate::model::trace::TraceSink;
 
 /// A name `_memory_viz` would give: the n-th of `a..z`, `a1..z1`, …
 pub fn name_of(n: u32) -> String {

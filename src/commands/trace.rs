@@ -3,7 +3,7 @@ use crate::cli::TraceArgs;
 use crate::error::Result;
 use crate::formats::event_spool::EventSpool;
 use crate::formats::{self, SnapshotParts};
-use crate::model::snapshot::TraceEvents;
+use crate::model::trace::TraceEvents;
 use crate::progress::Stage;
 use crate::{output, render};
 

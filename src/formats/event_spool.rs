@@ -7,10 +7,8 @@
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 
-use crate::model::snapshot::{
-    Action, DeviceTrace, EventAux, EventVisitor, KeptTraces, StackId, TraceEvent, TraceEvents,
-    TraceSink,
-};
+use crate::model::snapshot::{Action, DeviceTrace, EventAux, StackId, TraceEvent};
+use crate::model::trace::{EventVisitor, KeptTraces, TraceEvents, TraceSink};
 
 const RECORD: usize = 32;
 
@@ -307,7 +305,7 @@ mod tests {
 
     fn fed(snap: &Snapshot, limit: usize) -> String {
         let mut events = SpillingTraces::keeping(limit);
-        snap.feed(&mut events);
+        crate::model::trace::feed(&snap, &mut events);
         let spilled = events.spool.is_some();
         let traces = events.into_traces(snap.traces.len()).unwrap();
         assert_eq!(

@@ -60,7 +60,8 @@ impl Serialize for TrackerJson<'_> {
 
 // ---- allocator snapshots ----
 
-use crate::model::snapshot::{serialize_events, Snapshot, StackId, TraceEvents};
+use crate::model::snapshot::{Snapshot, StackId};
+use crate::model::trace::{serialize_events, TraceEvents};
 
 /// A snapshot as one JSON document (docs/snapshots.md, "export"): segments with their blocks,
 /// traces, and the interned `frames` and `stacks` tables that `stack` fields index

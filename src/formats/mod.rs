@@ -13,7 +13,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 pub use crate::model::snapshot::Parts as SnapshotParts;
-use crate::model::snapshot::TraceSink;
+use crate::model::trace::TraceSink;
 use crate::model::{Snapshot, TrackerStats};
 use crate::pickle::{self, Document, MappedFile, View};
 use snapshot::Streamed;
@@ -157,7 +157,7 @@ fn load_into(
     match (input, sink) {
         (Input::Snapshot(mut snap), Some(sink)) => {
             sink.restart();
-            snap.feed(sink);
+            crate::model::trace::feed(&snap, sink);
             for trace in &mut snap.traces {
                 trace.events = Vec::new();
                 trace.aux = Vec::new();

@@ -4,6 +4,7 @@ pub mod cycles;
 pub mod gpu;
 pub mod modules;
 pub mod snapshot;
+pub mod trace;
 pub mod tracker;
 pub mod units;
 

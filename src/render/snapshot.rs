@@ -10,7 +10,8 @@ use crate::analysis::segments::SegmentMap;
 use crate::analysis::sites::SiteReport;
 use crate::analysis::snapshot_summary::SnapshotSummary;
 use crate::analysis::trace_listing::{name_of, push_name, DeviceListing, Line, Place, Ref};
-use crate::model::snapshot::{serialize_events, EventAux, Snapshot, TraceEvent, TraceEvents};
+use crate::model::snapshot::{EventAux, Snapshot, TraceEvent};
+use crate::model::trace::{serialize_events, TraceEvents};
 use crate::model::{format_bytes, Units};
 
 use super::table::Table;

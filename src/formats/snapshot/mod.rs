@@ -18,7 +18,8 @@ mod traces;
 pub use document::{from_document, from_document_parts, is_snapshot};
 pub use traces::{Reading, SecondCore, StreamedTraces, TraceReader};
 
-use crate::model::snapshot::{Parts, Snapshot, TraceSink};
+use crate::model::snapshot::{Parts, Snapshot};
+use crate::model::trace::TraceSink;
 use crate::pickle::{Document, Pages, PickleError, Progress};
 
 /// The outcome of a reading with a [`TraceReader`].

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::{
-    Action, DeviceTrace, EventAux, Parts, StackId, TraceEvent, TraceSink, MAX_STREAMS, NO_TIME,
+    Action, DeviceTrace, EventAux, Parts, StackId, TraceEvent, MAX_STREAMS, NO_TIME,
 };
+use crate::model::trace::TraceSink;
 use crate::pickle::{
     Divert, Diverted, Document, IntOrRef, Op, Pages, PickleError, Value, View, RECENT_HANDLES,
 };
