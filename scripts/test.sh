@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Run every test, as CI does: installs what it needs first (Rust crates through cargo, a
+# Check formatting and lints (cargo fmt --check, cargo clippy -D warnings), then run every
+# test, as CI does: installs what it needs first (Rust crates through cargo, a
 # Python venv with torch through scripts/setup-python.sh), then prints one line of totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "memtrack: cargo not found: install Rust (https://rustup.rs)" >&2; exit 2; }
+# formatting and lints first: a change that breaks them fails here, before the long tests
+for component in rustfmt clippy; do
+    if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1 && command -v rustup >/dev/null; then
+        rustup component add "$component" >&2
+    fi
+done
+cargo fmt --check
+cargo clippy --locked --all-targets -- -D warnings
 MEMTRACK_PYTHON="$(scripts/setup-python.sh)"
 export MEMTRACK_PYTHON
 # the HTML page of `plot --stacked` is tested in a real headless browser; CI installs one

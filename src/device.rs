@@ -28,8 +28,13 @@ pub struct ProcessMemory {
     pub bytes: u64,
 }
 
+/// Why NVML cannot be used on this machine, in one line (no driver, no permission, ...).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(String);
+
 /// Load NVML and initialise it, or say (in one line) why that is not possible.
-pub fn open() -> Result<Nvml, String> {
+pub fn open() -> Result<Nvml, Unavailable> {
     let lib = std::env::var_os("MEMTRACK_NVML_LIB");
     let lib_name = lib.as_deref().map_or_else(
         || NVML_LIB.to_string(),
@@ -39,10 +44,10 @@ pub fn open() -> Result<Nvml, String> {
         Some(path) => nvml_wrapper::Nvml::builder().lib_path(path).init(),
         None => nvml_wrapper::Nvml::init(),
     };
-    let nvml = result.map_err(|e| describe_init_error(&lib_name, e))?;
+    let nvml = result.map_err(|e| Unavailable(describe_init_error(&lib_name, e)))?;
     let devices = nvml
         .device_count()
-        .map_err(|e| format!("NVML cannot count the GPUs: {e}"))?;
+        .map_err(|e| Unavailable(format!("NVML cannot count the GPUs: {e}")))?;
     Ok(Nvml { nvml, devices })
 }
 

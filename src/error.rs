@@ -22,6 +22,9 @@ pub enum Error {
     /// A check the user asked for did not pass (e.g. `diff --fail-over`).
     #[error("{0}")]
     CheckFailed(String),
+    /// A drawing memtrack could not make: not the input's fault.
+    #[error(transparent)]
+    Draw(#[from] crate::render::error::DrawError),
 }
 
 impl Error {
@@ -39,10 +42,12 @@ impl Error {
         }
     }
 
-    /// 1 for a failed check, 2 for bad usage or unreadable input (DESIGN.md, "Conventions").
+    /// 1 for a failed check, 2 for bad usage or unreadable input, 3 for a drawing memtrack
+    /// could not make (docs/architecture.md, "Errors and exit codes").
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::CheckFailed(_) => 1,
+            Error::Draw(_) => 3,
             _ => 2,
         }
     }

@@ -15,7 +15,7 @@ fn both(bytes: &[u8]) -> (Option<TrackerStats>, Result<TrackerStats, String>) {
     let fast = tracker_stream::read(bytes, &mut ());
     let generic = memtrack::pickle::parse(bytes)
         .map_err(|e| e.to_string())
-        .and_then(tracker::from_document);
+        .and_then(|doc| tracker::from_document(doc).map_err(String::from));
     (fast, generic)
 }
 

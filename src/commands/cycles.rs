@@ -40,10 +40,10 @@ pub fn run(a: CyclesArgs) -> Result<()> {
         Some(Ok(match ext {
             "svg" => graph::svg(&items, &title, a.units).into_bytes(),
             "png" => {
-                return Some(render::picture::png(
-                    &graph::svg(&items, &title, a.units),
-                    1.0,
-                ))
+                return Some(
+                    render::picture::png(&graph::svg(&items, &title, a.units), 1.0)
+                        .map_err(Into::into),
+                )
             }
             "dot" | "gv" => graph::dot(&items, &title, a.units).into_bytes(),
             "html" | "htm" => graph::html(&items, &title, a.units).into_bytes(),

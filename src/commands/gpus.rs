@@ -7,7 +7,7 @@ use crate::render::{self, Format};
 use crate::{device, output};
 
 pub fn run(a: GpusArgs) -> Result<()> {
-    let nvml = device::open().map_err(Error::Unavailable)?;
+    let nvml = device::open().map_err(|e| Error::Unavailable(e.to_string()))?;
     let Some(seconds) = a.watch else {
         let text = render::gpus::gpus(&nvml.gpus(), a.format, a.units);
         return output::emit(std::path::Path::new("-"), text.as_bytes());

@@ -68,7 +68,7 @@ fn page(cmd: &clap::Command) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The exit codes every command keeps (DESIGN.md's conventions), in roff.
+/// The exit codes every command keeps (docs/architecture.md, "Errors and exit codes"), in roff.
 const EXIT_STATUS: &str = r#".SH "EXIT STATUS"
 .TP
 \fB0\fR

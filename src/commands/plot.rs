@@ -99,7 +99,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
         .unwrap_or_else(|| super::display_name(&a.file));
     let chart = memory_chart::tracker(&stats, &picks, a.split, a.units, title);
     let drawing = crate::progress::Stage::new("drawing");
-    let svg = plot::svg(&chart).map_err(|e| Error::Usage(format!("cannot draw the plot: {e}")))?;
+    let svg = plot::svg(&chart)?;
     drop(drawing);
     super::write_picture(&out, kind, &svg, String::new)
 }
@@ -188,7 +188,7 @@ fn snapshot(
         .clone()
         .unwrap_or_else(|| super::display_name(&a.file));
     let chart = memory_chart::snapshot(tls, a.units, title);
-    let svg = plot::svg(&chart).map_err(|e| Error::Usage(format!("cannot draw the plot: {e}")))?;
+    let svg = plot::svg(&chart)?;
     super::write_picture(out, kind, &svg, String::new)
 }
 

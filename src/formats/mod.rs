@@ -2,6 +2,7 @@
 //!
 //! `load` detects what a file is from its content, never from its name.
 
+pub mod error;
 pub mod event_spool;
 pub mod json;
 pub mod record_ext;

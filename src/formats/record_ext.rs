@@ -13,7 +13,7 @@ use crate::model::{
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value};
 
-type Parse<T> = std::result::Result<T, String>;
+use super::error::{LayoutError, Parse};
 
 // ---- reading ----
 
@@ -114,7 +114,7 @@ fn device_memory(doc: &Document, v: Value) -> Parse<Vec<DeviceSeries>> {
         .ok_or("memtrack.device_memory: expected a list")?;
     let mut out = Vec::with_capacity(list.len());
     for (n, item) in list.iter().enumerate() {
-        let bad = |what: &str| format!("memtrack.device_memory[{n}]: {what}");
+        let bad = |what: &str| LayoutError(format!("memtrack.device_memory[{n}]: {what}"));
         let d = doc.as_dict(*item).ok_or_else(|| bad("expected a dict"))?;
         let seq = |k: &str| -> Parse<&[Value]> {
             d.get(k)
@@ -152,7 +152,7 @@ fn cycles(doc: &Document, v: Value) -> Parse<Vec<Cycle>> {
     let list = doc.as_seq(v).ok_or("memtrack.cycles: expected a list")?;
     let mut out = Vec::with_capacity(list.len());
     for (n, item) in list.iter().enumerate() {
-        let bad = |what: String| format!("memtrack.cycles[{n}]: {what}");
+        let bad = |what: String| LayoutError(format!("memtrack.cycles[{n}]: {what}"));
         let d = doc
             .as_dict(*item)
             .ok_or_else(|| bad("expected a dict".into()))?;
@@ -258,7 +258,7 @@ fn modules(doc: &Document, v: Value) -> Parse<Vec<IterationModules>> {
         .ok_or("memtrack.modules: expected a list of iterations")?;
     let mut out = Vec::with_capacity(iters.len());
     for (n, it) in iters.iter().enumerate() {
-        let ctx = |e: String| format!("memtrack.modules[{n}]: {e}");
+        let ctx = |e: LayoutError| LayoutError(format!("memtrack.modules[{n}]: {e}"));
         let d = doc
             .as_dict(*it)
             .ok_or_else(|| ctx("expected a dict".into()))?;
@@ -303,7 +303,9 @@ fn module(doc: &Document, m: Value) -> Parse<ModuleStats> {
     for st in states {
         let fqn = &stats.fqn;
         let Some([name, calls]) = doc.as_seq(*st) else {
-            return Err(format!("{fqn}: a state is not a (name, calls) pair"));
+            return Err(LayoutError(format!(
+                "{fqn}: a state is not a (name, calls) pair"
+            )));
         };
         let name = doc.as_str(*name).unwrap_or("");
         let state =
@@ -328,10 +330,10 @@ fn snapshot(doc: &Document, v: Value) -> Parse<ModuleSnapshot> {
     for (k, v) in d.iter() {
         let device = doc.as_str(k).ok_or("snapshot: a device is not a string")?;
         let bad = || {
-            format!(
+            LayoutError(format!(
                 "snapshot['{device}']: expected a list of {} ints",
                 CATEGORIES.len() + 1
-            )
+            ))
         };
         let vals = doc.as_seq(v).ok_or_else(bad)?;
         if vals.len() != CATEGORIES.len() + 1 {

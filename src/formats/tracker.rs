@@ -15,7 +15,7 @@ use crate::model::{Marker, OpNames, RecordInfo, Series, TrackerStats};
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value, View};
 
-type Parse<T> = std::result::Result<T, String>;
+use super::error::{LayoutError, Parse};
 
 struct SeriesEntries {
     keys: Vec<i64>,
@@ -117,6 +117,7 @@ fn series_dict<'d>(doc: &'d Document, root: &Dict<'d>, s: Series) -> Parse<Dict<
             s.stats_key(),
             doc.type_name(v)
         )
+        .into()
     })
 }
 
@@ -132,8 +133,8 @@ fn entry(doc: &Document, s: Series, k: Value, v: Value) -> Parse<(i64, Value, f6
 }
 
 #[cold]
-fn entry_error(doc: &Document, s: Series, k: Value, v: Value) -> String {
-    match doc.as_int(k) {
+fn entry_error(doc: &Document, s: Series, k: Value, v: Value) -> LayoutError {
+    LayoutError(match doc.as_int(k) {
         None => format!(
             "{}: op index keys must be ints, found {}",
             s.stats_key(),
@@ -144,7 +145,7 @@ fn entry_error(doc: &Document, s: Series, k: Value, v: Value) -> String {
             s.stats_key(),
             doc.type_name(v)
         ),
-    }
+    })
 }
 
 /// Values of `e` in the order of `keys`; ops a series lacks are NaN (never written by PyTorch,

@@ -8,3 +8,14 @@ pub struct PickleError {
     pub offset: usize,
     pub message: String,
 }
+
+/// A document grown past one of the reader's limits; the reader places it at the opcode's byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// Containers nested deeper than Python's pickler can write (`MAX_DEPTH`).
+    #[error("containers nested more than {0} deep")]
+    TooDeep(u16),
+    /// More values than the document's 32-bit indices hold.
+    #[error("more than 4 billion values: the file is too large to read")]
+    TooManyValues,
+}

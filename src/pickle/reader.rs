@@ -637,7 +637,7 @@ impl<'a, 's> Machine<'a, 's> {
         let dict = self
             .doc
             .shaped_dict(shape, &items[..pairs])
-            .map_err(|m| self.cursor.error(m))?;
+            .map_err(|m| self.cursor.error(m.to_string()))?;
         if memoized {
             let _ = self.memoize(dict);
         }
@@ -725,7 +725,9 @@ impl<'a, 's> Machine<'a, 's> {
     }
 
     fn extend(&mut self, c: Value, new: &[Value]) -> Result<()> {
-        self.doc.extend(c, new).map_err(|m| self.cursor.error(m))
+        self.doc
+            .extend(c, new)
+            .map_err(|m| self.cursor.error(m.to_string()))
     }
 
     /// SETITEMS / APPENDS / ADDITEMS: the values above the last MARK go straight from the
@@ -745,7 +747,7 @@ impl<'a, 's> Machine<'a, 's> {
         let target = self.items_target(self.stack[mark - 1], want_dict)?;
         let r = self.doc.extend(target, &self.stack[mark..]);
         self.stack.truncate(mark);
-        r.map_err(|m| self.cursor.error(m))
+        r.map_err(|m| self.cursor.error(m.to_string()))
     }
 
     /// The dict or list that SETITEM(S)/APPEND(S) add to: the value itself, or the item

@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use super::error::LimitError;
+
 /// A handle to one decoded value. Cheap to copy; resolve it with [`Document::view`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Value(u64);
@@ -580,7 +582,7 @@ impl Document {
 
     /// Append `new` to a container: in place at the end of the pool when the container is
     /// there (or still empty), else in the container's own vector (see `Span`).
-    pub(crate) fn extend(&mut self, c: Value, new: &[Value]) -> Result<(), String> {
+    pub(crate) fn extend(&mut self, c: Value, new: &[Value]) -> Result<(), LimitError> {
         if new.is_empty() {
             return Ok(());
         }
@@ -592,10 +594,7 @@ impl Document {
             }
         }
         if span.depth > super::MAX_DEPTH {
-            return Err(format!(
-                "containers nested more than {} deep",
-                super::MAX_DEPTH
-            ));
+            return Err(LimitError::TooDeep(super::MAX_DEPTH));
         }
         if span.storage == Storage::Shaped {
             // more items after all: keys and values interleaved, in a vector of its own
@@ -624,7 +623,7 @@ impl Document {
             }
             pool.extend_from_slice(new);
             if pool.len() > u32::MAX as usize {
-                return Err("more than 4 billion values: the file is too large to read".into());
+                return Err(LimitError::TooManyValues);
             }
         } else {
             let (start, len) = (span.start as usize, span.len as usize);
@@ -662,7 +661,11 @@ impl Document {
     }
 
     /// A dict of the key list `shape` (from `shape_of`) and `values`.
-    pub(crate) fn shaped_dict(&mut self, shape: u32, values: &[Value]) -> Result<Value, String> {
+    pub(crate) fn shaped_dict(
+        &mut self,
+        shape: u32,
+        values: &[Value],
+    ) -> Result<Value, LimitError> {
         let keys = &self.shapes[shape as usize];
         let mut depth = 0;
         for &v in keys.iter().chain(values) {
@@ -671,14 +674,11 @@ impl Document {
             }
         }
         if depth > super::MAX_DEPTH {
-            return Err(format!(
-                "containers nested more than {} deep",
-                super::MAX_DEPTH
-            ));
+            return Err(LimitError::TooDeep(super::MAX_DEPTH));
         }
         let start = self.items.len();
         if start + 1 + values.len() > u32::MAX as usize {
-            return Err("more than 4 billion values: the file is too large to read".into());
+            return Err(LimitError::TooManyValues);
         }
         self.items.push(Value(shape as u64));
         self.items.extend_from_slice(values);

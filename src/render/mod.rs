@@ -2,6 +2,7 @@
 
 pub mod allocator;
 pub mod cycles;
+pub mod error;
 pub mod gpus;
 pub mod graph;
 pub mod memory_chart;

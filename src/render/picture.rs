@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use resvg::{tiny_skia, usvg};
 
+use super::error::DrawError;
 use crate::error::{Error, Result};
 
 static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
@@ -56,7 +57,7 @@ pub fn kind_of(path: &Path, allowed: &[PictureKind]) -> Result<PictureKind> {
 }
 
 /// An SVG document rendered to PNG, at its own size (`scale` 1) or larger.
-pub fn png(svg: &str, scale: f32) -> Result<Vec<u8>> {
+pub fn png(svg: &str, scale: f32) -> std::result::Result<Vec<u8>, DrawError> {
     let mut opt = usvg::Options::default();
     {
         let db = Arc::make_mut(&mut opt.fontdb);
@@ -73,12 +74,12 @@ pub fn png(svg: &str, scale: f32) -> Result<Vec<u8>> {
     }
     opt.font_family = "DejaVu Sans".into();
     let tree = usvg::Tree::from_str(svg, &opt)
-        .map_err(|e| Error::Usage(format!("cannot render the drawing as PNG: {e}")))?;
+        .map_err(|e| DrawError::Png(format!("cannot render the drawing as PNG: {e}")))?;
     let size = tree.size().to_int_size().scale_by(scale).ok_or_else(|| {
-        Error::Usage("cannot render the drawing as PNG: it has no size".to_string())
+        DrawError::Png("cannot render the drawing as PNG: it has no size".to_string())
     })?;
     let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height()).ok_or_else(|| {
-        Error::Usage(format!(
+        DrawError::Png(format!(
             "cannot render a {}x{} PNG",
             size.width(),
             size.height()
@@ -92,11 +93,15 @@ pub fn png(svg: &str, scale: f32) -> Result<Vec<u8>> {
     );
     pixmap
         .encode_png()
-        .map_err(|e| Error::Usage(format!("cannot encode the PNG: {e}")))
+        .map_err(|e| DrawError::Png(format!("cannot encode the PNG: {e}")))
 }
 
 /// The drawing in the kind asked for; `html` builds the page when the command has one.
-pub fn encode(kind: PictureKind, svg: &str, html: impl FnOnce() -> String) -> Result<Vec<u8>> {
+pub fn encode(
+    kind: PictureKind,
+    svg: &str,
+    html: impl FnOnce() -> String,
+) -> std::result::Result<Vec<u8>, DrawError> {
     Ok(match kind {
         PictureKind::Svg => svg.as_bytes().to_vec(),
         PictureKind::Png => png(svg, 1.0)?,

@@ -4,6 +4,7 @@
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
+use super::error::DrawError;
 use crate::model::Units;
 
 use super::ticks::time_unit;
@@ -89,7 +90,7 @@ fn register_font() {
 }
 
 /// The chart as an SVG document.
-pub fn svg(chart: &Chart) -> Result<String, String> {
+pub fn svg(chart: &Chart) -> Result<String, DrawError> {
     register_font();
     let per_panel = if chart.panels.len() > 1 {
         SPLIT_PANEL_HEIGHT
@@ -100,19 +101,20 @@ pub fn svg(chart: &Chart) -> Result<String, String> {
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, (WIDTH, height)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        root.fill(&WHITE)
+            .map_err(|e| DrawError::Plot(e.to_string()))?;
         let root = root
             .titled(
                 &chart.title,
                 ("sans-serif", 22).into_font().style(FontStyle::Bold),
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| DrawError::Plot(e.to_string()))?;
         let areas = root.split_evenly((chart.panels.len().max(1), 1));
         for (k, (panel, area)) in chart.panels.iter().zip(areas.iter()).enumerate() {
             let last = k + 1 == chart.panels.len();
-            draw_panel(chart, panel, area, last).map_err(|e| e.to_string())?;
+            draw_panel(chart, panel, area, last).map_err(|e| DrawError::Plot(e.to_string()))?;
         }
-        root.present().map_err(|e| e.to_string())?;
+        root.present().map_err(|e| DrawError::Plot(e.to_string()))?;
     }
     Ok(out)
 }

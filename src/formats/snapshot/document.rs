@@ -24,7 +24,7 @@ use crate::pickle::{Document, Value, View};
 use super::fields::{KeyCache, BLOCK_FIELDS, EVENT_FIELDS, FRAME_FIELDS, SEG_FIELDS};
 use super::traces::StreamedTraces;
 
-type Parse<T> = std::result::Result<T, String>;
+use crate::formats::error::Parse;
 
 /// Small segments are 2 MiB (kSmallBuffer); large ones at least 10 MiB.
 const SMALL_SEGMENT_MAX: u64 = 2 << 20;
@@ -154,7 +154,7 @@ fn convert(
 
 fn seq<'d>(doc: &'d Document, v: Value, what: &str) -> Parse<&'d [Value]> {
     doc.as_seq(v)
-        .ok_or_else(|| format!("{what}: expected a list, found {}", doc.type_name(v)))
+        .ok_or_else(|| format!("{what}: expected a list, found {}", doc.type_name(v)).into())
 }
 
 fn device_index(doc: &Document, v: Value, what: &str) -> Parse<u32> {
@@ -165,6 +165,7 @@ fn device_index(doc: &Document, v: Value, what: &str) -> Parse<u32> {
                 "{what}: expected a device index, found {}",
                 describe(doc, v)
             )
+            .into()
         })
 }
 
@@ -189,16 +190,13 @@ fn non_negative_slow(doc: &Document, v: Value, what: &dyn Fn() -> String) -> Par
     match doc.view(v) {
         View::Int(i) if i >= 0 => Ok(i as u64),
         View::Bool(b) => Ok(b as u64),
-        View::Int(i) => Err(format!("{}: expected a size or address, found {i}", what())),
+        View::Int(i) => Err(format!("{}: expected a size or address, found {i}", what()).into()),
         View::BigInt(_) => Err(format!(
             "{}: integer wider than 64 bits where a size or address was expected",
             what()
-        )),
-        _ => Err(format!(
-            "{}: expected an int, found {}",
-            what(),
-            doc.type_name(v)
-        )),
+        )
+        .into()),
+        _ => Err(format!("{}: expected an int, found {}", what(), doc.type_name(v)).into()),
     }
 }
 
@@ -323,11 +321,9 @@ impl<'d> Conv<'d> {
             Some(s) => s,
             None if v == Value::NONE => "",
             None => {
-                return Err(format!(
-                    "{}: expected a string, found {}",
-                    what(),
-                    doc.type_name(v)
-                ))
+                return Err(
+                    format!("{}: expected a string, found {}", what(), doc.type_name(v)).into(),
+                )
             }
         };
         let id = self.string_text(s);
@@ -399,7 +395,8 @@ impl<'d> Conv<'d> {
                     "{}: expected a list of frames, found {}",
                     what(),
                     doc.type_name(v)
-                ))
+                )
+                .into())
             }
         };
         let id = self.stack_of_frames(items, what)?;
@@ -498,7 +495,7 @@ impl<'d> Conv<'d> {
             }
         }
         if !have_total {
-            return Err(format!("segments[{i}]: no 'total_size'"));
+            return Err(format!("segments[{i}]: no 'total_size'").into());
         }
         let blocks = match blocks {
             Some(b) => seq(doc, b, &ctx("blocks"))?,
@@ -581,7 +578,7 @@ impl<'d> Conv<'d> {
                         };
                         let real_size = match hd.get("real_size") {
                             Some(a) => non_negative(doc, a, &|| hctx("real_size"))?,
-                            None => return Err(format!("{}: missing", hctx("real_size"))),
+                            None => return Err(format!("{}: missing", hctx("real_size")).into()),
                         };
                         let stack = match hd.get("frames") {
                             Some(f) => self.stack(f, &|| hctx("frames"))?,
@@ -600,10 +597,10 @@ impl<'d> Conv<'d> {
             }
         }
         if !have_size {
-            return Err(format!("segments[{i}].blocks[{j}]: no 'size'"));
+            return Err(format!("segments[{i}].blocks[{j}]: no 'size'").into());
         }
         if !have_state {
-            return Err(format!("segments[{i}].blocks[{j}]: no 'state'"));
+            return Err(format!("segments[{i}].blocks[{j}]: no 'state'").into());
         }
         Ok(b)
     }
@@ -714,7 +711,7 @@ impl<'d> Conv<'d> {
                 }
             }
             if !have_action {
-                return Err(format!("device_traces[{dev}][{n}]: no 'action'"));
+                return Err(format!("device_traces[{dev}][{n}]: no 'action'").into());
             }
             aux.action_name = other_name;
             t.push(e, stream, aux)
