@@ -65,6 +65,55 @@ fn memtracks_own_files_take_the_stream_path_too() {
     );
 }
 
+/// Records how far a reading got.
+#[derive(Default)]
+struct Furthest(usize);
+
+impl memtrack::pickle::Progress for Furthest {
+    fn advanced(&mut self, consumed: usize) {
+        self.0 = self.0.max(consumed);
+    }
+}
+
+#[test]
+fn record_files_are_read_once() {
+    // a record file as `record` writes it: the fast stats path sees at its first key that the
+    // file has the `memtrack` extension and leaves it to the generic reader at once, instead of
+    // reading its series first (the fixture, written before, has `memtrack` last)
+    let path = fixture("record/h100_gpt2_train.pkl");
+    let old = std::fs::read(&path).unwrap();
+    let stats = match memtrack::formats::load(&path).unwrap() {
+        memtrack::formats::Input::Tracker(t) => *t,
+        _ => panic!("a record file"),
+    };
+    assert!(stats.record.is_some());
+    let mut furthest = Furthest::default();
+    assert!(tracker_stream::read(&old, &mut furthest).is_none());
+    assert!(
+        furthest.0 > old.len() / 2,
+        "the old layout is read past its series ({} of {} bytes) before the extension shows",
+        furthest.0,
+        old.len()
+    );
+    let new = tracker::to_pickle_bytes(&stats);
+    let mut furthest = Furthest::default();
+    assert!(tracker_stream::read(&new, &mut furthest).is_none());
+    assert!(
+        furthest.0 < 64,
+        "the fast path gave up at byte {} of {}",
+        furthest.0,
+        new.len()
+    );
+    // and the file reads back the same, MemoryTracker's keys and the extension
+    let again = memtrack::pickle::parse(&new)
+        .map_err(|e| e.to_string())
+        .and_then(|doc| tracker::from_document(doc).map_err(String::from))
+        .unwrap();
+    assert_same(&stats, &again);
+    let json = |s: &TrackerStats| serde_json::to_string(&memtrack::formats::json::TrackerJson(s));
+    assert_eq!(json(&again).unwrap(), json(&stats).unwrap());
+}
+
 #[test]
 fn files_the_stream_reader_declines_still_read() {
     // protocol 2, as older tools write: generic path only

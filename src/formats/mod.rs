@@ -5,6 +5,7 @@
 pub mod error;
 pub mod event_spool;
 pub mod json;
+pub mod kind;
 pub mod record_ext;
 pub mod snapshot;
 pub mod tracker;
@@ -17,6 +18,7 @@ pub use crate::model::snapshot::Parts as SnapshotParts;
 use crate::model::trace::TraceSink;
 use crate::model::{Snapshot, TrackerStats};
 use crate::pickle::{self, Document, MappedFile, View};
+use kind::Kind;
 use snapshot::Streamed;
 
 /// A file memtrack reads, by kind.
@@ -26,7 +28,18 @@ pub enum Input {
 }
 
 impl Input {
-    pub fn kind(&self) -> &'static str {
+    /// What the file was ([`kind::of_document`] for the generic reading; the fast stats path
+    /// reads only files without the `memtrack` extension).
+    pub fn kind(&self) -> Kind {
+        match self {
+            Input::Tracker(t) if t.record.is_some() => Kind::Record,
+            Input::Tracker(_) => Kind::Stats,
+            Input::Snapshot(_) => Kind::Snapshot,
+        }
+    }
+
+    /// The name messages give its kind ("this file is an allocator snapshot").
+    pub fn kind_name(&self) -> &'static str {
         match self {
             Input::Tracker(_) => "tracker stats",
             Input::Snapshot(_) => "allocator snapshot",
@@ -176,16 +189,18 @@ pub fn from_document(path: &Path, doc: Document) -> Result<Input> {
 
 fn from_document_with(path: &Path, doc: Document, parts: SnapshotParts) -> Result<Input> {
     let root = doc.root();
-    if snapshot::is_snapshot(&doc, root) {
-        return snapshot::from_document_parts(&doc, parts)
-            .map(|s| Input::Snapshot(Box::new(s)))
-            .map_err(|m| Error::input(path, m));
-    }
-    let has_key = |key: &str| doc.as_dict(root).is_some_and(|d| d.get(key).is_some());
-    if has_key("memories_allocated") {
-        return tracker::from_document(doc)
-            .map(|t| Input::Tracker(Box::new(t)))
-            .map_err(|m| Error::input(path, m));
+    match kind::of_document(&doc, root) {
+        Some(Kind::Snapshot) => {
+            return snapshot::from_document_parts(&doc, parts)
+                .map(|s| Input::Snapshot(Box::new(s)))
+                .map_err(|m| Error::input(path, m));
+        }
+        Some(Kind::Stats | Kind::Record) => {
+            return tracker::from_document(doc)
+                .map(|t| Input::Tracker(Box::new(t)))
+                .map_err(|m| Error::input(path, m));
+        }
+        None => {}
     }
     if let Some(d) = doc.as_dict(root) {
         let keys: Vec<String> = d
@@ -233,7 +248,7 @@ pub fn load_tracker(path: &Path) -> Result<TrackerStats> {
             path,
             format!(
                 "this command reads tracker stats, and this file is an {}",
-                other.kind()
+                other.kind_name()
             ),
         )),
     }
@@ -266,7 +281,7 @@ fn snapshot_only(path: &Path, input: Input) -> Result<Snapshot> {
             path,
             format!(
                 "this command reads allocator snapshots (torch.cuda.memory._dump_snapshot()), and this file is {}",
-                other.kind()
+                other.kind_name()
             ),
         )),
     }

@@ -225,10 +225,17 @@ fn record_info(doc: &Document, v: Value) -> Parse<RecordInfo> {
 // ---- writing ----
 
 /// The stats as pickle bytes that PyTorch's `MemoryTracker().load()` and `show_traces()` read,
-/// keys in the order `save_stats()` writes them.
+/// keys in the order `save_stats()` writes them, after the `memtrack` key of a record file:
+/// written first, it tells a reader at the first key that this is a record file, which
+/// `tracker_stream` leaves to the generic reader, so the file is read once.
 pub fn to_pickle_bytes(stats: &TrackerStats) -> Vec<u8> {
     let mut w = Writer::new();
     w.begin_dict();
+    if let Some(r) = &stats.record {
+        w.str("memtrack");
+        write_record(&mut w, r);
+        w.end_entry();
+    }
     for s in Series::ALL {
         w.str(s.stats_key());
         w.begin_dict();
@@ -258,11 +265,6 @@ pub fn to_pickle_bytes(stats: &TrackerStats) -> Vec<u8> {
     w.str("op_index");
     w.int(stats.op_index.unwrap_or(stats.op_count() as i64));
     w.end_entry();
-    if let Some(r) = &stats.record {
-        w.str("memtrack");
-        write_record(&mut w, r);
-        w.end_entry();
-    }
     w.end_dict();
     w.finish()
 }

@@ -29,21 +29,6 @@ use crate::formats::error::Parse;
 /// Small segments are 2 MiB (kSmallBuffer); large ones at least 10 MiB.
 const SMALL_SEGMENT_MAX: u64 = 2 << 20;
 
-/// Whether `root` looks like a snapshot: a dict with `segments` or `device_traces`, or a list
-/// of segment dicts (an empty list too: `memory_snapshot()` of an allocator that holds nothing).
-pub fn is_snapshot(doc: &Document, root: Value) -> bool {
-    if let Some(d) = doc.as_dict(root) {
-        return d.get("segments").is_some() || d.get("device_traces").is_some();
-    }
-    if let View::List(items) = doc.view(root) {
-        return items.iter().all(|&v| {
-            doc.as_dict(v)
-                .is_some_and(|d| d.get("blocks").is_some() || d.get("total_size").is_some())
-        });
-    }
-    false
-}
-
 pub fn from_document(doc: &Document) -> Parse<Snapshot> {
     from_document_parts(doc, Parts::All)
 }

@@ -15,9 +15,10 @@ mod fields;
 mod tail;
 mod traces;
 
-pub use document::{from_document, from_document_parts, is_snapshot};
+pub use document::{from_document, from_document_parts};
 pub use traces::{Reading, SecondCore, StreamedTraces, TraceReader};
 
+use crate::formats::kind::{of_document, Kind};
 use crate::model::snapshot::{Parts, Snapshot};
 use crate::model::trace::TraceSink;
 use crate::pickle::{Document, Pages, PickleError, Progress};
@@ -46,7 +47,7 @@ pub fn finish(reader: TraceReader<'_>, parsed: Result<Document, PickleError>) ->
         Reading::Other(doc) => return Streamed::Other(doc),
         Reading::ReadAgain => return Streamed::ReadAgain,
     };
-    if !is_snapshot(&doc, doc.root()) {
+    if of_document(&doc, doc.root()) != Some(Kind::Snapshot) {
         traces::dropped(&"not a snapshot");
         return Streamed::ReadAgain;
     }
