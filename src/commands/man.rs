@@ -80,6 +80,9 @@ A check failed: \fBmemtrack diff \-\-fail\-over\fR found growth over its thresho
 \fB2\fR
 Bad usage or an input memtrack cannot read; the message names the file and what was wrong, and nothing already written is lost.
 .TP
+\fB3\fR
+A drawing memtrack could not make (a chart or PNG that failed to render): not the input's fault.
+.TP
 \fBany other\fR
 \fBmemtrack record\fR exits with the recorded program's own exit code (128 + the signal's number when a signal ended it).
 "#;
