@@ -5,6 +5,7 @@
 //! and to stream large files.
 
 mod error;
+mod flat_dict;
 mod literals;
 mod memo;
 pub mod ops;

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use super::error::PickleError;
+use super::flat_dict::{FlatBatch, FlatValue, MAX_PAIRS};
 use super::literals::{
     decimal_to_twos_complement_le, decode_python_string_literal, decode_raw_unicode_escape,
 };
@@ -38,15 +39,6 @@ pub trait Progress {
 
 impl Progress for () {
     fn advanced(&mut self, _consumed: usize) {}
-}
-
-/// A value of a flat dict as the fused path decoded it, before it became a document value.
-#[derive(Clone, Copy, Debug)]
-enum FlatValue {
-    Int(i64),
-    Float(f64),
-    /// A memo reference, None or a bool.
-    Value(Value),
 }
 
 /// Reads one value of the stream in place of the machine: a format's own reader for the long
@@ -529,101 +521,17 @@ impl<'a, 's> Machine<'a, 's> {
     /// opcodes one by one would leave, at a fraction of the work. Called just after EMPTY_DICT;
     /// false (having changed nothing) for anything else, which then runs opcode by opcode.
     fn flat_dict(&mut self) -> Result<bool> {
-        // snapshot events have 6 pairs, blocks 5; larger dicts go opcode by opcode
-        const MAX_PAIRS: usize = 12;
-        let b = self.cursor.rest();
-        let memoized = b.first() == Some(&0x94);
-        let mut i = memoized as usize;
-        if b.get(i) != Some(&b'(') {
+        let Some(batch) = FlatBatch::match_at(self.cursor.rest(), |id| self.memo_lookup(id)) else {
             return Ok(false);
-        }
-        i += 1;
-        let mut raw_keys = [FlatValue::Value(Value::NONE); MAX_PAIRS];
-        let mut values = [FlatValue::Value(Value::NONE); MAX_PAIRS];
-        let mut n = 0;
-        loop {
-            let Some(&code) = b.get(i) else {
-                return Ok(false);
-            };
-            if code == b'u' {
-                i += 1;
-                break;
-            }
-            if n == 2 * MAX_PAIRS {
-                return Ok(false);
-            }
-            let arg = |len: usize| b.get(i + 1..i + 1 + len);
-            let (v, len) = match code {
-                b'h' | b'j' => {
-                    let (id, len) = match code {
-                        b'h' => (
-                            *match arg(1) {
-                                Some(a) => &a[0],
-                                None => return Ok(false),
-                            } as usize,
-                            1,
-                        ),
-                        _ => match arg(4) {
-                            Some(a) => (u32::from_le_bytes(a.try_into().unwrap()) as usize, 4),
-                            None => return Ok(false),
-                        },
-                    };
-                    match self.memo_lookup(id as u64) {
-                        Some(v) => (FlatValue::Value(v), len),
-                        None => return Ok(false),
-                    }
-                }
-                b'K' => match arg(1) {
-                    Some(a) => (FlatValue::Int(a[0] as i64), 1),
-                    None => return Ok(false),
-                },
-                b'M' => match arg(2) {
-                    Some(a) => (
-                        FlatValue::Int(u16::from_le_bytes(a.try_into().unwrap()) as i64),
-                        2,
-                    ),
-                    None => return Ok(false),
-                },
-                b'J' => match arg(4) {
-                    Some(a) => (
-                        FlatValue::Int(i32::from_le_bytes(a.try_into().unwrap()) as i64),
-                        4,
-                    ),
-                    None => return Ok(false),
-                },
-                0x8a => match arg(1) {
-                    // LONG1 of up to 8 bytes (Python writes the fewest that hold the value)
-                    Some(&[k]) if k <= 8 => match b.get(i + 2..i + 2 + k as usize) {
-                        Some(le) => (FlatValue::Int(int_from_short_le(le)), 1 + k as usize),
-                        None => return Ok(false),
-                    },
-                    _ => return Ok(false),
-                },
-                b'G' => match arg(8) {
-                    Some(a) => (
-                        FlatValue::Float(f64::from_be_bytes(a.try_into().unwrap())),
-                        8,
-                    ),
-                    None => return Ok(false),
-                },
-                b'N' => (FlatValue::Value(Value::NONE), 0),
-                0x88 => (FlatValue::Value(Value::TRUE), 0),
-                0x89 => (FlatValue::Value(Value::FALSE), 0),
-                _ => return Ok(false),
-            };
-            if n % 2 == 0 {
-                raw_keys[n / 2] = v;
-            } else {
-                values[n / 2] = v;
-            }
-            n += 1;
-            i += 1 + len;
-        }
-        if n == 0 || n % 2 != 0 {
-            return Ok(false);
-        }
+        };
+        let FlatBatch {
+            memoized,
+            pairs,
+            keys: raw_keys,
+            values,
+            len: i,
+        } = batch;
         // matched: now the effects, in the order the opcodes would have them
-        let pairs = n / 2;
         let mut keys = [Value::NONE; MAX_PAIRS];
         for (k, &r) in keys.iter_mut().zip(&raw_keys[..pairs]) {
             *k = self.value_of(r);
