@@ -6,7 +6,7 @@ use crate::analysis::diff::{Gate, SnapshotDiff, StatsDiff, Threshold};
 use crate::model::{format_bytes, Units};
 
 use super::document::Document;
-use super::table::Table;
+use super::table::{or_empty, Table};
 use super::{json, signed, thousands, Format};
 
 fn threshold_text(t: Threshold, units: Units) -> String {
@@ -128,16 +128,15 @@ pub fn stats_diff(d: &StatsDiff, title: &str, format: Format, units: Units) -> S
             "peak_before_bytes",
             "peak_after_bytes",
         ]);
-        let o = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
         for g in &d.ops {
             t.row(vec![
                 "op".into(),
                 g.op.clone(),
-                o(g.generated_before_bytes),
-                o(g.generated_after_bytes),
+                or_empty(g.generated_before_bytes),
+                or_empty(g.generated_after_bytes),
                 g.growth_bytes.to_string(),
-                o(g.allocated_before_bytes),
-                o(g.allocated_after_bytes),
+                or_empty(g.allocated_before_bytes),
+                or_empty(g.allocated_after_bytes),
                 String::new(),
                 String::new(),
             ]);
@@ -146,13 +145,13 @@ pub fn stats_diff(d: &StatsDiff, title: &str, format: Format, units: Units) -> S
             t.row(vec![
                 "module".into(),
                 m.module.clone(),
-                o(m.generated_before_bytes),
-                o(m.generated_after_bytes),
+                or_empty(m.generated_before_bytes),
+                or_empty(m.generated_after_bytes),
                 m.growth_bytes.to_string(),
                 String::new(),
                 String::new(),
-                o(m.peak_before_bytes),
-                o(m.peak_after_bytes),
+                or_empty(m.peak_before_bytes),
+                or_empty(m.peak_after_bytes),
             ]);
         }
         return t.csv();

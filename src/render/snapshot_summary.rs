@@ -8,7 +8,7 @@ use crate::analysis::snapshot_summary::SnapshotSummary;
 use crate::model::{format_bytes, Units};
 
 use super::document::Document;
-use super::table::Table;
+use super::table::{or_empty, Table};
 use super::{json, pct, thousands, Format};
 
 /// `+1.234 s` after the trace start, or `event 123` when there is no time.
@@ -63,10 +63,8 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
                     d.external_fragmentation
                         .map_or(String::new(), |f| format!("{f:.6}")),
                     d.largest_free_block_bytes.to_string(),
-                    d.peak_allocated
-                        .map_or(String::new(), |p| p.bytes.to_string()),
-                    d.peak_reserved
-                        .map_or(String::new(), |p| p.bytes.to_string()),
+                    or_empty(d.peak_allocated.map(|p| p.bytes)),
+                    or_empty(d.peak_reserved.map(|p| p.bytes)),
                     d.trace_entries.to_string(),
                     d.ooms.len().to_string(),
                 ]);

@@ -7,14 +7,19 @@ use tabled::settings::{Alignment, Style};
 /// Where a column's cells sit in text and Markdown.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Align {
+    /// Words.
     Left,
+    /// Numbers.
     Right,
 }
 
 /// Rows under headers, each column aligned left or right; printed by the methods below.
 pub struct Table {
+    /// Column names, as shown.
     pub headers: Vec<String>,
+    /// Each column's alignment.
     pub align: Vec<Align>,
+    /// The cells, row by row.
     pub rows: Vec<Vec<String>>,
 }
 

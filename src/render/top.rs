@@ -7,7 +7,7 @@ use crate::analysis::sites::SiteReport;
 use crate::model::{format_bytes, Units};
 
 use super::document::Document;
-use super::table::Table;
+use super::table::{or_empty, Table};
 use super::{json, thousands, Format};
 
 /// Each device's sites by bytes in `format` (`title`: the file's name).
@@ -34,8 +34,8 @@ pub fn top(reports: &[SiteReport], title: &str, format: Format, units: Units) ->
                     row.location.clone(),
                     row.end_bytes.to_string(),
                     row.end_count.to_string(),
-                    row.peak_bytes.map_or(String::new(), |v| v.to_string()),
-                    row.peak_count.map_or(String::new(), |v| v.to_string()),
+                    or_empty(row.peak_bytes),
+                    or_empty(row.peak_count),
                 ]);
             }
         }

@@ -8,7 +8,8 @@ use crate::analysis::memviz::push_size;
 use crate::analysis::trace_listing::{name_of, push_name, DeviceListing, Line, Place, Ref};
 use crate::model::snapshot::{serialize_events, EventAux, Snapshot, TraceEvent, TraceEvents};
 
-use super::table::{csv_cell, csv_record, Table};
+use super::document::Document;
+use super::table::{csv_cell, csv_record, or_empty, Table};
 use super::Format;
 
 fn push_ref(out: &mut String, r: Ref) {
@@ -263,7 +264,7 @@ pub fn write_trace(
                     line_text.clear();
                     push_line(&mut line_text, e, aux, namer.line(e, aux));
                     let line = line_text.strip_suffix('\n').unwrap_or(&line_text);
-                    let time = e.time().map_or(String::new(), |t| t.to_string());
+                    let time = or_empty(e.time());
                     let (action, addr, size) = (e.action.name(), e.addr, e.size);
                     if !csv {
                         t.row(vec![
@@ -290,16 +291,18 @@ pub fn write_trace(
             }
             if !csv {
                 // (Markdown aligns its columns: the table is made whole)
-                out = t.markdown();
+                let mut doc = Document::new(format);
+                doc.table(&t);
                 for l in listings {
-                    let _ = writeln!(
-                        out,
-                        "\nDevice {}: {} entries, TOTAL MEM {}",
+                    doc.para(&format!(
+                        "Device {}: {} entries, TOTAL MEM {}",
                         l.device,
                         l.totals.entries,
                         crate::analysis::memviz::format_size(l.totals.net_bytes)
-                    );
+                    ));
                 }
+                doc.close_up();
+                out = doc.finish();
             }
             w.write_all(out.as_bytes())
         }
