@@ -48,7 +48,7 @@ pub fn run(a: DiffArgs) -> Result<()> {
             let d = snapshot_diff(x, y, &devices, a.top, a.fail_over);
             let failed = d.gate.as_ref().is_some_and(|g| g.failed);
             (
-                render::snapshot::snapshot_diff(&d, &title, a.common.format, a.common.units),
+                render::diff::snapshot_diff(&d, &title, a.common.format, a.common.units),
                 failed,
             )
         }
@@ -61,7 +61,7 @@ pub fn run(a: DiffArgs) -> Result<()> {
             let d = stats_diff(&x, &y, a.top, a.fail_over);
             let failed = d.gate.as_ref().is_some_and(|g| g.failed);
             (
-                render::snapshot::stats_diff(&d, &title, a.common.format, a.common.units),
+                render::diff::stats_diff(&d, &title, a.common.format, a.common.units),
                 failed,
             )
         }

@@ -20,6 +20,6 @@ pub fn run(a: SegmentsArgs) -> Result<()> {
         let svg = render::segments_svg::svg(&snap, &map, &title);
         return super::write_picture(&a.output, kind, &svg, String::new);
     }
-    let text = render::snapshot::segments(&map, &title, a.format, a.units);
+    let text = render::segments::segments(&map, &title, a.format, a.units);
     output::emit(&a.output, text.as_bytes())
 }

@@ -52,7 +52,7 @@ pub fn run(a: SummaryArgs) -> Result<()> {
                     }
                     add_simulate_suggestions(&mut s, &snap);
                 }
-                render::snapshot::summary(&s, &title, format, units)
+                render::snapshot_summary::summary(&s, &title, format, units)
             }
         }
     } else {

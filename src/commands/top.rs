@@ -41,6 +41,6 @@ pub fn run(a: TopArgs) -> Result<()> {
         .map(|&d| site_report(&snap, d, a.top, by, peaks.take(&snap, d).1))
         .collect();
     let title = super::display_name(&a.file);
-    let text = render::snapshot::top(&reports, &title, a.common.format, a.common.units);
+    let text = render::top::top(&reports, &title, a.common.format, a.common.units);
     output::emit(&a.common.output, text.as_bytes())
 }

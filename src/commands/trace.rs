@@ -32,6 +32,6 @@ pub fn run(a: TraceArgs) -> Result<()> {
     // (a spinner only when the listing goes to a file: on stdout it would mix with it)
     let _writing = (a.common.output.as_os_str() != "-").then(|| Stage::new("listing"));
     output::emit_with(&a.common.output, |w| {
-        render::snapshot::write_trace(w, &snap, &listings, events, a.common.format)
+        render::trace::write_trace(w, &snap, &listings, events, a.common.format)
     })
 }

@@ -4,9 +4,11 @@
 use crate::analysis::allocator::{AllocatorSummary, MetricRow};
 use crate::model::{format_bytes, Units};
 
+use super::document::Document;
 use super::table::Table;
 use super::{json, Format};
 
+/// The counters in `format`: memory_summary's box as text, else one row per counter and pool.
 pub fn allocator(
     s: &AllocatorSummary,
     title: &str,
@@ -16,12 +18,19 @@ pub fn allocator(
 ) -> String {
     match format {
         Format::Json => json(s),
-        Format::Text => format!("{title}\n{}", memory_summary(s, abbreviated)),
         Format::Csv => table(s, None, abbreviated).csv(),
-        Format::Markdown => format!(
-            "## {title}\n\n{}",
-            table(s, Some(units), abbreviated).markdown()
-        ),
+        Format::Text | Format::Markdown => {
+            let mut doc = Document::new(format);
+            doc.title(title);
+            if doc.is_markdown() {
+                doc.table(&table(s, Some(units), abbreviated));
+                doc.close_up();
+            } else {
+                // PyTorch's own box, character for character
+                doc.raw(&memory_summary(s, abbreviated));
+            }
+            doc.finish()
+        }
     }
 }
 

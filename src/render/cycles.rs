@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::analysis::cycles::{CycleReport, Step};
 use crate::model::{format_bytes, Units};
 
+use super::document::Document;
 use super::table::Table;
 use super::{json, thousands, Format};
 
@@ -37,6 +38,7 @@ fn loop_text(r: &CycleReport) -> String {
     }
 }
 
+/// The cycles by bytes held, then each in detail, in `format` (`title`: the file's name).
 pub fn listing(reports: &[&CycleReport], title: &str, format: Format, units: Units) -> String {
     match format {
         Format::Json => {
@@ -74,20 +76,21 @@ pub fn listing(reports: &[&CycleReport], title: &str, format: Format, units: Uni
             t.csv()
         }
         Format::Text | Format::Markdown => {
-            let md = format == Format::Markdown;
+            let mut doc = Document::new(format);
+            let md = doc.is_markdown();
             let b = |x: i64| format_bytes(x as f64, units);
             let total: i64 = reports.iter().map(|r| r.bytes).sum();
-            let mut out = String::new();
             if md {
-                out.push_str(&format!("## {title}\n\n"));
+                doc.title(title);
             }
-            out.push_str(&format!(
-                "{}{} reference cycle{} held tensors ({} in all); each stayed allocated until the garbage collector freed it at the op shown\n\n",
+            doc.para(&format!(
+                "{}{} reference cycle{} held tensors ({} in all); each stayed allocated until the garbage collector freed it at the op shown",
                 if md { String::new() } else { format!("{title}: ") },
                 reports.len(),
                 if reports.len() == 1 { "" } else { "s" },
                 b(total)
             ));
+            doc.gap();
             let mut t = Table::new(&[
                 ">#", ">at op", ">gen", ">held", ">tensors", ">objects", "loop",
             ]);
@@ -102,20 +105,22 @@ pub fn listing(reports: &[&CycleReport], title: &str, format: Format, units: Uni
                     clip(&loop_text(r), 90),
                 ]);
             }
-            out.push_str(&if md { t.markdown() } else { t.text() });
+            doc.table(&t);
             for r in reports {
-                out.push('\n');
-                out.push_str(&detail(r, md, units));
+                doc.gap();
+                detail(&mut doc, r, units);
             }
-            out
+            doc.close_up();
+            doc.finish()
         }
     }
 }
 
-fn detail(r: &CycleReport, md: bool, units: Units) -> String {
+/// One cycle: its heading, its loop, and the path to each tensor it held with the stack that
+/// allocated it.
+fn detail(doc: &mut Document, r: &CycleReport, units: Units) {
     let b = |x: i64| format_bytes(x as f64, units);
-    let mut out = String::new();
-    let head = format!(
+    doc.heading(&format!(
         "Cycle {}: {} in {} tensor{}, {} objects, freed at op {} (a generation-{} collection)",
         r.number,
         b(r.bytes),
@@ -124,44 +129,32 @@ fn detail(r: &CycleReport, md: bool, units: Units) -> String {
         r.objects,
         thousands(r.op_index.max(0) as usize),
         r.generation
-    );
-    let (pre, code_open, code_close) = if md { ("", "`", "`") } else { ("  ", "", "") };
-    if md {
-        out.push_str(&format!("### {head}\n\n"));
-    } else {
-        out.push_str(&head);
-        out.push('\n');
-    }
-    let bullet = if md { "- " } else { "" };
-    out.push_str(&format!(
-        "{pre}{bullet}loop: {code_open}{}{code_close}\n",
-        loop_text(r)
     ));
+    // lines that are not list items: indented under the heading in text
+    let pre = if doc.is_markdown() { "" } else { "  " };
+    let loop_code = doc.code(&loop_text(r));
+    doc.item(&format!("loop: {loop_code}"));
     if r.omitted_objects > 0 {
-        out.push_str(&format!(
-            "{pre}({} more objects of this collection's garbage were left out)\n",
+        doc.line(&format!(
+            "{pre}({} more objects of this collection's garbage were left out)",
             r.omitted_objects
         ));
     }
     for p in &r.tensor_paths {
-        out.push_str(&format!(
-            "{pre}{bullet}tensor {} ({}): {code_open}{}{code_close}\n",
+        let path_code = doc.code(&path_text(&p.path));
+        doc.item(&format!(
+            "tensor {} ({}): {path_code}",
             p.tensor,
-            b(p.bytes),
-            path_text(&p.path)
+            b(p.bytes)
         ));
         if !p.stack.is_empty() {
-            out.push_str(&format!("{pre}    allocated at:\n"));
+            doc.line(&format!("{pre}    allocated at:"));
             for f in p.stack.iter().take(12) {
-                out.push_str(&format!("{pre}      {f}\n"));
+                doc.line(&format!("{pre}      {f}"));
             }
             if p.stack.len() > 12 {
-                out.push_str(&format!(
-                    "{pre}      … {} more frames\n",
-                    p.stack.len() - 12
-                ));
+                doc.line(&format!("{pre}      … {} more frames", p.stack.len() - 12));
             }
         }
     }
-    out
 }

@@ -3,29 +3,30 @@
 use crate::model::gpu::GpuList;
 use crate::model::{format_bytes, Units};
 
-use super::table::Table;
+use super::document::Document;
+use super::table::{or_empty, Table};
 use super::Format;
 
+/// Devices and their processes in `format`.
 pub fn gpus(list: &GpuList, format: Format, units: Units) -> String {
     match format {
         Format::Json => serde_json::to_string(list).expect("gpu lists serialize") + "\n",
         Format::Csv => csv(list),
         Format::Text | Format::Markdown => {
-            let md = format == Format::Markdown;
-            let table = |t: &Table| if md { t.markdown() } else { t.text() };
+            let mut doc = Document::new(format);
             let b = |x: u64| format_bytes(x as f64, units);
-            let mut out = String::new();
             let mut head = String::from("NVIDIA driver ");
             head.push_str(list.driver_version.as_deref().unwrap_or("?"));
             if let Some(c) = &list.cuda_driver_version {
                 head.push_str(&format!(", CUDA {c}"));
             }
             head.push_str(&format!(
-                ", {} GPU{}\n\n",
+                ", {} GPU{}",
                 list.gpus.len(),
                 if list.gpus.len() == 1 { "" } else { "s" }
             ));
-            out.push_str(&head);
+            doc.para(&head);
+            doc.gap();
             let mut t = Table::new(&[
                 ">gpu",
                 "name",
@@ -46,12 +47,11 @@ pub fn gpus(list: &GpuList, format: Format, units: Units) -> String {
                     g.processes.len().to_string(),
                 ]);
             }
-            out.push_str(&table(&t));
-            out.push('\n');
-            out.push_str(if md {
-                "### Processes\n\n"
+            doc.table(&t);
+            doc.heading(if doc.is_markdown() {
+                "Processes"
             } else {
-                "Processes (GPU memory as the driver counts it: everything the process holds on the device)\n"
+                "Processes (GPU memory as the driver counts it: everything the process holds on the device)"
             });
             let mut p = Table::new(&[">gpu", ">pid", "type", ">gpu memory", "command"]);
             for g in &list.gpus {
@@ -74,13 +74,15 @@ pub fn gpus(list: &GpuList, format: Format, units: Units) -> String {
                     ]);
                 }
             }
-            out.push_str(&table(&p));
+            doc.table(&p);
+            // the notes come right under the table
+            doc.close_up();
             for g in &list.gpus {
                 for e in &g.errors {
-                    out.push_str(&format!("note: GPU {}: {e}\n", g.index));
+                    doc.line(&format!("note: GPU {}: {e}", g.index));
                 }
             }
-            out
+            doc.finish()
         }
     }
 }
@@ -118,7 +120,7 @@ fn csv(list: &GpuList) -> String {
             r.extend([
                 p.pid.to_string(),
                 p.kind.to_string(),
-                p.used_bytes.map(|b| b.to_string()).unwrap_or_default(),
+                or_empty(p.used_bytes),
                 p.command.clone().unwrap_or_default(),
             ]);
             t.row(r);

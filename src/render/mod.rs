@@ -2,6 +2,8 @@
 
 pub mod allocator;
 pub mod cycles;
+pub mod diff;
+pub mod document;
 pub mod error;
 pub mod gpus;
 pub mod graph;
@@ -9,15 +11,20 @@ pub mod memory_chart;
 pub mod modules;
 pub mod picture;
 pub mod plot;
+pub mod segments;
 pub mod segments_svg;
 pub mod simulate;
-pub mod snapshot;
+pub mod snapshot_summary;
 pub mod stacked;
 pub mod summary;
 pub mod table;
 pub mod ticks;
+pub mod top;
+pub mod trace;
 
 use clap::ValueEnum;
+
+use crate::model::{format_bytes, Units};
 
 /// How a command prints its data (`--format`). JSON is the stable contract for scripts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Default)]
@@ -55,4 +62,18 @@ pub fn thousands(n: usize) -> String {
         out.push(c);
     }
     out
+}
+
+/// Bytes with a `+` when they grew: `+1.50 MiB`, `-2.00 KiB`, `0 B`.
+pub fn signed(bytes: f64, units: Units) -> String {
+    if bytes > 0.0 {
+        format!("+{}", format_bytes(bytes, units))
+    } else {
+        format_bytes(bytes, units)
+    }
+}
+
+/// `12.3%`, or `-` when there is no share to give.
+pub fn pct(p: Option<f64>) -> String {
+    p.map_or_else(|| "-".into(), |p| format!("{p:.1}%"))
 }

@@ -4,74 +4,56 @@
 use crate::analysis::modules::{IterationView, ModulesView};
 use crate::model::{DeviceBytes, ModuleSnapshot, Units, CATEGORIES};
 
+use super::document::{Document, TextStyle};
 use super::table::Table;
 use super::{json, Format};
 
+/// Per-module tables in `format` (`title`: the file's name), text in MemTracker's look.
 pub fn modules(v: &ModulesView, title: &str, format: Format, units: Units) -> String {
     match format {
         Format::Json => json(v),
         Format::Csv => csv(v),
         Format::Text | Format::Markdown => {
-            let md = format == Format::Markdown;
-            let mut out = String::new();
-            if md {
-                out.push_str(&format!("## {title}\n\n"));
+            let mut doc = Document::styled(format, TextStyle::MemTracker);
+            if doc.is_markdown() {
+                doc.title(title);
             }
             for it in &v.iterations {
                 // always say which iteration this is: by default the last of several
-                out.push_str(&heading(
-                    md,
-                    2,
-                    &format!(
-                        "Iteration {} of {} (from op {})",
-                        it.iteration, v.iterations_recorded, it.first_op
-                    ),
+                doc.heading(&format!(
+                    "Iteration {} of {} (from op {})",
+                    it.iteration, v.iterations_recorded, it.first_op
                 ));
-                iteration(&mut out, it, md, units);
+                iteration(&mut doc, it, units);
             }
             if v.iterations.is_empty() {
-                out.push_str("No module was called while recording.\n");
+                doc.line("No module was called while recording.");
             }
             if let Some(p) = &v.peak {
-                out.push_str(&heading(md, 2, "Peak of the run"));
-                out.push_str(&render(&snapshot_table(p, units), md));
+                doc.heading("Peak of the run");
+                doc.table(&snapshot_table(p, units));
             }
-            out
+            doc.finish()
         }
     }
 }
 
-fn heading(md: bool, level: usize, h: &str) -> String {
-    if md {
-        format!("{} {h}\n\n", "#".repeat(level + 1))
-    } else if level <= 2 {
-        format!("== {h} ==\n\n")
-    } else {
-        format!("{h}\n")
-    }
-}
-
-fn render(t: &Table, md: bool) -> String {
-    let mut s = if md { t.markdown() } else { t.rst() };
-    s.push('\n');
-    s
-}
-
-fn iteration(out: &mut String, it: &IterationView, md: bool, units: Units) {
+/// One iteration's modules: a heading, the sizes and a table of states for each.
+fn iteration(doc: &mut Document, it: &IterationView, units: Units) {
     for m in &it.modules {
         let s = &m.stats;
-        if md {
-            out.push_str(&format!("#### Module: {}\n\n", s.fqn));
+        // MemTracker prints `Module:  fqn`
+        doc.subheading(&if doc.is_markdown() {
+            format!("Module: {}", s.fqn)
         } else {
-            out.push_str(&format!("Module:  {}\n", s.fqn));
-        }
-        out.push_str(&format!(
-            "parameters {}, buffers {}, inputs {}, outputs {}\n{}",
+            format!("Module:  {}", s.fqn)
+        });
+        doc.para(&format!(
+            "parameters {}, buffers {}, inputs {}, outputs {}",
             amount(s.parameter_bytes, units),
             amount(s.buffer_bytes, units),
             amount(s.input_bytes, units),
             amount(s.output_bytes, units),
-            if md { "\n" } else { "" }
         ));
         let mut headers = vec!["State & Call", "Device"];
         let cats = category_headers();
@@ -100,7 +82,7 @@ fn iteration(out: &mut String, it: &IterationView, md: bool, units: Units) {
                 }
             }
         }
-        out.push_str(&render(&t, md));
+        doc.table(&t);
     }
 }
 

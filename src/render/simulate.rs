@@ -5,14 +5,16 @@ use std::fmt::Write;
 use crate::analysis::simulate::{DeviceSimulation, Scenario, SegmentEventRef, Simulation};
 use crate::model::{format_bytes, Units};
 
-use super::table::Table;
+use super::document::Document;
+use super::table::{or_empty, Table};
 use super::{json, thousands, Format};
 
+/// The replay of each device's trace under each scenario, in `format`.
 pub fn simulation(s: &Simulation, title: &str, format: Format, units: Units) -> String {
     match format {
         Format::Json => json(s),
         Format::Csv => csv(s),
-        Format::Text | Format::Markdown => text(s, title, format == Format::Markdown, units),
+        Format::Text | Format::Markdown => text(s, title, format, units),
     }
 }
 
@@ -44,9 +46,7 @@ fn csv(s: &Simulation) -> String {
                 sc.segments_created.to_string(),
                 sc.num_alloc_retries.to_string(),
                 sc.ooms.len().to_string(),
-                sc.ooms
-                    .first()
-                    .map_or(String::new(), |o| o.index.to_string()),
+                or_empty(sc.ooms.first().map(|o| o.index)),
             ]);
         }
     }
@@ -107,8 +107,9 @@ fn ooms_cell(sc: &Scenario, units: Units) -> String {
     }
 }
 
-fn text(s: &Simulation, title: &str, md: bool, units: Units) -> String {
-    let mut out = String::new();
+/// Per device: the limit, the validation, notes, a column per scenario, and the OOMs.
+fn text(s: &Simulation, title: &str, format: Format, units: Units) -> String {
+    let mut doc = Document::new(format);
     let b = |v: u64| format_bytes(v as f64, units);
     for d in &s.devices {
         let head = format!(
@@ -118,33 +119,21 @@ fn text(s: &Simulation, title: &str, md: bool, units: Units) -> String {
             d.scenarios.len(),
             if d.scenarios.len() == 1 { "" } else { "s" }
         );
-        if md {
-            let _ = writeln!(out, "## {head}\n");
-        } else {
-            let _ = writeln!(out, "{head}");
-        }
-        let mut para = |line: String| {
-            out.push_str(&line);
-            out.push('\n');
-            if md {
-                out.push('\n');
-            }
-        };
-        para(format!(
+        doc.title(&head);
+        doc.para(&format!(
             "memory limit: {}",
             match d.memory_limit_bytes {
                 Some(l) => format!("{} ({})", b(l), d.memory_limit_source),
                 None => d.memory_limit_source.to_string(),
             }
         ));
-        para(format!("validation: {}", validation_line(d, units)));
+        doc.para(&format!("validation: {}", validation_line(d, units)));
         for n in &d.notes {
-            para(format!("note: {n}"));
+            doc.para(&format!("note: {n}"));
         }
         if s.own_settings_from == "defaults" {
-            para(
-                "note: the file records no allocator_settings; its own column assumes the defaults"
-                    .into(),
+            doc.para(
+                "note: the file records no allocator_settings; its own column assumes the defaults",
             );
         }
         let own_peak = d.scenarios.first().map_or(0, |o| o.peak_reserved_bytes);
@@ -188,18 +177,11 @@ fn text(s: &Simulation, title: &str, md: bool, units: Units) -> String {
         row("segments created", &|sc| sc.segments_created.to_string());
         row("alloc retries", &|sc| sc.num_alloc_retries.to_string());
         row("OOMs", &|sc| ooms_cell(sc, units));
-        if md {
-            out.push_str(&t.markdown());
-            out.push('\n');
-        } else {
-            out.push_str(&t.text());
-        }
+        doc.table(&t);
         for sc in &d.scenarios {
             for o in sc.ooms.iter().take(5) {
-                let _ = writeln!(
-                    out,
-                    "{}OOM under {}: event {}{}, {} requested with {} reserved{}{}",
-                    if md { "- " } else { "  " },
+                doc.item(&format!(
+                    "OOM under {}: event {}{}, {} requested with {} reserved{}{}",
                     sc.settings,
                     thousands(o.index),
                     o.time_us
@@ -210,21 +192,19 @@ fn text(s: &Simulation, title: &str, md: bool, units: Units) -> String {
                         .as_ref()
                         .map_or(String::new(), |s| format!(", at {s}")),
                     if o.recorded { " (recorded too)" } else { "" }
-                );
+                ));
             }
             if sc.ooms.len() > 5 {
-                let _ = writeln!(
-                    out,
-                    "{}... and {} more under {}",
-                    if md { "- " } else { "  " },
+                doc.item(&format!(
+                    "... and {} more under {}",
                     sc.ooms.len() - 5,
                     sc.settings
-                );
+                ));
             }
         }
         if d.scenarios.iter().any(|sc| !sc.ooms.is_empty()) {
-            out.push('\n');
+            doc.gap();
         }
     }
-    out
+    doc.finish()
 }

@@ -3,161 +3,159 @@
 use crate::analysis::summary::{CrossRank, TrackerSummary};
 use crate::model::{format_bytes, CompileInfo, Units};
 
+use super::document::Document;
 use super::table::Table;
-use super::{json, thousands, Format};
+use super::{json, signed, thousands, Format};
 
+/// Tracker stats' `summary` in `format` (`title`: the file's name).
 pub fn tracker(s: &TrackerSummary, title: &str, format: Format, units: Units) -> String {
     match format {
         Format::Json => json(s),
         Format::Csv => top_table(s, units, true).csv(),
         Format::Text | Format::Markdown => {
-            let md = format == Format::Markdown;
-            let table = |t: &Table| if md { t.markdown() } else { t.text() };
-            let heading = |h: &str| {
-                if md {
-                    format!("### {h}\n\n")
-                } else {
-                    format!("{h}\n")
-                }
-            };
-            let mut out = String::new();
-            if md {
-                out.push_str(&format!("## {title}\n\n"));
-            }
-            out.push_str(&headline(s, if md { None } else { Some(title) }));
-            if let Some(c) = s.record.as_ref().and_then(|r| r.compile.as_ref()) {
-                out.push_str(&compile_line(c));
-            }
-            out.push('\n');
-
-            let mut peaks = Table::new(&["series", ">peak", ">op index", "op"]);
-            for p in &s.peaks {
-                peaks.row(vec![
-                    p.series.name().into(),
-                    format_bytes(p.bytes, units),
-                    thousands(p.op_index),
-                    p.op.clone(),
-                ]);
-            }
-            for d in &s.device_peaks {
-                peaks.row(vec![
-                    format!("device (driver, GPU {})", d.nvml_index),
-                    format_bytes(d.bytes as f64, units),
-                    d.op_index.map_or_else(|| "-".into(), thousands),
-                    d.op.clone().unwrap_or_default(),
-                ]);
-            }
-            out.push_str(&heading("Peaks"));
-            out.push_str(&table(&peaks));
-            for d in &s.device_peaks {
-                if let (Some(r), Some(o)) = (d.reserved_bytes, d.outside_allocator_bytes) {
-                    out.push_str(&format!(
-                        "\n{}: the driver counted {} at its peak, where the allocator had {} reserved: {} outside PyTorch's caching allocator (CUDA context, NCCL, cuBLAS workspaces, other libraries)\n",
-                        d.device,
-                        format_bytes(d.bytes as f64, units),
-                        format_bytes(r, units),
-                        format_bytes(o, units),
-                    ));
-                }
-            }
-            // allocated and active usually peak together: one line names both
-            for (i, p) in s.peaks_inside_ops.iter().enumerate() {
-                let same = |q: &crate::analysis::summary::PeakInsideOp| {
-                    (q.counter_peak_bytes, q.sampled_peak_bytes)
-                        == (p.counter_peak_bytes, p.sampled_peak_bytes)
-                };
-                if i > 0 && same(&s.peaks_inside_ops[i - 1]) {
-                    continue;
-                }
-                let names: Vec<&str> = s.peaks_inside_ops[i..]
-                    .iter()
-                    .take_while(|q| same(q))
-                    .map(|q| q.series.name())
-                    .collect();
-                out.push_str(&format!(
-                    "\n{}: the allocator's own peak counter reached {}, {} above the highest per-op sample: memory held only inside an op (workspaces, temporaries freed before it returned)\n",
-                    names.join(" and "),
-                    format_bytes(p.counter_peak_bytes as f64, units),
-                    format_bytes(p.counter_peak_bytes as f64 - p.sampled_peak_bytes, units),
-                ));
-            }
-
-            if !s.phases.is_empty() {
-                let mut t = Table::new(&[
-                    "iter",
-                    "phase",
-                    ">ops",
-                    ">peak allocated",
-                    ">at op",
-                    ">allocated change",
-                ]);
-                for p in &s.phases {
-                    t.row(vec![
-                        // setup belongs to no iteration
-                        if p.iteration == 0 {
-                            "-".to_string()
-                        } else {
-                            p.iteration.to_string()
-                        },
-                        p.phase.into(),
-                        format!("{}..{}", thousands(p.first_op), thousands(p.end_op)),
-                        format_bytes(p.peak_allocated_bytes, units),
-                        thousands(p.peak_op_index),
-                        signed(p.allocated_change_bytes, units),
-                    ]);
-                }
-                out.push('\n');
-                out.push_str(&heading(
-                    if s.phases.iter().any(|p| p.iteration == 0) {
-                        "Forward / backward (split at fw_start and fw_bw_boundary; setup is what ran before the first forward)"
-                    } else {
-                        "Forward / backward (split at fw_start and fw_bw_boundary)"
-                    },
-                ));
-                out.push_str(&table(&t));
-            }
-
-            if let Some(mp) = &s.module_peaks {
-                let mut t = Table::new(&[
-                    "module",
-                    ">parameters",
-                    ">peak forward",
-                    ">peak backward",
-                    "largest category at peak",
-                ]);
-                for m in &mp.modules {
-                    let opt = |b: Option<i64>| {
-                        b.map_or_else(|| "-".to_string(), |b| format_bytes(b as f64, units))
-                    };
-                    t.row(vec![
-                        m.module.clone(),
-                        format_bytes(m.parameter_bytes as f64, units),
-                        opt(m.peak_forward_bytes),
-                        opt(m.peak_backward_bytes),
-                        m.top_category.map_or_else(String::new, |(c, b)| {
-                            format!("{c} {}", format_bytes(b as f64, units))
-                        }),
-                    ]);
-                }
-                out.push('\n');
-                out.push_str(&heading(&format!(
-                    "Module peaks (iteration {} of {}, depth <= {}; memory in use while the module ran: `memtrack modules` for all)",
-                    mp.iteration, mp.iterations, mp.max_depth
-                )));
-                out.push_str(&table(&t));
-            }
-
-            out.push('\n');
-            out.push_str(&heading(&format!(
-                "Top {} ops that generate memory (allocated after the op minus after the op before)",
-                s.top_ops.len()
-            )));
-            out.push_str(&table(&top_table(s, units, false)));
-            out
+            let mut doc = Document::new(format);
+            write_tracker(&mut doc, s, title, units);
+            doc.close_up();
+            doc.finish()
         }
     }
 }
 
+/// The text or Markdown summary of one file onto `doc`.
+fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Units) {
+    let md = doc.is_markdown();
+    if md {
+        doc.title(title);
+    }
+    doc.line(&headline(s, if md { None } else { Some(title) }));
+    if let Some(c) = s.record.as_ref().and_then(|r| r.compile.as_ref()) {
+        doc.line(&compile_line(c));
+    }
+    doc.gap();
+
+    let mut peaks = Table::new(&["series", ">peak", ">op index", "op"]);
+    for p in &s.peaks {
+        peaks.row(vec![
+            p.series.name().into(),
+            format_bytes(p.bytes, units),
+            thousands(p.op_index),
+            p.op.clone(),
+        ]);
+    }
+    for d in &s.device_peaks {
+        peaks.row(vec![
+            format!("device (driver, GPU {})", d.nvml_index),
+            format_bytes(d.bytes as f64, units),
+            d.op_index.map_or_else(|| "-".into(), thousands),
+            d.op.clone().unwrap_or_default(),
+        ]);
+    }
+    doc.heading("Peaks");
+    doc.table(&peaks);
+    for d in &s.device_peaks {
+        if let (Some(r), Some(o)) = (d.reserved_bytes, d.outside_allocator_bytes) {
+            doc.gap();
+            doc.para(&format!(
+                "{}: the driver counted {} at its peak, where the allocator had {} reserved: {} outside PyTorch's caching allocator (CUDA context, NCCL, cuBLAS workspaces, other libraries)",
+                d.device,
+                format_bytes(d.bytes as f64, units),
+                format_bytes(r, units),
+                format_bytes(o, units),
+            ));
+        }
+    }
+    // allocated and active usually peak together: one line names both
+    for (i, p) in s.peaks_inside_ops.iter().enumerate() {
+        let same = |q: &crate::analysis::summary::PeakInsideOp| {
+            (q.counter_peak_bytes, q.sampled_peak_bytes)
+                == (p.counter_peak_bytes, p.sampled_peak_bytes)
+        };
+        if i > 0 && same(&s.peaks_inside_ops[i - 1]) {
+            continue;
+        }
+        let names: Vec<&str> = s.peaks_inside_ops[i..]
+            .iter()
+            .take_while(|q| same(q))
+            .map(|q| q.series.name())
+            .collect();
+        doc.gap();
+        doc.para(&format!(
+            "{}: the allocator's own peak counter reached {}, {} above the highest per-op sample: memory held only inside an op (workspaces, temporaries freed before it returned)",
+            names.join(" and "),
+            format_bytes(p.counter_peak_bytes as f64, units),
+            format_bytes(p.counter_peak_bytes as f64 - p.sampled_peak_bytes, units),
+        ));
+    }
+
+    if !s.phases.is_empty() {
+        let mut t = Table::new(&[
+            "iter",
+            "phase",
+            ">ops",
+            ">peak allocated",
+            ">at op",
+            ">allocated change",
+        ]);
+        for p in &s.phases {
+            t.row(vec![
+                // setup belongs to no iteration
+                if p.iteration == 0 {
+                    "-".to_string()
+                } else {
+                    p.iteration.to_string()
+                },
+                p.phase.into(),
+                format!("{}..{}", thousands(p.first_op), thousands(p.end_op)),
+                format_bytes(p.peak_allocated_bytes, units),
+                thousands(p.peak_op_index),
+                signed(p.allocated_change_bytes, units),
+            ]);
+        }
+        doc.heading(if s.phases.iter().any(|p| p.iteration == 0) {
+            "Forward / backward (split at fw_start and fw_bw_boundary; setup is what ran before the first forward)"
+        } else {
+            "Forward / backward (split at fw_start and fw_bw_boundary)"
+        });
+        doc.table(&t);
+    }
+
+    if let Some(mp) = &s.module_peaks {
+        let mut t = Table::new(&[
+            "module",
+            ">parameters",
+            ">peak forward",
+            ">peak backward",
+            "largest category at peak",
+        ]);
+        for m in &mp.modules {
+            let opt = |b: Option<i64>| {
+                b.map_or_else(|| "-".to_string(), |b| format_bytes(b as f64, units))
+            };
+            t.row(vec![
+                m.module.clone(),
+                format_bytes(m.parameter_bytes as f64, units),
+                opt(m.peak_forward_bytes),
+                opt(m.peak_backward_bytes),
+                m.top_category.map_or_else(String::new, |(c, b)| {
+                    format!("{c} {}", format_bytes(b as f64, units))
+                }),
+            ]);
+        }
+        doc.heading(&format!(
+            "Module peaks (iteration {} of {}, depth <= {}; memory in use while the module ran: `memtrack modules` for all)",
+            mp.iteration, mp.iterations, mp.max_depth
+        ));
+        doc.table(&t);
+    }
+
+    doc.heading(&format!(
+        "Top {} ops that generate memory (allocated after the op minus after the op before)",
+        s.top_ops.len()
+    ));
+    doc.table(&top_table(s, units, false));
+}
+
+/// The first line: ops, retries, how it was recorded and ended, the markers.
 fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
     let mut line = String::new();
     if let Some(t) = title {
@@ -233,7 +231,6 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
             m.join(" ")
         ));
     }
-    line.push('\n');
     line
 }
 
@@ -247,7 +244,7 @@ fn compile_line(c: &CompileInfo) -> String {
         if c.graph_breaks == 1 { "" } else { "s" }
     );
     if c.regions.is_empty() {
-        line.push_str("; no compiled graph ran\n");
+        line.push_str("; no compiled graph ran");
         return line;
     }
     let regions: Vec<String> = c
@@ -262,18 +259,10 @@ fn compile_line(c: &CompileInfo) -> String {
         })
         .collect();
     line.push_str(&format!(
-        "; compiled regions, one sample per graph call (compiled_graph_N) plus the ops compiled code dispatches: {}\n",
+        "; compiled regions, one sample per graph call (compiled_graph_N) plus the ops compiled code dispatches: {}",
         regions.join(", ")
     ));
     line
-}
-
-fn signed(bytes: f64, units: Units) -> String {
-    if bytes > 0.0 {
-        format!("+{}", format_bytes(bytes, units))
-    } else {
-        format_bytes(bytes, units)
-    }
 }
 
 fn top_table(s: &TrackerSummary, units: Units, raw: bool) -> Table {
@@ -362,23 +351,20 @@ pub fn cross_rank(
     if format == Format::Csv {
         return t.csv();
     }
-    let md = format == Format::Markdown;
-    let mut out = String::new();
-    out.push_str(if md {
-        "## Across ranks\n\n"
-    } else {
-        "Across ranks\n"
-    });
-    out.push_str(&if md { t.markdown() } else { t.text() });
+    let mut doc = Document::new(format);
+    doc.title("Across ranks");
+    doc.table(&t);
     if let Some(s) = c.peak_allocated_spread {
-        out.push_str(&format!(
-            "\nThe highest peak allocated is {:.1}% above the lowest.\n",
+        doc.gap();
+        doc.para(&format!(
+            "The highest peak allocated is {:.1}% above the lowest.",
             s * 100.0
         ));
     }
     for (f, s) in each {
-        out.push('\n');
-        out.push_str(&tracker(s, f, format, units));
+        doc.gap();
+        write_tracker(&mut doc, s, f, units);
     }
-    out
+    doc.close_up();
+    doc.finish()
 }

@@ -4,15 +4,22 @@ use tabled::builder::Builder;
 use tabled::settings::object::Columns;
 use tabled::settings::{Alignment, Style};
 
+/// Where a column's cells sit in text and Markdown.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Align {
+    /// Words.
     Left,
+    /// Numbers.
     Right,
 }
 
+/// Rows under headers, each column aligned left or right; printed by the methods below.
 pub struct Table {
+    /// Column names, as shown.
     pub headers: Vec<String>,
+    /// Each column's alignment.
     pub align: Vec<Align>,
+    /// The cells, row by row.
     pub rows: Vec<Vec<String>>,
 }
 
@@ -38,6 +45,7 @@ impl Table {
         }
     }
 
+    /// Add a row (as many cells as headers).
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
@@ -86,6 +94,7 @@ impl Table {
             + "\n"
     }
 
+    /// A Markdown (GitHub) table, columns padded and aligned.
     pub fn markdown(&self) -> String {
         let mut t = self.builder().build();
         t.with(Style::markdown());
@@ -93,24 +102,42 @@ impl Table {
         t.to_string() + "\n"
     }
 
+    /// CSV: the header line, then a line a row (see [`csv_record`]).
     pub fn csv(&self) -> String {
         let mut out = String::new();
         for r in std::iter::once(&self.headers).chain(self.rows.iter()) {
-            let cells: Vec<String> = r.iter().map(|c| csv_cell(c)).collect();
-            out.push_str(&cells.join(","));
-            out.push('\n');
+            csv_record(&mut out, r);
         }
         out
     }
 }
 
-/// A CSV cell: quoted when it holds a comma, quote or line break.
-pub fn csv_cell(c: &str) -> String {
-    if c.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", c.replace('"', "\"\""))
-    } else {
-        c.to_string()
+/// One CSV line onto `out`: the cells, comma-separated, each quoted when it holds a comma, a
+/// quote or a line break. Reports that write millions of rows (`trace`) call it row by row.
+pub fn csv_record<S: AsRef<str>>(out: &mut String, cells: &[S]) {
+    for (i, c) in cells.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        csv_cell(out, c.as_ref());
     }
+    out.push('\n');
+}
+
+/// One CSV cell onto `out`: quoted when it holds a comma, a quote or a line break.
+pub fn csv_cell(out: &mut String, c: &str) {
+    if c.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&c.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(c);
+    }
+}
+
+/// A cell for a value a row may lack: the value, or empty (CSV's missing).
+pub fn or_empty<T: ToString>(v: Option<T>) -> String {
+    v.map_or(String::new(), |v| v.to_string())
 }
 
 #[cfg(test)]

@@ -1,0 +1,311 @@
+//! `summary` of an allocator snapshot: per device the reserved, allocated, active and free
+//! bytes, the segments by pool and size class, the trace's peaks and OOMs, the allocator's
+//! settings and the settings `simulate` suggests; as text, Markdown, CSV or JSON.
+
+use std::fmt::Write;
+
+use crate::analysis::snapshot_summary::SnapshotSummary;
+use crate::model::{format_bytes, Units};
+
+use super::document::Document;
+use super::table::{or_empty, Table};
+use super::{json, pct, thousands, Format};
+
+/// `+1.234 s` after the trace start, or `event 123` when there is no time.
+fn when(index: usize, time_us: Option<i64>, t0: Option<i64>) -> String {
+    match (time_us, t0) {
+        (Some(t), Some(t0)) => format!(
+            "event {} (+{:.3} s)",
+            thousands(index),
+            (t - t0) as f64 / 1e6
+        ),
+        _ => format!("event {}", thousands(index)),
+    }
+}
+
+// ---- summary ----
+
+/// An allocator snapshot's `summary` in `format` (`title`: the file's name).
+pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -> String {
+    match format {
+        Format::Json => return json(s),
+        Format::Csv => {
+            let mut t = Table::new(&[
+                "device",
+                "segments",
+                "blocks",
+                "reserved_bytes",
+                "allocated_bytes",
+                "active_bytes",
+                "requested_bytes",
+                "free_bytes",
+                "pending_free_bytes",
+                "internal_fragmentation_bytes",
+                "external_fragmentation",
+                "largest_free_block_bytes",
+                "peak_allocated_bytes",
+                "peak_reserved_bytes",
+                "trace_entries",
+                "ooms",
+            ]);
+            for d in &s.devices {
+                t.row(vec![
+                    d.device.to_string(),
+                    d.segments.to_string(),
+                    d.blocks.to_string(),
+                    d.reserved_bytes.to_string(),
+                    d.allocated_bytes.to_string(),
+                    d.active_bytes.to_string(),
+                    d.requested_bytes.to_string(),
+                    d.free_bytes.to_string(),
+                    d.pending_free_bytes.to_string(),
+                    d.internal_fragmentation_bytes.to_string(),
+                    d.external_fragmentation
+                        .map_or(String::new(), |f| format!("{f:.6}")),
+                    d.largest_free_block_bytes.to_string(),
+                    or_empty(d.peak_allocated.map(|p| p.bytes)),
+                    or_empty(d.peak_reserved.map(|p| p.bytes)),
+                    d.trace_entries.to_string(),
+                    d.ooms.len().to_string(),
+                ]);
+            }
+            return t.csv();
+        }
+        _ => {}
+    }
+    let mut doc = Document::new(format);
+    let l = &s.layout;
+    let mut head = format!(
+        "{title}: allocator snapshot, {} device{}",
+        s.devices.len(),
+        if s.devices.len() == 1 { "" } else { "s" }
+    );
+    let mut notes = Vec::new();
+    if l.bare_segment_list {
+        notes.push("segments only (memory_snapshot() list)");
+    }
+    if l.legacy_block_history {
+        notes.push("legacy block history (torch 2.0 era)");
+    }
+    if !l.has_time_us && s.devices.iter().any(|d| d.trace_entries > 0) {
+        notes.push("trace without time_us");
+    }
+    if !notes.is_empty() {
+        let _ = write!(head, " [{}]", notes.join("; "));
+    }
+    doc.title(&head);
+    for d in &s.devices {
+        doc.heading(&format!("Device {}", d.device));
+        let mut t = Table::new(&["", ">bytes", "note"]);
+        let row = |t: &mut Table, k: &str, v: u64, n: String| {
+            t.row(vec![k.into(), format_bytes(v as f64, units), n]);
+        };
+        row(
+            &mut t,
+            "reserved",
+            d.reserved_bytes,
+            format!(
+                "{} segments, {} blocks",
+                thousands(d.segments),
+                thousands(d.blocks)
+            ),
+        );
+        row(
+            &mut t,
+            "allocated",
+            d.allocated_bytes,
+            "blocks used by tensors".into(),
+        );
+        row(
+            &mut t,
+            "active",
+            d.active_bytes,
+            format!(
+                "allocated + {} pending free",
+                format_bytes(d.pending_free_bytes as f64, units)
+            ),
+        );
+        row(
+            &mut t,
+            "requested",
+            d.requested_bytes,
+            "what the program asked for".into(),
+        );
+        row(
+            &mut t,
+            "free",
+            d.free_bytes,
+            format!(
+                "inactive blocks; largest {}",
+                format_bytes(d.largest_free_block_bytes as f64, units)
+            ),
+        );
+        row(
+            &mut t,
+            "internal fragmentation",
+            d.internal_fragmentation_bytes,
+            format!(
+                "active - requested ({} of active)",
+                pct((d.active_bytes > 0).then(|| {
+                    d.internal_fragmentation_bytes as f64 / d.active_bytes as f64 * 100.0
+                }))
+            ),
+        );
+        t.row(vec![
+            "external fragmentation".into(),
+            pct(d.external_fragmentation.map(|f| f * 100.0)),
+            "1 - largest free block / free".into(),
+        ]);
+        if let Some(p) = d.peak_allocated {
+            t.row(vec![
+                "peak allocated (trace)".into(),
+                format_bytes(p.bytes as f64, units),
+                format!("after {}", when(p.index, p.time_us, d.trace_start_time_us)),
+            ]);
+        }
+        if let Some(p) = d.peak_reserved {
+            t.row(vec![
+                "peak reserved (trace)".into(),
+                format_bytes(p.bytes as f64, units),
+                format!("after {}", when(p.index, p.time_us, d.trace_start_time_us)),
+            ]);
+        }
+        doc.table(&t);
+        let counters = match d.counters {
+            "file" => "counters from the file".to_string(),
+            "derived" => "counters derived from blocks (the file has none)".to_string(),
+            _ => "counters from the file where present, else derived from blocks".to_string(),
+        };
+        if d.counter_mismatches > 0 {
+            doc.para(&format!(
+                "{counters}; {} segment(s) whose counters disagree with their blocks",
+                d.counter_mismatches
+            ));
+        } else if !doc.is_markdown() {
+            doc.para(&counters);
+        } else {
+            doc.para(&format!("_{counters}_"));
+        }
+
+        doc.heading("Segments by pool and size class");
+        let mut t = Table::new(&[
+            "pool",
+            "class",
+            ">segments",
+            ">reserved",
+            ">allocated",
+            ">active",
+            ">free",
+            ">largest free",
+        ]);
+        for p in &d.pools {
+            t.row(vec![
+                p.pool.clone(),
+                if p.size_class_derived {
+                    format!("{}*", p.size_class.name())
+                } else {
+                    p.size_class.name().into()
+                },
+                thousands(p.segments),
+                format_bytes(p.reserved_bytes as f64, units),
+                format_bytes(p.allocated_bytes as f64, units),
+                format_bytes(p.active_bytes as f64, units),
+                format_bytes(p.free_bytes as f64, units),
+                format_bytes(p.largest_free_block_bytes as f64, units),
+            ]);
+        }
+        doc.table(&t);
+        if d.pools.iter().any(|p| p.size_class_derived) {
+            doc.para("* size class derived from the segment size (the file has no segment_type)");
+        }
+
+        if d.trace_entries > 0 {
+            let acts: Vec<String> = d
+                .actions
+                .iter()
+                .map(|a| format!("{} {}", a.action, thousands(a.count)))
+                .collect();
+            doc.heading(&format!(
+                "Trace: {} entries ({})",
+                thousands(d.trace_entries),
+                acts.join(", ")
+            ));
+        } else {
+            doc.heading("Trace: none (record with torch.cuda.memory._record_memory_history())");
+        }
+        if let Some(short) = &d.trace_shortfall {
+            let gaps: Vec<String> = [
+                ("allocated", short.allocated_bytes),
+                ("reserved", short.reserved_bytes),
+            ]
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{k} by {}", format_bytes(*v as f64, units)))
+            .collect();
+            doc.para(&format!(
+                "warning: the trace is inconsistent with the final segments: it frees more than \
+                 it allocated and they hold ({}), so the bytes before its first event are unknown",
+                gaps.join(", ")
+            ));
+        }
+        if d.ooms.is_empty() {
+            if d.trace_entries > 0 {
+                doc.para("No out-of-memory events in the trace.");
+            }
+        } else {
+            doc.heading(&format!("Out-of-memory events: {}", d.ooms.len()));
+            let mut t = Table::new(&[
+                "when",
+                ">requested",
+                ">free in CUDA",
+                ">allocated",
+                ">reserved",
+            ]);
+            for o in &d.ooms {
+                t.row(vec![
+                    when(o.index, o.time_us, d.trace_start_time_us),
+                    format_bytes(o.requested_bytes as f64, units),
+                    o.device_free_bytes
+                        .map_or_else(|| "-".into(), |f| format_bytes(f as f64, units)),
+                    format_bytes(o.allocated_bytes as f64, units),
+                    format_bytes(o.reserved_bytes as f64, units),
+                ]);
+            }
+            doc.table(&t);
+        }
+    }
+    match &s.allocator_settings {
+        Some(settings) => {
+            doc.heading("Allocator settings");
+            let mut t = Table::new(&["setting", "value"]);
+            for (k, v) in settings {
+                let v = match v {
+                    serde_json::Value::String(s) if s.is_empty() => "''".to_string(),
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                t.row(vec![k.clone(), v]);
+            }
+            doc.table(&t);
+        }
+        None => {
+            doc.heading("Allocator settings: not in this file (older PyTorch)");
+        }
+    }
+    for g in &s.simulate_suggestions {
+        let change = if g.ooms < g.own_ooms {
+            format!("{} OOM(s) instead of {}", g.ooms, g.own_ooms)
+        } else {
+            format!(
+                "peak reserved {} instead of {}",
+                format_bytes(g.peak_reserved_bytes as f64, units),
+                format_bytes(g.own_peak_reserved_bytes as f64, units)
+            )
+        };
+        doc.heading(&format!(
+            "Try: memtrack simulate {title} --set {}   (device {}, replayed: {change})",
+            g.settings, g.device
+        ));
+    }
+    doc.finish()
+}
