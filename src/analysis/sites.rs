@@ -13,9 +13,9 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
+use crate::model::is_agent_file;
 use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, TraceEvent};
 use crate::model::trace::TraceSink;
-use crate::model::AGENT_FILE;
 
 use super::memviz::FrameFilter;
 use super::timeline::{Timeline, TimelineBuilder};
@@ -258,7 +258,7 @@ impl<'s> Sites<'s> {
             // Under `memtrack record --snapshot` every allocation is made inside the agent's
             // __torch_dispatch__ (and the op call it makes, torch/_ops.py): the program's own
             // code is the frame below it.
-            let program = match kept.iter().position(|&f| file(f).ends_with(AGENT_FILE)) {
+            let program = match kept.iter().position(|&f| is_agent_file(file(f))) {
                 Some(i) if i + 1 < kept.len() => &kept[i + 1..],
                 _ => &kept[..],
             };

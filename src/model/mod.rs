@@ -19,6 +19,37 @@ pub use tracker::{
 };
 pub use units::{format_bytes, Units};
 
-/// The file name of `memtrack record`'s Python agent: written so by `record`, seen so in the
-/// stacks of snapshots taken under it.
-pub const AGENT_FILE: &str = "_memtrack_agent.py";
+/// The name of `memtrack record`'s Python agent package: written so by `record`, seen so in
+/// the stacks of snapshots taken under it (`.../_memtrack_agent/ops.py`).
+pub const AGENT_PACKAGE: &str = "_memtrack_agent";
+
+/// Whether a frame's file is the agent's: any file of its package, or the single
+/// `_memtrack_agent.py` the agent was before it became a package (older recordings).
+pub fn is_agent_file(filename: &str) -> bool {
+    if filename.ends_with("_memtrack_agent.py") {
+        return true;
+    }
+    let mut parts = filename.rsplit(['/', '\\']);
+    parts.next(); // the file's own name
+    parts.next() == Some(AGENT_PACKAGE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_agent_file;
+
+    #[test]
+    fn agent_files_are_the_package_and_the_old_single_file() {
+        assert!(is_agent_file(
+            "/tmp/memtrack-agent-1/_memtrack_agent/ops.py"
+        ));
+        assert!(is_agent_file(
+            "/tmp/memtrack-agent-1/_memtrack_agent/__init__.py"
+        ));
+        assert!(is_agent_file("/tmp/memtrack-agent-1/_memtrack_agent.py"));
+        assert!(is_agent_file("_memtrack_agent.py"));
+        assert!(!is_agent_file("/home/u/train.py"));
+        assert!(!is_agent_file("/home/u/_memtrack_agent/sub/x.py"));
+        assert!(!is_agent_file("ops.py"));
+    }
+}

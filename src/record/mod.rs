@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod finalize;
+pub mod protocol;
 pub mod replay;
 pub mod sampler;
 pub mod server;

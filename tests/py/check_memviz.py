@@ -49,12 +49,21 @@ def segsum_totals(data):
             "free_internal": internal, "printed": printed}
 
 
+def is_agent_file(filename):
+    """memtrack's agent: a file of its package, or the single file it was before (as
+    model::is_agent_file)."""
+    if filename.endswith("_memtrack_agent.py"):
+        return True
+    parts = filename.replace("\\", "/").split("/")
+    return len(parts) >= 2 and parts[-2] == "_memtrack_agent"
+
+
 def site_of(frames):
     kept = [f for f in frames if mv._frame_filter(f["name"], f["filename"])]
     if not kept:
         return "<non-python>"
     # under `memtrack record --snapshot`, the program's code is below the agent's dispatch frame
-    agent = [i for i, f in enumerate(kept) if f["filename"].endswith("_memtrack_agent.py")]
+    agent = [i for i, f in enumerate(kept) if is_agent_file(f["filename"])]
     if agent and agent[0] + 1 < len(kept):
         kept = kept[agent[0] + 1:]
     py = [f for f in kept if f["filename"].endswith(".py")]

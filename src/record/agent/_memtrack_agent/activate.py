@@ -1,0 +1,78 @@
+"""Starting the agent in a process that imported torch: connect, choose the backend, say
+hello, then install every part (op sampling, module, optimizer and compile hooks, the process's
+exit handling, CUDA setup, --cycles) and enter the dispatch mode.
+"""
+
+import os
+import sys
+
+from . import compiled, cuda, cycles, modules, ops, optim, process, state, transport
+from .importhook import after_import
+from .protocol import FRAME_JSON, MSG_CUDA_UNAVAILABLE, MSG_HELLO
+
+
+def activate(torch):
+    if state.started or os.environ.get("MEMTRACK_DISABLE") or state.is_launcher():
+        return
+    try:
+        connected = transport.open_socket()
+    except OSError as e:
+        sys.stderr.write(f"memtrack: cannot reach the collector ({e}); not recording\n")
+        return
+    if not connected:
+        return
+    transport.open_spool(os.environ.get("MEMTRACK_SPOOL"))
+    state.torch = torch
+    want = os.environ.get("MEMTRACK_BACKEND", "auto")
+    if want == "auto":
+        backend = "cuda" if cuda.available(torch) else "cpu"
+    else:
+        backend = want
+    state.backend = backend
+    if backend == "cuda" and not cuda.available(torch):
+        # an all-zero "cuda" recording would look like a result: stop the program instead
+        sys.stderr.write(
+            "memtrack: --backend cuda, but torch.cuda.is_available() is False in this process "
+            f"(torch {getattr(torch, '__version__', '?')}); use --backend cpu or auto\n"
+        )
+        try:
+            msg = {"t": MSG_CUDA_UNAVAILABLE, "pid": os.getpid()}
+            transport.send_frame(FRAME_JSON, transport.encode_json(msg))
+            transport.sock.close()
+        finally:
+            os._exit(2)
+    if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
+        ops.min_alloc = 1
+
+    hello = {
+        "t": MSG_HELLO,
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "argv": list(getattr(sys, "orig_argv", sys.argv)),
+        "backend": backend,
+        "torch": getattr(torch, "__version__", "?"),
+        "python": sys.version.split()[0],
+        "rank": state.int_env("RANK"),
+        "world_size": state.int_env("WORLD_SIZE"),
+        "local_rank": state.int_env("LOCAL_RANK"),
+        "cycles": bool(os.environ.get("MEMTRACK_CYCLES")),
+    }
+    transport.message(hello)
+    state.active = state.started = True
+    transport.time_mark()
+
+    mode = ops.install(torch, backend)
+    modules.install(torch)
+    optim.install(torch)
+    compiled.install(torch)
+    mode.__enter__()
+    after_import("torch._inductor.output_code", compiled.watch_compiled_graphs)
+    transport.start_flusher()
+    process.install()
+    if backend == "cuda":
+        cuda.setup(torch)
+    if os.environ.get("MEMTRACK_CYCLES"):
+        try:
+            cycles.watch(torch)
+        except Exception as e:
+            transport.internal_error(e)

@@ -1,0 +1,129 @@
+"""torch.compile: a sample after every call of an Inductor-compiled graph (its outputs counted
+first), module.compile() run under its module's hooks, PyTorch's warning about global hooks
+silenced for torch.compile(module), and dynamo's counters for the goodbye.
+"""
+
+import sys
+import weakref
+
+from . import modules, ops, optim, state
+from .protocol import COMPILED_GRAPH, MSG_AGENT_ERROR
+from .transport import message
+
+_Tensor = None
+_gtid = None
+
+
+def after_compiled_graph(out):
+    """A compiled graph ran. Its outputs (results and, in forward, what it saves for backward)
+    were allocated inside generated code the mode never sees: account them now, then take one
+    sample for the whole call."""
+    if not state.active:
+        return
+    bw = _gtid() != -1
+    if isinstance(out, (list, tuple)):
+        for t in out:
+            if isinstance(t, _Tensor):
+                try:
+                    ops.track(t, 0, bw)
+                except Exception:
+                    pass
+    if optim.hooks is not None:
+        optim.hooks.sweep()
+    ops.sample(ops.intern(COMPILED_GRAPH, COMPILED_GRAPH, False), bw)
+
+
+def watch_compiled_graphs(output_code):
+    """Sample after every call of an Inductor-compiled graph (forward, backward, inference):
+    the granularity at which compiled regions are measured. Called when
+    torch._inductor.output_code is imported."""
+    cls = getattr(output_code, "CompiledFxGraph", None)
+    if cls is None:
+        message({"t": MSG_AGENT_ERROR, "text": "torch._inductor: no CompiledFxGraph"})
+        return
+    orig = cls.__call__
+
+    def __call__(self, inputs):
+        out = orig(self, inputs)
+        if state.active:
+            after_compiled_graph(out)
+        return out
+
+    cls.__call__ = __call__
+
+
+def install(torch):
+    """module.compile() and torch.compile(module) under the agent's module hooks."""
+    global _Tensor, _gtid
+    _Tensor = torch.Tensor
+    _gtid = torch._C._current_graph_task_id
+    _patch_module_compile(torch)
+    import warnings
+
+    # torch.compile(module) warns at every call that global hooks (ours) fire once more for
+    # the OptimizedModule: the agent counts that module as the one it wraps (modules.wrapped)
+    warnings.filterwarnings(
+        "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks"
+    )
+
+
+def _patch_module_compile(torch):
+    # module.compile() compiles the module's whole call, hooks included (they trace to
+    # nothing): run them around the compiled call instead, as for torch.compile(module)'s
+    # OptimizedModule, so the module's compiled graphs are its own
+    orig_compile = torch.nn.Module.compile
+
+    def compile(self, *args, **kwargs):
+        orig_compile(self, *args, **kwargs)
+        compiled = self.__dict__.get("_compiled_call_impl")
+        if compiled is None:
+            return
+        wmod = weakref.ref(self)  # the call is stored on the module: no cycle through it
+        self._compiled_call_impl = _HookedCompiledCall(wmod, compiled)
+
+    torch.nn.Module.compile = compile
+
+
+class _HookedCompiledCall:
+    """A module's compiled call with the module's hooks run around it, outside."""
+
+    __slots__ = ("wmod", "compiled")
+
+    def __init__(self, wmod, compiled):
+        self.wmod = wmod
+        self.compiled = compiled
+
+    def __call__(self, *a, **k):
+        compiled = self.compiled
+        mod = self.wmod()
+        if mod is None:
+            return compiled(*a, **k)
+        tracker = modules.tracker
+        modules.fw_pre_hook(mod, a)
+        tracker.enter_inner(mod)
+        try:
+            out = compiled(*a, **k)
+        finally:
+            tracker.leave_inner(mod)
+        modules.fw_post_hook(mod, a, out)
+        return out
+
+
+def counters():
+    """What torch.compile did in this process (dynamo's own counters), if it was used."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return None
+    try:
+        frames = utils.counters["frames"]
+        breaks = utils.counters["graph_break"]
+        if not frames:
+            return None
+        return {
+            "frames_ok": int(frames.get("ok", 0)),
+            "frames_total": int(frames.get("total", 0)),
+            "graph_breaks": int(sum(breaks.values())),
+            "graph_break_reasons": [r.split("\n")[0] for r in list(breaks)[:10]],
+        }
+    except Exception:
+        return None

@@ -1,0 +1,129 @@
+"""Optimizer hooks: optimizer.step() begins and ends (its own ops are `{Optimizer}.step.*`, its
+new tensors Optstate), the optimizer's state counted as Optstate after each step, a closure
+passed to step() run as the program's own code, and optimizers whose step is compiled (no
+hook of theirs runs) swept after each compiled graph.
+"""
+
+import functools
+import weakref
+
+from . import ops, state
+from .names import name_id
+from .protocol import OPT, OPT_BEGIN, OPT_END
+from .transport import ap, ext, internal_error
+
+hooks = None  # the OptimizerHooks, once installed
+
+
+class OptimizerHooks:
+    """The global step pre/post hooks and every optimizer made.
+
+    A compiled optimizer step (torch.compile of a function calling opt.step()) traces these
+    hooks: as the module hooks, they trace to nothing (no graph break, no frame of their own);
+    the step's compiled graphs are sampled when they run. Such an optimizer's state is then
+    created and replaced inside compiled code, and no hook of its runs: after each compiled
+    graph, the state of every optimizer whose hooks never ran is counted as Optstate (as the
+    post-step hook does for the others: sweep)."""
+
+    def __init__(self, torch):
+        self.Tensor = torch.Tensor
+        self.opt_ids = {}  # optimizer class -> name id
+        self.optimizers = weakref.WeakSet()  # every optimizer made
+        self.eager = weakref.WeakSet()  # those whose step hooks have run
+
+    def track_state(self, opt):
+        """MemTracker's _track_optimizer_states: the optimizer's state tensors are Optstate."""
+        try:
+            Tensor = self.Tensor
+            for st in opt.state.values():
+                for v in st.values():
+                    if isinstance(v, Tensor):
+                        ops.track_as(v, OPT)
+        except Exception as e:
+            internal_error(e)
+
+    def sweep(self):
+        if len(self.optimizers) == len(self.eager):
+            return
+        for opt in list(self.optimizers):
+            if opt not in self.eager:
+                self.track_state(opt)
+
+    def step_begins(self, opt, args, kwargs):
+        self.eager.add(opt)
+        ops.in_opt = True
+        oid = self.opt_ids.get(type(opt))
+        if oid is None:
+            oid = self.opt_ids[type(opt)] = name_id(f"{type(opt).__name__}")
+        ext((OPT_BEGIN, oid))
+        # step(closure) (LBFGS, Lightning) runs forward and backward inside the step: those
+        # ops belong to their modules, their tensors to their own categories
+        if "closure" in kwargs and callable(kwargs["closure"]):
+            return args, dict(kwargs, closure=functools.partial(run_closure, kwargs["closure"], oid))
+        # args[0] is the optimizer itself (Optimizer.profile_hook_step passes step's args)
+        if len(args) > 1 and callable(args[1]):
+            return (args[0], functools.partial(run_closure, args[1], oid), *args[2:]), kwargs
+        return None
+
+    def step_ends(self, opt):
+        self.track_state(opt)
+        ops.in_opt = False
+        ap(OPT_END)
+
+
+def run_closure(closure, oid, *a, **k):
+    """The closure passed to step(), run outside the step."""
+    if not state.active:
+        return closure(*a, **k)
+    ops.in_opt = False
+    ap(OPT_END)
+    try:
+        return closure(*a, **k)
+    finally:
+        ops.in_opt = True
+        ext((OPT_BEGIN, oid))
+
+
+# A compiled step traces the hooks: is_compiling() is a constant True then, so they trace to
+# nothing.
+_is_compiling = None
+
+
+def pre_step_hook(opt, args, kwargs):
+    """The global optimizer step pre-hook."""
+    if _is_compiling() or not state.active:
+        return None
+    return hooks.step_begins(opt, args, kwargs)
+
+
+def post_step_hook(opt, args, kwargs):
+    """The global optimizer step post-hook."""
+    if _is_compiling() or not state.active:
+        return
+    hooks.step_ends(opt)
+
+
+def install(torch):
+    """Register the step hooks and watch Optimizer.__init__; returns the hooks."""
+    global hooks, _is_compiling
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    _is_compiling = torch.compiler.is_compiling
+    hooks = OptimizerHooks(torch)
+    Optimizer = torch.optim.Optimizer
+    orig_init = Optimizer.__init__
+    optimizers = hooks.optimizers
+
+    @functools.wraps(orig_init)
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        if not _is_compiling():
+            optimizers.add(self)
+
+    Optimizer.__init__ = __init__
+    register_optimizer_step_pre_hook(pre_step_hook)
+    register_optimizer_step_post_hook(post_step_hook)
+    return hooks

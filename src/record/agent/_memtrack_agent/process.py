@@ -1,0 +1,115 @@
+"""How a recording process ends, and forks: the chained excepthook, SIGTERM, atexit and the
+goodbye (`finish`), a forked child switching the agent off.
+"""
+
+import os
+import sys
+
+from . import compiled, cuda, cycles, ops, state, transport
+from .protocol import MSG_BYE, MSG_EXCEPTION, MSG_SIGNAL
+from .transport import message, time_mark
+
+_finished = [False]
+
+
+def install():
+    """Fork handler, atexit, excepthook and SIGTERM, for a process that records."""
+    os.register_at_fork(after_in_child=after_fork_in_child)
+    import atexit
+
+    atexit.register(at_exit)
+    chain_excepthook()
+    install_sigterm()
+
+
+def after_fork_in_child():
+    """A forked child (a DataLoader worker) must not write into the parent's stream: drop the
+    socket (without shutting it down: the parent still uses it) and take the mode off the
+    stack, so the child's ops cost nothing and pile up nowhere."""
+    state.active = False
+    transport.drop_socket()
+    cycles.stop()  # nothing to report to: no collections kept for it either
+    try:
+        C = state.torch._C
+        others = []
+        while C._len_torch_dispatch_stack() > 0:
+            m = C._pop_torch_dispatch_stack()
+            if m is not ops.mode:
+                others.append(m)
+        for m in reversed(others):
+            C._push_on_torch_dispatch_stack(m)
+    except Exception:
+        pass
+    # the spool's pages are shared with the parent: never write there again
+    transport.forget_spool()
+
+
+def chain_excepthook():
+    prev = sys.excepthook
+
+    def hook(tp, value, tb):
+        try:
+            import traceback
+
+            text = "".join(traceback.format_exception(tp, value, tb))
+            oom = tp.__name__ == "OutOfMemoryError" or isinstance(value, MemoryError)
+            message({"t": MSG_EXCEPTION, "type": tp.__name__, "text": text, "oom": oom})
+        except Exception:
+            pass
+        prev(tp, value, tb)
+
+    sys.excepthook = hook
+
+
+def install_sigterm():
+    """Ship what is buffered before SIGTERM's default death. Not under torchrun: its agent
+    SIGTERMs workers that may sit in a collective, where a Python-level handler would wait."""
+    import signal
+
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+        signal.signal(signal.SIGTERM, _on_term)
+    except (ValueError, OSError):
+        pass  # not the main thread
+
+
+def _on_term(signum, frame):
+    import signal
+
+    message({"t": MSG_SIGNAL, "signal": signum})
+    finish("signal")
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def finish(how):
+    """The goodbye: how the process ended, what compile did, the allocator's counters."""
+    # not `sock is None`: with the collector gone the spool still takes the goodbye
+    if _finished[0] or not state.active:
+        return
+    _finished[0] = True
+    cycles.stop()
+    time_mark()
+    msg = {"t": MSG_BYE, "how": how}
+    counters = compiled.counters()
+    if counters:
+        msg["compile"] = counters
+    torch = state.torch
+    try:
+        if state.backend == "cuda" and torch.cuda.is_initialized():
+            msg["memory_stats"] = dict(torch.cuda.memory_stats())
+            cuda.send_device(torch)  # the device the program ended on (after set_device)
+            cuda.write_snapshot("exit")
+    except Exception:
+        pass
+    state.active = False
+    message(msg)
+    transport.close_socket()
+
+
+def at_exit():
+    finish("exit")
+

@@ -1,0 +1,69 @@
+"""The wire protocol between the agent and the collector: every constant both sides share.
+
+The collector's copy is src/record/protocol.rs; its tests read this file and fail when the two
+differ (a name on one side only, or another value). Keep one `NAME = value` per line. The
+format itself is documented in docs/record.md ("Wire format").
+"""
+
+# ---- record codes (int64 stream); an op is any value >= 0: (func id << 2) | mutable << 1 | bw
+ADD = -1  # key cat dev bytes: a storage appeared
+DEL = -2  # key: it died
+REF = -3  # key cat: it changed category
+SIZE = -4  # key bytes: it changed size
+PUSH = -5  # name bw: a module became active
+POP = -6  # name: it stopped
+RESET = -7  # all modules reset at the end of backward
+MOD = -8  # mod name params buffers inputs: a module's first call in the iteration
+SNAP = -9  # mod state: snapshot the current memory into the module's state
+INPUT = -10  # mod name inputs: a further call's inputs
+OUTPUT = -11  # mod outputs
+ITER = -12  # a new iteration
+MARK = -13  # 0|1: fw_start / fw_bw_boundary
+OPT_BEGIN = -14  # name: optimizer.step() begins
+OPT_END = -15  # optimizer.step() ends
+CYCLE = -16  # id: the `cycles` message id was found here
+TIME = -17  # ns: a CLOCK_MONOTONIC time mark
+JSON = -18  # n bytes...: a message (JSON, n bytes, padded to whole slots)
+
+# ---- MemTracker's categories (_MemRefType), in its order
+PARAM = 0
+BUFFER = 1
+GRAD = 2
+ACT = 3
+TEMP = 4
+OPT = 5
+OTH = 6
+
+# ---- MemTracker's module states (_ModState)
+PRE_FW = 0
+POST_FW = 1
+PEAK_FW = 2
+PRE_BW = 3
+POST_BW = 4
+PEAK_BW = 5
+PRE_FW_AC = 6
+POST_FW_AC = 7
+
+# ---- socket frame kinds: u32 little-endian payload length, u8 kind, payload
+FRAME_ALIVE = 0  # empty: the process is alive
+FRAME_JSON = 1  # a JSON message
+FRAME_RECORDS = 2  # int64 little-endian records
+
+# ---- JSON message kinds (the message's "t")
+MSG_HELLO = "hello"
+MSG_OP = "op"
+MSG_NAME = "name"
+MSG_DEVICE = "device"
+MSG_CYCLES = "cycles"
+MSG_EXCEPTION = "exception"
+MSG_SIGNAL = "signal"
+MSG_OOM = "oom"
+MSG_SNAPSHOT = "snapshot"
+MSG_AGENT_ERROR = "agent_error"
+MSG_BYE = "bye"
+MSG_NO_TORCH = "no_torch"
+MSG_TORCH_NOT_IMPORTED = "torch_not_imported"
+MSG_CUDA_UNAVAILABLE = "cuda_unavailable"
+
+# The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
+COMPILED_GRAPH = "compiled_graph"

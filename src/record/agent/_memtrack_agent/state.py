@@ -1,0 +1,32 @@
+"""What this process is to the agent: whether it records (and ever did), the torch module and
+the backend chosen, and what the environment says about it (rank, torchrun's launcher).
+
+Written by activate.py and process.py, read everywhere; nothing here runs per op.
+"""
+
+import os
+import sys
+
+active = False  # recording now
+started = False  # the agent ran in this process (even if it has stopped since)
+torch = None
+backend = "cpu"
+
+
+def int_env(name):
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def is_launcher():
+    """torchrun's own process imports torch too; only its workers are recorded."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    for i, a in enumerate(argv):
+        if a == "-m" and i + 1 < len(argv) and argv[i + 1] in (
+            "torch.distributed.run",
+            "torch.distributed.launch",
+        ):
+            return True
+    return bool(argv) and os.path.basename(sys.argv[0] or "") == "torchrun"

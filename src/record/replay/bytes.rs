@@ -1,0 +1,128 @@
+//! Bytes by category per device: the storages the agent reported (appeared, changed category
+//! or size, died) and the current totals they add up to (MemTracker's `_update_snap`).
+
+use crate::model::{DeviceBytes, ModuleSnapshot};
+
+use super::Replay;
+
+/// Bytes by category (7) and total, on one device; devices are -1 (CPU) or a CUDA index.
+pub(super) type Row = [i64; 8];
+pub(super) const TOTAL: usize = 7;
+/// MemTracker's `Dict[device, Dict[str, int]]`, devices in order.
+pub(super) type Snap = Vec<(i32, Row)>;
+
+pub(super) struct Storage {
+    pub(super) cat: usize,
+    pub(super) dev: i32,
+    pub(super) bytes: i64,
+}
+
+impl Replay {
+    pub(super) fn row(&mut self, dev: i32) -> &mut Row {
+        let k = match self.curr.binary_search_by_key(&dev, |(d, _)| *d) {
+            Ok(k) => k,
+            Err(k) => {
+                self.curr.insert(k, (dev, [0; 8]));
+                k
+            }
+        };
+        &mut self.curr[k].1
+    }
+
+    pub(super) fn drop_if_zero(&mut self, dev: i32) {
+        if let Ok(k) = self.curr.binary_search_by_key(&dev, |(d, _)| *d) {
+            if self.curr[k].1[TOTAL] == 0 {
+                self.curr.remove(k);
+            }
+        }
+    }
+
+    pub(super) fn add(&mut self, key: i64, cat: i64, dev: i64, bytes: i64) {
+        // a key seen again without its death reported: count the old one as gone
+        if self.storages.contains_key(&key) {
+            self.del(key);
+        }
+        let cat = (cat.clamp(0, 6)) as usize;
+        let dev = dev.clamp(-1, i32::MAX as i64) as i32;
+        self.storages.insert(key, Storage { cat, dev, bytes });
+        if bytes > 0 {
+            let r = self.row(dev);
+            r[cat] += bytes;
+            r[TOTAL] += bytes;
+            self.dirty = true;
+        }
+    }
+
+    pub(super) fn del(&mut self, key: i64) {
+        if let Some(s) = self.storages.remove(&key) {
+            if s.bytes > 0 {
+                let r = self.row(s.dev);
+                r[s.cat] -= s.bytes;
+                r[TOTAL] -= s.bytes;
+                self.drop_if_zero(s.dev);
+            }
+        }
+    }
+
+    pub(super) fn recategorize(&mut self, key: i64, cat: i64) {
+        let cat = (cat.clamp(0, 6)) as usize;
+        let Some(s) = self.storages.get_mut(&key) else {
+            return;
+        };
+        if s.cat == cat {
+            return;
+        }
+        let (old, dev, bytes) = (s.cat, s.dev, s.bytes);
+        s.cat = cat;
+        let r = self.row(dev);
+        r[old] -= bytes;
+        r[cat] += bytes;
+    }
+
+    pub(super) fn resize(&mut self, key: i64, bytes: i64) {
+        let Some(s) = self.storages.get_mut(&key) else {
+            return;
+        };
+        let change = bytes - s.bytes;
+        s.bytes = bytes;
+        let (cat, dev) = (s.cat, s.dev);
+        let r = self.row(dev);
+        r[cat] += change;
+        r[TOTAL] += change;
+        if change > 0 {
+            self.dirty = true;
+        }
+        self.drop_if_zero(dev);
+    }
+}
+
+pub(super) fn set_dev(s: &mut Snap, dev: i32, row: Row) {
+    match s.binary_search_by_key(&dev, |(d, _)| *d) {
+        Ok(k) => s[k].1 = row,
+        Err(k) => s.insert(k, (dev, row)),
+    }
+}
+
+pub fn device_name(dev: i32) -> String {
+    if dev < 0 {
+        "cpu".to_string()
+    } else {
+        format!("cuda:{dev}")
+    }
+}
+
+pub(super) fn snapshot(s: &Snap) -> ModuleSnapshot {
+    ModuleSnapshot(
+        s.iter()
+            .map(|(dev, row)| {
+                let mut by_category = [0i64; 7];
+                by_category.copy_from_slice(&row[..7]);
+                DeviceBytes {
+                    device: device_name(*dev),
+                    by_category,
+                    total: row[TOTAL],
+                }
+            })
+            .collect(),
+    )
+}

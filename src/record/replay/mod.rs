@@ -1,0 +1,257 @@
+//! The agent's stream (docs/record.md, "Wire format") → one recorded process's stats.
+//!
+//! The agent sends facts: ops (func id, backward flag, and on CUDA the allocator's counters),
+//! storages appearing, changing category or size and dying, module hook events. Everything
+//! MemoryTracker and MemTracker compute from those facts is computed here: op names, the
+//! current module, bytes by category per device, module snapshots per state and iteration, and
+//! the peaks, following `torch/distributed/_tools/mem_tracker.py` step by step (`_update_snap`,
+//! `_update_peak_stats`, the pre/post forward/backward hooks).
+//!
+//! `records` decodes the record stream and `messages` the JSON messages into the steps below:
+//! `bytes` (storages and bytes by category per device), `ops` (each sample in its context),
+//! `modules` (the per-iteration module tables), `peaks`; `finish` turns it all into the
+//! model. The wire's constants are `record::protocol`'s.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value as Json;
+
+use crate::model::{Cycle, IterationModules, Marker, TrackerStats};
+use crate::record::protocol::{FRAME_JSON, FRAME_RECORDS};
+
+mod bytes;
+mod finish;
+mod messages;
+mod modules;
+mod ops;
+mod peaks;
+mod records;
+
+pub use bytes::device_name;
+use bytes::{Snap, Storage};
+use modules::Iter;
+use ops::Op;
+
+/// Something a process said that is not a recording: why it did not record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// The interpreter has no torch to import.
+    NoTorch { python: String },
+    /// torch is installed but the program never imported it.
+    TorchNotImported { argv: Vec<String> },
+    /// `--backend cuda` where torch sees no CUDA: the agent stopped the program (exit 2).
+    CudaUnavailable,
+}
+
+/// One process's recording, decoded.
+pub struct Session {
+    /// The agent's `hello`: the process was recorded (even if it ran no op).
+    pub recorded: bool,
+    pub pid: Option<i64>,
+    pub rank: Option<i64>,
+    pub world_size: Option<i64>,
+    /// The parent process's pid (a spawned worker's is the program's).
+    pub ppid: Option<i64>,
+    pub note: Option<Note>,
+    /// Whether the agent said goodbye (otherwise the process vanished).
+    pub said_bye: bool,
+    pub stats: TrackerStats,
+    /// (CLOCK_MONOTONIC ns, ops recorded by then): where the op stream was in time, for
+    /// placing the collector's driver-level samples among the ops.
+    pub time_marks: Vec<(u64, usize)>,
+}
+
+/// Decode one process's spool: its segment files in order (the agent's shared memory-mapped
+/// record stream, docs/record.md). Each segment's slot 0 says how many slots hold records;
+/// a segment shorter than it says (a file cut short) gives what it holds.
+pub fn replay_spool(segments: &[Vec<u8>]) -> Session {
+    let mut r = Replay::default();
+    for seg in segments {
+        let slots: Vec<i64> = seg
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let Some(&end) = slots.first() else { continue };
+        let end = (end.max(1) as usize).min(slots.len());
+        r.records(&slots[1..end]);
+    }
+    r.finish()
+}
+
+/// Decode a whole journal (the bytes one connection sent). A frame cut short at the end (the
+/// process died mid-send) is ignored.
+pub fn replay(bytes: &[u8]) -> Session {
+    let mut r = Replay::default();
+    let mut at = 0;
+    while at + 5 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let kind = bytes[at + 4];
+        let Some(payload) = bytes.get(at + 5..at + 5 + len) else {
+            break;
+        };
+        at += 5 + len;
+        match kind {
+            FRAME_JSON => {
+                if let Ok(msg) = serde_json::from_slice::<Json>(payload) {
+                    r.message(&msg);
+                }
+            }
+            FRAME_RECORDS => {
+                let ints: Vec<i64> = payload
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect();
+                r.records(&ints);
+            }
+            _ => {}
+        }
+    }
+    r.finish()
+}
+
+#[derive(Default)]
+struct Replay {
+    hello: Option<Json>,
+    cuda: bool,
+    op_names: Vec<Option<String>>,
+    names: Vec<Option<String>>,
+    ops: Vec<Op>,
+    allocated: Vec<f64>,
+    active: Vec<f64>,
+    reserved: Vec<f64>,
+    storages: HashMap<i64, Storage>,
+    curr: Snap,
+    /// A total grew since the last op: peaks may need updating.
+    dirty: bool,
+    /// ModTracker's `parents` (without "Global"): name id, pushed by a backward hook.
+    parents: Vec<(u32, bool)>,
+    optimizer: Option<u32>,
+    iter: Option<Iter>,
+    iterations: Vec<IterationModules>,
+    peak: Snap,
+    markers: Vec<Marker>,
+    device_name: Option<String>,
+    device_total: Option<u64>,
+    exception: Option<String>,
+    oom: bool,
+    oom_op_index: Option<i64>,
+    ended: Option<String>,
+    said_bye: bool,
+    memory_stats: BTreeMap<String, i64>,
+    snapshot_paths: Vec<String>,
+    agent_errors: Vec<String>,
+    note: Option<Note>,
+    device_index: Option<i64>,
+    device_uuid: Option<String>,
+    memory_stats_oom: BTreeMap<String, i64>,
+    /// Collections that found cycles, by the agent's id: (ops when reported, the graph).
+    cycles: Vec<(i64, usize, Cycle)>,
+    time_marks: Vec<(u64, usize)>,
+    /// The `compile` part of `bye`: dynamo's counters.
+    compile: Option<Json>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ModState;
+    use crate::record::protocol::*;
+
+    fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+        let mut v = (payload.len() as u32).to_le_bytes().to_vec();
+        v.push(kind);
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn ints(v: &[i64]) -> Vec<u8> {
+        frame(
+            FRAME_RECORDS,
+            &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>(),
+        )
+    }
+
+    fn json(s: &str) -> Vec<u8> {
+        frame(FRAME_JSON, s.as_bytes())
+    }
+
+    #[test]
+    fn names_ops_and_accounts_storages() {
+        let mut j = json(r#"{"t":"hello","backend":"cpu","pid":7,"argv":["x.py"]}"#);
+        j.extend(json(r#"{"t":"op","id":0,"name":"mm.default"}"#));
+        j.extend(json(r#"{"t":"name","id":0,"name":"Net"}"#));
+        j.extend(json(r#"{"t":"name","id":1,"name":"Net.fc"}"#));
+        #[rustfmt::skip]
+        j.extend(ints(&[
+            MOD, 1, 0, 0, 0, 0, SNAP, 1, 0, MARK, 0, PUSH, 0, 0,
+            MOD, 2, 1, 64, 0, 0, SNAP, 2, 0, PUSH, 1, 0,
+            ADD, 100, 3, -1, 400, 0, // activation, then op mm (fid 0, forward)
+            POP, 1, SNAP, 2, 1, POP, 0,
+            ADD, 101, 4, -1, 100, 1, // temp, op in backward, outside any module
+            DEL, 100, 1,
+        ]));
+        let s = replay(&j);
+        assert!(s.recorded);
+        let t = &s.stats;
+        assert_eq!(t.op_count(), 3);
+        assert_eq!(t.names.get(0), "Net.fc.forward.mm.default_0");
+        assert_eq!(t.names.get(1), "Global.backward.mm.default_1");
+        assert_eq!(t.allocated, vec![400.0, 500.0, 100.0]);
+        let r = t.record.as_ref().unwrap();
+        assert_eq!(
+            r.exit.as_ref().unwrap().ended.as_deref(),
+            Some("disconnected")
+        );
+        let it = &r.modules[0];
+        let fc = &it.modules[1];
+        assert_eq!(fc.fqn, "Net.fc");
+        assert_eq!(fc.parameter_bytes, 64);
+        // Peak-Forward inserted with Pre-Forward, raised by the op inside fc
+        let peak = fc.state(ModState::PeakForward).unwrap();
+        assert_eq!(peak.calls[0].total(), 400);
+        assert_eq!(
+            fc.state(ModState::PostForward).unwrap().calls[0].0[0].by_category[3],
+            400
+        );
+        assert_eq!(r.peak.as_ref().unwrap().total(), 500);
+    }
+
+    #[test]
+    fn cut_short_stream_keeps_what_arrived() {
+        let mut j = json(r#"{"t":"hello","backend":"cpu"}"#);
+        j.extend(ints(&[ADD, 1, 3, -1, 10, 0, 0]));
+        let mut tail = ints(&[0, 0, 0]);
+        tail.truncate(tail.len() - 3);
+        j.extend(tail);
+        let s = replay(&j);
+        assert_eq!(s.stats.op_count(), 2);
+    }
+
+    #[test]
+    fn cycles_and_time_marks_land_at_their_ops() {
+        let mut j = json(r#"{"t":"hello","backend":"cpu","pid":7,"cycles":true}"#);
+        j.extend(json(r#"{"t":"op","id":0,"name":"mm.default"}"#));
+        j.extend(ints(&[TIME, 1_000, 0, 0, TIME, 2_000]));
+        // the message comes before the record that places it (the agent flushes names first)
+        j.extend(json(
+            r#"{"t":"cycles","id":1,"generation":0,"nodes":[{"label":"list[2]","type":"list","tensor":null},{"label":"Tensor","type":"torch.Tensor","tensor":{"bytes":4000,"storage":9,"shape":[1000],"dtype":"float32","device":"cpu","stack":[]}},{"label":"dict[0]","type":"dict","tensor":null}],"edges":[[0,0,"[1]"],[0,1,"[0]"]]}"#,
+        ));
+        j.extend(ints(&[0, CYCLE, 1, 0]));
+        j.extend(json(
+            r#"{"t":"oom","device":0,"memory_stats":{"num_ooms":0,"x":"y"}}"#,
+        ));
+        let s = replay(&j);
+        assert_eq!(s.time_marks, vec![(1_000, 0), (2_000, 2)]);
+        let r = s.stats.record.as_ref().unwrap();
+        assert!(r.cycles_watched);
+        assert_eq!(
+            r.cycles.len(),
+            1,
+            "the dict holds no tensor: not a cycle of its own"
+        );
+        assert_eq!(r.cycles[0].op_index, 3);
+        assert_eq!(r.cycles[0].bytes(), 4000);
+        assert_eq!(r.memory_stats_oom.len(), 1);
+        assert_eq!(s.stats.op_count(), 4);
+    }
+}

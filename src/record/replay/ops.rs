@@ -1,0 +1,85 @@
+//! Ops: each sample placed in its context (the optimizer's step, the innermost running
+//! module, forward or backward) with its allocated / active / reserved bytes.
+
+use super::bytes::TOTAL;
+use super::Replay;
+
+pub(super) const NO_NAME: u32 = u32::MAX;
+
+#[derive(Clone, Copy)]
+pub(super) struct Op {
+    pub(super) fid: u32,
+    pub(super) ctx: u32,
+    pub(super) phase: Phase,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    Forward,
+    Backward,
+    Step,
+}
+
+impl Phase {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Step => "step",
+        }
+    }
+}
+
+impl Replay {
+    pub(super) fn op(&mut self, fid: u32, bw: bool, cuda: Option<[i64; 3]>) {
+        let (ctx, phase) = if let Some(o) = self.optimizer {
+            (o, Phase::Step)
+        } else if let Some(&(name, pushed_in_bw)) = self.parents.last() {
+            if pushed_in_bw {
+                (self.innermost_in_backward(name), Phase::Backward)
+            } else {
+                (name, Phase::Forward)
+            }
+        } else {
+            (NO_NAME, if bw { Phase::Backward } else { Phase::Forward })
+        };
+        self.ops.push(Op { fid, ctx, phase });
+        match cuda {
+            Some([a, b, c]) => {
+                self.allocated.push(a as f64);
+                self.active.push(b as f64);
+                self.reserved.push(c as f64);
+            }
+            None => {
+                let total: i64 = self.curr.iter().map(|(_, r)| r[TOTAL]).sum();
+                self.allocated.push(total as f64);
+                self.active.push(total as f64);
+                self.reserved.push(total as f64);
+            }
+        }
+        if self.dirty {
+            self.dirty = false;
+            self.update_peaks(bw);
+        }
+    }
+
+    /// The module whose backward is running. Several modules' backward hooks fire on the same
+    /// gradient (a leaf whose output is its parent's output: ResNet's `fc`, a block's last
+    /// ReLU), the outermost last; the op belongs to the innermost of them: the deepest name
+    /// pushed in backward, the latest among equals.
+    pub(super) fn innermost_in_backward(&self, last: u32) -> u32 {
+        let depth = |id: u32| {
+            self.names
+                .get(id as usize)
+                .and_then(|n| n.as_deref())
+                .map_or(0, |n| n.matches('.').count())
+        };
+        let mut best = (depth(last), last);
+        for &(name, bw) in self.parents.iter().rev() {
+            if bw && depth(name) > best.0 {
+                best = (depth(name), name);
+            }
+        }
+        best.1
+    }
+}
