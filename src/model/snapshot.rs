@@ -374,6 +374,12 @@ impl EventAux {
 /// priority a device).
 pub const MAX_STREAMS: usize = u16::MAX as usize + 1;
 
+/// A device's trace uses more than [`MAX_STREAMS`] distinct streams (its events keep a
+/// stream as a 16-bit index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("more than {MAX_STREAMS} distinct streams in one device's trace")]
+pub struct TooManyStreams;
+
 #[derive(Clone, Debug, Default)]
 pub struct DeviceTrace {
     pub events: Vec<TraceEvent>,
@@ -386,7 +392,12 @@ pub struct DeviceTrace {
 impl DeviceTrace {
     /// Add `e` on `stream`, with `aux` when it says anything. Err past [`MAX_STREAMS`]
     /// distinct streams.
-    pub fn push(&mut self, mut e: TraceEvent, stream: i64, aux: EventAux) -> Result<(), String> {
+    pub fn push(
+        &mut self,
+        mut e: TraceEvent,
+        stream: i64,
+        aux: EventAux,
+    ) -> Result<(), TooManyStreams> {
         e.stream_index = self.stream_index(stream)?;
         if aux.says_something() {
             self.aux.push((self.events.len() as u32, aux));
@@ -397,7 +408,7 @@ impl DeviceTrace {
 
     /// The index of `stream` in `streams`, added if new. Err past [`MAX_STREAMS`].
     #[inline]
-    pub fn stream_index(&mut self, stream: i64) -> Result<u16, String> {
+    pub fn stream_index(&mut self, stream: i64) -> Result<u16, TooManyStreams> {
         // the last one used first: events come in runs on one stream
         if let Some(&last) = self.events.last() {
             if self.streams[last.stream_index as usize] == stream {
@@ -408,9 +419,7 @@ impl DeviceTrace {
             return Ok(i as u16);
         }
         if self.streams.len() == MAX_STREAMS {
-            return Err(format!(
-                "more than {MAX_STREAMS} distinct streams in one device's trace"
-            ));
+            return Err(TooManyStreams);
         }
         self.streams.push(stream);
         Ok((self.streams.len() - 1) as u16)
