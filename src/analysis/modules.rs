@@ -15,9 +15,34 @@ pub enum IterationSel {
     One(usize),
 }
 
+/// What is wrong with a query of the module breakdown. The messages say what is wrong with
+/// the value; the caller says which argument gave it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// An iteration that is neither a number from 1 nor `last` nor `all`.
+    #[error("'{0}' is not a number from 1, 'last' or 'all'")]
+    BadIteration(String),
+    /// A state name MemTracker does not have; the message lists those it has.
+    #[error("unknown state '{name}'; use {known}")]
+    UnknownState {
+        /// The name as given.
+        name: String,
+        /// Every state's name, lower case, comma-separated.
+        known: String,
+    },
+    /// An iteration (1-based) the file does not have.
+    #[error("the file has {recorded} iteration{}", if *recorded == 1 { "" } else { "s" })]
+    NoSuchIteration {
+        /// The iteration asked for, 1-based.
+        asked: usize,
+        /// How many iterations the file has.
+        recorded: usize,
+    },
+}
+
 impl std::str::FromStr for IterationSel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = QueryError;
+    fn from_str(s: &str) -> Result<Self, QueryError> {
         match s.to_ascii_lowercase().as_str() {
             "last" => Ok(IterationSel::Last),
             "all" => Ok(IterationSel::All),
@@ -26,9 +51,7 @@ impl std::str::FromStr for IterationSel {
                 .ok()
                 .filter(|&n| n >= 1)
                 .map(IterationSel::One)
-                .ok_or_else(|| {
-                    format!("--iteration: '{s}' is not a number from 1, 'last' or 'all'")
-                }),
+                .ok_or_else(|| QueryError::BadIteration(s.into())),
         }
     }
 }
@@ -65,7 +88,7 @@ pub struct ModuleView {
 }
 
 /// Parse `--state` values (MemTracker's names, any case; `peak-forward` or `Peak-Forward`).
-pub fn parse_states(names: &[String]) -> Result<Vec<ModState>, String> {
+pub fn parse_states(names: &[String]) -> Result<Vec<ModState>, QueryError> {
     names
         .iter()
         .map(|n| {
@@ -74,24 +97,29 @@ pub fn parse_states(names: &[String]) -> Result<Vec<ModState>, String> {
                     .iter()
                     .map(|s| s.name().to_ascii_lowercase())
                     .collect();
-                format!("--state: unknown state '{n}'; use {}", all.join(", "))
+                QueryError::UnknownState {
+                    name: n.clone(),
+                    known: all.join(", "),
+                }
             })
         })
         .collect()
 }
 
-pub fn select(record: &RecordInfo, q: &Query) -> Result<ModulesView, String> {
+pub fn select(record: &RecordInfo, q: &Query) -> Result<ModulesView, QueryError> {
     let all = &record.modules;
     let picked: Vec<&IterationModules> = match q.iteration {
         IterationSel::All => all.iter().collect(),
         IterationSel::Last => all.last().into_iter().collect(),
-        IterationSel::One(n) => vec![all.iter().find(|i| i.iteration == n).ok_or_else(|| {
-            format!(
-                "--iteration {n}: the file has {} iteration{}",
-                all.len(),
-                if all.len() == 1 { "" } else { "s" }
-            )
-        })?],
+        IterationSel::One(n) => {
+            vec![all
+                .iter()
+                .find(|i| i.iteration == n)
+                .ok_or(QueryError::NoSuchIteration {
+                    asked: n,
+                    recorded: all.len(),
+                })?]
+        }
     };
     let iterations = picked
         .into_iter()
