@@ -31,6 +31,88 @@ pub const ROUND_LARGE: u64 = 2 << 20;
 /// `roundup_power2_divisions` has one entry per power of two from 1 MiB to 32 GiB.
 pub const ROUNDUP_INTERVALS: usize = 16;
 
+/// What is wrong with one `KEY:VALUE` item of a `PYTORCH_CUDA_ALLOC_CONF` string; each
+/// message starts with the item as given.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SettingError {
+    /// No `:` between a key and a value.
+    #[error("`{item}`: expected KEY:VALUE, e.g. expandable_segments:True")]
+    NotKeyValue {
+        /// The item as given.
+        item: String,
+    },
+    /// A `*_mb` setting whose value is not a whole number.
+    #[error("`{item}`: {key} takes a whole number of MiB")]
+    NotWholeMib {
+        /// The item as given.
+        item: String,
+        /// The setting's name.
+        key: String,
+    },
+    /// `max_split_size_mb` at or below 20 (the allocator's large buffer), which PyTorch
+    /// refuses too.
+    #[error("`{item}`: max_split_size_mb must be above 20")]
+    MaxSplitTooSmall {
+        /// The item as given.
+        item: String,
+    },
+    /// `expandable_segments` other than True/False (or true/false, 1/0).
+    #[error("`{item}`: expandable_segments is True or False")]
+    NotBool {
+        /// The item as given.
+        item: String,
+    },
+    /// `garbage_collection_threshold` that is not a number.
+    #[error("`{item}`: expected a number")]
+    NotANumber {
+        /// The item as given.
+        item: String,
+    },
+    /// `garbage_collection_threshold` outside (0, 1).
+    #[error("`{item}`: garbage_collection_threshold must be between 0.0 and 1.0")]
+    ThresholdOutOfRange {
+        /// The item as given.
+        item: String,
+    },
+    /// A `roundup_power2_divisions` value that does not parse.
+    #[error("`{item}`: roundup_power2_divisions {source}")]
+    Divisions {
+        /// The item as given.
+        item: String,
+        /// What is wrong in the value.
+        source: DivisionsError,
+    },
+    /// A key the model does not know (or does not model).
+    #[error(
+        "`{item}`: unknown setting {key}; simulate models max_split_size_mb, \
+         max_non_split_rounding_mb, roundup_power2_divisions, expandable_segments \
+         and garbage_collection_threshold"
+    )]
+    UnknownSetting {
+        /// The item as given.
+        item: String,
+        /// The key as given (trimmed).
+        key: String,
+    },
+}
+
+/// What is wrong in a `roundup_power2_divisions` value (`4` or `[256:1,512:2,>:8]`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DivisionsError {
+    /// A division count that is not a number (the text as given).
+    #[error("`{0}` is not a number")]
+    NotANumber(String),
+    /// A division count or an interval's size in MiB that is not a power of two.
+    #[error("{0} is not a power of two")]
+    NotPowerOfTwo(u64),
+    /// A list item without `:` (the item as given).
+    #[error("item `{0}` is not SIZE_MB:DIVISIONS")]
+    NotSizeDivisions(String),
+    /// A list key that is neither `>` nor a number (the key as given).
+    #[error("`{0}` is not a size in MiB")]
+    NotASize(String),
+}
+
 /// The settings that change what the allocator does (`PYTORCH_CUDA_ALLOC_CONF`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Settings {
@@ -83,7 +165,7 @@ impl Settings {
 
     /// Apply a `PYTORCH_CUDA_ALLOC_CONF` string: `KEY:VALUE` items separated by commas (those
     /// inside a `[...]` list belong to it).
-    pub fn apply_all(&mut self, conf: &str) -> Result<(), String> {
+    pub fn apply_all(&mut self, conf: &str) -> Result<(), SettingError> {
         let mut depth = 0i32;
         let mut start = 0;
         for (i, c) in conf.char_indices().chain([(conf.len(), ',')]) {
@@ -105,21 +187,23 @@ impl Settings {
     }
 
     /// Apply one `KEY:VALUE` of `PYTORCH_CUDA_ALLOC_CONF` syntax.
-    pub fn apply(&mut self, item: &str) -> Result<(), String> {
-        let (key, value) = item.split_once(':').ok_or_else(|| {
-            format!("`{item}`: expected KEY:VALUE, e.g. expandable_segments:True")
-        })?;
+    pub fn apply(&mut self, item: &str) -> Result<(), SettingError> {
+        let (key, value) = item
+            .split_once(':')
+            .ok_or_else(|| SettingError::NotKeyValue { item: item.into() })?;
         let (key, value) = (key.trim(), value.trim());
-        let mb = |v: &str| -> Result<u64, String> {
-            v.parse::<u64>()
-                .map_err(|_| format!("`{item}`: {key} takes a whole number of MiB"))
+        let mb = |v: &str| -> Result<u64, SettingError> {
+            v.parse::<u64>().map_err(|_| SettingError::NotWholeMib {
+                item: item.into(),
+                key: key.into(),
+            })
         };
         match key {
             "max_split_size_mb" => {
                 let m = mb(value)?;
                 // the allocator refuses values below its large buffer (20 MiB) the same way
                 if m * (1 << 20) <= LARGE_BUFFER {
-                    return Err(format!("`{item}`: max_split_size_mb must be above 20"));
+                    return Err(SettingError::MaxSplitTooSmall { item: item.into() });
                 }
                 self.max_split_size = Some(m << 20);
             }
@@ -128,30 +212,30 @@ impl Settings {
                 self.expandable_segments = match value {
                     "True" | "true" | "1" => true,
                     "False" | "false" | "0" => false,
-                    _ => return Err(format!("`{item}`: expandable_segments is True or False")),
+                    _ => return Err(SettingError::NotBool { item: item.into() }),
                 }
             }
             "garbage_collection_threshold" => {
                 let t: f64 = value
                     .parse()
-                    .map_err(|_| format!("`{item}`: expected a number"))?;
+                    .map_err(|_| SettingError::NotANumber { item: item.into() })?;
                 if !(t > 0.0 && t < 1.0) {
-                    return Err(format!(
-                        "`{item}`: garbage_collection_threshold must be between 0.0 and 1.0"
-                    ));
+                    return Err(SettingError::ThresholdOutOfRange { item: item.into() });
                 }
                 self.garbage_collection_threshold = t;
             }
             "roundup_power2_divisions" => {
-                self.roundup_power2_divisions = parse_divisions(value)
-                    .map_err(|e| format!("`{item}`: roundup_power2_divisions {e}"))?
+                self.roundup_power2_divisions =
+                    parse_divisions(value).map_err(|source| SettingError::Divisions {
+                        item: item.into(),
+                        source,
+                    })?
             }
             _ => {
-                return Err(format!(
-                    "`{item}`: unknown setting {key}; simulate models max_split_size_mb, \
-                     max_non_split_rounding_mb, roundup_power2_divisions, expandable_segments \
-                     and garbage_collection_threshold"
-                ))
+                return Err(SettingError::UnknownSetting {
+                    item: item.into(),
+                    key: key.into(),
+                })
             }
         }
         Ok(())
@@ -236,14 +320,14 @@ impl Settings {
 
 /// `roundup_power2_divisions:4` (every interval) or `[256:1,512:2,>:8]` (keys in MiB, powers of
 /// two; intervals before the first key take its value, `>` fills every interval after the last).
-fn parse_divisions(v: &str) -> Result<[u32; ROUNDUP_INTERVALS], String> {
-    let check = |d: &str| -> Result<u32, String> {
+fn parse_divisions(v: &str) -> Result<[u32; ROUNDUP_INTERVALS], DivisionsError> {
+    let check = |d: &str| -> Result<u32, DivisionsError> {
         let d: u32 = d
             .trim()
             .parse()
-            .map_err(|_| format!("`{d}` is not a number"))?;
+            .map_err(|_| DivisionsError::NotANumber(d.into()))?;
         if d != 0 && !d.is_power_of_two() {
-            return Err(format!("{d} is not a power of two"));
+            return Err(DivisionsError::NotPowerOfTwo(d.into()));
         }
         Ok(d)
     };
@@ -256,7 +340,7 @@ fn parse_divisions(v: &str) -> Result<[u32; ROUNDUP_INTERVALS], String> {
     for item in list.split(',') {
         let (k, d) = item
             .split_once(':')
-            .ok_or_else(|| format!("item `{item}` is not SIZE_MB:DIVISIONS"))?;
+            .ok_or_else(|| DivisionsError::NotSizeDivisions(item.into()))?;
         let d = check(d)?;
         if k.trim() == ">" {
             let from = last.map_or(0, |l| l + 1);
@@ -266,9 +350,9 @@ fn parse_divisions(v: &str) -> Result<[u32; ROUNDUP_INTERVALS], String> {
         let mib: u64 = k
             .trim()
             .parse()
-            .map_err(|_| format!("`{k}` is not a size in MiB"))?;
+            .map_err(|_| DivisionsError::NotASize(k.into()))?;
         if !mib.is_power_of_two() {
-            return Err(format!("{mib} is not a power of two"));
+            return Err(DivisionsError::NotPowerOfTwo(mib));
         }
         let i = (mib.trailing_zeros() as usize).min(ROUNDUP_INTERVALS - 1);
         if last.is_none() {

@@ -15,8 +15,8 @@ use serde::Serialize;
 use crate::model::snapshot::{Action, DeviceTrace, SizeClass, Snapshot, StackId, TraceEvent};
 
 use super::caching_allocator::{
-    allocation_size, Allocator, BlockId, SegmentAction, SegmentView, Settings, SMALL_BUFFER,
-    SMALL_SIZE,
+    allocation_size, Allocator, BlockId, SegmentAction, SegmentView, SettingError, Settings,
+    SMALL_BUFFER, SMALL_SIZE,
 };
 use super::sites::Sites;
 use super::timeline::timeline;
@@ -703,7 +703,7 @@ pub struct Simulation {
 
 /// The scenarios: the file's own settings, then each `--set` (a comma-separated list of
 /// `KEY:VALUE` applied to the file's settings).
-pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, String> {
+pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, SettingError> {
     let own = snap
         .allocator_settings
         .as_deref()
