@@ -213,16 +213,103 @@ pub struct Mismatch {
 pub struct DeviceSimulation {
     pub device: u32,
     pub trace_events: usize,
-    /// The memory limit the replay enforced, and where it came from.
+    /// The memory limit the replay enforced, in bytes (`None`: unlimited).
     pub memory_limit_bytes: Option<u64>,
-    pub memory_limit_source: &'static str,
-    pub notes: Vec<String>,
+    /// Where `memory_limit_bytes` came from.
+    pub memory_limit_source: LimitSource,
+    /// What the reader of the replay should know (how the limit was inferred, what the model
+    /// left out).
+    pub notes: Vec<Note>,
     pub scenarios: Vec<Scenario>,
     pub validation: Validation,
 }
 
-/// Where the memory limit comes from, in order: `--memory`; what the recorded failures imply;
-/// none.
+/// Where the replay's memory limit came from. Worded (text and JSON alike) by
+/// `render::simulate`, which names the argument that sets a limit; `Display` says it without.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitSource {
+    /// The caller gave it.
+    Given,
+    /// A recorded OOM that left less device memory free than it asked for: reserved then plus
+    /// device free is the device's size.
+    RecordedOom,
+    /// The recorded failures bound a per-process cap; the replay takes the smallest they allow.
+    SmallestAllowed,
+    /// No recorded allocation failed, so nothing says what the limit was: the replay has none.
+    NoFailure,
+}
+
+impl std::fmt::Display for LimitSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LimitSource::Given => "given",
+            LimitSource::RecordedOom => "the recorded OOM: reserved + device free",
+            LimitSource::SmallestAllowed => "the smallest the recorded failures allow",
+            LimitSource::NoFailure => "none (no allocation failed)",
+        })
+    }
+}
+
+/// Something the reader of a device's replay should know. Worded (text and JSON alike) by
+/// `render::simulate`, which adds how to set a memory limit where that helps; `Display` says
+/// what is so without it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// The recorded failures imply a per-process cap between `lower` and `upper` bytes; the
+    /// replay uses `lower`.
+    LimitRange {
+        /// The most the recorded run reserved, in bytes.
+        lower: u64,
+        /// Below every recorded failure's need, in bytes.
+        upper: i64,
+        /// An OOM left device memory free: the cap was `set_per_process_memory_fraction`'s.
+        capped: bool,
+    },
+    /// Live blocks of the state before the trace that lie in no segment (left out).
+    UnplacedBlocks(usize),
+    /// A scenario sets `garbage_collection_threshold`, which does nothing without a limit.
+    GcWithoutLimit,
+    /// Segments of private pools (CUDA graphs, MemPool), replayed as the default pool.
+    PrivatePools,
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Note::LimitRange {
+                lower,
+                upper,
+                capped,
+            } => write!(
+                f,
+                "the recorded failures imply a limit from {lower} to {upper} bytes{}; the \
+                 replay uses the smallest",
+                if *capped {
+                    " (the OOM left device memory free: a per-process cap, \
+                     set_per_process_memory_fraction, which snapshots do not record)"
+                } else {
+                    ""
+                }
+            ),
+            Note::UnplacedBlocks(n) => {
+                write!(
+                    f,
+                    "{n} live block(s) before the trace lie in no segment; left out"
+                )
+            }
+            Note::GcWithoutLimit => f.write_str(
+                "garbage_collection_threshold acts only under a memory cap \
+                 (set_per_process_memory_fraction)",
+            ),
+            Note::PrivatePools => f.write_str(
+                "segments of private pools (CUDA graphs, MemPool) are replayed as the default pool",
+            ),
+        }
+    }
+}
+
+/// Where the memory limit comes from, in order: the caller's `given`; what the recorded
+/// failures imply; none.
 ///
 /// Every time the allocator gave cached segments back before creating one (or before an OOM),
 /// its first attempt had failed: reserved then plus the segment it wanted was over the limit.
@@ -236,9 +323,9 @@ fn memory_limit(
     device: u32,
     events: &[TraceEvent],
     given: Option<u64>,
-) -> (Option<u64>, &'static str, Vec<String>) {
+) -> (Option<u64>, LimitSource, Vec<Note>) {
     if let Some(m) = given {
-        return (Some(m), "--memory", Vec::new());
+        return (Some(m), LimitSource::Given, Vec::new());
     }
     let settings = snap
         .allocator_settings
@@ -298,31 +385,18 @@ fn memory_limit(
     }
     let mut notes = Vec::new();
     if let Some(d) = device_size {
-        return (
-            Some(d.max(0) as u64),
-            "the recorded OOM: reserved + device free",
-            notes,
-        );
+        return (Some(d.max(0) as u64), LimitSource::RecordedOom, notes);
     }
     let Some(upper) = bound else {
-        return (None, "none (no allocation failed; pass --memory)", notes);
+        return (None, LimitSource::NoFailure, notes);
     };
     let lower = most.max(0) as u64;
-    notes.push(format!(
-        "the recorded failures imply a limit from {lower} to {upper} bytes{}; the replay uses \
-         the smallest; pass --memory to set it",
-        if capped {
-            " (the OOM left device memory free: a per-process cap, \
-             set_per_process_memory_fraction, which snapshots do not record)"
-        } else {
-            ""
-        }
-    ));
-    (
-        Some(lower),
-        "the smallest the recorded failures allow",
-        notes,
-    )
+    notes.push(Note::LimitRange {
+        lower,
+        upper,
+        capped,
+    });
+    (Some(lower), LimitSource::SmallestAllowed, notes)
 }
 
 /// `f(0)`, …, `f(n - 1)`, computed on as many cores as there are (up to `n`), in order.
@@ -381,9 +455,7 @@ pub fn simulate(
         if let Some(checked) = checked {
             validation = checked;
             if unplaced_blocks > 0 {
-                notes.push(format!(
-                    "{unplaced_blocks} live block(s) before the trace lie in no segment; left out"
-                ));
+                notes.push(Note::UnplacedBlocks(unplaced_blocks));
             }
         }
         out_scenarios.push(scenario);
@@ -393,20 +465,13 @@ pub fn simulate(
             .iter()
             .any(|s| s.garbage_collection_threshold > 0.0)
     {
-        notes.push(
-            "garbage_collection_threshold acts only under a memory cap \
-             (set_per_process_memory_fraction): pass --memory to see it work"
-                .into(),
-        );
+        notes.push(Note::GcWithoutLimit);
     }
     if snap
         .segments_on(device)
         .any(|s| s.pool_id.is_some_and(|p| p != (0, 0)))
     {
-        notes.push(
-            "segments of private pools (CUDA graphs, MemPool) are replayed as the default pool"
-                .into(),
-        );
+        notes.push(Note::PrivatePools);
     }
     DeviceSimulation {
         device,
