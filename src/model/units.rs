@@ -3,8 +3,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// Bytes in a MiB, as a float (MemoryTracker's numbers are MiB floats).
 pub const MIB: f64 = 1024.0 * 1024.0;
 
+/// The unit byte amounts are shown in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Units {
     /// Pick per number: the largest unit in which it is at least 1.
@@ -26,6 +28,7 @@ impl Units {
         }
     }
 
+    /// The unit's symbol (`auto`, `B`, `KiB`, …).
     pub fn name(self) -> &'static str {
         match self {
             Units::Auto => "auto",
