@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::model::{IterationModules, ModState, ModuleSnapshot, ModuleStats, RecordInfo};
 
+/// Which iterations of a record's module breakdown to show.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IterationSel {
     Last,
@@ -56,6 +57,7 @@ impl std::str::FromStr for IterationSel {
     }
 }
 
+/// What to pick out of a record's module breakdown.
 pub struct Query {
     pub depth: usize,
     /// Empty: every state.
@@ -63,6 +65,7 @@ pub struct Query {
     pub iteration: IterationSel,
 }
 
+/// The module breakdown picked by a `Query`.
 #[derive(Debug, Serialize)]
 pub struct ModulesView {
     /// How many iterations the file has.
@@ -72,6 +75,7 @@ pub struct ModulesView {
     pub peak: Option<ModuleSnapshot>,
 }
 
+/// One iteration's modules.
 #[derive(Debug, Serialize)]
 pub struct IterationView {
     pub iteration: usize,
@@ -80,6 +84,7 @@ pub struct IterationView {
     pub peak: ModuleSnapshot,
 }
 
+/// One module's stats, with its depth in the module tree.
 #[derive(Debug, Serialize)]
 pub struct ModuleView {
     #[serde(flatten)]
@@ -106,6 +111,8 @@ pub fn parse_states(names: &[String]) -> Result<Vec<ModState>, QueryError> {
         .collect()
 }
 
+/// Pick the iterations, modules and states `q` asks for out of `record`, modules in natural order
+/// of their names; an error when the iteration asked for is not in the file.
 pub fn select(record: &RecordInfo, q: &Query) -> Result<ModulesView, QueryError> {
     let all = &record.modules;
     let picked: Vec<&IterationModules> = match q.iteration {
@@ -193,6 +200,7 @@ fn part(s: String, digits: bool) -> Part {
     }
 }
 
+/// Compare module names in natural order (MemTracker's), ties broken by plain text order.
 pub fn natural_cmp(a: &str, b: &str) -> Ordering {
     key(a).cmp(&key(b)).then_with(|| a.cmp(b))
 }

@@ -32,6 +32,7 @@ pub struct InitialSegment {
     pub blocks: Vec<(u64, u64, u64, bool)>,
 }
 
+/// The state before a trace's first event, as the replay starts from.
 #[derive(Clone, Debug, Default)]
 pub struct InitialState {
     pub segments: Vec<InitialSegment>,
@@ -142,6 +143,7 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
     out
 }
 
+/// An allocation the replay could not serve under a scenario's settings.
 #[derive(Clone, Debug, Serialize)]
 pub struct SimulatedOom {
     /// Index of the trace event whose request fails.
@@ -156,6 +158,7 @@ pub struct SimulatedOom {
     pub recorded: bool,
 }
 
+/// One replay's outcome under one setting.
 #[derive(Clone, Debug, Serialize)]
 pub struct Scenario {
     /// `PYTORCH_CUDA_ALLOC_CONF` spelling of the settings ("default" when none differ).
@@ -178,6 +181,7 @@ pub struct Scenario {
     pub ooms: Vec<SimulatedOom>,
 }
 
+/// A segment event, recorded or simulated, and where in the trace it belongs.
 #[derive(Clone, Debug, Serialize)]
 pub struct SegmentEventRef {
     pub action: &'static str,
@@ -187,6 +191,7 @@ pub struct SegmentEventRef {
     pub index: usize,
 }
 
+/// How the replay under the file's own settings compares with what the file recorded.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Validation {
     pub segment_events_recorded: usize,
@@ -203,12 +208,14 @@ pub struct Validation {
     pub recorded_end_reserved_bytes: u64,
 }
 
+/// The first segment event where recording and replay differ (`None` on a side that has no more).
 #[derive(Clone, Debug, Serialize)]
 pub struct Mismatch {
     pub recorded: Option<SegmentEventRef>,
     pub simulated: Option<SegmentEventRef>,
 }
 
+/// One device's replays: every scenario and the check of the first.
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceSimulation {
     pub device: u32,
@@ -508,6 +515,7 @@ pub fn label_oom_sites(sim: &mut Simulation, snap: &Snapshot) {
 }
 
 impl Simulation {
+    /// Whether any scenario of any device had an OOM.
     pub fn has_ooms(&self) -> bool {
         self.devices
             .iter()
@@ -683,6 +691,7 @@ impl Replay {
         });
     }
 
+    /// The scenario's report, and the segment log validation compares with the recording.
     pub fn finish(mut self) -> (Scenario, SegmentLog) {
         self.report.end_reserved_bytes = self.alloc.reserved;
         self.report.peak_allocated_bytes = self.peak_requested;
@@ -783,6 +792,8 @@ pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, Sett
     Ok(out)
 }
 
+/// Replay the traces of `devices` under each of `scenarios`, with the memory limit `memory` (bytes)
+/// or one inferred from the file.
 pub fn simulation(
     snap: &Snapshot,
     devices: &[u32],

@@ -20,6 +20,7 @@ pub enum SegmentAction {
 }
 
 impl SegmentAction {
+    /// The trace's spelling (`segment_alloc`, …).
     pub fn name(self) -> &'static str {
         match self {
             SegmentAction::SegmentAlloc => "segment_alloc",
@@ -30,6 +31,7 @@ impl SegmentAction {
     }
 }
 
+/// A segment event the model performed: what and how many bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentEvent {
     pub action: SegmentAction,
@@ -74,6 +76,8 @@ pub struct Allocator {
 }
 
 impl Allocator {
+    /// An empty allocator under `settings`; `limit` is the most bytes segments may hold (`None`:
+    /// unlimited).
     pub fn new(settings: Settings, limit: Option<u64>) -> Allocator {
         Allocator {
             settings,
@@ -95,14 +99,17 @@ impl Allocator {
         }
     }
 
+    /// The segment events performed since the last call, in order.
     pub fn take_segment_events(&mut self) -> std::vec::Drain<'_, SegmentEvent> {
         self.events.drain(..)
     }
 
+    /// Whether segment events were performed since the last `take_segment_events`.
     pub fn has_segment_events(&self) -> bool {
         !self.events.is_empty()
     }
 
+    /// A block record, reusing a freed slot when there is one.
     pub(super) fn new_node(&mut self, n: Node) -> BlockId {
         match self.free_nodes.pop() {
             Some(id) => {
@@ -116,10 +123,12 @@ impl Allocator {
         }
     }
 
+    /// Index into `pools` of the block's pool: 0 small, 1 large.
     pub(super) fn pool_of(&self, id: BlockId) -> usize {
         usize::from(!self.nodes[id as usize].small)
     }
 
+    /// Put a free mapped block in its pool (and start its garbage-collection age).
     pub(super) fn insert_free(&mut self, id: BlockId) {
         let p = self.pool_of(id);
         let calls = self.pools[p].get_free_blocks_calls;
@@ -129,28 +138,33 @@ impl Allocator {
         self.pools[p].blocks.insert(key);
     }
 
+    /// Take a block out of its pool's free blocks; false when it was not there.
     pub(super) fn remove_free(&mut self, id: BlockId) -> bool {
         let n = self.nodes[id as usize];
         let p = self.pool_of(id);
         self.pools[p].blocks.remove(&(n.stream, n.size, n.addr, id))
     }
 
+    /// Put an unmapped range of an expandable segment in its pool.
     pub(super) fn insert_unmapped(&mut self, id: BlockId) {
         let n = self.nodes[id as usize];
         let p = self.pool_of(id);
         self.pools[p].unmapped.insert((n.stream, n.addr, id));
     }
 
+    /// Take an unmapped range out of its pool; false when it was not there.
     pub(super) fn remove_unmapped(&mut self, id: BlockId) -> bool {
         let n = self.nodes[id as usize];
         let p = self.pool_of(id);
         self.pools[p].unmapped.remove(&(n.stream, n.addr, id))
     }
 
+    /// Whether the block lies in an expandable segment.
     pub(super) fn is_expandable(&self, id: BlockId) -> bool {
         self.segments[self.nodes[id as usize].segment as usize].page != 0
     }
 
+    /// The next free range of the model's address space for `size` bytes (kept 20 MiB-aligned).
     pub(super) fn reserve_address(&mut self, size: u64) -> u64 {
         let a = self.next_address;
         self.next_address += size.div_ceil(LARGE_BUFFER) * LARGE_BUFFER;
@@ -346,6 +360,7 @@ impl Allocator {
         Some(cur.3)
     }
 
+    /// Whether reserving `bytes` more would pass the memory limit.
     pub(super) fn over_limit(&self, bytes: u64) -> bool {
         self.limit.is_some_and(|l| self.reserved + bytes > l)
     }
@@ -521,6 +536,7 @@ impl Allocator {
             .collect()
     }
 
+    /// The block's size in bytes (rounded, and grown over any remainder not split off).
     pub fn block_size(&self, id: BlockId) -> u64 {
         self.nodes[id as usize].size
     }

@@ -9,6 +9,8 @@ pub type BlockId = u32;
 /// "No block": the end of a segment's list.
 pub(super) const NONE: BlockId = u32::MAX;
 
+/// A block: a range of a segment, free, allocated, awaiting its free, or (expandable) unmapped;
+/// linked to its neighbours in address order.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Node {
     pub(super) addr: u64,
@@ -28,6 +30,7 @@ pub(super) struct Node {
     pub(super) gc_base: u64,
 }
 
+/// A segment: a cudaMalloc'd range, or the reservation of an expandable segment.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SegmentInfo {
     pub(super) base: u64,
@@ -36,6 +39,7 @@ pub(super) struct SegmentInfo {
     pub(super) alive: bool,
 }
 
+/// The free blocks of one size class (small or large), ordered as the allocator searches them.
 #[derive(Default)]
 pub(super) struct Pool {
     /// Free mapped blocks: (stream, size, address, id), the allocator's `BlockComparatorSize`.

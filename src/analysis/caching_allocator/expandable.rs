@@ -45,6 +45,8 @@ impl Allocator {
         id
     }
 
+    /// A block of `size` bytes from an expandable segment of the pool, mapping pages as needed;
+    /// `None` when mapping them would pass the limit.
     pub(super) fn try_allocate_expandable_block(
         &mut self,
         small: bool,

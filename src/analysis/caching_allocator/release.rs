@@ -6,6 +6,8 @@ use super::allocator::{Allocator, SegmentAction, SegmentEvent};
 use super::blocks::{BlockId, NONE};
 
 impl Allocator {
+    /// Whether garbage collection can act: a threshold is set and there is a limit to be a fraction
+    /// of.
     pub(super) fn gc_enabled(&self) -> bool {
         self.limit.is_some() && self.settings.garbage_collection_threshold > 0.0
     }
@@ -23,6 +25,7 @@ impl Allocator {
         });
     }
 
+    /// Whether the block is its segment's only block (the whole segment, free to give back).
     pub(super) fn is_whole_segment(&self, id: BlockId) -> bool {
         let n = &self.nodes[id as usize];
         n.prev == NONE && n.next == NONE

@@ -2,6 +2,7 @@
 //! `round_size` (with `roundup_power2_divisions`) and the segment a request creates. Pure
 //! arithmetic, in bytes; which divisions apply is the settings' business.
 
+/// Every block size is a multiple of this (bytes).
 pub const MIN_BLOCK_SIZE: u64 = 512;
 /// Largest request served by the small pool.
 pub const SMALL_SIZE: u64 = 1 << 20;
@@ -9,7 +10,9 @@ pub const SMALL_SIZE: u64 = 1 << 20;
 pub const SMALL_BUFFER: u64 = 2 << 20;
 /// Segments for requests between 1 and 10 MiB, and the page of large expandable segments.
 pub const LARGE_BUFFER: u64 = 20 << 20;
+/// Requests of this or more get a segment of their own size (rounded to `ROUND_LARGE`).
 pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
+/// Large segments are rounded up to a multiple of this (2 MiB).
 pub const ROUND_LARGE: u64 = 2 << 20;
 /// `roundup_power2_divisions` has one entry per power of two from 1 MiB to 32 GiB.
 pub const ROUNDUP_INTERVALS: usize = 16;
