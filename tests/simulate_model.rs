@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use memtrack::analysis::caching_allocator::Settings;
-use memtrack::analysis::simulate::{simulate, DeviceSimulation, Validation};
+use memtrack::analysis::simulate::{simulate, DeviceSimulation, Note, Validation};
 
 fn load(file: &str) -> memtrack::model::Snapshot {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
@@ -154,7 +154,10 @@ fn oom_capture_under_expandable_segments_fails_as_the_expandable_run_did() {
     // without --memory the limit comes from the recorded failures, and the note says so
     let inferred = simulate(&snap, 0, &[Settings::default()], None);
     assert_eq!(inferred.memory_limit_bytes, Some(2_485_125_120));
-    assert!(inferred.notes.iter().any(|n| n.contains("per-process cap")));
+    assert!(inferred
+        .notes
+        .iter()
+        .any(|n| matches!(n, Note::LimitRange { capped: true, .. })));
 }
 
 /// Synthetic snapshots written by fixtures/snapshots/allocator_reference.py, a separate plain

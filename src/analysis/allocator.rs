@@ -24,8 +24,11 @@ pub const OVERSIZE: [(&str, &str); 2] = [
     ("oversize_segments", "Oversize GPU segments"),
 ];
 
+/// The pools `memory_stats()` counts, in `memory_summary()`'s order.
 pub const POOLS: [&str; 3] = ["all", "large_pool", "small_pool"];
 
+/// A device's allocator counters (`memory_stats()`) arranged as `torch.cuda.memory_summary()`
+/// prints them.
 #[derive(Debug, Serialize)]
 pub struct AllocatorSummary {
     /// `exit` or `oom`.
@@ -38,6 +41,7 @@ pub struct AllocatorSummary {
     pub other: BTreeMap<String, i64>,
 }
 
+/// One counter of the summary (e.g. allocated memory), a row per pool.
 #[derive(Debug, Serialize)]
 pub struct Metric {
     pub key: &'static str,
@@ -57,6 +61,8 @@ pub struct MetricRow {
     pub freed: Option<i64>,
 }
 
+/// Arrange the flat `memory_stats()` counters `stats` (as recorded `at` exit or OOM) of `device`
+/// into the summary's metrics.
 pub fn summarize(stats: &BTreeMap<String, i64>, at: &'static str, device: i64) -> AllocatorSummary {
     let get = |k: String| stats.get(&k).copied();
     let row = |prefix: String, pool: &'static str| MetricRow {

@@ -70,6 +70,7 @@ pub struct Step {
     pub reference: Option<String>,
 }
 
+/// A path of references from an object of a cycle to a tensor the cycle keeps alive.
 #[derive(Debug, Serialize)]
 pub struct TensorPath {
     pub node: usize,

@@ -69,6 +69,7 @@ pub struct Gate {
     pub failed: bool,
 }
 
+/// Whether the growth from `before` to `after` passes `threshold`, and by how much.
 pub fn gate(threshold: Threshold, before: f64, after: f64) -> Gate {
     let growth = after - before;
     let pct = (before > 0.0).then(|| growth / before * 100.0);
@@ -92,6 +93,7 @@ pub fn gate(threshold: Threshold, before: f64, after: f64) -> Gate {
 
 // ---- snapshots ----
 
+/// `diff` of two allocator snapshots: totals, segments that came and went, the sites that grew.
 #[derive(Debug, Serialize)]
 pub struct SnapshotDiff {
     pub kind: &'static str,
@@ -107,6 +109,7 @@ pub struct SnapshotDiff {
     pub gate: Option<Gate>,
 }
 
+/// One total compared (bytes before and after).
 #[derive(Debug, Serialize)]
 pub struct Metric {
     pub name: &'static str,
@@ -115,6 +118,7 @@ pub struct Metric {
     pub growth_bytes: f64,
 }
 
+/// A segment as the diff matches it between two snapshots.
 #[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord, Clone)]
 pub struct SegmentKey {
     pub device: u32,
@@ -122,6 +126,7 @@ pub struct SegmentKey {
     pub total_size: u64,
 }
 
+/// An allocation site's live bytes before and after, at the end and at the peak.
 #[derive(Debug, Serialize, Default)]
 pub struct SiteGrowth {
     pub site: String,
@@ -293,6 +298,7 @@ pub fn snapshot_diff(
 
 // ---- tracker stats ----
 
+/// `diff` of two tracker stats files: peaks, and the modules and ops that grew.
 #[derive(Debug, Serialize)]
 pub struct StatsDiff {
     pub kind: &'static str,
@@ -311,6 +317,7 @@ pub struct StatsDiff {
     pub gate: Option<Gate>,
 }
 
+/// A module's memory generated before and after.
 #[derive(Debug, Serialize)]
 pub struct ModuleGrowth {
     /// `(root)` for the root module PyTorch's tracker names "", `(no module)` for ops outside.
@@ -324,6 +331,7 @@ pub struct ModuleGrowth {
     pub peak_after_bytes: Option<f64>,
 }
 
+/// An op's memory generated (the growth of allocated over it) before and after, matched by name.
 #[derive(Debug, Serialize)]
 pub struct OpGrowth {
     pub op: String,
@@ -404,6 +412,8 @@ fn module_growth(a: &TrackerStats, b: &TrackerStats) -> Vec<ModuleGrowth> {
     out
 }
 
+/// Compare tracker stats `a` (before) with `b` (after), listing the `top` modules and ops that grew
+/// most.
 pub fn stats_diff(
     a: &TrackerStats,
     b: &TrackerStats,

@@ -89,6 +89,7 @@ pub struct FrameFilter<'s> {
 }
 
 impl<'s> FrameFilter<'s> {
+    /// A filter over `snap`'s frames, deciding each frame once.
     pub fn new(snap: &'s Snapshot) -> FrameFilter<'s> {
         FrameFilter {
             snap,
@@ -96,6 +97,7 @@ impl<'s> FrameFilter<'s> {
         }
     }
 
+    /// Whether `_memory_viz`'s frame filter keeps frame `f`.
     pub fn keeps(&mut self, f: FrameId) -> bool {
         let k = &mut self.keep[f.0 as usize];
         if *k == 0 {

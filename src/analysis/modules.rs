@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::model::{IterationModules, ModState, ModuleSnapshot, ModuleStats, RecordInfo};
 
+/// Which iterations of a record's module breakdown to show.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IterationSel {
     Last,
@@ -15,9 +16,34 @@ pub enum IterationSel {
     One(usize),
 }
 
+/// What is wrong with a query of the module breakdown. The messages say what is wrong with
+/// the value; the caller says which argument gave it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// An iteration that is neither a number from 1 nor `last` nor `all`.
+    #[error("'{0}' is not a number from 1, 'last' or 'all'")]
+    BadIteration(String),
+    /// A state name MemTracker does not have; the message lists those it has.
+    #[error("unknown state '{name}'; use {known}")]
+    UnknownState {
+        /// The name as given.
+        name: String,
+        /// Every state's name, lower case, comma-separated.
+        known: String,
+    },
+    /// An iteration (1-based) the file does not have.
+    #[error("the file has {recorded} iteration{}", if *recorded == 1 { "" } else { "s" })]
+    NoSuchIteration {
+        /// The iteration asked for, 1-based.
+        asked: usize,
+        /// How many iterations the file has.
+        recorded: usize,
+    },
+}
+
 impl std::str::FromStr for IterationSel {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = QueryError;
+    fn from_str(s: &str) -> Result<Self, QueryError> {
         match s.to_ascii_lowercase().as_str() {
             "last" => Ok(IterationSel::Last),
             "all" => Ok(IterationSel::All),
@@ -26,13 +52,12 @@ impl std::str::FromStr for IterationSel {
                 .ok()
                 .filter(|&n| n >= 1)
                 .map(IterationSel::One)
-                .ok_or_else(|| {
-                    format!("--iteration: '{s}' is not a number from 1, 'last' or 'all'")
-                }),
+                .ok_or_else(|| QueryError::BadIteration(s.into())),
         }
     }
 }
 
+/// What to pick out of a record's module breakdown.
 pub struct Query {
     pub depth: usize,
     /// Empty: every state.
@@ -40,6 +65,7 @@ pub struct Query {
     pub iteration: IterationSel,
 }
 
+/// The module breakdown picked by a `Query`.
 #[derive(Debug, Serialize)]
 pub struct ModulesView {
     /// How many iterations the file has.
@@ -49,6 +75,7 @@ pub struct ModulesView {
     pub peak: Option<ModuleSnapshot>,
 }
 
+/// One iteration's modules.
 #[derive(Debug, Serialize)]
 pub struct IterationView {
     pub iteration: usize,
@@ -57,6 +84,7 @@ pub struct IterationView {
     pub peak: ModuleSnapshot,
 }
 
+/// One module's stats, with its depth in the module tree.
 #[derive(Debug, Serialize)]
 pub struct ModuleView {
     #[serde(flatten)]
@@ -65,7 +93,7 @@ pub struct ModuleView {
 }
 
 /// Parse `--state` values (MemTracker's names, any case; `peak-forward` or `Peak-Forward`).
-pub fn parse_states(names: &[String]) -> Result<Vec<ModState>, String> {
+pub fn parse_states(names: &[String]) -> Result<Vec<ModState>, QueryError> {
     names
         .iter()
         .map(|n| {
@@ -74,24 +102,31 @@ pub fn parse_states(names: &[String]) -> Result<Vec<ModState>, String> {
                     .iter()
                     .map(|s| s.name().to_ascii_lowercase())
                     .collect();
-                format!("--state: unknown state '{n}'; use {}", all.join(", "))
+                QueryError::UnknownState {
+                    name: n.clone(),
+                    known: all.join(", "),
+                }
             })
         })
         .collect()
 }
 
-pub fn select(record: &RecordInfo, q: &Query) -> Result<ModulesView, String> {
+/// Pick the iterations, modules and states `q` asks for out of `record`, modules in natural order
+/// of their names; an error when the iteration asked for is not in the file.
+pub fn select(record: &RecordInfo, q: &Query) -> Result<ModulesView, QueryError> {
     let all = &record.modules;
     let picked: Vec<&IterationModules> = match q.iteration {
         IterationSel::All => all.iter().collect(),
         IterationSel::Last => all.last().into_iter().collect(),
-        IterationSel::One(n) => vec![all.iter().find(|i| i.iteration == n).ok_or_else(|| {
-            format!(
-                "--iteration {n}: the file has {} iteration{}",
-                all.len(),
-                if all.len() == 1 { "" } else { "s" }
-            )
-        })?],
+        IterationSel::One(n) => {
+            vec![all
+                .iter()
+                .find(|i| i.iteration == n)
+                .ok_or(QueryError::NoSuchIteration {
+                    asked: n,
+                    recorded: all.len(),
+                })?]
+        }
     };
     let iterations = picked
         .into_iter()
@@ -165,6 +200,7 @@ fn part(s: String, digits: bool) -> Part {
     }
 }
 
+/// Compare module names in natural order (MemTracker's), ties broken by plain text order.
 pub fn natural_cmp(a: &str, b: &str) -> Ordering {
     key(a).cmp(&key(b)).then_with(|| a.cmp(b))
 }

@@ -10,6 +10,7 @@ use crate::model::snapshot::{BlockState, Snapshot};
 /// One character of the map stands for this many bytes of a segment (20 MiB, as `_memory_viz`).
 pub const PAGE_SIZE: u64 = 20 << 20;
 
+/// The per-segment map of `_memory_viz stats`: every segment with its blocks' totals.
 #[derive(Debug, Serialize)]
 pub struct SegmentMap {
     pub devices: Vec<u32>,
@@ -18,6 +19,7 @@ pub struct SegmentMap {
     pub totals: Totals,
 }
 
+/// Totals over the segments shown, in bytes.
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
     pub segments: usize,
@@ -51,6 +53,7 @@ pub struct AllocatorTotals {
     pub internal_fragmentation_bytes: u64,
 }
 
+/// One segment and what its blocks hold.
 #[derive(Debug, Serialize)]
 pub struct SegmentRow {
     /// Position in the file's `segments` list.

@@ -15,8 +15,8 @@ use serde::Serialize;
 use crate::model::snapshot::{Action, DeviceTrace, SizeClass, Snapshot, StackId, TraceEvent};
 
 use super::caching_allocator::{
-    allocation_size, Allocator, BlockId, SegmentAction, SegmentView, Settings, SMALL_BUFFER,
-    SMALL_SIZE,
+    allocation_size, Allocator, BlockId, SegmentAction, SegmentView, SettingError, Settings,
+    SMALL_BUFFER, SMALL_SIZE,
 };
 use super::sites::Sites;
 use super::timeline::timeline;
@@ -32,6 +32,7 @@ pub struct InitialSegment {
     pub blocks: Vec<(u64, u64, u64, bool)>,
 }
 
+/// The state before a trace's first event, as the replay starts from.
 #[derive(Clone, Debug, Default)]
 pub struct InitialState {
     pub segments: Vec<InitialSegment>,
@@ -142,6 +143,7 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
     out
 }
 
+/// An allocation the replay could not serve under a scenario's settings.
 #[derive(Clone, Debug, Serialize)]
 pub struct SimulatedOom {
     /// Index of the trace event whose request fails.
@@ -156,6 +158,7 @@ pub struct SimulatedOom {
     pub recorded: bool,
 }
 
+/// One replay's outcome under one setting.
 #[derive(Clone, Debug, Serialize)]
 pub struct Scenario {
     /// `PYTORCH_CUDA_ALLOC_CONF` spelling of the settings ("default" when none differ).
@@ -178,6 +181,7 @@ pub struct Scenario {
     pub ooms: Vec<SimulatedOom>,
 }
 
+/// A segment event, recorded or simulated, and where in the trace it belongs.
 #[derive(Clone, Debug, Serialize)]
 pub struct SegmentEventRef {
     pub action: &'static str,
@@ -187,6 +191,7 @@ pub struct SegmentEventRef {
     pub index: usize,
 }
 
+/// How the replay under the file's own settings compares with what the file recorded.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Validation {
     pub segment_events_recorded: usize,
@@ -203,26 +208,115 @@ pub struct Validation {
     pub recorded_end_reserved_bytes: u64,
 }
 
+/// The first segment event where recording and replay differ (`None` on a side that has no more).
 #[derive(Clone, Debug, Serialize)]
 pub struct Mismatch {
     pub recorded: Option<SegmentEventRef>,
     pub simulated: Option<SegmentEventRef>,
 }
 
+/// One device's replays: every scenario and the check of the first.
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceSimulation {
     pub device: u32,
     pub trace_events: usize,
-    /// The memory limit the replay enforced, and where it came from.
+    /// The memory limit the replay enforced, in bytes (`None`: unlimited).
     pub memory_limit_bytes: Option<u64>,
-    pub memory_limit_source: &'static str,
-    pub notes: Vec<String>,
+    /// Where `memory_limit_bytes` came from.
+    pub memory_limit_source: LimitSource,
+    /// What the reader of the replay should know (how the limit was inferred, what the model
+    /// left out).
+    pub notes: Vec<Note>,
     pub scenarios: Vec<Scenario>,
     pub validation: Validation,
 }
 
-/// Where the memory limit comes from, in order: `--memory`; what the recorded failures imply;
-/// none.
+/// Where the replay's memory limit came from. Worded (text and JSON alike) by
+/// `render::simulate`, which names the argument that sets a limit; `Display` says it without.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitSource {
+    /// The caller gave it.
+    Given,
+    /// A recorded OOM that left less device memory free than it asked for: reserved then plus
+    /// device free is the device's size.
+    RecordedOom,
+    /// The recorded failures bound a per-process cap; the replay takes the smallest they allow.
+    SmallestAllowed,
+    /// No recorded allocation failed, so nothing says what the limit was: the replay has none.
+    NoFailure,
+}
+
+impl std::fmt::Display for LimitSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LimitSource::Given => "given",
+            LimitSource::RecordedOom => "the recorded OOM: reserved + device free",
+            LimitSource::SmallestAllowed => "the smallest the recorded failures allow",
+            LimitSource::NoFailure => "none (no allocation failed)",
+        })
+    }
+}
+
+/// Something the reader of a device's replay should know. Worded (text and JSON alike) by
+/// `render::simulate`, which adds how to set a memory limit where that helps; `Display` says
+/// what is so without it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Note {
+    /// The recorded failures imply a per-process cap between `lower` and `upper` bytes; the
+    /// replay uses `lower`.
+    LimitRange {
+        /// The most the recorded run reserved, in bytes.
+        lower: u64,
+        /// Below every recorded failure's need, in bytes.
+        upper: i64,
+        /// An OOM left device memory free: the cap was `set_per_process_memory_fraction`'s.
+        capped: bool,
+    },
+    /// Live blocks of the state before the trace that lie in no segment (left out).
+    UnplacedBlocks(usize),
+    /// A scenario sets `garbage_collection_threshold`, which does nothing without a limit.
+    GcWithoutLimit,
+    /// Segments of private pools (CUDA graphs, MemPool), replayed as the default pool.
+    PrivatePools,
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Note::LimitRange {
+                lower,
+                upper,
+                capped,
+            } => write!(
+                f,
+                "the recorded failures imply a limit from {lower} to {upper} bytes{}; the \
+                 replay uses the smallest",
+                if *capped {
+                    " (the OOM left device memory free: a per-process cap, \
+                     set_per_process_memory_fraction, which snapshots do not record)"
+                } else {
+                    ""
+                }
+            ),
+            Note::UnplacedBlocks(n) => {
+                write!(
+                    f,
+                    "{n} live block(s) before the trace lie in no segment; left out"
+                )
+            }
+            Note::GcWithoutLimit => f.write_str(
+                "garbage_collection_threshold acts only under a memory cap \
+                 (set_per_process_memory_fraction)",
+            ),
+            Note::PrivatePools => f.write_str(
+                "segments of private pools (CUDA graphs, MemPool) are replayed as the default pool",
+            ),
+        }
+    }
+}
+
+/// Where the memory limit comes from, in order: the caller's `given`; what the recorded
+/// failures imply; none.
 ///
 /// Every time the allocator gave cached segments back before creating one (or before an OOM),
 /// its first attempt had failed: reserved then plus the segment it wanted was over the limit.
@@ -236,9 +330,9 @@ fn memory_limit(
     device: u32,
     events: &[TraceEvent],
     given: Option<u64>,
-) -> (Option<u64>, &'static str, Vec<String>) {
+) -> (Option<u64>, LimitSource, Vec<Note>) {
     if let Some(m) = given {
-        return (Some(m), "--memory", Vec::new());
+        return (Some(m), LimitSource::Given, Vec::new());
     }
     let settings = snap
         .allocator_settings
@@ -298,31 +392,18 @@ fn memory_limit(
     }
     let mut notes = Vec::new();
     if let Some(d) = device_size {
-        return (
-            Some(d.max(0) as u64),
-            "the recorded OOM: reserved + device free",
-            notes,
-        );
+        return (Some(d.max(0) as u64), LimitSource::RecordedOom, notes);
     }
     let Some(upper) = bound else {
-        return (None, "none (no allocation failed; pass --memory)", notes);
+        return (None, LimitSource::NoFailure, notes);
     };
     let lower = most.max(0) as u64;
-    notes.push(format!(
-        "the recorded failures imply a limit from {lower} to {upper} bytes{}; the replay uses \
-         the smallest; pass --memory to set it",
-        if capped {
-            " (the OOM left device memory free: a per-process cap, \
-             set_per_process_memory_fraction, which snapshots do not record)"
-        } else {
-            ""
-        }
-    ));
-    (
-        Some(lower),
-        "the smallest the recorded failures allow",
-        notes,
-    )
+    notes.push(Note::LimitRange {
+        lower,
+        upper,
+        capped,
+    });
+    (Some(lower), LimitSource::SmallestAllowed, notes)
 }
 
 /// `f(0)`, …, `f(n - 1)`, computed on as many cores as there are (up to `n`), in order.
@@ -381,9 +462,7 @@ pub fn simulate(
         if let Some(checked) = checked {
             validation = checked;
             if unplaced_blocks > 0 {
-                notes.push(format!(
-                    "{unplaced_blocks} live block(s) before the trace lie in no segment; left out"
-                ));
+                notes.push(Note::UnplacedBlocks(unplaced_blocks));
             }
         }
         out_scenarios.push(scenario);
@@ -393,20 +472,13 @@ pub fn simulate(
             .iter()
             .any(|s| s.garbage_collection_threshold > 0.0)
     {
-        notes.push(
-            "garbage_collection_threshold acts only under a memory cap \
-             (set_per_process_memory_fraction): pass --memory to see it work"
-                .into(),
-        );
+        notes.push(Note::GcWithoutLimit);
     }
     if snap
         .segments_on(device)
         .any(|s| s.pool_id.is_some_and(|p| p != (0, 0)))
     {
-        notes.push(
-            "segments of private pools (CUDA graphs, MemPool) are replayed as the default pool"
-                .into(),
-        );
+        notes.push(Note::PrivatePools);
     }
     DeviceSimulation {
         device,
@@ -443,6 +515,7 @@ pub fn label_oom_sites(sim: &mut Simulation, snap: &Snapshot) {
 }
 
 impl Simulation {
+    /// Whether any scenario of any device had an OOM.
     pub fn has_ooms(&self) -> bool {
         self.devices
             .iter()
@@ -618,6 +691,7 @@ impl Replay {
         });
     }
 
+    /// The scenario's report, and the segment log validation compares with the recording.
     pub fn finish(mut self) -> (Scenario, SegmentLog) {
         self.report.end_reserved_bytes = self.alloc.reserved;
         self.report.peak_allocated_bytes = self.peak_requested;
@@ -703,7 +777,7 @@ pub struct Simulation {
 
 /// The scenarios: the file's own settings, then each `--set` (a comma-separated list of
 /// `KEY:VALUE` applied to the file's settings).
-pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, String> {
+pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, SettingError> {
     let own = snap
         .allocator_settings
         .as_deref()
@@ -718,6 +792,8 @@ pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, Stri
     Ok(out)
 }
 
+/// Replay the traces of `devices` under each of `scenarios`, with the memory limit `memory` (bytes)
+/// or one inferred from the file.
 pub fn simulation(
     snap: &Snapshot,
     devices: &[u32],

@@ -20,6 +20,7 @@ use crate::model::trace::TraceSink;
 use super::memviz::FrameFilter;
 use super::timeline::{Timeline, TimelineBuilder};
 
+/// Where an allocation was made: its first frame `_memory_viz` shows, or why there is none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SiteKey {
     Frame(FrameId),
@@ -95,6 +96,7 @@ struct StackLive {
 }
 
 impl LiveAtPeak {
+    /// Feed the next trace event.
     pub fn push(&mut self, e: &TraceEvent) {
         let index = self.timeline.events();
         self.timeline.push(e, None);
@@ -238,6 +240,7 @@ pub struct Sites<'s> {
 }
 
 impl<'s> Sites<'s> {
+    /// Sites of `snap`'s stacks.
     pub fn new(snap: &'s Snapshot) -> Sites<'s> {
         Sites {
             snap,
@@ -246,6 +249,7 @@ impl<'s> Sites<'s> {
         }
     }
 
+    /// The site of `stack` (remembered per stack).
     pub fn site(&mut self, stack: StackId) -> SiteKey {
         if let Some(&k) = self.site_of.get(&stack) {
             return k;
@@ -272,6 +276,8 @@ impl<'s> Sites<'s> {
         k
     }
 
+    /// `file:line:function` of a site (the file's name only unless `full_filename`), or
+    /// `<non-python>` / `<no-context>`.
     pub fn label(&self, k: SiteKey, full_filename: bool) -> String {
         match k {
             SiteKey::Frame(f) => self.snap.frame_label(f, full_filename),
@@ -306,6 +312,7 @@ impl<'s> Sites<'s> {
     }
 }
 
+/// One site's live bytes and allocations on one device.
 #[derive(Debug, Serialize)]
 pub struct SiteRow {
     pub device: u32,
@@ -321,6 +328,7 @@ pub struct SiteRow {
     pub example_stack: Vec<String>,
 }
 
+/// The sites holding the most memory on one device, at the end of the trace and at its peak.
 #[derive(Debug, Serialize)]
 pub struct SiteReport {
     pub device: u32,
@@ -335,6 +343,7 @@ pub struct SiteReport {
     pub rows: Vec<SiteRow>,
 }
 
+/// When live memory is counted: at the end of the trace or at its peak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Moment {
     End,

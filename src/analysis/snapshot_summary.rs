@@ -10,6 +10,7 @@ use crate::model::snapshot::{Action, Layout, SizeClass, Snapshot};
 
 use super::timeline::{OomMark, Point, Timelines};
 
+/// `summary` of an allocator snapshot.
 #[derive(Debug, Serialize)]
 pub struct SnapshotSummary {
     pub kind: &'static str,
@@ -23,6 +24,7 @@ pub struct SnapshotSummary {
     pub simulate_suggestions: Vec<super::simulate::Suggestion>,
 }
 
+/// One device's segments, blocks, totals and trace.
 #[derive(Debug, Default, Serialize)]
 pub struct DeviceSummary {
     pub device: u32,
@@ -68,18 +70,22 @@ pub struct DeviceSummary {
     pub ooms: Vec<OomMark>,
 }
 
+/// By how many bytes a trace that frees more than it allocated falls short of the final
+/// segments, run back from them.
 #[derive(Debug, Default, Serialize)]
 pub struct TraceShortfall {
     pub allocated_bytes: u64,
     pub reserved_bytes: u64,
 }
 
+/// How many trace events have one action.
 #[derive(Debug, Serialize)]
 pub struct ActionCount {
     pub action: &'static str,
     pub count: usize,
 }
 
+/// The segments of one pool and size class.
 #[derive(Debug, Serialize)]
 pub struct PoolRow {
     pub pool: String,

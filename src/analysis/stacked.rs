@@ -27,6 +27,7 @@ use crate::model::trace::TraceEvents;
 use super::sites::{SiteKey, Sites};
 use super::timeline::{AnnotationMark, OomMark, Point, Timeline};
 
+/// What one band of the stacked timeline stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BandBy {
@@ -36,6 +37,7 @@ pub enum BandBy {
     Site,
 }
 
+/// One band of the stacked timeline: an allocation or a site, and its bytes over time.
 #[derive(Debug, Serialize)]
 pub struct Band {
     /// The site (`file:line:function`, `_memory_viz`'s frame filter).
@@ -62,6 +64,7 @@ pub struct Sample {
     pub bands: Vec<i64>,
 }
 
+/// A device's stacked timeline: the largest allocations (or sites) as bands, the rest as one.
 #[derive(Debug, Serialize)]
 pub struct Stacked {
     pub device: u32,

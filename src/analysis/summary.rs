@@ -5,6 +5,7 @@ use serde::Serialize;
 use crate::analysis::modules::natural_cmp;
 use crate::model::{Marker, ModState, ModuleStats, RecordInfo, Series, TrackerStats, CATEGORIES};
 
+/// `summary` of a tracker stats file: peaks, the forward/backward split, the top ops.
 #[derive(Debug, Serialize)]
 pub struct TrackerSummary {
     pub ops: usize,
@@ -27,6 +28,8 @@ pub struct TrackerSummary {
     pub peaks_inside_ops: Vec<PeakInsideOp>,
 }
 
+/// A series' peak inside an op, which the per-op samples miss: the allocator's peak counter against
+/// the highest sample.
 #[derive(Debug, Serialize)]
 pub struct PeakInsideOp {
     pub series: Series,
@@ -118,6 +121,7 @@ pub struct ModulePeaks {
     pub modules: Vec<ModulePeak>,
 }
 
+/// A module's memory at its peaks, from a record's module breakdown.
 #[derive(Debug, Serialize)]
 pub struct ModulePeak {
     pub module: String,
@@ -184,6 +188,7 @@ pub struct CrossRank {
     pub peak_allocated_spread: Option<f64>,
 }
 
+/// One rank's file in a cross-rank summary.
 #[derive(Debug, Serialize)]
 pub struct RankRow {
     pub file: String,
@@ -196,6 +201,7 @@ pub struct RankRow {
     pub exit_signal: Option<i64>,
 }
 
+/// Compare the files of a torchrun job's ranks, given as (name, stats).
 pub fn cross_rank(files: &[(String, &TrackerStats)]) -> CrossRank {
     let peak = |t: &TrackerStats, s: Series| {
         argmax(t.series(s), 0, t.op_count()).map(|(i, bytes)| Peak {
@@ -239,6 +245,7 @@ pub fn cross_rank(files: &[(String, &TrackerStats)]) -> CrossRank {
     }
 }
 
+/// The peak of one series: its bytes and the op where it was reached.
 #[derive(Debug, Serialize)]
 pub struct Peak {
     pub series: Series,
@@ -264,6 +271,7 @@ pub struct Phase {
     pub allocated_change_bytes: f64,
 }
 
+/// One of the ops that generate the most memory.
 #[derive(Debug, Serialize)]
 pub struct TopOp {
     pub rank: usize,
@@ -273,6 +281,7 @@ pub struct TopOp {
     pub generated_bytes: f64,
 }
 
+/// Summarize `stats`, listing the `top` ops that generate the most memory.
 pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
     let n = stats.op_count();
     let peaks = Series::ALL

@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::model::snapshot::{Action, EventAux, Snapshot, TraceEvent, NO_TIME};
 use crate::model::trace::TraceSink;
 
+/// A device's allocated and reserved bytes over a snapshot's trace, with their peaks and OOMs.
 #[derive(Debug, Serialize)]
 pub struct Timeline {
     pub device: u32,
@@ -41,6 +42,7 @@ pub struct Timeline {
     pub annotations: Vec<AnnotationMark>,
 }
 
+/// A sample of the series: after trace event `index`.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Point {
     pub index: usize,
@@ -49,6 +51,7 @@ pub struct Point {
     pub bytes: i64,
 }
 
+/// An OOM in the trace.
 #[derive(Clone, Debug, Serialize)]
 pub struct OomMark {
     pub index: usize,
@@ -61,6 +64,7 @@ pub struct OomMark {
     pub reserved_bytes: i64,
 }
 
+/// An `external_annotations` mark on the timeline.
 #[derive(Clone, Debug, Serialize)]
 pub struct AnnotationMark {
     pub x: f64,
@@ -79,6 +83,7 @@ pub fn allocated_delta(e: &TraceEvent) -> i64 {
     }
 }
 
+/// How much the event changes reserved bytes (segment allocs and maps add, frees and unmaps take).
 #[inline]
 pub fn reserved_delta(e: &TraceEvent) -> i64 {
     match e.action {
@@ -272,6 +277,7 @@ impl Default for TimelineBuilder {
 }
 
 impl TimelineBuilder {
+    /// An empty builder; `with_series` keeps every point (for plots), not only totals and peaks.
     pub fn new(with_series: bool) -> TimelineBuilder {
         TimelineBuilder {
             with_series,
@@ -389,6 +395,8 @@ pub struct Timelines {
 }
 
 impl Timelines {
+    /// Builders for every device, created as events name them; `with_series` as for
+    /// `TimelineBuilder::new`.
     pub fn new(with_series: bool) -> Timelines {
         Timelines {
             with_series,

@@ -61,6 +61,7 @@ pub enum Place {
     Mem,
 }
 
+/// One line of the `_memory_viz trace` listing.
 #[derive(Clone, Copy, Debug)]
 pub enum Line {
     Alloc {
@@ -110,6 +111,7 @@ pub enum Line {
     Other,
 }
 
+/// Totals over the listing's entries.
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
     pub entries: usize,

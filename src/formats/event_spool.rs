@@ -305,7 +305,7 @@ mod tests {
 
     fn fed(snap: &Snapshot, limit: usize) -> String {
         let mut events = SpillingTraces::keeping(limit);
-        crate::model::trace::feed(&snap, &mut events);
+        crate::model::trace::feed(snap, &mut events);
         let spilled = events.spool.is_some();
         let traces = events.into_traces(snap.traces.len()).unwrap();
         assert_eq!(

@@ -12,12 +12,15 @@ pub struct Cycle {
     pub op_index: i64,
     /// The generation the collection that found it ran on (0, 1, 2).
     pub generation: i64,
+    /// The objects of the cycle (indexes of `edges` point into it).
     pub nodes: Vec<CycleNode>,
+    /// The references between them.
     pub edges: Vec<CycleEdge>,
     /// Nodes the agent left out to keep the report small (0 normally).
     pub omitted_nodes: i64,
 }
 
+/// One object of a reference cycle.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CycleNode {
     /// A short description (`_cycles.object_annotation`): `dict[3]`, `function\nforward`,
@@ -28,6 +31,7 @@ pub struct CycleNode {
     pub tensor: Option<CycleTensor>,
 }
 
+/// A tensor found in a cycle: what its storage holds and where it was made.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CycleTensor {
     /// The bytes of the tensor's storage (whole 512-byte blocks on CUDA, as the allocator
@@ -35,18 +39,25 @@ pub struct CycleTensor {
     pub bytes: i64,
     /// Identifies the storage: tensors sharing one are counted once.
     pub storage: i64,
+    /// Sizes of each dimension.
     pub shape: Vec<i64>,
+    /// `torch.float32`, …
     pub dtype: String,
+    /// `cuda:0`, `cpu`, …
     pub device: String,
     /// Where it was allocated, innermost frame first (`file:line:function`), when the
     /// allocator's history was on.
     pub stack: Vec<String>,
 }
 
+/// A reference from one object of a cycle to another.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CycleEdge {
+    /// Index into `Cycle::nodes` of the referrer.
     pub from: usize,
+    /// Index into `Cycle::nodes` of the object referred to.
     pub to: usize,
+    /// How it refers (`_cycles`' edge annotation: an attribute name, a key, `[0]`).
     pub label: String,
 }
 
@@ -64,6 +75,7 @@ impl Cycle {
         total
     }
 
+    /// How many of the cycle's objects are tensors.
     pub fn tensors(&self) -> usize {
         self.nodes.iter().filter(|n| n.tensor.is_some()).count()
     }

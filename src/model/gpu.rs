@@ -2,15 +2,18 @@
 
 use serde::Serialize;
 
+/// What NVML reports about this machine's NVIDIA GPUs (`memtrack gpus`).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GpuList {
     /// The driver's version (`nvmlSystemGetDriverVersion`).
     pub driver_version: Option<String>,
     /// The CUDA version the driver supports, as `12.4`.
     pub cuda_driver_version: Option<String>,
+    /// In NVML's index order.
     pub gpus: Vec<Gpu>,
 }
 
+/// One GPU: its memory in bytes and the processes using it.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Gpu {
     /// NVML's index: PCI bus order, as nvidia-smi numbers GPUs (CUDA's order may differ:
@@ -18,19 +21,26 @@ pub struct Gpu {
     pub index: u32,
     pub name: String,
     pub uuid: Option<String>,
+    /// `00000000:3B:00.0` form.
     pub pci_bus_id: Option<String>,
+    /// The device's memory, in bytes.
     pub total_bytes: u64,
+    /// Bytes in use, as NVML counts them.
     pub used_bytes: u64,
+    /// Bytes not in use.
     pub free_bytes: u64,
     /// Memory the driver sets aside (NVML's v2 memory info), not counted in used.
     pub reserved_bytes: u64,
+    /// The processes with a context on it.
     pub processes: Vec<GpuProcess>,
     /// Queries that failed for this GPU (e.g. processes: "Insufficient Permissions").
     pub errors: Vec<String>,
 }
 
+/// A process using a GPU, and the device memory it holds.
 #[derive(Clone, Debug, Serialize)]
 pub struct GpuProcess {
+    /// Process id (in the host's namespace, as NVML sees it).
     pub pid: u32,
     /// `compute` (a CUDA context) or `graphics`.
     pub kind: &'static str,

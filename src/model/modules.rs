@@ -55,6 +55,7 @@ impl ModState {
         }
     }
 
+    /// The state MemTracker's enum value `code` stands for (`None` when it is none of them).
     pub fn from_code(code: i64) -> Option<ModState> {
         ModState::ALL.into_iter().find(|s| *s as i64 == code)
     }
@@ -80,6 +81,7 @@ pub struct DeviceBytes {
     pub device: String,
     /// In [`CATEGORIES`] order.
     pub by_category: [i64; 7],
+    /// The sum of `by_category`, in bytes.
     pub total: i64,
 }
 
@@ -100,6 +102,7 @@ impl Serialize for DeviceBytes {
 pub struct ModuleSnapshot(pub Vec<DeviceBytes>);
 
 impl ModuleSnapshot {
+    /// The bytes of every device together.
     pub fn total(&self) -> i64 {
         self.0.iter().map(|d| d.total).sum()
     }
@@ -118,7 +121,9 @@ impl Serialize for ModuleSnapshot {
 /// The snapshots of one state, one per call of the module (`# 1`, `# 2`, … in MemTracker).
 #[derive(Clone, Debug, Serialize)]
 pub struct StateSnapshots {
+    /// The state these snapshots were taken in.
     pub state: ModState,
+    /// One snapshot per call of the module, in call order.
     pub calls: Vec<ModuleSnapshot>,
 }
 
@@ -127,9 +132,13 @@ pub struct StateSnapshots {
 pub struct ModuleStats {
     /// ModTracker's name: the root module's class name, then attribute names (`MLP.blocks.0`).
     pub fqn: String,
+    /// Bytes of the module's own parameters (MemTracker's `parameter_mem`).
     pub parameter_bytes: i64,
+    /// Bytes of its buffers.
     pub buffer_bytes: i64,
+    /// Bytes of the tensors passed to its forward.
     pub input_bytes: i64,
+    /// Bytes of the tensors its forward returned.
     pub output_bytes: i64,
     /// In the order the states first occurred.
     pub states: Vec<StateSnapshots>,
@@ -141,6 +150,7 @@ impl ModuleStats {
         self.fqn.matches('.').count() + 1
     }
 
+    /// The snapshots of state `s`, if the module reached it.
     pub fn state(&self, s: ModState) -> Option<&StateSnapshots> {
         self.states.iter().find(|x| x.state == s)
     }

@@ -16,6 +16,7 @@ impl StackId {
     /// an empty list, which the file says explicitly.
     pub const MISSING: StackId = StackId(u32::MAX);
 
+    /// Whether the entry had no `frames` key (see [`StackId::MISSING`]).
     pub fn is_missing(self) -> bool {
         self == StackId::MISSING
     }
@@ -29,10 +30,12 @@ pub struct FrameId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StrId(pub u32);
 
+/// One Python or C++ frame of a stack, its strings interned in [`Stacks`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
     pub filename: StrId,
     pub name: StrId,
+    /// Line number in `filename`, as the file gives it.
     pub line: i64,
 }
 
@@ -47,6 +50,7 @@ pub struct Stacks {
 }
 
 impl Stacks {
+    /// The text of an interned string.
     pub fn str(&self, id: StrId) -> &str {
         let i = id.0 as usize;
         let start = if i == 0 {
@@ -57,6 +61,7 @@ impl Stacks {
         &self.text[start..self.str_ends[i] as usize]
     }
 
+    /// An interned frame.
     pub fn frame(&self, id: FrameId) -> Frame {
         self.frames[id.0 as usize]
     }
@@ -75,20 +80,24 @@ impl Stacks {
         &self.stack_items[start..self.stack_ends[i] as usize]
     }
 
+    /// How many distinct stacks are interned.
     pub fn stack_count(&self) -> usize {
         self.stack_ends.len()
     }
 
+    /// How many distinct frames are interned.
     pub fn frame_count(&self) -> usize {
         self.frames.len()
     }
 
+    /// How many strings are interned.
     pub fn string_count(&self) -> usize {
         self.str_ends.len()
     }
 
     // ---- construction (the formats layer dedupes by content before calling these) ----
 
+    /// Intern `s` as a new string (the caller dedups).
     pub fn push_str(&mut self, s: &str) -> StrId {
         self.text.push_str(s);
         self.str_ends
@@ -96,11 +105,13 @@ impl Stacks {
         StrId((self.str_ends.len() - 1) as u32)
     }
 
+    /// Intern `f` as a new frame (the caller dedups).
     pub fn push_frame(&mut self, f: Frame) -> FrameId {
         self.frames.push(f);
         FrameId((self.frames.len() - 1) as u32)
     }
 
+    /// Intern the list of `frames`, innermost first, as a new stack (the caller dedups).
     pub fn push_stack(&mut self, frames: &[FrameId]) -> StackId {
         self.stack_items.extend_from_slice(frames);
         self.stack_ends
@@ -109,6 +120,7 @@ impl Stacks {
     }
 }
 
+/// A block's `state` in a snapshot's segment list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockState {
@@ -124,6 +136,7 @@ pub enum BlockState {
 }
 
 impl BlockState {
+    /// The file's spelling (`active_allocated`, …).
     pub fn name(self) -> &'static str {
         match self {
             BlockState::ActiveAllocated => "active_allocated",
@@ -133,10 +146,13 @@ impl BlockState {
         }
     }
 
+    /// Used by a tensor now (not only awaiting its free).
     pub fn is_allocated(self) -> bool {
         self == BlockState::ActiveAllocated
     }
 
+    /// Not free: used by a tensor, or freed by the program and awaiting the allocator
+    /// (`active_pending_free`).
     pub fn is_active(self) -> bool {
         matches!(
             self,
@@ -149,15 +165,20 @@ impl BlockState {
 /// block, with its real (requested) size.
 #[derive(Clone, Copy, Debug)]
 pub struct HistoryEntry {
+    /// The allocation's address.
     pub addr: u64,
+    /// Bytes the program requested.
     pub real_size: u64,
+    /// Where it was allocated.
     pub stack: StackId,
 }
 
+/// One block of a segment: a range of its memory, free or in use.
 #[derive(Clone, Copy, Debug)]
 pub struct Block {
     /// From the file, or (legacy files) the segment address plus the sizes of the blocks before.
     pub address: u64,
+    /// In bytes (rounded, as the allocator hands blocks out).
     pub size: u64,
     /// `requested_size` when the file has it.
     pub requested_size: Option<u64>,
@@ -182,6 +203,7 @@ impl Block {
         self.requested_size.unwrap_or(self.size)
     }
 
+    /// The entries of `history` (the snapshot's `history` list) that are this block's.
     pub fn history<'h>(&self, history: &'h [HistoryEntry]) -> &'h [HistoryEntry] {
         let s = self.history_start as usize;
         &history[s..s + self.history_len as usize]
@@ -196,6 +218,8 @@ impl Block {
     }
 }
 
+/// Which of the allocator's pools a segment belongs to: small (blocks of at most 1 MiB, 2 MiB
+/// segments) or large.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SizeClass {
@@ -204,6 +228,7 @@ pub enum SizeClass {
 }
 
 impl SizeClass {
+    /// The file's spelling (`small`, `large`).
     pub fn name(self) -> &'static str {
         match self {
             SizeClass::Small => "small",
@@ -215,37 +240,51 @@ impl SizeClass {
 /// Memory from one cudaMalloc (or one expandable segment), split into blocks.
 #[derive(Clone, Debug)]
 pub struct Segment {
+    /// The CUDA device index.
     pub device: u32,
+    /// The segment's base address.
     pub address: u64,
+    /// The segment's size in bytes (`total_size`).
     pub total_size: u64,
+    /// The CUDA stream it was allocated for (`0` is the default stream).
     pub stream: i64,
     /// `segment_type` from the file, or derived from the size (small segments are 2 MiB).
     pub size_class: SizeClass,
+    /// `size_class` was derived from the size: the file has no `segment_type`.
     pub size_class_derived: bool,
     /// `segment_pool_id`; absent in older files (the default pool, (0, 0)).
     pub pool_id: Option<(i64, i64)>,
+    /// `is_expandable` (part of an expandable segment), when the file has it.
     pub is_expandable: Option<bool>,
-    /// The allocator's own counters, when the file has them.
+    /// The allocator's own counters, in bytes, when the file has them.
     pub allocated_size: Option<u64>,
+    /// Bytes of its active blocks (allocated or awaiting their free), when the file has it.
     pub active_size: Option<u64>,
+    /// Bytes requested by the live allocations in it, when the file has it.
     pub requested_size: Option<u64>,
+    /// Where the segment was allocated (`MISSING` when the file does not say).
     pub stack: StackId,
+    /// Index into `Snapshot::blocks` of its first block.
     pub block_start: u32,
+    /// How many blocks it has there.
     pub block_len: u32,
 }
 
 impl Segment {
+    /// The segment's blocks, in address order, out of the snapshot's `blocks`.
     pub fn blocks<'b>(&self, blocks: &'b [Block]) -> &'b [Block] {
         let s = self.block_start as usize;
         &blocks[s..s + self.block_len as usize]
     }
 
+    /// `segment_pool_id` as PyTorch prints it: `(0, 0)`.
     pub fn pool_name(&self) -> String {
         let (a, b) = self.pool_id.unwrap_or((0, 0));
         format!("({a}, {b})")
     }
 }
 
+/// What a trace event says happened (`action` in the file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
@@ -264,6 +303,7 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action, in declaration order.
     pub const ALL: [Action; 11] = [
         Action::Alloc,
         Action::FreeRequested,
@@ -278,6 +318,7 @@ impl Action {
         Action::Other,
     ];
 
+    /// The file's spelling (`alloc`, `free_requested`, …).
     pub fn name(self) -> &'static str {
         match self {
             Action::Alloc => "alloc",
@@ -294,6 +335,7 @@ impl Action {
         }
     }
 
+    /// The action a file's `action` string names (`Unknown` for any other).
     pub fn from_name(s: &str) -> Action {
         Action::ALL
             .into_iter()
@@ -318,6 +360,7 @@ pub struct TraceEvent {
     pub stack: StackId,
     /// Index into `DeviceTrace::streams` ([`DeviceTrace::stream`] reads it).
     pub stream_index: u16,
+    /// What happened.
     pub action: Action,
 }
 
@@ -338,6 +381,7 @@ impl Default for TraceEvent {
 }
 
 impl TraceEvent {
+    /// `time_us`, when the file recorded times.
     pub fn time(&self) -> Option<i64> {
         (self.time_us != NO_TIME).then_some(self.time_us)
     }
@@ -374,8 +418,17 @@ impl EventAux {
 /// priority a device).
 pub const MAX_STREAMS: usize = u16::MAX as usize + 1;
 
+/// A device's trace uses more than [`MAX_STREAMS`] distinct streams (its events keep a
+/// stream as a 16-bit index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("more than {MAX_STREAMS} distinct streams in one device's trace")]
+pub struct TooManyStreams;
+
+/// One device's trace: its events in order, what few of them carry beyond the common fields, and
+/// the streams they use.
 #[derive(Clone, Debug, Default)]
 pub struct DeviceTrace {
+    /// In the order the allocator recorded them.
     pub events: Vec<TraceEvent>,
     /// (event index, what it carries) for the events that carry anything, in event order.
     pub aux: Vec<(u32, EventAux)>,
@@ -386,7 +439,12 @@ pub struct DeviceTrace {
 impl DeviceTrace {
     /// Add `e` on `stream`, with `aux` when it says anything. Err past [`MAX_STREAMS`]
     /// distinct streams.
-    pub fn push(&mut self, mut e: TraceEvent, stream: i64, aux: EventAux) -> Result<(), String> {
+    pub fn push(
+        &mut self,
+        mut e: TraceEvent,
+        stream: i64,
+        aux: EventAux,
+    ) -> Result<(), TooManyStreams> {
         e.stream_index = self.stream_index(stream)?;
         if aux.says_something() {
             self.aux.push((self.events.len() as u32, aux));
@@ -397,7 +455,7 @@ impl DeviceTrace {
 
     /// The index of `stream` in `streams`, added if new. Err past [`MAX_STREAMS`].
     #[inline]
-    pub fn stream_index(&mut self, stream: i64) -> Result<u16, String> {
+    pub fn stream_index(&mut self, stream: i64) -> Result<u16, TooManyStreams> {
         // the last one used first: events come in runs on one stream
         if let Some(&last) = self.events.last() {
             if self.streams[last.stream_index as usize] == stream {
@@ -408,9 +466,7 @@ impl DeviceTrace {
             return Ok(i as u16);
         }
         if self.streams.len() == MAX_STREAMS {
-            return Err(format!(
-                "more than {MAX_STREAMS} distinct streams in one device's trace"
-            ));
+            return Err(TooManyStreams);
         }
         self.streams.push(stream);
         Ok((self.streams.len() - 1) as u16)
@@ -435,9 +491,13 @@ impl DeviceTrace {
 /// `external_annotations` entry: a START/END mark (e.g. the profiler's record_function ranges).
 #[derive(Clone, Debug, Serialize)]
 pub struct Annotation {
+    /// The device, when the annotation names one.
     pub device: Option<u32>,
+    /// `START` or `END`.
     pub stage: String,
+    /// The range's name.
     pub name: String,
+    /// Microseconds, the trace's clock.
     pub time_us: Option<i64>,
 }
 
@@ -446,11 +506,15 @@ pub struct Annotation {
 pub struct Layout {
     /// `torch.cuda.memory_snapshot()` output: a bare list of segments, no traces.
     pub bare_segment_list: bool,
+    /// The file has `device_traces`.
     pub has_device_traces: bool,
     /// Blocks carry `history` and no `address` (about torch 2.0).
     pub legacy_block_history: bool,
+    /// Trace events carry `time_us`.
     pub has_time_us: bool,
+    /// The file records `allocator_settings`.
     pub has_allocator_settings: bool,
+    /// The file has `external_annotations`.
     pub has_external_annotations: bool,
 }
 
@@ -470,18 +534,25 @@ pub enum Parts {
 /// A whole snapshot.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
+    /// Which parts were converted.
     pub parts: Parts,
     /// Number of entries of each `device_traces` list, whatever was converted.
     pub trace_lengths: Vec<usize>,
+    /// Every device's segments, in file order.
     pub segments: Vec<Segment>,
+    /// The blocks of every segment (each segment indexes its own run).
     pub blocks: Vec<Block>,
+    /// Legacy blocks' `history` entries (each block indexes its own run).
     pub history: Vec<HistoryEntry>,
     /// `device_traces`, one per device index (may be longer than the devices with segments).
     pub traces: Vec<DeviceTrace>,
+    /// The interned frames and stacks that `StackId`s index.
     pub stacks: Stacks,
     /// `allocator_settings`, in file order, values as JSON.
     pub allocator_settings: Option<Vec<(String, serde_json::Value)>>,
+    /// `external_annotations`, in file order.
     pub annotations: Vec<Annotation>,
+    /// Which schema-era features the file has.
     pub layout: Layout,
 }
 
@@ -499,10 +570,12 @@ impl Snapshot {
         d
     }
 
+    /// The trace of `device`, if the file has one.
     pub fn trace(&self, device: u32) -> Option<&DeviceTrace> {
         self.traces.get(device as usize)
     }
 
+    /// The segments of `device`, in file order.
     pub fn segments_on(&self, device: u32) -> impl Iterator<Item = &Segment> + '_ {
         self.segments.iter().filter(move |s| s.device == device)
     }

@@ -115,6 +115,7 @@ pub struct KeptTraces {
 }
 
 impl KeptTraces {
+    /// A sink that keeps every device's events while no more than `limit` have come in all.
     pub fn up_to(limit: usize) -> KeptTraces {
         KeptTraces {
             traces: Vec::new(),

@@ -18,8 +18,10 @@ pub enum Series {
 }
 
 impl Series {
+    /// The three, in MemoryTracker's order.
     pub const ALL: [Series; 3] = [Series::Allocated, Series::Active, Series::Reserved];
 
+    /// The lower-case name (`allocated`, …), as in JSON and MemoryTracker's keys.
     pub fn name(self) -> &'static str {
         match self {
             Series::Allocated => "allocated",
@@ -59,6 +61,7 @@ impl OpNames {
         Some(OpNames { text, spans })
     }
 
+    /// An empty list, with room for `ops` names of `bytes` bytes in all.
     pub fn with_capacity(ops: usize, bytes: usize) -> OpNames {
         OpNames {
             text: String::with_capacity(bytes),
@@ -75,6 +78,7 @@ impl OpNames {
         Some(OpNames { text, spans })
     }
 
+    /// Add the next op's name.
     pub fn push(&mut self, name: &str) {
         // op names total far less than 4 GiB; an oversized name is stored empty, not wrapped
         match (u32::try_from(self.text.len()), u32::try_from(name.len())) {
@@ -86,14 +90,17 @@ impl OpNames {
         }
     }
 
+    /// How many names (ops) there are.
     pub fn len(&self) -> usize {
         self.spans.len()
     }
 
+    /// Whether there are no names.
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
 
+    /// The name of op `i` (0-based).
     pub fn get(&self, i: usize) -> &str {
         let (start, len) = self.spans[i];
         self.text
@@ -101,6 +108,7 @@ impl OpNames {
             .unwrap_or("")
     }
 
+    /// The names in op order.
     pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
         (0..self.len()).map(move |i| self.get(i))
     }
@@ -110,7 +118,9 @@ impl OpNames {
 /// op after the marker, as MemoryTracker stores it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Marker {
+    /// `fw_start`, `fw_bw_boundary`, ….
     pub name: String,
+    /// The index of the op after the marker.
     pub op_index: i64,
 }
 
@@ -129,20 +139,26 @@ pub fn op_module(name: &str) -> Option<&str> {
 /// A MemoryTracker stats file, with memtrack's own extension when `record` wrote it.
 #[derive(Clone, Debug, Default)]
 pub struct TrackerStats {
+    /// Op names, by op index.
     pub names: OpNames,
     /// Bytes after each op (MemoryTracker stores MiB floats; bytes = MiB * 2^20, exact in f64).
     pub allocated: Vec<f64>,
+    /// `active_bytes.all.current` after each op, in bytes.
     pub active: Vec<f64>,
+    /// `reserved_bytes.all.current` after each op, in bytes.
     pub reserved: Vec<f64>,
     /// `markers` as the file has them: the last occurrence of each.
     pub markers: Vec<Marker>,
+    /// The allocator's `num_alloc_retries` at stop.
     pub num_alloc_retries: i64,
     /// `op_index` when the file has it (older PyTorch releases did not write it).
     pub op_index: Option<i64>,
+    /// memtrack's extension (the `memtrack` key), when `record` wrote the file.
     pub record: Option<RecordInfo>,
 }
 
 impl TrackerStats {
+    /// The bytes after each op of series `s`.
     pub fn series(&self, s: Series) -> &[f64] {
         match s {
             Series::Allocated => &self.allocated,
@@ -151,10 +167,12 @@ impl TrackerStats {
         }
     }
 
+    /// How many ops the file has.
     pub fn op_count(&self) -> usize {
         self.names.len()
     }
 
+    /// The op index of marker `name` (its last occurrence), if the file has it.
     pub fn marker(&self, name: &str) -> Option<i64> {
         self.markers
             .iter()
@@ -174,15 +192,24 @@ impl TrackerStats {
 /// The `memtrack` key of a stats file written by `memtrack record` (docs/format.md).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RecordInfo {
+    /// The memtrack version that recorded it.
     pub version: String,
+    /// `cuda` or `cpu`: the allocator's counters, or storage accounting of live tensors.
     pub backend: String,
     pub device_name: Option<String>,
+    /// The device's memory, in bytes.
     pub device_total_bytes: Option<u64>,
+    /// The recorded program's command line.
     pub argv: Vec<String>,
+    /// `RANK` of a torchrun job.
     pub rank: Option<i64>,
+    /// `WORLD_SIZE` of a torchrun job.
     pub world_size: Option<i64>,
+    /// Every marker occurrence, in order (MemoryTracker's `markers` keeps the last of each).
     pub marker_events: Vec<Marker>,
+    /// How the program ended.
     pub exit: Option<ExitInfo>,
+    /// Allocator snapshots the run wrote, as paths.
     pub snapshot_paths: Vec<String>,
     /// The recorded process.
     pub pid: Option<i64>,
@@ -217,7 +244,9 @@ pub struct RecordInfo {
 pub struct CompileInfo {
     /// Frames dynamo compiled (`counters["frames"]["ok"]`) of those it saw (`"total"`).
     pub frames_ok: i64,
+    /// Frames dynamo saw (`counters["frames"]["total"]`).
     pub frames_total: i64,
+    /// Graph breaks dynamo counted.
     pub graph_breaks: i64,
     /// The first line of each distinct graph-break reason (at most 10).
     pub graph_break_reasons: Vec<String>,
@@ -227,9 +256,12 @@ pub struct CompileInfo {
     pub regions: Vec<CompiledRegion>,
 }
 
+/// A compiled region and how often its graph ran.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CompiledRegion {
+    /// The module or function compiled.
     pub region: String,
+    /// Calls of its compiled graph.
     pub graph_calls: i64,
 }
 
@@ -240,15 +272,18 @@ pub struct DeviceSeries {
     pub nvml_index: i64,
     pub name: Option<String>,
     pub uuid: Option<String>,
+    /// In time order.
     pub samples: Vec<DeviceSample>,
 }
 
+/// The recorded process's memory on one GPU at one moment, as the driver counts it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct DeviceSample {
     /// The number of ops recorded before the sample (as markers count).
     pub op_index: i64,
     /// Seconds since the first sample.
     pub time_s: f64,
+    /// Bytes the process held on the GPU, as the driver counts them.
     pub bytes: i64,
 }
 
@@ -290,6 +325,7 @@ pub struct ExitInfo {
     pub code: Option<i64>,
     /// The signal that killed it, when memtrack started the process itself.
     pub signal: Option<i64>,
+    /// The program ran out of memory.
     pub oom: bool,
     /// The uncaught exception's traceback.
     pub exception: Option<String>,

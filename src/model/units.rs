@@ -3,8 +3,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+/// Bytes in a MiB, as a float (MemoryTracker's numbers are MiB floats).
 pub const MIB: f64 = 1024.0 * 1024.0;
 
+/// The unit byte amounts are shown in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Units {
     /// Pick per number: the largest unit in which it is at least 1.
@@ -26,6 +28,7 @@ impl Units {
         }
     }
 
+    /// The unit's symbol (`auto`, `B`, `KiB`, …).
     pub fn name(self) -> &'static str {
         match self {
             Units::Auto => "auto",
@@ -92,17 +95,34 @@ pub fn format_bytes(bytes: f64, units: Units) -> String {
     format!("{:.2} {}", bytes / u.divisor(), u.name())
 }
 
+/// What is wrong with a memory size given as text (`parse_size`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// No number where the size should start.
+    #[error("`{0}`: expected a size such as 80GiB or 2.5GB")]
+    NotANumber(String),
+    /// A number followed by a unit memtrack does not know.
+    #[error("`{input}`: unknown unit `{unit}` (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)")]
+    UnknownUnit {
+        /// The whole text given.
+        input: String,
+        /// The unit as written (trimmed, lower case).
+        unit: String,
+    },
+    /// Below one byte, or beyond 2^63 bytes.
+    #[error("`{0}`: not a usable memory size")]
+    Unusable(String),
+}
+
 /// `80GiB`, `2.5 GB`, `512MiB`, `1000000` (bytes): binary units are powers of 1024, `kB`,
-/// `MB`, `GB`, `TB` powers of 1000.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+/// `MB`, `GB`, `TB` powers of 1000. The result is in bytes.
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let num: f64 = num
-        .parse()
-        .map_err(|_| format!("`{s}`: expected a size such as 80GiB or 2.5GB"))?;
+    let num: f64 = num.parse().map_err(|_| SizeError::NotANumber(s.into()))?;
     let scale = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "kib" => 1024.0,
@@ -114,14 +134,15 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "gb" => 1e9,
         "tb" => 1e12,
         u => {
-            return Err(format!(
-                "`{s}`: unknown unit `{u}` (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)"
-            ))
+            return Err(SizeError::UnknownUnit {
+                input: s.into(),
+                unit: u.into(),
+            })
         }
     };
     let bytes = num * scale;
     if !(bytes >= 1.0 && bytes < 2f64.powi(63)) {
-        return Err(format!("`{s}`: not a usable memory size"));
+        return Err(SizeError::Unusable(s.into()));
     }
     Ok(bytes.round() as u64)
 }

@@ -2,7 +2,11 @@
 
 use std::fmt::Write;
 
-use crate::analysis::simulate::{DeviceSimulation, Scenario, SegmentEventRef, Simulation};
+use serde::{Serialize, Serializer};
+
+use crate::analysis::simulate::{
+    DeviceSimulation, LimitSource, Note, Scenario, SegmentEventRef, Simulation,
+};
 use crate::model::{format_bytes, Units};
 
 use super::document::Document;
@@ -15,6 +19,38 @@ pub fn simulation(s: &Simulation, title: &str, format: Format, units: Units) -> 
         Format::Json => json(s),
         Format::Csv => csv(s),
         Format::Text | Format::Markdown => text(s, title, format, units),
+    }
+}
+
+/// Where the memory limit came from, as the user reads it: naming `--memory`, which sets it.
+fn limit_source(source: LimitSource) -> String {
+    match source {
+        LimitSource::Given => "--memory".into(),
+        LimitSource::NoFailure => "none (no allocation failed; pass --memory)".into(),
+        LimitSource::RecordedOom | LimitSource::SmallestAllowed => source.to_string(),
+    }
+}
+
+/// A note as the user reads it: with how to set the memory limit where that helps.
+fn note(n: &Note) -> String {
+    match n {
+        Note::LimitRange { .. } => format!("{n}; pass --memory to set it"),
+        Note::GcWithoutLimit => format!("{n}: pass --memory to see it work"),
+        Note::UnplacedBlocks(_) | Note::PrivatePools => n.to_string(),
+    }
+}
+
+/// In JSON as in text.
+impl Serialize for LimitSource {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&limit_source(*self))
+    }
+}
+
+/// In JSON as in text.
+impl Serialize for Note {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&note(self))
     }
 }
 
@@ -123,13 +159,13 @@ fn text(s: &Simulation, title: &str, format: Format, units: Units) -> String {
         doc.para(&format!(
             "memory limit: {}",
             match d.memory_limit_bytes {
-                Some(l) => format!("{} ({})", b(l), d.memory_limit_source),
-                None => d.memory_limit_source.to_string(),
+                Some(l) => format!("{} ({})", b(l), limit_source(d.memory_limit_source)),
+                None => limit_source(d.memory_limit_source),
             }
         ));
         doc.para(&format!("validation: {}", validation_line(d, units)));
         for n in &d.notes {
-            doc.para(&format!("note: {n}"));
+            doc.para(&format!("note: {}", note(n)));
         }
         if s.own_settings_from == "defaults" {
             doc.para(

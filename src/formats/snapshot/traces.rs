@@ -952,12 +952,16 @@ impl TraceReader<'_> {
         let trace = &mut self.out.traces[device];
         if let Some(sink) = self.sink.as_deref_mut() {
             // the streams are still counted: past MAX_STREAMS the reading fails, as without
-            e.stream_index = trace.stream_index(stream).map_err(|m| r.error(m))?;
+            e.stream_index = trace
+                .stream_index(stream)
+                .map_err(|m| r.error(m.to_string()))?;
             let aux = aux.says_something().then_some(&aux);
             sink.event(device as u32, &e, stream, aux);
             return Ok(());
         }
-        trace.push(e, stream, aux).map_err(|m| r.error(m))?;
+        trace
+            .push(e, stream, aux)
+            .map_err(|m| r.error(m.to_string()))?;
         Ok(())
     }
 
