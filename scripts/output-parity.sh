@@ -19,7 +19,7 @@ mkdir -p "$work"
 
 snapshots=$(cd "$root" && find fixtures/snapshots -name '*.pickle' | sort)
 stats=$(cd "$root" && ls fixtures/tracker/*.pkl fixtures/record/*.pkl)
-records=$(cd "$root" && ls fixtures/record/*.pkl)
+records=$(cd "$root" && ls fixtures/record/*.pkl | tr '\n' ' ')
 bad=$(cd "$root" && ls fixtures/pickle/*.pkl)
 
 # One case a line: a name (the folder its outputs go to) and the arguments, `|`-separated;
@@ -49,6 +49,11 @@ cases() {
         echo "$n.export|export $f"
         echo "$n.simulate|simulate $f"
         echo "$n.simulate.set|simulate $f --set expandable_segments:True --set max_split_size_mb:64,roundup_power2_divisions:4"
+        for fmt in json csv markdown; do
+            echo "$n.simulate.$fmt|simulate $f --format $fmt --set expandable_segments:True"
+            echo "$n.segments.units.$fmt|segments $f --format $fmt --units MiB"
+            echo "$n.top.peak.$fmt|top $f --format $fmt --at peak --top 4"
+        done
     done
     for f in $stats; do
         n=${f//\//_}
@@ -65,11 +70,16 @@ cases() {
         echo "$n.export|export $f"
         echo "$n.allocator|allocator $f"
         echo "$n.allocator.oom|allocator $f --at oom"
+        for fmt in json csv markdown; do
+            echo "$n.allocator.$fmt|allocator $f --format $fmt"
+        done
         echo "$n.cycles|cycles $f"
         echo "$n.segments|segments $f"
     done
-    echo "records.summary|summary $records"
-    echo "records.summary.json|summary $records --format json"
+    for fmt in text json csv markdown; do
+        echo "records.summary.$fmt|summary $records --format $fmt"
+        echo "records.diff.$fmt|diff $records --format $fmt --fail-over 1MiB"
+    done
     set -- $snapshots
     while [ $# -ge 2 ]; do
         n="${1//\//_}.vs.${2//\//_}"
