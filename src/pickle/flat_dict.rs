@@ -46,9 +46,7 @@ impl FlatBatch {
         let mut values = [FlatValue::Value(Value::NONE); MAX_PAIRS];
         let mut n = 0;
         loop {
-            let Some(&code) = b.get(i) else {
-                return None;
-            };
+            let &code = b.get(i)?;
             if code == b'u' {
                 i += 1;
                 break;
