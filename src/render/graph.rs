@@ -380,17 +380,19 @@ fn marker_id(k: Kind) -> &'static str {
 }
 
 /// One cycle's panel, drawn at (0, y0); `html` adds hover hooks to nodes.
-#[allow(clippy::too_many_arguments)]
-fn panel(
-    out: &mut String,
-    r: &CycleReport,
-    c: &Cycle,
-    l: &Layout,
-    y0: f64,
+/// What every panel of one drawing shares.
+#[derive(Clone, Copy)]
+struct Page {
+    /// The drawing's width, pixels.
     width: f64,
     units: Units,
+    /// Drawn for the HTML page (hover targets), not plain SVG.
     html: bool,
-) {
+}
+
+/// One cycle's panel, its top at `y0`.
+fn panel(out: &mut String, page: Page, r: &CycleReport, c: &Cycle, l: &Layout, y0: f64) {
+    let Page { width, units, html } = page;
     let _ = writeln!(out, "<g transform=\"translate(0,{y0:.1})\">");
     let _ = writeln!(
         out,
@@ -649,8 +651,9 @@ fn svg_doc(items: &[Item], title: &str, units: Units, html: bool) -> String {
         x += 24.0 + text.len() as f64 * SANS_CHAR_W + 22.0;
     }
     let mut y = head_h;
+    let page = Page { width, units, html };
     for ((r, c), l) in items.iter().zip(&layouts) {
-        panel(&mut s, r, c, l, y, width, units, html);
+        panel(&mut s, page, r, c, l, y);
         y += l.height + 12.0;
     }
     s.push_str("</svg>\n");
