@@ -167,16 +167,19 @@ fn truncated_files_fail_cleanly_at_every_offset() {
     let data = std::fs::read(fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl")).unwrap();
     for k in 0..data.len() {
         let prefix = &data[..k];
+        let Err(e) = memtrack::pickle::parse(prefix) else {
+            panic!("prefix of {k} bytes parsed");
+        };
         assert!(
-            memtrack::pickle::parse(prefix).is_err(),
-            "prefix of {k} bytes parsed"
+            k == 0 || e.cut_short,
+            "prefix of {k} bytes: {e} is not called cut short"
         );
         assert!(memtrack::formats::tracker_stream::read(prefix, &mut ()).is_none());
     }
     let dir = tempfile::tempdir().unwrap();
     for k in (0..data.len()).step_by(97) {
         let p = write_temp(dir.path(), &format!("cut{k}.pkl"), &data[..k]);
-        let expect = if k == 0 { "empty file" } else { "truncated" };
+        let expect = if k == 0 { "empty file" } else { "cut short" };
         fails_cleanly(&p, expect);
     }
 }

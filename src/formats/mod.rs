@@ -83,6 +83,11 @@ fn describe_pickle_error(data: &[u8], e: &pickle::PickleError) -> String {
         return format!("empty file: no pickle data; {READS}");
     };
     if first == 0x80 {
+        if e.cut_short {
+            return format!(
+                "the file ends before its pickle does: it was cut short (a dump or copy that did not finish?); write it again ({e})"
+            );
+        }
         return format!("not a readable pickle: {e}");
     }
     let kind = if head.starts_with(b"\x89PNG") {

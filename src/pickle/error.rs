@@ -7,6 +7,8 @@
 pub struct PickleError {
     pub offset: usize,
     pub message: String,
+    /// The file ends before the pickle does (no STOP): cut short, not malformed.
+    pub cut_short: bool,
 }
 
 /// A document grown past one of the reader's limits; the reader places it at the opcode's byte.

@@ -137,13 +137,24 @@ impl<'a> Cursor<'a> {
         PickleError {
             offset: self.start,
             message,
+            cut_short: false,
+        }
+    }
+
+    /// The file ends where the pickle needs more bytes.
+    #[cold]
+    #[inline(never)]
+    fn cut_short(&self, message: String) -> PickleError {
+        PickleError {
+            cut_short: true,
+            ..self.error(message)
         }
     }
 
     #[cold]
     #[inline(never)]
     fn truncated(&self, n: usize) -> PickleError {
-        self.error(format!(
+        self.cut_short(format!(
             "truncated: opcode needs {} more bytes but the file ends after {}",
             n,
             self.data.len() - self.pos
@@ -200,7 +211,9 @@ impl<'a> Cursor<'a> {
                 self.pos += n + 1;
                 Ok(&rest[..n])
             }
-            None => Err(self.error("truncated: a text argument has no terminating newline".into())),
+            None => {
+                Err(self.cut_short("truncated: a text argument has no terminating newline".into()))
+            }
         }
     }
 
@@ -231,7 +244,7 @@ impl<'a> Cursor<'a> {
             return Err(if self.pos == 0 {
                 self.error("empty file: no pickle data".into())
             } else {
-                self.error("truncated: the file ends before the pickle's STOP opcode".into())
+                self.cut_short("truncated: the file ends before the pickle's STOP opcode".into())
             });
         };
         self.pos += 1;
@@ -249,7 +262,7 @@ impl<'a> Cursor<'a> {
                 let n = self.u64()?;
                 let left = (self.data.len() - self.pos) as u64;
                 if n > left {
-                    return Err(self.error(format!(
+                    return Err(self.cut_short(format!(
                         "truncated: FRAME of {n} bytes but only {left} are left in the file"
                     )));
                 }
