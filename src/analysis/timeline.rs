@@ -27,7 +27,7 @@ pub struct Timeline {
     pub x_is_time: bool,
     /// `time_us` of the first event, when x is time.
     pub t0_us: Option<i64>,
-    /// Per event: seconds since `t0_us` when `x_is_time`, else the event index (empty without series).
+    /// Per event: seconds since `t0_us` if `x_is_time`, else the event index (empty without series).
     #[serde(skip)]
     pub x: Vec<f64>,
     /// Requested bytes allocated after each event (empty without series).
