@@ -46,7 +46,9 @@ pub fn push_name(out: &mut String, n: u32) {
 /// What an entry refers to: a name given earlier, or a raw address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ref {
+    /// An allocation or segment named earlier in the listing (the `n` of [`name_of`]).
     Name(u32),
+    /// An address the listing has not named (allocated before the trace began).
     Addr(u64),
 }
 
@@ -64,38 +66,46 @@ pub enum Place {
 /// One line of the `_memory_viz trace` listing.
 #[derive(Clone, Copy, Debug)]
 pub enum Line {
+    /// `alloc`: new name `name` ([`name_of`]), `size` bytes requested at `offset` bytes into `place`.
     Alloc {
         name: u32,
         place: Place,
         offset: u64,
         size: u64,
     },
+    /// `free_requested` of `target`, `size` bytes.
     FreeRequested {
         target: Ref,
         size: u64,
     },
+    /// `free_completed` of `target`, `size` bytes.
     FreeCompleted {
         target: Ref,
         size: u64,
     },
+    /// `segment_alloc`: new segment name `name` at address `addr`, `size` bytes.
     SegmentAlloc {
         name: u32,
         addr: u64,
         size: u64,
     },
+    /// `segment_free` of segment `target`, `size` bytes.
     SegmentFree {
         target: Ref,
         size: u64,
     },
+    /// `segment_map` (expandable segments): new name `name` for `size` bytes mapped at `addr`.
     SegmentMap {
         name: u32,
         addr: u64,
         size: u64,
     },
+    /// `segment_unmap` of `target`, `size` bytes.
     SegmentUnmap {
         target: Ref,
         size: u64,
     },
+    /// `oom`: a request of `size` bytes failed; `device_free` is what CUDA reported free, if known.
     Oom {
         size: u64,
         device_free: Option<u64>,
@@ -104,6 +114,7 @@ pub enum Line {
     Annotate {
         target: Ref,
     },
+    /// `snapshot` entry, with the event's `size` field.
     Snapshot {
         size: u64,
     },
@@ -114,15 +125,23 @@ pub enum Line {
 /// Totals over the listing's entries.
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
+    /// Trace events of every action.
     pub entries: usize,
+    /// `alloc` events.
     pub allocs: usize,
+    /// Bytes requested by `alloc` events.
     pub alloc_bytes: u64,
+    /// Bytes of `free_requested` events.
     pub free_requested_bytes: u64,
+    /// Bytes of `free_completed` events.
     pub free_completed_bytes: u64,
     /// Bytes allocated minus bytes whose free completed over the trace (`TOTAL MEM`).
     pub net_bytes: i64,
+    /// Bytes of `segment_alloc` and `segment_map` events.
     pub segment_alloc_bytes: u64,
+    /// Bytes of `segment_free` and `segment_unmap` events.
     pub segment_free_bytes: u64,
+    /// `oom` events.
     pub ooms: usize,
 }
 
@@ -131,7 +150,9 @@ pub struct Totals {
 /// listing of millions of events never exists whole.
 #[derive(Debug)]
 pub struct DeviceListing {
+    /// Device index of the trace listed.
     pub device: u32,
+    /// Totals over the device's whole trace.
     pub totals: Totals,
 }
 
