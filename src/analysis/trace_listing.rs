@@ -66,7 +66,7 @@ pub enum Place {
 /// One line of the `_memory_viz trace` listing.
 #[derive(Clone, Copy, Debug)]
 pub enum Line {
-    /// `alloc`: new name `name` ([`name_of`]), `size` bytes requested at `offset` bytes into `place`.
+    /// `alloc`: new name `name` ([`name_of`]), `size` bytes asked for, `offset` bytes into `place`.
     Alloc {
         name: u32,
         place: Place,
