@@ -69,7 +69,7 @@ pub struct Step {
     pub node: usize,
     /// The object's label on one line.
     pub object: String,
-    /// Label of the reference to the next step's object (attribute, key, `[0]`); None at the last step.
+    /// Label of the reference to the next step's object (`__dict__`, `[0]`); None at the end.
     pub reference: Option<String>,
 }
 
@@ -84,7 +84,7 @@ pub struct TensorPath {
     pub bytes: i64,
     /// From an object of the loop to the tensor.
     pub path: Vec<Step>,
-    /// Where the tensor was allocated, innermost frame first; empty without the allocator's history.
+    /// Where the tensor was allocated, innermost first; empty without the allocator's history.
     pub stack: Vec<String>,
 }
 
