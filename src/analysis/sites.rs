@@ -23,7 +23,7 @@ use super::timeline::{Timeline, TimelineBuilder};
 /// Where an allocation was made: its first frame `_memory_viz` shows, or why there is none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SiteKey {
-    /// The frame that names the site: its innermost kept Python frame, else its innermost kept frame.
+    /// The site's frame: the innermost kept Python frame, else the innermost kept frame.
     Frame(FrameId),
     /// A stack with no kept frame (`<non-python>`).
     NonPython,
