@@ -66,56 +66,78 @@ pub enum Place {
 /// One line of the `_memory_viz trace` listing.
 #[derive(Clone, Copy, Debug)]
 pub enum Line {
-    /// `alloc`: new name `name` ([`name_of`]), `size` bytes asked for, `offset` bytes into `place`.
+    /// `alloc`: a new allocation, given the next name.
     Alloc {
+        /// The allocation's name, the `n` of [`name_of`].
         name: u32,
+        /// The segment it lies in.
         place: Place,
+        /// Bytes from the start of `place` (the address itself for `Place::Mem`).
         offset: u64,
+        /// Bytes requested.
         size: u64,
     },
-    /// `free_requested` of `target`, `size` bytes.
+    /// `free_requested`: the program freed an allocation.
     FreeRequested {
+        /// The allocation freed, by name or address.
         target: Ref,
+        /// Bytes freed (as requested).
         size: u64,
     },
-    /// `free_completed` of `target`, `size` bytes.
+    /// `free_completed`: the freed block went back to the pool.
     FreeCompleted {
+        /// The allocation whose free completed, by name or address.
         target: Ref,
+        /// Bytes freed (as requested).
         size: u64,
     },
-    /// `segment_alloc`: new segment name `name` at address `addr`, `size` bytes.
+    /// `segment_alloc`: a new segment (cudaMalloc), given the next name.
     SegmentAlloc {
+        /// The segment's name, the `n` of [`name_of`].
         name: u32,
+        /// The segment's base address.
         addr: u64,
+        /// The segment's size in bytes.
         size: u64,
     },
-    /// `segment_free` of segment `target`, `size` bytes.
+    /// `segment_free`: a segment given back (cudaFree).
     SegmentFree {
+        /// The segment freed, by name or address.
         target: Ref,
+        /// The segment's size in bytes.
         size: u64,
     },
-    /// `segment_map` (expandable segments): new name `name` for `size` bytes mapped at `addr`.
+    /// `segment_map`: pages mapped into an expandable segment, given the next name.
     SegmentMap {
+        /// The mapped range's name, the `n` of [`name_of`].
         name: u32,
+        /// Address of the mapped range.
         addr: u64,
+        /// Bytes mapped.
         size: u64,
     },
-    /// `segment_unmap` of `target`, `size` bytes.
+    /// `segment_unmap`: pages of an expandable segment unmapped.
     SegmentUnmap {
+        /// The range unmapped, by name or address.
         target: Ref,
+        /// Bytes unmapped.
         size: u64,
     },
-    /// `oom`: a request of `size` bytes failed; `device_free` is what CUDA reported free, if known.
+    /// `oom`: an allocation failed.
     Oom {
+        /// Bytes the failed allocation asked for.
         size: u64,
+        /// What CUDA reported free then; None when the file does not say.
         device_free: Option<u64>,
     },
     /// (its metadata is the event's)
     Annotate {
+        /// The allocation the metadata is about, by name or address.
         target: Ref,
     },
-    /// `snapshot` entry, with the event's `size` field.
+    /// `snapshot`: a snapshot was taken here.
     Snapshot {
+        /// The event's `size` field.
         size: u64,
     },
     /// (its name and fields are the event's)
