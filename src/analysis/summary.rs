@@ -14,7 +14,7 @@ pub struct TrackerSummary {
     pub op_index: Option<i64>,
     /// The allocator's `num_alloc_retries` at stop (cudaMalloc retried after freeing the cache).
     pub num_alloc_retries: i64,
-    /// Highest sample of allocated, active and reserved, in order (a series without a number left out).
+    /// Highest sample of allocated, active, reserved, in order (series with no number left out).
     pub peaks: Vec<Peak>,
     /// Setup, forward, backward and optimizer stretches of each iteration, in op order.
     pub phases: Vec<Phase>,

@@ -27,7 +27,7 @@ pub struct Timeline {
     pub x_is_time: bool,
     /// `time_us` of the first event, when x is time.
     pub t0_us: Option<i64>,
-    /// Per event: seconds since `t0_us` if `x_is_time`, else the event index (empty without series).
+    /// Per event: seconds since `t0_us` if `x_is_time`, else the index (empty without series).
     #[serde(skip)]
     pub x: Vec<f64>,
     /// Requested bytes allocated after each event (empty without series).
@@ -93,9 +93,9 @@ pub struct AnnotationMark {
     pub x: f64,
     /// The annotation's `time_us` in microseconds.
     pub time_us: i64,
-    /// The annotation's `stage` (e.g. `START` or `END`).
+    /// `START` or `END` of the range.
     pub stage: String,
-    /// The annotation's `name`: what was marked.
+    /// The range's name (e.g. a `record_function` label).
     pub name: String,
 }
 
