@@ -184,7 +184,7 @@ pub struct Block {
     pub size: u64,
     /// `requested_size` when the file has it.
     pub requested_size: Option<u64>,
-    /// Whether the block is allocated, awaiting its free, or free.
+    /// Allocated, awaiting its free, free, or a state memtrack does not know.
     pub state: BlockState,
     /// `frames` of the block; `MISSING` in legacy files (see `history`).
     pub stack: StackId,
