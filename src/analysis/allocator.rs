@@ -33,9 +33,13 @@ pub const POOLS: [&str; 3] = ["all", "large_pool", "small_pool"];
 pub struct AllocatorSummary {
     /// `exit` or `oom`.
     pub at: &'static str,
+    /// The CUDA device index the counters are for (0 when the recording did not say).
     pub device: i64,
+    /// `num_ooms`: times the allocator reported running out of memory (0 if absent).
     pub num_ooms: i64,
+    /// `num_alloc_retries`: cudaMalloc calls retried after freeing the cache (0 if absent).
     pub num_alloc_retries: i64,
+    /// The [`METRICS`] then the [`OVERSIZE`] counters, in that order.
     pub metrics: Vec<Metric>,
     /// Other counters in the file (`num_device_alloc`, `max_split_size`, …), as recorded.
     pub other: BTreeMap<String, i64>,
@@ -44,9 +48,13 @@ pub struct AllocatorSummary {
 /// One counter of the summary (e.g. allocated memory), a row per pool.
 #[derive(Debug, Serialize)]
 pub struct Metric {
+    /// The `memory_stats()` key prefix (`allocated_bytes`, `segment`, …).
     pub key: &'static str,
+    /// The row label `memory_summary()` prints (`Allocated memory`, …).
     pub name: &'static str,
+    /// Whether the counter is in bytes (else it counts allocations or segments).
     pub bytes: bool,
+    /// One row per pool in [`POOLS`] order; a single row for the oversize counters.
     pub rows: Vec<MetricRow>,
 }
 
@@ -55,9 +63,13 @@ pub struct Metric {
 pub struct MetricRow {
     /// `all`, `large_pool`, `small_pool`; empty for the oversize counters.
     pub pool: &'static str,
+    /// `.current`: the value when the stats were taken.
     pub current: Option<i64>,
+    /// `.peak`: the highest value since the counters were last reset.
     pub peak: Option<i64>,
+    /// `.allocated`: the total ever added.
     pub allocated: Option<i64>,
+    /// `.freed`: the total ever taken away.
     pub freed: Option<i64>,
 }
 

@@ -65,19 +65,26 @@ pub fn split_into_cycles(c: Cycle) -> Vec<Cycle> {
 /// One step of a path: an object and the reference it holds to the next (None at the end).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Step {
+    /// Index of the object in `Cycle::nodes`.
     pub node: usize,
+    /// The object's label on one line.
     pub object: String,
+    /// Label of the reference to the next step's object (`__dict__`, `[0]`); None at the end.
     pub reference: Option<String>,
 }
 
 /// A path of references from an object of a cycle to a tensor the cycle keeps alive.
 #[derive(Debug, Serialize)]
 pub struct TensorPath {
+    /// Index of the tensor's node in `Cycle::nodes`.
     pub node: usize,
+    /// The tensor's label on one line (dtype, shape, device).
     pub tensor: String,
+    /// Bytes of the tensor's storage.
     pub bytes: i64,
     /// From an object of the loop to the tensor.
     pub path: Vec<Step>,
+    /// Where the tensor was allocated, innermost first; empty without the allocator's history.
     pub stack: Vec<String>,
 }
 
@@ -86,15 +93,22 @@ pub struct TensorPath {
 pub struct CycleReport {
     /// 1 for the cycle that held the most bytes.
     pub number: usize,
+    /// The op count when the collector found and freed the cycle.
     pub op_index: i64,
+    /// The garbage-collector generation (0, 1, 2) of the collection that found it.
     pub generation: i64,
+    /// Bytes of the tensors' storages it kept alive, each storage counted once.
     pub bytes: i64,
+    /// Tensor objects in the cycle (storages shared by several counted for each).
     pub tensors: usize,
+    /// Objects (nodes) of the cycle the agent reported.
     pub objects: usize,
+    /// Objects the agent left out to keep the report small.
     pub omitted_objects: i64,
     /// The loop of references that kept it alive: the first object again at the end. Empty
     /// when the agent had to leave the loop out (very large garbage).
     pub cycle: Vec<Step>,
+    /// One path per tensor, most bytes first.
     pub tensor_paths: Vec<TensorPath>,
     /// Where the loop's nodes are (for drawings that highlight it).
     #[serde(skip)]

@@ -16,7 +16,9 @@ use super::timeline::Timeline;
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Threshold {
+    /// Fail when the peak grows by more than this many bytes.
     Bytes(u64),
+    /// Fail when the peak grows by more than this percentage of A's peak (any growth if that is 0).
     Percent(f64),
 }
 
@@ -59,13 +61,19 @@ impl std::str::FromStr for Threshold {
 /// The gate's verdict.
 #[derive(Debug, Serialize)]
 pub struct Gate {
+    /// The `--fail-over` limit the growth was held against.
     pub threshold: Threshold,
     /// What is compared: the peak of allocated bytes.
     pub metric: &'static str,
+    /// Peak allocated bytes of A (summed over the compared devices for snapshots).
     pub before_bytes: f64,
+    /// Peak allocated bytes of B.
     pub after_bytes: f64,
+    /// `after_bytes - before_bytes`; negative when the peak shrank.
     pub growth_bytes: f64,
+    /// Growth as a percentage of `before_bytes`; None when A's peak is 0.
     pub growth_percent: Option<f64>,
+    /// True when the growth is past the threshold (the command then exits non-zero).
     pub failed: bool,
 }
 
@@ -96,46 +104,70 @@ pub fn gate(threshold: Threshold, before: f64, after: f64) -> Gate {
 /// `diff` of two allocator snapshots: totals, segments that came and went, the sites that grew.
 #[derive(Debug, Serialize)]
 pub struct SnapshotDiff {
+    /// JSON tag, always `"snapshot_diff"`.
     pub kind: &'static str,
+    /// Device indices compared (a device one file lacks counts as empty there).
     pub devices: Vec<u32>,
+    /// Peak allocated, allocated at end, peak reserved, reserved at end, in that order.
     pub metrics: Vec<Metric>,
+    /// Segments of A with no segment at the same device, address and size in B, sorted.
     pub segments_only_before: Vec<SegmentKey>,
+    /// Segments of B with no segment at the same device, address and size in A, sorted.
     pub segments_only_after: Vec<SegmentKey>,
+    /// Total size in bytes of `segments_only_before`.
     pub only_before_bytes: u64,
+    /// Total size in bytes of `segments_only_after`.
     pub only_after_bytes: u64,
     /// Sites by growth of live bytes at the end (then at the peak), largest first.
     pub sites: Vec<SiteGrowth>,
+    /// Sites whose end or peak bytes changed, before truncation to `--top`.
     pub sites_total: usize,
+    /// The `--fail-over` verdict on peak allocated; None without `--fail-over`.
     pub gate: Option<Gate>,
 }
 
 /// One total compared (bytes before and after).
 #[derive(Debug, Serialize)]
 pub struct Metric {
+    /// Label of the total, e.g. `"peak allocated"` or `"reserved at end"`.
     pub name: &'static str,
+    /// Value in A, in bytes.
     pub before_bytes: f64,
+    /// Value in B, in bytes.
     pub after_bytes: f64,
+    /// `after_bytes - before_bytes`; negative when it shrank.
     pub growth_bytes: f64,
 }
 
 /// A segment as the diff matches it between two snapshots.
 #[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord, Clone)]
 pub struct SegmentKey {
+    /// Device index of the segment.
     pub device: u32,
+    /// Base address of the segment.
     pub address: u64,
+    /// Size of the segment in bytes.
     pub total_size: u64,
 }
 
 /// An allocation site's live bytes before and after, at the end and at the peak.
 #[derive(Debug, Serialize, Default)]
 pub struct SiteGrowth {
+    /// `file:line:function` (file name only), or `<non-python>` / `<no-context>`.
     pub site: String,
+    /// The same with the full file path; sites are matched between A and B on `site` and this.
     pub location: String,
+    /// Requested bytes live at the end of A from this site (0 if absent there).
     pub end_before_bytes: u64,
+    /// Requested bytes live at the end of B from this site (0 if absent there).
     pub end_after_bytes: u64,
+    /// `end_after_bytes - end_before_bytes`.
     pub end_growth_bytes: i64,
+    /// Requested bytes live at A's allocated peak from this site (0 without a trace).
     pub peak_before_bytes: u64,
+    /// Requested bytes live at B's allocated peak from this site (0 without a trace).
     pub peak_after_bytes: u64,
+    /// `peak_after_bytes - peak_before_bytes`.
     pub peak_growth_bytes: i64,
 }
 
@@ -301,19 +333,28 @@ pub fn snapshot_diff(
 /// `diff` of two tracker stats files: peaks, and the modules and ops that grew.
 #[derive(Debug, Serialize)]
 pub struct StatsDiff {
+    /// JSON tag, always `"stats_diff"`.
     pub kind: &'static str,
+    /// Number of ops (rows) in A.
     pub ops_before: usize,
+    /// Number of ops (rows) in B.
     pub ops_after: usize,
+    /// Peak allocated, active and reserved bytes of A and B, in that order.
     pub peaks: Vec<Metric>,
     /// Ops by growth of the memory they generate (allocated after the op minus after the op
     /// before, MemoryTracker.summary's measure), matched by op name.
     pub ops: Vec<OpGrowth>,
+    /// Ops whose generated memory changed, before truncation to `--top`.
     pub ops_total: usize,
+    /// Distinct op names found only in A.
     pub only_before: usize,
+    /// Distinct op names found only in B.
     pub only_after: usize,
     /// Modules (from the op names) by growth of the memory their ops generate.
     pub modules: Vec<ModuleGrowth>,
+    /// Modules that changed (generated bytes or peak), before truncation to `--top`.
     pub modules_total: usize,
+    /// The `--fail-over` verdict on peak allocated; None without `--fail-over`.
     pub gate: Option<Gate>,
 }
 
@@ -324,21 +365,30 @@ pub struct ModuleGrowth {
     pub module: String,
     /// The sum of what its ops generate (see `OpGrowth`), over the whole file.
     pub generated_before_bytes: Option<f64>,
+    /// The same in B; None when no op of B belongs to the module.
     pub generated_after_bytes: Option<f64>,
+    /// Generated bytes after minus before (a missing side counts as 0).
     pub growth_bytes: f64,
     /// The highest allocated bytes after any of its ops.
     pub peak_before_bytes: Option<f64>,
+    /// The same in B; None when the module is absent from B.
     pub peak_after_bytes: Option<f64>,
 }
 
 /// An op's memory generated (the growth of allocated over it) before and after, matched by name.
 #[derive(Debug, Serialize)]
 pub struct OpGrowth {
+    /// Op name as the tracker wrote it (module path and op), the key ops are matched on.
     pub op: String,
+    /// Allocated bytes after the op minus after the op before it, in A; None when A lacks the op.
     pub generated_before_bytes: Option<f64>,
+    /// The same in B; None when B lacks the op.
     pub generated_after_bytes: Option<f64>,
+    /// Generated bytes after minus before (a missing side counts as 0); never 0.
     pub growth_bytes: f64,
+    /// Allocated bytes right after the op in A; None when A lacks the op.
     pub allocated_before_bytes: Option<f64>,
+    /// Allocated bytes right after the op in B; None when B lacks the op.
     pub allocated_after_bytes: Option<f64>,
 }
 

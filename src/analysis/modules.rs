@@ -10,7 +10,9 @@ use crate::model::{IterationModules, ModState, ModuleSnapshot, ModuleStats, Reco
 /// Which iterations of a record's module breakdown to show.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum IterationSel {
+    /// Only the last iteration recorded.
     Last,
+    /// Every iteration recorded, in order.
     All,
     /// 1-based.
     One(usize),
@@ -59,9 +61,11 @@ impl std::str::FromStr for IterationSel {
 
 /// What to pick out of a record's module breakdown.
 pub struct Query {
+    /// Modules deeper than this are left out (`MLP` is depth 1, `MLP.blocks` 2).
     pub depth: usize,
     /// Empty: every state.
     pub states: Vec<ModState>,
+    /// Which iterations to show.
     pub iteration: IterationSel,
 }
 
@@ -70,6 +74,7 @@ pub struct Query {
 pub struct ModulesView {
     /// How many iterations the file has.
     pub iterations_recorded: usize,
+    /// The iterations picked, in file order.
     pub iterations: Vec<IterationView>,
     /// Memory by category at the run's highest total.
     pub peak: Option<ModuleSnapshot>,
@@ -78,17 +83,23 @@ pub struct ModulesView {
 /// One iteration's modules.
 #[derive(Debug, Serialize)]
 pub struct IterationView {
+    /// The iteration's number, 1-based.
     pub iteration: usize,
+    /// Index of the op the iteration starts at.
     pub first_op: usize,
+    /// Modules down to the query's depth, in natural order of their names.
     pub modules: Vec<ModuleView>,
+    /// Memory by category at the iteration's highest total.
     pub peak: ModuleSnapshot,
 }
 
 /// One module's stats, with its depth in the module tree.
 #[derive(Debug, Serialize)]
 pub struct ModuleView {
+    /// The module's stats, its states in life order and cut to those asked for.
     #[serde(flatten)]
     pub stats: ModuleStats,
+    /// Depth in the module tree: `MLP` is 1, `MLP.blocks` 2.
     pub depth: usize,
 }
 

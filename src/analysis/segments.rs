@@ -13,19 +13,26 @@ pub const PAGE_SIZE: u64 = 20 << 20;
 /// The per-segment map of `_memory_viz stats`: every segment with its blocks' totals.
 #[derive(Debug, Serialize)]
 pub struct SegmentMap {
+    /// Device indices whose segments are shown.
     pub devices: Vec<u32>,
+    /// Bytes one character of `map` stands for ([`PAGE_SIZE`], 20 MiB).
     pub page_size: u64,
+    /// Segments by size, then allocated block bytes, then file order (`_memory_viz`'s order).
     pub segments: Vec<SegmentRow>,
+    /// Sums over `segments`.
     pub totals: Totals,
 }
 
 /// Totals over the segments shown, in bytes.
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
+    /// Number of segments shown.
     pub segments: usize,
+    /// Sum of their sizes.
     pub reserved_bytes: u64,
     /// Requested bytes of `active_allocated` blocks (`_memory_viz`'s total_allocated).
     pub allocated_bytes: u64,
+    /// `free_external_bytes + free_internal_bytes`.
     pub free_bytes: u64,
     /// Bytes in blocks that are not `active_allocated` (inactive and pending free).
     pub free_external_bytes: u64,
@@ -43,7 +50,9 @@ pub struct Totals {
 pub struct AllocatorTotals {
     /// `active_allocated` blocks at their rounded size.
     pub allocated_bytes: u64,
+    /// Allocated plus pending-free blocks, at their rounded size.
     pub active_bytes: u64,
+    /// `active_pending_free` blocks: freed, awaiting another stream.
     pub pending_free_bytes: u64,
     /// Inactive blocks.
     pub free_bytes: u64,
@@ -58,17 +67,29 @@ pub struct AllocatorTotals {
 pub struct SegmentRow {
     /// Position in the file's `segments` list.
     pub index: usize,
+    /// Device index of the segment.
     pub device: u32,
+    /// The segment's base address.
     pub address: u64,
+    /// The segment's size in bytes.
     pub total_size: u64,
+    /// The CUDA stream it was allocated for (`0` is the default stream).
     pub stream: i64,
+    /// `segment_pool_id` as PyTorch prints it, `(0, 0)` for the default pool.
     pub pool: String,
+    /// `small` or `large`.
     pub size_class: &'static str,
+    /// Number of blocks in the segment, free and in use.
     pub blocks: usize,
+    /// Requested bytes of its `active_allocated` blocks.
     pub allocated_bytes: u64,
+    /// Bytes of its blocks that are not `active_allocated` (inactive and pending free).
     pub free_external_bytes: u64,
+    /// Block size minus requested size, over its `active_allocated` blocks.
     pub free_internal_bytes: u64,
+    /// Internal share of its free bytes, percent; None when nothing is free.
     pub internal_percent: Option<f64>,
+    /// Its largest `inactive` block in bytes (pending-free blocks not counted).
     pub largest_free_block_bytes: u64,
     /// `_memory_viz`'s picture of the segment, one character per 20 MiB page: `a-z` a page
     /// filled by one block, `0-9` partly filled by several (9 = 90%), `*` full with several,

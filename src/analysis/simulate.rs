@@ -24,9 +24,13 @@ use super::timeline::timeline;
 /// A segment before the trace's first event, with its active blocks.
 #[derive(Clone, Debug)]
 pub struct InitialSegment {
+    /// The segment's base address, as the file gives it.
     pub address: u64,
+    /// The segment's size in bytes.
     pub size: u64,
+    /// The CUDA stream it was allocated for (`0` is the default stream).
     pub stream: i64,
+    /// Whether it belongs to the small pool (2 MiB segments of blocks up to 1 MiB).
     pub small: bool,
     /// (address, size, requested, pending_free) in address order.
     pub blocks: Vec<(u64, u64, u64, bool)>,
@@ -35,6 +39,7 @@ pub struct InitialSegment {
 /// The state before a trace's first event, as the replay starts from.
 #[derive(Clone, Debug, Default)]
 pub struct InitialState {
+    /// Segments live before the first event, in address order.
     pub segments: Vec<InitialSegment>,
     /// Live blocks of the rewound state that lie in no segment (the file disagrees with itself).
     pub unplaced_blocks: usize,
@@ -148,7 +153,9 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
 pub struct SimulatedOom {
     /// Index of the trace event whose request fails.
     pub index: usize,
+    /// The event's `time_us` in microseconds; None when the file has no times.
     pub time_us: Option<i64>,
+    /// Bytes the program asked for.
     pub requested_bytes: u64,
     /// Reserved when it fails.
     pub reserved_bytes: u64,
@@ -163,28 +170,37 @@ pub struct SimulatedOom {
 pub struct Scenario {
     /// `PYTORCH_CUDA_ALLOC_CONF` spelling of the settings ("default" when none differ).
     pub settings: String,
+    /// The settings themselves, every field spelled out.
     pub settings_detail: Settings,
+    /// Highest bytes held in segments during the replay (the state before the trace included).
     pub peak_reserved_bytes: u64,
     /// Trace index where the peak was first reached.
     pub peak_reserved_index: Option<usize>,
+    /// Bytes held in segments after the last event.
     pub end_reserved_bytes: u64,
     /// Requested bytes live at the peak of allocation: the same in every scenario that ran to
     /// the end without an OOM (a check on the replay).
     pub peak_allocated_bytes: u64,
+    /// The largest cached free block at the reserved peak, in bytes.
     pub largest_free_block_at_peak_bytes: u64,
+    /// Free bytes in mapped segments (what allocations could still use) at the reserved peak.
     pub free_bytes_at_peak: u64,
     /// `1 - largest free block / free bytes` at the peak of reserved.
     pub fragmentation_at_peak: Option<f64>,
     /// cudaMalloc calls plus expandable page mappings.
     pub segments_created: u64,
+    /// Times the model freed cached segments and retried a cudaMalloc that failed.
     pub num_alloc_retries: u64,
+    /// Allocations the replay could not serve, in trace order.
     pub ooms: Vec<SimulatedOom>,
 }
 
 /// A segment event, recorded or simulated, and where in the trace it belongs.
 #[derive(Clone, Debug, Serialize)]
 pub struct SegmentEventRef {
+    /// `segment_alloc`, `segment_free`, `segment_map` or `segment_unmap`.
     pub action: &'static str,
+    /// The segment's (or mapped range's) size in bytes.
     pub size: u64,
     /// Index of the program event (alloc, oom, or the event after an `empty_cache()`) it
     /// belongs to.
@@ -194,31 +210,42 @@ pub struct SegmentEventRef {
 /// How the replay under the file's own settings compares with what the file recorded.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Validation {
+    /// Segment events in the file's trace.
     pub segment_events_recorded: usize,
     /// Recorded segment events reproduced in order (action, size and position) before the
     /// first difference.
     pub segment_events_matched: usize,
+    /// Segment events the replay under the file's settings made.
     pub segment_events_simulated: usize,
+    /// Where the recorded and replayed sequences first differ; None when they are equal.
     pub first_mismatch: Option<Mismatch>,
+    /// Whether the final segment sizes (as a multiset) are the same in the file and the replay.
     pub final_segments_match: bool,
+    /// Segments in the file's final state on this device.
     pub final_segments_recorded: usize,
+    /// Segments the replay ended with.
     pub final_segments_simulated: usize,
     /// Recorded peak reserved (the trace's segment events, anchored at the final state).
     pub recorded_peak_reserved_bytes: Option<i64>,
+    /// Bytes in the file's final segments on this device.
     pub recorded_end_reserved_bytes: u64,
 }
 
 /// The first segment event where recording and replay differ (`None` on a side that has no more).
 #[derive(Clone, Debug, Serialize)]
 pub struct Mismatch {
+    /// The recorded event at the first difference.
     pub recorded: Option<SegmentEventRef>,
+    /// The replayed event at the first difference.
     pub simulated: Option<SegmentEventRef>,
 }
 
 /// One device's replays: every scenario and the check of the first.
 #[derive(Clone, Debug, Serialize)]
 pub struct DeviceSimulation {
+    /// Device index replayed.
     pub device: u32,
+    /// Events in the device's trace (0 without one).
     pub trace_events: usize,
     /// The memory limit the replay enforced, in bytes (`None`: unlimited).
     pub memory_limit_bytes: Option<u64>,
@@ -227,7 +254,9 @@ pub struct DeviceSimulation {
     /// What the reader of the replay should know (how the limit was inferred, what the model
     /// left out).
     pub notes: Vec<Note>,
+    /// One per setting, the file's own first.
     pub scenarios: Vec<Scenario>,
+    /// The replay under the file's own settings (the first scenario) checked against the file.
     pub validation: Validation,
 }
 
@@ -525,7 +554,9 @@ impl Simulation {
 
 /// The model's segment events, each with the trace index it belongs to.
 pub struct SegmentLog {
+    /// (action, size in bytes, index of the program event it belongs to), in order.
     pub simulated: Vec<(SegmentAction, u64, usize)>,
+    /// The model's segments after the last event.
     pub final_segments: Vec<SegmentView>,
 }
 
@@ -769,9 +800,11 @@ fn validate(snap: &Snapshot, device: u32, events: &[TraceEvent], log: &SegmentLo
 /// The whole `simulate` report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Simulation {
+    /// JSON tag, always `"allocator_simulation"`.
     pub kind: &'static str,
     /// "file" when the snapshot records `allocator_settings`, else "defaults".
     pub own_settings_from: &'static str,
+    /// One replay report per device asked for, in that order.
     pub devices: Vec<DeviceSimulation>,
 }
 
@@ -838,12 +871,17 @@ pub fn best_alternative(sim: &DeviceSimulation) -> Option<&Scenario> {
 /// What `summary` suggests trying, from a replay it ran (never a guess).
 #[derive(Clone, Debug, Serialize)]
 pub struct Suggestion {
+    /// Device index the suggestion is for.
     pub device: u32,
     /// The `--set` value to pass to `memtrack simulate`.
     pub settings: String,
+    /// Peak reserved in bytes replayed under the file's own settings.
     pub own_peak_reserved_bytes: u64,
+    /// Peak reserved in bytes replayed under the suggested settings.
     pub peak_reserved_bytes: u64,
+    /// OOMs replayed under the file's own settings.
     pub own_ooms: usize,
+    /// OOMs replayed under the suggested settings.
     pub ooms: usize,
 }
 

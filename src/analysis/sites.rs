@@ -23,8 +23,11 @@ use super::timeline::{Timeline, TimelineBuilder};
 /// Where an allocation was made: its first frame `_memory_viz` shows, or why there is none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SiteKey {
+    /// The site's frame: the innermost kept Python frame, else the innermost kept frame.
     Frame(FrameId),
+    /// A stack with no kept frame (`<non-python>`).
     NonPython,
+    /// An allocation recorded without a stack (`<no-context>`).
     NoContext,
 }
 
@@ -33,7 +36,9 @@ pub enum SiteKey {
 pub struct LiveSet {
     /// (stack, bytes, count)
     pub by_stack: FxHashMap<StackId, (u64, u64)>,
+    /// Requested bytes of all the live allocations.
     pub bytes: u64,
+    /// Number of live allocations.
     pub count: u64,
 }
 
@@ -234,6 +239,7 @@ impl TraceSink for LiveAtPeaks {
 
 /// Resolves stacks to sites and kept frames, once per distinct stack.
 pub struct Sites<'s> {
+    /// The snapshot whose stacks, frames and strings are resolved.
     pub snap: &'s Snapshot,
     filter: FrameFilter<'s>,
     site_of: FxHashMap<StackId, SiteKey>,
@@ -315,14 +321,19 @@ impl<'s> Sites<'s> {
 /// One site's live bytes and allocations on one device.
 #[derive(Debug, Serialize)]
 pub struct SiteRow {
+    /// Device index.
     pub device: u32,
     /// `file:line:function` (file name only), or `<non-python>` / `<no-context>`.
     pub site: String,
     /// The same with the full file path.
     pub location: String,
+    /// Requested bytes from this site live at the end of the snapshot.
     pub end_bytes: u64,
+    /// Allocations from this site live at the end.
     pub end_count: u64,
+    /// Requested bytes from this site live at the allocated peak; None without a trace.
     pub peak_bytes: Option<u64>,
+    /// Allocations from this site live at the peak; None without a trace.
     pub peak_count: Option<u64>,
     /// Kept frames (innermost first) of the stack contributing most bytes to this site.
     pub example_stack: Vec<String>,
@@ -331,22 +342,30 @@ pub struct SiteRow {
 /// The sites holding the most memory on one device, at the end of the trace and at its peak.
 #[derive(Debug, Serialize)]
 pub struct SiteReport {
+    /// Device index.
     pub device: u32,
+    /// Requested bytes of every allocation live at the end.
     pub end_bytes: u64,
+    /// Allocations live at the end.
     pub end_count: u64,
     /// Index of the trace event after which allocated bytes peaked, when there is a trace.
     pub peak_event_index: Option<usize>,
+    /// Requested bytes of every allocation live at the peak; None without a trace.
     pub peak_bytes: Option<u64>,
+    /// Allocations live at the peak; None without a trace.
     pub peak_count: Option<u64>,
     /// Distinct sites in all (the rows may be the first N).
     pub sites: usize,
+    /// The first `--top` sites, by bytes at the moment chosen (end or peak), largest first.
     pub rows: Vec<SiteRow>,
 }
 
 /// When live memory is counted: at the end of the trace or at its peak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Moment {
+    /// At the end of the snapshot (the final state).
     End,
+    /// Right after the trace's peak-allocated event.
     Peak,
 }
 

@@ -13,8 +13,11 @@ use super::timeline::{OomMark, Point, Timelines};
 /// `summary` of an allocator snapshot.
 #[derive(Debug, Serialize)]
 pub struct SnapshotSummary {
+    /// JSON tag, always `"allocator_snapshot"`.
     pub kind: &'static str,
+    /// Which schema-era features the file has.
     pub layout: Layout,
+    /// One entry per device asked for, in that order.
     pub devices: Vec<DeviceSummary>,
     /// `allocator_settings`, as in the file (absent in older files).
     pub allocator_settings: Option<serde_json::Map<String, serde_json::Value>>,
@@ -27,8 +30,11 @@ pub struct SnapshotSummary {
 /// One device's segments, blocks, totals and trace.
 #[derive(Debug, Default, Serialize)]
 pub struct DeviceSummary {
+    /// Device index.
     pub device: u32,
+    /// Number of segments on the device.
     pub segments: usize,
+    /// Number of blocks, free and in use, over those segments.
     pub blocks: usize,
     /// Sum of segment sizes (cudaMalloc'd).
     pub reserved_bytes: u64,
@@ -40,33 +46,42 @@ pub struct DeviceSummary {
     pub requested_bytes: u64,
     /// Reserved but not active: `inactive` blocks, reusable.
     pub free_bytes: u64,
+    /// Bytes of `active_pending_free` blocks: freed, awaiting another stream.
     pub pending_free_bytes: u64,
     /// Active bytes beyond the request: rounding inside blocks.
     pub internal_fragmentation_bytes: u64,
     /// Of the free bytes, those not in the largest free block: `1 - largest/free`.
     pub external_fragmentation: Option<f64>,
+    /// The largest `inactive` block (or block-less segment), in bytes.
     pub largest_free_block_bytes: u64,
     /// "file" when every segment carries the allocator's counters, "derived" when none does,
     /// "mixed" otherwise.
     pub counters: &'static str,
     /// Segments whose counters disagree with their blocks.
     pub counter_mismatches: usize,
+    /// Segments by pool and size class, sorted by pool then class.
     pub pools: Vec<PoolRow>,
+    /// Events in the device's trace (0 without one).
     pub trace_entries: usize,
     /// `time_us` of the first trace entry, when entries carry it.
     pub trace_start_time_us: Option<i64>,
+    /// Trace events per action, in `Action::ALL` order, actions that never occur left out.
     pub actions: Vec<ActionCount>,
     /// What the trace implies before its first event, anchored at the final state (see
     /// docs/snapshots.md, "The timeline"); None without a trace, or when the trace does not
     /// add up to the final segments (`trace_shortfall`).
     pub initial_allocated_bytes: Option<u64>,
+    /// Segment bytes before the first event; None as for `initial_allocated_bytes`.
     pub initial_reserved_bytes: Option<u64>,
     /// When the trace frees more than it allocated and the final segments hold: by how many
     /// bytes (allocated, reserved) it falls short, run back from the segments. A byte count
     /// never goes negative; an inconsistent file says so here.
     pub trace_shortfall: Option<TraceShortfall>,
+    /// Where allocated (requested bytes) peaked in the trace; None without a trace.
     pub peak_allocated: Option<Point>,
+    /// Where reserved peaked in the trace; None without a trace.
     pub peak_reserved: Option<Point>,
+    /// The trace's `oom` events, in order.
     pub ooms: Vec<OomMark>,
 }
 
@@ -74,29 +89,41 @@ pub struct DeviceSummary {
 /// segments, run back from them.
 #[derive(Debug, Default, Serialize)]
 pub struct TraceShortfall {
+    /// Requested bytes the trace frees beyond what it and the final state account for.
     pub allocated_bytes: u64,
+    /// Segment bytes the trace frees beyond what it and the final state account for.
     pub reserved_bytes: u64,
 }
 
 /// How many trace events have one action.
 #[derive(Debug, Serialize)]
 pub struct ActionCount {
+    /// The action's file spelling (`alloc`, `segment_free`, …).
     pub action: &'static str,
+    /// How many trace events have it.
     pub count: usize,
 }
 
 /// The segments of one pool and size class.
 #[derive(Debug, Serialize)]
 pub struct PoolRow {
+    /// `segment_pool_id` as PyTorch prints it, `(0, 0)` for the default pool.
     pub pool: String,
+    /// Small or large pool.
     pub size_class: SizeClass,
     /// Whether the size class came from the file's `segment_type` or from the segment size.
     pub size_class_derived: bool,
+    /// Number of segments in this pool and class.
     pub segments: usize,
+    /// Sum of their sizes in bytes.
     pub reserved_bytes: u64,
+    /// Bytes of `active_allocated` blocks (the allocator's counter when the file has it).
     pub allocated_bytes: u64,
+    /// Bytes of active blocks: allocated plus pending free.
     pub active_bytes: u64,
+    /// Bytes of `inactive` blocks (a segment without blocks counts whole).
     pub free_bytes: u64,
+    /// The largest free block in this pool and class, in bytes.
     pub largest_free_block_bytes: u64,
 }
 

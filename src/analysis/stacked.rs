@@ -50,13 +50,16 @@ pub struct Band {
     pub stack: Vec<String>,
     /// x of the allocation and its free; None: before the trace began / still live at the end.
     pub alloc_x: Option<f64>,
+    /// x of its `free_requested`; None while still live at the end (always None for a site).
     pub free_x: Option<f64>,
 }
 
 /// The composition just after one event.
 #[derive(Debug, Serialize)]
 pub struct Sample {
+    /// 0-based index of the trace event the sample follows.
     pub index: usize,
+    /// Seconds since `t0_us` when `x_is_time`, else the event index.
     pub x: f64,
     /// Allocated bytes (the top edge).
     pub total: i64,
@@ -67,24 +70,35 @@ pub struct Sample {
 /// A device's stacked timeline: the largest allocations (or sites) as bands, the rest as one.
 #[derive(Debug, Serialize)]
 pub struct Stacked {
+    /// Device index of the trace.
     pub device: u32,
+    /// Number of trace events.
     pub events: usize,
+    /// Whether bands are allocations or sites.
     pub by: BandBy,
+    /// Whether x is seconds since `t0_us` (else the event index).
     pub x_is_time: bool,
     /// Whether the trace has times (x may still be the event index).
     pub has_time: bool,
+    /// `time_us` of the first event, in microseconds, when x is time.
     pub t0_us: Option<i64>,
     /// x of the first and last event.
     pub x_range: (f64, f64),
     /// Allocated bytes before the first event.
     pub initial_bytes: i64,
+    /// Allocations the trace shows: its `alloc`s, plus frees of older ones.
     pub allocations: usize,
     /// Allocations in no band (drawn grey).
     pub other_allocations: usize,
+    /// The bands, bottom first (oldest allocation, or first site, at the bottom).
     pub bands: Vec<Band>,
+    /// The composition at each column's first, lowest, highest and last event, in event order.
     pub samples: Vec<Sample>,
+    /// Where allocated bytes peaked (x as this picture's x); None without events.
     pub peak: Option<Point>,
+    /// The trace's `oom` events, x as this picture's x.
     pub ooms: Vec<OomMark>,
+    /// `external_annotations` marks, x as this picture's x.
     pub annotations: Vec<AnnotationMark>,
 }
 

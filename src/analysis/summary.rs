@@ -8,14 +8,21 @@ use crate::model::{Marker, ModState, ModuleStats, RecordInfo, Series, TrackerSta
 /// `summary` of a tracker stats file: peaks, the forward/backward split, the top ops.
 #[derive(Debug, Serialize)]
 pub struct TrackerSummary {
+    /// Number of ops (samples) in the file.
     pub ops: usize,
     /// `op_index` from the file, when it has one.
     pub op_index: Option<i64>,
+    /// The allocator's `num_alloc_retries` at stop (cudaMalloc retried after freeing the cache).
     pub num_alloc_retries: i64,
+    /// Highest sample of allocated, active, reserved, in order (series with no number left out).
     pub peaks: Vec<Peak>,
+    /// Setup, forward, backward and optimizer stretches of each iteration, in op order.
     pub phases: Vec<Phase>,
+    /// The `--top` ops that generate the most memory, largest first.
     pub top_ops: Vec<TopOp>,
+    /// The file's markers (the last occurrence of each name).
     pub markers: Vec<Marker>,
+    /// memtrack's own extension of the file; None for a plain MemoryTracker file.
     pub record: Option<RecordInfo>,
     /// Per-module peaks of the last iteration (files from `memtrack record`).
     pub module_peaks: Option<ModulePeaks>,
@@ -32,6 +39,7 @@ pub struct TrackerSummary {
 /// the highest sample.
 #[derive(Debug, Serialize)]
 pub struct PeakInsideOp {
+    /// The series (allocated, active or reserved) whose peak the samples missed.
     pub series: Series,
     /// `{series}_bytes.all.peak` from the allocator's counters when the program stopped.
     pub counter_peak_bytes: i64,
@@ -61,13 +69,18 @@ fn peaks_inside_ops(stats: &TrackerStats, peaks: &[Peak]) -> Vec<PeakInsideOp> {
 /// the caching allocator did not know about.
 #[derive(Debug, Serialize)]
 pub struct DevicePeak {
+    /// NVML's index of the GPU (nvidia-smi's numbering).
     pub nvml_index: i64,
+    /// `GPU {nvml_index} ({name})`, or `GPU {nvml_index}` when the name is unknown.
     pub device: String,
+    /// The highest sample: bytes the driver counted for the process on this GPU.
     pub bytes: i64,
     /// The op it was sampled after (the last op before the sample), as the other peaks
     /// give the op after which they were reached; None before the first op.
     pub op_index: Option<usize>,
+    /// Name of the op at `op_index`; None before the first op.
     pub op: Option<String>,
+    /// When the sample was taken, in seconds since the first sample.
     pub time_s: f64,
     /// Reserved after that op, when this GPU is the allocator's.
     pub reserved_bytes: Option<f64>,
@@ -115,18 +128,26 @@ fn device_peaks(stats: &TrackerStats) -> Vec<DevicePeak> {
 /// the module's forward (backward) ran.
 #[derive(Debug, Serialize)]
 pub struct ModulePeaks {
+    /// The 1-based number of the iteration shown (the last one recorded).
     pub iteration: usize,
+    /// How many iterations the record's module breakdown holds.
     pub iterations: usize,
+    /// Modules deeper than this are left out ([`MODULE_PEAK_DEPTH`]).
     pub max_depth: usize,
+    /// Modules down to `max_depth`, in natural order of their names.
     pub modules: Vec<ModulePeak>,
 }
 
 /// A module's memory at its peaks, from a record's module breakdown.
 #[derive(Debug, Serialize)]
 pub struct ModulePeak {
+    /// The module's fully qualified name (`MLP.blocks.0`).
     pub module: String,
+    /// Bytes of the module's own parameters.
     pub parameter_bytes: i64,
+    /// Highest Peak-Forward total over its calls, in bytes; None if its forward never ran.
     pub peak_forward_bytes: Option<i64>,
+    /// Highest Peak-Backward total over its calls, in bytes; None if its backward never ran.
     pub peak_backward_bytes: Option<i64>,
     /// The largest category in the higher of the two peaks, and its bytes.
     pub top_category: Option<(&'static str, i64)>,
@@ -183,6 +204,7 @@ fn module_peaks(record: &RecordInfo) -> Option<ModulePeaks> {
 /// Several files of one job (`run.rank*.pkl`) side by side.
 #[derive(Debug, Serialize)]
 pub struct CrossRank {
+    /// One row per file, in the order given.
     pub ranks: Vec<RankRow>,
     /// Highest peak allocated over lowest, minus one (0.25 = the top rank uses 25% more).
     pub peak_allocated_spread: Option<f64>,
@@ -191,13 +213,21 @@ pub struct CrossRank {
 /// One rank's file in a cross-rank summary.
 #[derive(Debug, Serialize)]
 pub struct RankRow {
+    /// The file's name as given on the command line.
     pub file: String,
+    /// `RANK` of the torchrun job; None for a process without one (a DataLoader worker).
     pub rank: Option<i64>,
+    /// Number of ops in the file.
     pub ops: usize,
+    /// Iterations in the record's module breakdown (0 without one).
     pub iterations: usize,
+    /// The highest allocated sample; None when the file has no ops.
     pub peak_allocated: Option<Peak>,
+    /// The highest reserved sample; None when the file has no ops.
     pub peak_reserved: Option<Peak>,
+    /// How the program ended (`exit`, `exception`, `signal`, `disconnected`); None if unknown.
     pub ended: Option<String>,
+    /// The signal that killed the process, when memtrack started it and one did.
     pub exit_signal: Option<i64>,
 }
 
@@ -248,9 +278,13 @@ pub fn cross_rank(files: &[(String, &TrackerStats)]) -> CrossRank {
 /// The peak of one series: its bytes and the op where it was reached.
 #[derive(Debug, Serialize)]
 pub struct Peak {
+    /// Which series this is the peak of.
     pub series: Series,
+    /// The series' highest sample, in bytes.
     pub bytes: f64,
+    /// 0-based index of the op after which it was sampled (the first such op on a tie).
     pub op_index: usize,
+    /// Name of that op.
     pub op: String,
 }
 
@@ -260,12 +294,17 @@ pub struct Peak {
 /// `after step` (until the next fw_start: zero_grad, the next batch).
 #[derive(Debug, Serialize)]
 pub struct Phase {
+    /// 1-based iteration number; 0 for `setup`.
     pub iteration: usize,
+    /// `setup`, `forward`, `backward`, `optimizer step` or `after step`.
     pub phase: &'static str,
+    /// 0-based index of the phase's first op.
     pub first_op: usize,
     /// One past the last op.
     pub end_op: usize,
+    /// The highest allocated sample within the phase, in bytes (NaN if every sample is NaN).
     pub peak_allocated_bytes: f64,
+    /// Index of the op with that peak (the first op when there is none).
     pub peak_op_index: usize,
     /// Allocated after the phase's last op minus allocated before its first.
     pub allocated_change_bytes: f64,
@@ -274,8 +313,11 @@ pub struct Phase {
 /// One of the ops that generate the most memory.
 #[derive(Debug, Serialize)]
 pub struct TopOp {
+    /// 1-based position in the list.
     pub rank: usize,
+    /// 0-based index of the op (the last occurrence, for a repeated name).
     pub op_index: usize,
+    /// The op's name.
     pub op: String,
     /// Allocated after the op minus allocated after the op before it (MemoryTracker.summary).
     pub generated_bytes: f64,

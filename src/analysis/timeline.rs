@@ -19,57 +19,83 @@ use crate::model::trace::TraceSink;
 /// A device's allocated and reserved bytes over a snapshot's trace, with their peaks and OOMs.
 #[derive(Debug, Serialize)]
 pub struct Timeline {
+    /// Device index of the trace.
     pub device: u32,
+    /// Number of trace events (every action, not only allocations).
     pub events: usize,
     /// Whether x is `time_us` (seconds since the first event) or the event index.
     pub x_is_time: bool,
     /// `time_us` of the first event, when x is time.
     pub t0_us: Option<i64>,
+    /// Per event: seconds since `t0_us` if `x_is_time`, else the index (empty without series).
     #[serde(skip)]
     pub x: Vec<f64>,
+    /// Requested bytes allocated after each event (empty without series).
     #[serde(skip)]
     pub allocated: Vec<i64>,
+    /// Bytes held in segments after each event (empty without series).
     #[serde(skip)]
     pub reserved: Vec<i64>,
     /// Bytes before the first event, as the anchor implies.
     pub initial_allocated_bytes: i64,
+    /// Bytes held in segments before the first event; negative if the file contradicts itself.
     pub initial_reserved_bytes: i64,
+    /// Requested bytes of the `active_allocated` blocks in the final segments (the anchor).
     pub final_allocated_bytes: i64,
+    /// Sum of the final segments' sizes in bytes (the anchor).
     pub final_reserved_bytes: i64,
+    /// First point where allocated was highest; None without events.
     pub peak_allocated: Option<Point>,
+    /// First point where reserved was highest; None without events.
     pub peak_reserved: Option<Point>,
+    /// Every `oom` event of the trace, in order.
     pub ooms: Vec<OomMark>,
+    /// This device's `external_annotations` within the trace's time span (none unless x is time).
     pub annotations: Vec<AnnotationMark>,
 }
 
 /// A sample of the series: after trace event `index`.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Point {
+    /// 0-based index of the trace event after which the sample is taken.
     pub index: usize,
+    /// Seconds since `t0_us` (the last time so far), or the event index when x is not time.
     pub x: f64,
+    /// The event's own `time_us` in microseconds; None when it has none.
     pub time_us: Option<i64>,
+    /// The series' value after the event, in bytes (requested bytes for allocated).
     pub bytes: i64,
 }
 
 /// An OOM in the trace.
 #[derive(Clone, Debug, Serialize)]
 pub struct OomMark {
+    /// 0-based index of the `oom` event in the trace.
     pub index: usize,
+    /// Its x: seconds since the first event's time, or the index when x is not time.
     pub x: f64,
+    /// The event's `time_us` in microseconds; None when it has none.
     pub time_us: Option<i64>,
+    /// Bytes the failed allocation asked for.
     pub requested_bytes: u64,
+    /// What CUDA reported free on the device then, when the file says.
     pub device_free_bytes: Option<u64>,
     /// Allocated and reserved just before the failed request.
     pub allocated_bytes: i64,
+    /// Bytes held in segments just before the failed request.
     pub reserved_bytes: i64,
 }
 
 /// An `external_annotations` mark on the timeline.
 #[derive(Clone, Debug, Serialize)]
 pub struct AnnotationMark {
+    /// Seconds since the trace's first event.
     pub x: f64,
+    /// The annotation's `time_us` in microseconds.
     pub time_us: i64,
+    /// `START` or `END` of the range.
     pub stage: String,
+    /// The range's name (e.g. a `record_function` label).
     pub name: String,
 }
 

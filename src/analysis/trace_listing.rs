@@ -46,7 +46,9 @@ pub fn push_name(out: &mut String, n: u32) {
 /// What an entry refers to: a name given earlier, or a raw address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ref {
+    /// An allocation or segment named earlier in the listing (the `n` of [`name_of`]).
     Name(u32),
+    /// An address the listing has not named (allocated before the trace began).
     Addr(u64),
 }
 
@@ -64,47 +66,78 @@ pub enum Place {
 /// One line of the `_memory_viz trace` listing.
 #[derive(Clone, Copy, Debug)]
 pub enum Line {
+    /// `alloc`: a new allocation, given the next name.
     Alloc {
+        /// The allocation's name, the `n` of [`name_of`].
         name: u32,
+        /// The segment it lies in.
         place: Place,
+        /// Bytes from the start of `place` (the address itself for `Place::Mem`).
         offset: u64,
+        /// Bytes requested.
         size: u64,
     },
+    /// `free_requested`: the program freed an allocation.
     FreeRequested {
+        /// The allocation freed, by name or address.
         target: Ref,
+        /// Bytes freed (as requested).
         size: u64,
     },
+    /// `free_completed`: the freed block went back to the pool.
     FreeCompleted {
+        /// The allocation whose free completed, by name or address.
         target: Ref,
+        /// Bytes freed (as requested).
         size: u64,
     },
+    /// `segment_alloc`: a new segment (cudaMalloc), given the next name.
     SegmentAlloc {
+        /// The segment's name, the `n` of [`name_of`].
         name: u32,
+        /// The segment's base address.
         addr: u64,
+        /// The segment's size in bytes.
         size: u64,
     },
+    /// `segment_free`: a segment given back (cudaFree).
     SegmentFree {
+        /// The segment freed, by name or address.
         target: Ref,
+        /// The segment's size in bytes.
         size: u64,
     },
+    /// `segment_map`: pages mapped into an expandable segment, given the next name.
     SegmentMap {
+        /// The mapped range's name, the `n` of [`name_of`].
         name: u32,
+        /// Address of the mapped range.
         addr: u64,
+        /// Bytes mapped.
         size: u64,
     },
+    /// `segment_unmap`: pages of an expandable segment unmapped.
     SegmentUnmap {
+        /// The range unmapped, by name or address.
         target: Ref,
+        /// Bytes unmapped.
         size: u64,
     },
+    /// `oom`: an allocation failed.
     Oom {
+        /// Bytes the failed allocation asked for.
         size: u64,
+        /// What CUDA reported free then; None when the file does not say.
         device_free: Option<u64>,
     },
     /// (its metadata is the event's)
     Annotate {
+        /// The allocation the metadata is about, by name or address.
         target: Ref,
     },
+    /// `snapshot`: a snapshot was taken here.
     Snapshot {
+        /// The event's `size` field.
         size: u64,
     },
     /// (its name and fields are the event's)
@@ -114,15 +147,23 @@ pub enum Line {
 /// Totals over the listing's entries.
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
+    /// Trace events of every action.
     pub entries: usize,
+    /// `alloc` events.
     pub allocs: usize,
+    /// Bytes requested by `alloc` events.
     pub alloc_bytes: u64,
+    /// Bytes of `free_requested` events.
     pub free_requested_bytes: u64,
+    /// Bytes of `free_completed` events.
     pub free_completed_bytes: u64,
     /// Bytes allocated minus bytes whose free completed over the trace (`TOTAL MEM`).
     pub net_bytes: i64,
+    /// Bytes of `segment_alloc` and `segment_map` events.
     pub segment_alloc_bytes: u64,
+    /// Bytes of `segment_free` and `segment_unmap` events.
     pub segment_free_bytes: u64,
+    /// `oom` events.
     pub ooms: usize,
 }
 
@@ -131,7 +172,9 @@ pub struct Totals {
 /// listing of millions of events never exists whole.
 #[derive(Debug)]
 pub struct DeviceListing {
+    /// Device index of the trace listed.
     pub device: u32,
+    /// Totals over the device's whole trace.
     pub totals: Totals,
 }
 

@@ -28,6 +28,7 @@ pub struct CycleNode {
     pub label: String,
     /// `module.qualname` of the object's type.
     pub type_name: String,
+    /// The tensor it is, with its storage's bytes; None for an object that is no tensor.
     pub tensor: Option<CycleTensor>,
 }
 

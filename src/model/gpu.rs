@@ -19,7 +19,9 @@ pub struct Gpu {
     /// NVML's index: PCI bus order, as nvidia-smi numbers GPUs (CUDA's order may differ:
     /// `CUDA_DEVICE_ORDER`, `CUDA_VISIBLE_DEVICES`).
     pub index: u32,
+    /// The product name NVML reports (`NVIDIA H100 80GB HBM3`).
     pub name: String,
+    /// The GPU's UUID (`GPU-…`); None when NVML's query failed.
     pub uuid: Option<String>,
     /// `00000000:3B:00.0` form.
     pub pci_bus_id: Option<String>,

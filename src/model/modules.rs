@@ -18,13 +18,21 @@ pub const CATEGORIES: [&str; 7] = [
 /// MemTracker's `_ModState`. The discriminants are the agent's state codes (docs/record.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ModState {
+    /// Just before the module's forward runs.
     PreForward = 0,
+    /// Just after its forward returns.
     PostForward = 1,
+    /// The highest memory while its forward ran.
     PeakForward = 2,
+    /// Just before its backward runs.
     PreBackward = 3,
+    /// Just after its backward finishes.
     PostBackward = 4,
+    /// The highest memory while its backward ran.
     PeakBackward = 5,
+    /// Before its forward is re-run by activation checkpointing (in the backward).
     PreForwardAc = 6,
+    /// After that activation-checkpointing re-run.
     PostForwardAc = 7,
 }
 

@@ -33,7 +33,9 @@ pub struct StrId(pub u32);
 /// One Python or C++ frame of a stack, its strings interned in [`Stacks`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Frame {
+    /// The source file's path, interned.
     pub filename: StrId,
+    /// The function's name, interned.
     pub name: StrId,
     /// Line number in `filename`, as the file gives it.
     pub line: i64,
@@ -182,11 +184,13 @@ pub struct Block {
     pub size: u64,
     /// `requested_size` when the file has it.
     pub requested_size: Option<u64>,
+    /// Allocated, awaiting its free, free, or a state memtrack does not know.
     pub state: BlockState,
     /// `frames` of the block; `MISSING` in legacy files (see `history`).
     pub stack: StackId,
     /// Legacy `history`: a range of `Snapshot::history`.
     pub history_start: u32,
+    /// How many `Snapshot::history` entries from `history_start` are its (0 in newer files).
     pub history_len: u32,
     /// Whether the block had a `frames` key (decides how `_memory_viz` reads its size).
     pub has_frames_key: bool,
@@ -223,7 +227,9 @@ impl Block {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SizeClass {
+    /// The small pool: blocks of at most 1 MiB, carved from 2 MiB segments.
     Small,
+    /// The large pool: blocks over 1 MiB.
     Large,
 }
 
@@ -288,15 +294,25 @@ impl Segment {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
+    /// The program allocated `size` bytes at `addr`.
     Alloc,
+    /// The program freed the block at `addr` (allocated bytes drop here).
     FreeRequested,
+    /// The block returned to the pool once the streams that used it finished.
     FreeCompleted,
+    /// The allocator cudaMalloc'd a new segment of `size` bytes.
     SegmentAlloc,
+    /// The allocator gave a segment back with cudaFree (e.g. `empty_cache()`).
     SegmentFree,
+    /// Pages of an expandable segment were mapped.
     SegmentMap,
+    /// Pages of an expandable segment were unmapped.
     SegmentUnmap,
+    /// An allocation of `size` bytes failed: out of memory.
     Oom,
+    /// A snapshot was taken here (ties snapshots to trace events).
     Snapshot,
+    /// Metadata (the event's `user_metadata`) attached to the allocation at `addr`.
     Annotate,
     /// An action this version does not know; its name is in the event's aux entry.
     Other,
@@ -357,6 +373,7 @@ pub struct TraceEvent {
     pub size: u64,
     /// `time_us`, or `NO_TIME`.
     pub time_us: i64,
+    /// The event's `frames`, interned; `MISSING` when it has none.
     pub stack: StackId,
     /// Index into `DeviceTrace::streams` ([`DeviceTrace::stream`] reads it).
     pub stream_index: u16,

@@ -12,8 +12,11 @@ use super::modules::{IterationModules, ModuleSnapshot};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Series {
+    /// Bytes of live tensors' blocks (`memory_allocated()`, MemoryTracker's `memories_allocated`).
     Allocated,
+    /// Allocated plus blocks awaiting their free (`active_bytes.all.current`).
     Active,
+    /// Bytes held in the allocator's segments (`memory_reserved()`).
     Reserved,
 }
 
@@ -196,6 +199,7 @@ pub struct RecordInfo {
     pub version: String,
     /// `cuda` or `cpu`: the allocator's counters, or storage accounting of live tensors.
     pub backend: String,
+    /// The CUDA device's name (`torch.cuda.get_device_properties().name`); None on CPU.
     pub device_name: Option<String>,
     /// The device's memory, in bytes.
     pub device_total_bytes: Option<u64>,
@@ -213,6 +217,7 @@ pub struct RecordInfo {
     pub snapshot_paths: Vec<String>,
     /// The recorded process.
     pub pid: Option<i64>,
+    /// `torch.__version__` in the recorded process.
     pub torch_version: Option<String>,
     /// MemTracker's module breakdown, one entry per iteration.
     pub modules: Vec<IterationModules>,
@@ -270,7 +275,9 @@ pub struct CompiledRegion {
 pub struct DeviceSeries {
     /// NVML's index (PCI bus order, as nvidia-smi numbers GPUs).
     pub nvml_index: i64,
+    /// The GPU's name as NVML reports it, when it does.
     pub name: Option<String>,
+    /// The GPU's UUID (`GPU-…`) as NVML reports it, when it does.
     pub uuid: Option<String>,
     /// In time order.
     pub samples: Vec<DeviceSample>,

@@ -12,9 +12,13 @@ pub enum Units {
     /// Pick per number: the largest unit in which it is at least 1.
     #[default]
     Auto,
+    /// Bytes.
     B,
+    /// Kibibytes: 1024 bytes.
     KiB,
+    /// Mebibytes: 1024 KiB.
     MiB,
+    /// Gibibytes: 1024 MiB.
     GiB,
 }
 

@@ -13,9 +13,13 @@ use super::sizes::{allocation_size, LARGE_BUFFER, MIN_BLOCK_SIZE, SMALL_SIZE};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SegmentAction {
+    /// A cudaMalloc of a new segment.
     SegmentAlloc,
+    /// A cudaFree of a whole segment, given back.
     SegmentFree,
+    /// Pages mapped into an expandable segment.
     SegmentMap,
+    /// Pages of an expandable segment unmapped, given back.
     SegmentUnmap,
 }
 
@@ -34,28 +38,39 @@ impl SegmentAction {
 /// A segment event the model performed: what and how many bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentEvent {
+    /// What the model did.
     pub action: SegmentAction,
+    /// Bytes of the segment, or of the pages mapped or unmapped.
     pub size: u64,
 }
 
 /// A segment as `torch.cuda.memory_snapshot()` would list it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentView {
+    /// Whether it belongs to the small pool (blocks of at most 1 MiB).
     pub small: bool,
+    /// Whether it is a mapped range of an expandable segment.
     pub expandable: bool,
+    /// Bytes of the segment (of the contiguous mapped range, for an expandable one).
     pub size: u64,
 }
 
 /// The allocator of one device.
 pub struct Allocator {
+    /// The `PYTORCH_CUDA_ALLOC_CONF` settings being modelled.
     pub settings: Settings,
     /// The most bytes segments may hold (`set_per_process_memory_fraction`'s
     /// `allowed_memory_maximum`, or the device's memory); `None` is unlimited.
     pub limit: Option<u64>,
+    /// Every block record, indexed by [`BlockId`]; freed slots are listed in `free_nodes`.
     pub(super) nodes: Vec<Node>,
+    /// Slots of `nodes` no longer in use, reused by the next new block.
     pub(super) free_nodes: Vec<BlockId>,
+    /// Every segment ever made, indexed by a block's `segment` (dead ones kept, `alive` false).
     pub(super) segments: Vec<SegmentInfo>,
+    /// The free blocks of the small (0) and large (1) pool.
     pub(super) pools: [Pool; 2],
+    /// Start of the next new segment in the model's own address space (from 2^56 up).
     pub(super) next_address: u64,
     /// Segment bytes (cudaMalloc'd plus mapped pages).
     pub reserved: u64,
@@ -67,6 +82,7 @@ pub struct Allocator {
     pub pending_bytes: u64,
     /// cudaMalloc calls plus expandable page mappings.
     pub segments_created: u64,
+    /// Allocations that failed once, freed cached blocks and tried again.
     pub num_alloc_retries: u64,
     /// Segment events since the last `take_segment_events`.
     pub(super) events: Vec<SegmentEvent>,

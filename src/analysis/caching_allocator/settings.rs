@@ -15,6 +15,7 @@ pub struct Settings {
     pub max_non_split_rounding_size: u64,
     /// Divisions per power-of-two interval, 1 MiB ... ≥ 32 GiB; 0 and 1 mean no rounding.
     pub roundup_power2_divisions: [u32; ROUNDUP_INTERVALS],
+    /// `expandable_segments`: grow segments by mapping pages instead of new cudaMallocs.
     pub expandable_segments: bool,
     /// Fraction of the memory limit above which cached blocks are freed; 0 is off.
     pub garbage_collection_threshold: f64,
