@@ -79,7 +79,9 @@ fn without_history_trace_and_plot_exit_2() {
                 .code(2)
                 .stdout("")
                 .stderr(predicates::str::contains(format!("{name}.pickle")))
-                .stderr(predicates::str::contains("_record_memory_history()"));
+                .stderr(predicates::str::contains(
+                    "call torch.cuda.memory._record_memory_history(stacks=\"all\") at the start",
+                ));
         }
     }
     // a device of a file with a trace, whose own trace is empty
@@ -477,4 +479,52 @@ fn trace_without_a_temporary_directory_says_so() {
         .stdout("")
         .stderr(predicates::str::contains(missing.to_str().unwrap()))
         .stderr(predicates::str::contains("TMPDIR"));
+}
+
+/// Bytes live before a trace's first event, by replaying it in this test's own code: the
+/// requested bytes of the blocks allocated at the end, less what the trace allocated and freed.
+fn live_before_the_trace(name: &str) -> i64 {
+    use memtrack::model::snapshot::{Action, BlockState};
+    let snap = memtrack::formats::load_snapshot(&snapshot(name)).unwrap();
+    let at_end: i64 = (snap.blocks.iter())
+        .filter(|b| b.state == BlockState::ActiveAllocated)
+        .map(|b| b.requested_size.unwrap_or(b.size) as i64)
+        .sum();
+    let net: i64 = (snap.traces.iter().flat_map(|t| &t.events))
+        .map(|e| match e.action {
+            Action::Alloc => e.size as i64,
+            Action::FreeRequested => -(e.size as i64),
+            _ => 0,
+        })
+        .sum();
+    at_end - net
+}
+
+#[test]
+fn a_trace_that_starts_with_bytes_live_says_so() {
+    for name in [
+        "cs336_windows_partial_frames",
+        "cs336_medium_512_training",
+        "h100_gpt2_train_exit",
+    ] {
+        let live = live_before_the_trace(name);
+        let out = memtrack()
+            .args(["summary", p(&snapshot(name)), "--units", "B"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let json = memtrack()
+            .args(["summary", p(&snapshot(name)), "--format", "json"])
+            .output()
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        let initial = json["devices"][0]["initial_allocated_bytes"].as_i64();
+        assert_eq!(initial, Some(live), "{name}");
+        let says = text.contains(&format!("The trace starts with {live} B already allocated"));
+        assert_eq!(
+            says,
+            live > 0,
+            "{name}: {live} live before the trace; text:\n{text}"
+        );
+    }
 }

@@ -110,8 +110,8 @@ pub(crate) fn no_trace_events(path: &std::path::Path, what: &str) -> crate::erro
     crate::error::Error::input(
         path,
         format!(
-            "{what}: the snapshot was taken without memory history; \
-             call torch.cuda.memory._record_memory_history() before the run"
+            "{what}: the snapshot was taken without memory history; call {}",
+            crate::formats::snapshot::RECORD_HISTORY_CALL
         ),
     )
 }

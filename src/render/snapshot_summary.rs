@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use crate::analysis::snapshot_summary::SnapshotSummary;
+use crate::formats::snapshot::RECORD_HISTORY_CALL;
 use crate::model::{format_bytes, Units};
 
 use super::document::Document;
@@ -231,7 +232,20 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
                 acts.join(", ")
             ));
         } else {
-            doc.heading("Trace: none (record with torch.cuda.memory._record_memory_history())");
+            doc.heading(&format!("Trace: none (record with {RECORD_HISTORY_CALL})"));
+        }
+        if let (Some(a), Some(r)) = (d.initial_allocated_bytes, d.initial_reserved_bytes) {
+            if a > 0 {
+                doc.para(&format!(
+                    "The trace starts with {} already allocated ({} reserved) that it never saw \
+                     allocated: recording began after they were made, or max_entries was reached \
+                     and the oldest events were dropped. To see where they came from, start \
+                     torch.cuda.memory._record_memory_history() before they are allocated, with a \
+                     larger max_entries (its default keeps every event).",
+                    format_bytes(a as f64, units),
+                    format_bytes(r as f64, units)
+                ));
+            }
         }
         if let Some(short) = &d.trace_shortfall {
             let gaps: Vec<String> = [

@@ -23,6 +23,10 @@ use crate::model::snapshot::{Parts, Snapshot};
 use crate::model::trace::TraceSink;
 use crate::pickle::{Document, Pages, PickleError, Progress};
 
+/// The call that makes a snapshot with the history every trace command reads (every event,
+/// with Python and C++ stacks), as the messages that ask for one name it.
+pub const RECORD_HISTORY_CALL: &str = "torch.cuda.memory._record_memory_history(stacks=\"all\") at the start and torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") where you want the snapshot";
+
 /// The outcome of a reading with a [`TraceReader`].
 pub enum Streamed {
     /// A snapshot whose traces were streamed, and the reading stands.
