@@ -3,7 +3,9 @@
 use serde::Serialize;
 
 use crate::analysis::modules::natural_cmp;
-use crate::model::{Marker, ModState, ModuleStats, RecordInfo, Series, TrackerStats, CATEGORIES};
+use crate::model::{
+    Marker, ModState, ModuleStats, RecordInfo, Series, TrackerStats, Unmeasured, CATEGORIES,
+};
 
 /// `summary` of a tracker stats file: peaks, the forward/backward split, the top ops.
 #[derive(Debug, Serialize)]
@@ -33,6 +35,11 @@ pub struct TrackerSummary {
     /// per-op sample: memory held only inside an op, which sampling after each op cannot see.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub peaks_inside_ops: Vec<PeakInsideOp>,
+    /// Tensors not measured as one dense storage, one sentence per reason
+    /// (`3 gradients of sparse layout: sized by their indices and values`); the counts are
+    /// `record.unmeasured`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unmeasured: Vec<String>,
 }
 
 /// A series' peak inside an op, which the per-op samples miss: the allocator's peak counter against
@@ -348,8 +355,50 @@ pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
         module_peaks: stats.record.as_ref().and_then(module_peaks),
         device_peaks: device_peaks(stats),
         peaks_inside_ops: peaks_inside_ops(stats, &peaks),
+        unmeasured: stats
+            .record
+            .as_ref()
+            .map_or_else(Vec::new, |r| unmeasured_lines(&r.unmeasured)),
         peaks,
     }
+}
+
+/// One sentence per reason: the tensors of each category, then how they were measured
+/// (`3 gradients, 1 temporary of sparse layout: sized by their indices and values`).
+pub fn unmeasured_lines(u: &[Unmeasured]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (reason, _) in Unmeasured::REASONS.iter() {
+        let of: Vec<&Unmeasured> = u.iter().filter(|x| x.reason == *reason).collect();
+        if let Some(first) = of.first() {
+            out.push(counted(&of, first.how()));
+        }
+    }
+    // reasons this memtrack does not know (a newer file's)
+    for x in u {
+        if !Unmeasured::REASONS.iter().any(|(r, _)| *r == x.reason) {
+            out.push(counted(&[x], &x.reason));
+        }
+    }
+    out
+}
+
+fn counted(of: &[&Unmeasured], how: &str) -> String {
+    let parts: Vec<String> = of
+        .iter()
+        .map(|x| {
+            let (one, many) = match x.category.as_str() {
+                "Parameter" => ("parameter", "parameters"),
+                "Buffer" => ("buffer", "buffers"),
+                "Gradient" => ("gradient", "gradients"),
+                "Activation" => ("activation", "activations"),
+                "Temp" => ("temporary", "temporaries"),
+                "Optstate" => ("optimizer state", "optimizer states"),
+                _ => ("other tensor", "other tensors"),
+            };
+            format!("{} {}", x.tensors, if x.tensors == 1 { one } else { many })
+        })
+        .collect();
+    format!("{} {how}", parts.join(", "))
 }
 
 /// Index and value of the first maximum in `v[from..to]`, skipping NaN.

@@ -8,7 +8,7 @@ use crate::model::modules::StateSnapshots;
 use crate::model::{
     CompileInfo, CompiledRegion, Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes,
     DeviceSample, DeviceSeries, ExitInfo, IterationModules, ModState, ModuleSnapshot, ModuleStats,
-    RecordInfo, CATEGORIES,
+    RecordInfo, Unmeasured, CATEGORIES,
 };
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value};
@@ -50,6 +50,9 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     if let Some(v) = d.get("cycles") {
         info.cycles = cycles(doc, v)?;
     }
+    if let Some(v) = d.get("unmeasured") {
+        info.unmeasured = unmeasured(doc, v)?;
+    }
     if let Some(c) = d.get("compile").and_then(|v| doc.as_dict(v)) {
         let int = |k: &str| c.get(k).and_then(|v| doc.as_int(v)).unwrap_or(0);
         let mut regions = Vec::new();
@@ -80,6 +83,32 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
         });
     }
     Ok(())
+}
+
+/// `memtrack.unmeasured`: `[{reason: str, category: str, tensors: int}]`.
+fn unmeasured(doc: &Document, v: Value) -> Parse<Vec<Unmeasured>> {
+    let list = doc
+        .as_seq(v)
+        .ok_or("memtrack.unmeasured: expected a list")?;
+    let mut out = Vec::with_capacity(list.len());
+    for (n, item) in list.iter().enumerate() {
+        let bad = || {
+            LayoutError(format!(
+                "memtrack.unmeasured[{n}]: expected {{reason: str, category: str, tensors: int}}"
+            ))
+        };
+        let d = doc.as_dict(*item).ok_or_else(bad)?;
+        let s = |k: &str| d.get(k).and_then(|v| doc.as_str(v)).map(str::to_string);
+        out.push(Unmeasured {
+            reason: s("reason").ok_or_else(bad)?,
+            category: s("category").ok_or_else(bad)?,
+            tensors: d
+                .get("tensors")
+                .and_then(|v| doc.as_int(v))
+                .ok_or_else(bad)?,
+        });
+    }
+    Ok(out)
 }
 
 /// `[str]`; items of other types are skipped.
@@ -405,6 +434,15 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
     w.entry("cycles", |w| {
         w.list(&r.cycles, cycle_value);
     });
+    w.entry("unmeasured", |w| {
+        w.list(&r.unmeasured, |w, u| {
+            w.begin_dict();
+            w.entry("reason", |w| w.str(&u.reason));
+            w.entry("category", |w| w.str(&u.category));
+            w.entry("tensors", |w| w.int(u.tensors));
+            w.end_dict();
+        });
+    });
     if let Some(c) = &r.compile {
         w.entry("compile", |w| {
             w.begin_dict();
@@ -685,5 +723,33 @@ mod tests {
             tracker::from_document(crate::pickle::parse(&tracker::to_pickle_bytes(&old)).unwrap())
                 .unwrap();
         assert!(back.record.unwrap().cycles.is_empty());
+    }
+
+    #[test]
+    fn unmeasured_counts_survive_a_round_trip() {
+        let u = vec![
+            Unmeasured {
+                reason: "sparse".into(),
+                category: "Gradient".into(),
+                tensors: 3,
+            },
+            Unmeasured {
+                reason: "meta".into(),
+                category: "Activation".into(),
+                tensors: 12,
+            },
+        ];
+        let r = round_trip(RecordInfo {
+            backend: "cpu".into(),
+            unmeasured: u.clone(),
+            ..RecordInfo::default()
+        });
+        assert_eq!(r.unmeasured, u);
+        assert_eq!(
+            r.unmeasured[0].how(),
+            "of sparse layout: sized by their indices and values"
+        );
+        // a file from before the key has none
+        assert!(round_trip(RecordInfo::default()).unmeasured.is_empty());
     }
 }

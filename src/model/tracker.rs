@@ -242,6 +242,51 @@ pub struct RecordInfo {
     pub cycles_watched: bool,
     /// What torch.compile did, where the program used it.
     pub compile: Option<CompileInfo>,
+    /// Tensors the agent met that are not one dense storage (sparse, meta, wrappers without
+    /// storage), counted by reason and category: how, or whether, their memory was measured.
+    pub unmeasured: Vec<Unmeasured>,
+}
+
+/// Tensors of one kind and category that were not measured as one dense storage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Unmeasured {
+    /// Why: `sparse`, `nested`, `meta`, `no_storage` or `error` ([`Unmeasured::REASONS`]).
+    pub reason: String,
+    /// The MemTracker category they had when last seen (`Gradient`, `Activation`, …).
+    pub category: String,
+    /// How many distinct tensors.
+    pub tensors: i64,
+}
+
+impl Unmeasured {
+    /// Every reason, in the agent's code order (`WHY_*`), with what was measured for it.
+    pub const REASONS: [(&'static str, &'static str); 5] = [
+        (
+            "sparse",
+            "of sparse layout: sized by their indices and values",
+        ),
+        ("nested", "nested: sized by their buffer"),
+        (
+            "meta",
+            "on the meta device or fake: they hold no memory, not counted",
+        ),
+        (
+            "no_storage",
+            "without a storage (wrapper subclasses without __tensor_flatten__): not counted",
+        ),
+        (
+            "error",
+            "whose storages could not be read: not counted (see agent_errors)",
+        ),
+    ];
+
+    /// What was measured for tensors of this reason (the reason itself if unknown).
+    pub fn how(&self) -> &str {
+        Self::REASONS
+            .iter()
+            .find(|(r, _)| *r == self.reason)
+            .map_or(self.reason.as_str(), |(_, how)| how)
+    }
 }
 
 /// torch.compile in a recorded process: dynamo's counters and the regions that ran compiled.

@@ -21,6 +21,14 @@ pub const OPT_END: i64 = -15;
 pub const CYCLE: i64 = -16;
 pub const TIME: i64 = -17;
 pub const JSON: i64 = -18;
+pub const NOTE: i64 = -19;
+
+// ---- why a tensor was noted (NOTE's `why`): how its memory was measured, if at all
+pub const WHY_SPARSE: i64 = 0;
+pub const WHY_NESTED: i64 = 1;
+pub const WHY_META: i64 = 2;
+pub const WHY_NO_STORAGE: i64 = 3;
+pub const WHY_ERROR: i64 = 4;
 
 // ---- socket frame kinds: u32 little-endian payload length, u8 kind, payload
 pub const FRAME_ALIVE: u8 = 0;
@@ -141,6 +149,24 @@ mod tests {
                 "{name}: protocol.py says {value}"
             );
         }
+    }
+
+    /// The reasons a NOTE carries are the model's, in code order.
+    #[test]
+    fn note_reasons_are_the_models() {
+        use super::{WHY_ERROR, WHY_META, WHY_NESTED, WHY_NO_STORAGE, WHY_SPARSE};
+        use crate::model::Unmeasured;
+        let reasons: Vec<&str> = Unmeasured::REASONS.iter().map(|(r, _)| *r).collect();
+        for (code, name) in [
+            (WHY_SPARSE, "sparse"),
+            (WHY_NESTED, "nested"),
+            (WHY_META, "meta"),
+            (WHY_NO_STORAGE, "no_storage"),
+            (WHY_ERROR, "error"),
+        ] {
+            assert_eq!(reasons[code as usize], name);
+        }
+        assert_eq!(reasons.len(), 5);
     }
 
     /// Every message the agent sends names its kind through protocol.py, never a literal.

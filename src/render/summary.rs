@@ -31,6 +31,9 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
     if let Some(c) = s.record.as_ref().and_then(|r| r.compile.as_ref()) {
         doc.line(&compile_line(c));
     }
+    for line in &s.unmeasured {
+        doc.line(line);
+    }
     doc.gap();
 
     let mut peaks = Table::new(&["series", ">peak", ">op index", "op"]);

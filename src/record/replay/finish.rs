@@ -7,7 +7,8 @@ use serde_json::Value as Json;
 
 use crate::analysis::cycles::split_into_cycles;
 use crate::model::{
-    CompileInfo, CompiledRegion, ExitInfo, Marker, OpNames, RecordInfo, TrackerStats,
+    CompileInfo, CompiledRegion, ExitInfo, Marker, OpNames, RecordInfo, TrackerStats, Unmeasured,
+    CATEGORIES,
 };
 use crate::record::protocol::COMPILED_GRAPH;
 
@@ -111,6 +112,16 @@ impl Replay {
                 })
                 .collect(),
             compile: compile_info(self.compile.as_ref(), regions),
+            unmeasured: self
+                .unmeasured
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(&(why, cat), &n)| Unmeasured {
+                    reason: Unmeasured::REASONS[why].0.to_string(),
+                    category: CATEGORIES[cat].to_string(),
+                    tensors: n,
+                })
+                .collect(),
         };
         let stats = TrackerStats {
             names,

@@ -149,6 +149,8 @@ struct Replay {
     time_marks: Vec<(u64, usize)>,
     /// The `compile` part of `bye`: dynamo's counters.
     compile: Option<Json>,
+    /// Tensors noted (NOTE): (why, category) -> how many, each in its latest category.
+    unmeasured: BTreeMap<(usize, usize), i64>,
 }
 
 #[cfg(test)]
@@ -173,6 +175,29 @@ mod tests {
 
     fn json(s: &str) -> Vec<u8> {
         frame(FRAME_JSON, s.as_bytes())
+    }
+
+    #[test]
+    fn noted_tensors_are_counted_once_in_their_latest_category() {
+        let mut j = json(r#"{"t":"hello","backend":"cpu","pid":7,"argv":["x.py"]}"#);
+        #[rustfmt::skip]
+        j.extend(ints(&[
+            NOTE, WHY_SPARSE, 4, -1, // a sparse temporary...
+            NOTE, WHY_SPARSE, 2, 4, // ...becomes a gradient
+            NOTE, WHY_SPARSE, 2, -1, // another gradient
+            NOTE, WHY_META, 0, -1, // a meta parameter
+            NOTE, 99, 0, -1, // an unknown reason: ignored
+        ]));
+        let s = replay(&j);
+        let u = &s.stats.record.as_ref().unwrap().unmeasured;
+        let got: Vec<(&str, &str, i64)> = u
+            .iter()
+            .map(|x| (x.reason.as_str(), x.category.as_str(), x.tensors))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("sparse", "Gradient", 2), ("meta", "Parameter", 1)]
+        );
     }
 
     #[test]

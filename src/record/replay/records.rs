@@ -3,15 +3,34 @@
 
 use serde_json::Value as Json;
 
-use crate::model::Marker;
+use crate::model::{Marker, Unmeasured, CATEGORIES};
 use crate::record::protocol::{
-    ADD, CYCLE, DEL, INPUT, ITER, JSON, MARK, MOD, OPT_BEGIN, OPT_END, OUTPUT, POP, PUSH, REF,
-    RESET, SIZE, SNAP, TIME,
+    ADD, CYCLE, DEL, INPUT, ITER, JSON, MARK, MOD, NOTE, OPT_BEGIN, OPT_END, OUTPUT, POP, PUSH,
+    REF, RESET, SIZE, SNAP, TIME,
 };
 
 use super::Replay;
 
 impl Replay {
+    /// A tensor not measured as one dense storage (`why`, a `WHY_*` code), now in category
+    /// `cat`; `was` its category when it was noted before (-1: first time).
+    fn note_tensor(&mut self, why: i64, cat: i64, was: i64) {
+        let n = Unmeasured::REASONS.len() as i64;
+        let ncat = CATEGORIES.len() as i64;
+        if !(0..n).contains(&why) || !(0..ncat).contains(&cat) {
+            return;
+        }
+        if (0..ncat).contains(&was) {
+            if let Some(c) = self.unmeasured.get_mut(&(why as usize, was as usize)) {
+                *c = (*c - 1).max(0);
+            }
+        }
+        *self
+            .unmeasured
+            .entry((why as usize, cat as usize))
+            .or_insert(0) += 1;
+    }
+
     pub(super) fn records(&mut self, v: &[i64]) {
         let mut i = 0;
         // each arm checks it has its arguments; a short record ends the frame
@@ -179,6 +198,13 @@ impl Replay {
                     self.time_marks
                         .push((v[i + 1].max(0) as u64, self.ops.len()));
                     i += 2;
+                }
+                NOTE => {
+                    if !need(3) {
+                        return;
+                    }
+                    self.note_tensor(v[i + 1], v[i + 2], v[i + 3]);
+                    i += 4;
                 }
                 _ => return, // unknown: the rest of the frame cannot be framed
             }

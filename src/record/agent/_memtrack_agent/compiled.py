@@ -8,7 +8,7 @@ import weakref
 
 from . import modules, ops, optim, state
 from .protocol import COMPILED_GRAPH, MSG_AGENT_ERROR
-from .transport import message
+from .transport import internal_error, message
 
 _Tensor = None
 _gtid = None
@@ -20,17 +20,17 @@ def after_compiled_graph(out):
     sample for the whole call."""
     if not state.active:
         return
-    bw = _gtid() != -1
-    if isinstance(out, (list, tuple)):
-        for t in out:
-            if isinstance(t, _Tensor):
-                try:
+    try:
+        bw = _gtid() != -1
+        if isinstance(out, (list, tuple)):
+            for t in out:
+                if isinstance(t, _Tensor):
                     ops.track(t, 0, bw)
-                except Exception:
-                    pass
-    if optim.hooks is not None:
-        optim.hooks.sweep()
-    ops.sample(ops.intern(COMPILED_GRAPH, COMPILED_GRAPH, False), bw)
+        if optim.hooks is not None:
+            optim.hooks.sweep()
+        ops.sample(ops.intern(COMPILED_GRAPH, COMPILED_GRAPH, False), bw)
+    except Exception as e:
+        internal_error(e)
 
 
 def watch_compiled_graphs(output_code):

@@ -73,23 +73,26 @@ class CycleWatcher:
     def callback(self, phase, info):
         if not self.on or self.busy:
             return
-        if phase == "start":
-            self.debug = gc.get_debug()
-            if not self.debug & gc.DEBUG_SAVEALL:  # the program's own SAVEALL: hands off
-                gc.set_debug(self.debug | gc.DEBUG_SAVEALL)
-            return
-        debug = self.debug
-        if debug & gc.DEBUG_SAVEALL:
-            return
-        if not gc.garbage:
-            gc.set_debug(debug)
-            return
-        # The collector is still running (gc.collect() would do nothing): continue at the
-        # first profile event after this callback has returned.
-        self.busy = True
-        self.generation = info.get("generation", 2)
-        self.prev = sys.getprofile()
-        sys.setprofile(self.after)
+        try:  # inline, not a call: after() recognises the return from this frame
+            if phase == "start":
+                self.debug = gc.get_debug()
+                if not self.debug & gc.DEBUG_SAVEALL:  # the program's own SAVEALL: hands off
+                    gc.set_debug(self.debug | gc.DEBUG_SAVEALL)
+                return
+            debug = self.debug
+            if debug & gc.DEBUG_SAVEALL:
+                return
+            if not gc.garbage:
+                gc.set_debug(debug)
+                return
+            # The collector is still running (gc.collect() would do nothing): continue at
+            # the first profile event after this callback has returned.
+            self.busy = True
+            self.generation = info.get("generation", 2)
+            self.prev = sys.getprofile()
+            sys.setprofile(self.after)
+        except Exception as e:
+            internal_error(e)
 
     def after(self, frame, event, arg):
         if frame is not None and frame.f_code is CycleWatcher.callback.__code__:
@@ -186,10 +189,10 @@ def report(torch, garbage, generation, is_tensor):
 def _tensor_facts(t, stacks):
     dev = t.device
     try:
-        st = t.untyped_storage()
-        nb = st.nbytes()
-        ptr = st.data_ptr()
-    except Exception:  # sparse, nested and other layouts without one storage
+        sts = ops.storages(t)  # a sparse tensor's indices and values, a subclass's parts
+        nb = sum(st.nbytes() for st in sts)
+        ptr = sts[0].data_ptr() if len(sts) == 1 else 0
+    except Exception:
         nb, ptr = 0, 0
     if dev.type == "cuda":
         nb = -(-nb // ops.min_alloc) * ops.min_alloc

@@ -181,9 +181,12 @@ class ModuleTracker:
             parents[name] = c - 1
 
     def engine_callback(self):
-        self.parents.clear()
-        self.has_callback = False
-        ap(RESET)
+        try:
+            self.parents.clear()
+            self.has_callback = False
+            ap(RESET)
+        except Exception as e:
+            internal_error(e)
 
     def maybe_set_engine_callback(self):
         if self.has_callback:
@@ -199,13 +202,19 @@ class ModuleTracker:
 
     @staticmethod
     def grad_hook(grad):
-        if state.active and grad is not None:
-            ops.track_as(grad, GRAD)
+        try:
+            if state.active and grad is not None:
+                ops.track_as(grad, GRAD)
+        except Exception as e:
+            internal_error(e)
 
     @staticmethod
     def post_acc_hook(p):
-        if state.active and p.grad is not None:
-            ops.track_as(p.grad, GRAD)
+        try:
+            if state.active and p.grad is not None:
+                ops.track_as(p.grad, GRAD)
+        except Exception as e:
+            internal_error(e)
 
     def track_params_and_buffers(self, mod):
         track_as = ops.track_as
@@ -276,22 +285,27 @@ class ModuleTracker:
         """A multi-grad hook on the module's outputs: its backward starts."""
         if not state.active:
             return
-        self.maybe_set_engine_callback()
-        self.add_parent(info, 1)
-        mod = wmod()
-        if mod is not None and info.mk in self.tracked:
-            mk = info.mk
-            ext((SNAP, mk, PRE_BW))
+        try:
+            self.maybe_set_engine_callback()
+            self.add_parent(info, 1)
+            mod = wmod()
+            if mod is not None and info.mk in self.tracked:
+                ext((SNAP, info.mk, PRE_BW))
+        except Exception as e:
+            internal_error(e)
 
     def backward_ends(self, wmod, info, *args):
         """A multi-grad hook on the module's inputs (or the end of backward): its backward
         ended."""
         if not state.active:
             return
-        mod = wmod()
-        if mod is not None and info.mk in self.tracked:
-            ext((SNAP, info.mk, POST_BW))
-        self.remove_parent(info)
+        try:
+            mod = wmod()
+            if mod is not None and info.mk in self.tracked:
+                ext((SNAP, info.mk, POST_BW))
+            self.remove_parent(info)
+        except Exception as e:
+            internal_error(e)
 
     def on_grads(self, tensors, fn, mode):
         if len(tensors) == 1:

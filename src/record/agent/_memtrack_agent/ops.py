@@ -11,15 +11,38 @@ strings are built and no snapshots are copied here.
 
 The hot path reads only this module's globals (bound once by install(), as closures were
 before) and the spool functions; `in_opt` / `in_ac` are set by optim.py and modules.py.
+
+Nothing here raises into the program. `parts()` is the one way to the storages of a tensor,
+whatever it is (sparse, nested, functorch's wrappers, subclasses, fake and meta): what is
+not one dense storage is measured by the storages it has (a sparse tensor's indices and
+values) or not at all, and `note()`s it so the file says how many were and why. Each hook
+body sits in a try whose except reports the agent's own failure (transport.internal_error)
+and lets the program go on; a try costs nothing in CPython 3.11 while nothing raises.
 """
 
 import weakref
 
 from . import transport
 from .dynamo import skipper
-from .protocol import ACT, ADD, DEL, MSG_OP, OPT, REF, SIZE, TEMP
+from .protocol import (
+    ACT,
+    ADD,
+    DEL,
+    MSG_OP,
+    NOTE,
+    OPT,
+    REF,
+    SIZE,
+    TEMP,
+    WHY_ERROR,
+    WHY_META,
+    WHY_NESTED,
+    WHY_NO_STORAGE,
+    WHY_SPARSE,
+)
 from .transport import ap as _ap
 from .transport import ext as _ext
+from .transport import internal_error as _internal_error
 
 # set by the hooks, read per new storage
 in_opt = False  # inside optimizer.step(): new storages are Optstate
@@ -28,6 +51,7 @@ min_alloc = 512  # MemTracker's rounding of CUDA storages (1 without the caching
 mode = None  # the dispatch mode, once installed
 
 _known = {}  # id(storage) -> [category, bytes, weakref]
+_noted = {}  # id(tensor) -> [weakref, why, category]: tensors noted, each counted once
 _known_get = _known.get
 _fids = {}  # OpOverload -> code (fid << 2 | mutable << 1), -1 for skipped ops
 _fids_get = _fids.get
@@ -37,8 +61,14 @@ _wref = weakref.ref
 # bound by install()
 _torch = None
 _Tensor = None
+_Parameter = None
 _gtid = None
 _cuda = False
+_sparse_parts = {}  # sparse layout -> the methods giving its index and value tensors
+_is_wrapped = None  # functorch: is this a grad/vmap/jvp wrapper, and its unwrapped tensor
+_unwrap = None
+_is_traceable = None  # torch.utils._python_dispatch.is_traceable_wrapper_subclass
+_no_dispatch = None  # torch._C._DisableTorchDispatch: read a tensor's parts unseen by modes
 _stats_reader = None
 _skip_code = None
 
@@ -59,17 +89,36 @@ def _on_del(k):
 
 def _new_storage(st, k, t, bw):
     cat = OPT if in_opt else (TEMP if bw and not in_ac else ACT)
-    nb = st.nbytes()
     dev = t.get_device()
     if dev >= 0:
-        nb = -(-nb // min_alloc) * min_alloc
+        nb = -(-st.nbytes() // min_alloc) * min_alloc
+    elif t.is_meta:  # CPU and meta both say -1: a meta tensor holds no memory
+        note(t, WHY_META, cat)
+        return
+    else:
+        nb = st.nbytes()
     _known[k] = [cat, nb, _wref(st, lambda w, k=k: _on_del(k))]
     _ext((ADD, k, cat, dev, nb))
 
 
-def _resized(st, k, e, t):
+def _new_part(st, k, cat):
+    """Start tracking a storage reached the slow way (parts() of an unusual tensor, track_as):
+    its device is the storage's own. None for a meta storage (a fake or meta tensor's)."""
+    d = st.device
+    if d.type == "meta":
+        return None
+    dev = -1 if d.type == "cpu" or d.index is None else d.index
     nb = st.nbytes()
-    if t.get_device() >= 0:
+    if dev >= 0:
+        nb = -(-nb // min_alloc) * min_alloc
+    _known[k] = e = [cat, nb, _wref(st, lambda w, k=k: _on_del(k))]
+    _ext((ADD, k, cat, dev, nb))
+    return e
+
+
+def _resized(st, k, e, dev):
+    nb = st.nbytes()
+    if dev >= 0:
         nb = -(-nb // min_alloc) * min_alloc
     if nb != e[1]:
         e[1] = nb
@@ -88,45 +137,63 @@ def _other_output(out, code, bw):
 
 def track(t, code, bw):
     """Account a tensor an op (code) produced: new storages are counted, resized ones
-    (a mutable op's) re-measured."""
-    for st in storages(t):
+    (a mutable op's) re-measured; an unusual tensor's parts, and a note saying so."""
+    sts, why = parts(t)
+    if why is None and (type(t) is _Tensor or type(t) is _Parameter):
+        for st in sts:  # one
+            k = id(st)
+            e = _known_get(k)
+            if e is None:
+                _new_storage(st, k, t, bw)
+            elif code & 2:
+                _resized(st, k, e, t.get_device())
+        return
+    cat = OPT if in_opt else (TEMP if bw and not in_ac else ACT)
+    if why is not None:
+        note(t, why, cat)
+    for st in sts:
         k = id(st)
         e = _known_get(k)
         if e is None:
-            _new_storage(st, k, t, bw)
+            if _new_part(st, k, cat) is None:
+                note(t, WHY_META, cat)
         elif code & 2:
-            _resized(st, k, e, t)
+            d = st.device
+            _resized(st, k, e, -1 if d.type == "cpu" or d.index is None else d.index)
 
 
 def _dispatch(self, func, types, args=(), kwargs=None):
     """MemtrackMode.__torch_dispatch__: run the op, account its outputs, sample."""
     out = func(*args, **kwargs) if kwargs else func(*args)
-    code = _fids_get(func)
-    if code is None:
-        code = _new_func(func)
-    if code < 0:
-        return out
-    bw = _gtid() != -1
-    if type(out) is _Tensor:
-        try:
-            st = out.untyped_storage()
-            k = id(st)
-            e = _known_get(k)
-            if e is None:
-                _new_storage(st, k, out, bw)
-            elif code & 2:
-                _resized(st, k, e, out)
-        except Exception:
-            pass
-    elif out is not None:
-        try:
+    try:
+        code = _fids_get(func)
+        if code is None:
+            code = _new_func(func)
+        if code < 0:
+            return out
+        bw = _gtid() != -1
+        if type(out) is _Tensor:
+            try:
+                st = out.untyped_storage()
+            except Exception:  # sparse, functorch's wrappers: no storage of their own
+                st = None
+            if st is None:
+                track(out, code, bw)
+            else:
+                k = id(st)
+                e = _known_get(k)
+                if e is None:
+                    _new_storage(st, k, out, bw)
+                elif code & 2:
+                    _resized(st, k, e, out.get_device())
+        elif out is not None:
             _other_output(out, code, bw)
-        except Exception:
-            pass
-    if _cuda:
-        _ext((code | bw,) + _stats_reader())
-    else:
-        _ap(code | bw)
+        if _cuda:
+            _ext((code | bw,) + _stats_reader())
+        else:
+            _ap(code | bw)
+    except Exception as e:  # the agent's own failure: reported, never the program's
+        _internal_error(e)
     return out
 
 
@@ -152,11 +219,13 @@ def _ignore_compile_internals(cls):
 
 def install(torch, backend):
     """Bind the hot path to this torch and backend and make the dispatch mode (not entered)."""
-    global _torch, _Tensor, _gtid, _cuda, _stats_reader, _skip_code, mode
+    global _torch, _Tensor, _Parameter, _gtid, _cuda, _stats_reader, _skip_code, mode
     from torch.utils._python_dispatch import TorchDispatchMode
 
     _torch = torch
     _Tensor = torch.Tensor
+    _Parameter = torch.nn.Parameter
+    _bind_parts(torch)
     _gtid = torch._C._current_graph_task_id
     _cuda = backend == "cuda"
     _stats_reader = _cuda_stats_reader(torch) if _cuda else None
@@ -171,7 +240,7 @@ def install(torch, backend):
         __torch_dispatch__ = _dispatch
 
     if _skip_code is not None:
-        for f in (_dispatch, _new_storage, _resized, _other_output, track):
+        for f in (_dispatch, _new_storage, _new_part, _resized, _other_output, track, parts):
             _skip_code(f.__code__)
         _skip_code(_on_del.__code__)
     mode = MemtrackMode()
@@ -181,17 +250,18 @@ def install(torch, backend):
 
 def track_as(t, cat):
     """MemTracker's _update_and_maybe_create_winfos: (re)categorise t's storages; bytes."""
+    sts, why = parts(t)
+    if why is not None:
+        note(t, why, cat)
     total = 0
-    for st in storages(t):
+    for st in sts:
         k = id(st)
         e = _known_get(k)
         if e is None:
-            nb = st.nbytes()
-            dev = t.get_device()
-            if dev >= 0:
-                nb = -(-nb // min_alloc) * min_alloc
-            _known[k] = e = [cat, nb, _wref(st, lambda w, k=k: _on_del(k))]
-            _ext((ADD, k, cat, dev, nb))
+            e = _new_part(st, k, cat)
+            if e is None:
+                note(t, WHY_META, cat)
+                continue
         elif e[0] != cat:
             e[0] = cat
             _ext((REF, k, cat))
@@ -199,28 +269,117 @@ def track_as(t, cat):
     return total
 
 
-def storages(t):
-    """The untyped storages behind a tensor, through traceable wrapper subclasses."""
-    if type(t) is _torch.Tensor or type(t) is _torch.nn.Parameter:
-        return (t.untyped_storage(),)
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+def parts(t):
+    """(storages, why): the untyped storages holding a tensor's memory, and None for a tensor
+    that is its storage, or the WHY_* saying how it was measured instead (sparse: by its
+    indices' and values' storages; no storage, or an error: not at all). Never raises. A meta
+    or fake tensor's storage is listed (it is the tensor's), and recognised when it would be
+    counted (_new_storage, _new_part)."""
+    if type(t) is _Tensor or type(t) is _Parameter:
+        try:
+            return (t.untyped_storage(),), None
+        except Exception:
+            pass
+    try:
+        return _unusual(t)
+    except Exception as e:
+        _internal_error(e)
+        return (), WHY_ERROR
 
-    todo, out = [t], []
+
+def storages(t):
+    """The untyped storages behind a tensor (parts() without the why)."""
+    return parts(t)[0]
+
+
+def _unusual(t):
+    """parts() of anything but a plain dense tensor: through functorch's wrappers (grad,
+    vmap), traceable wrapper subclasses (DTensor, jagged nested tensors), sparse layouts
+    (their index and value tensors, read with dispatch off so that no mode sees the read)
+    and nested tensors (their buffer)."""
+    todo, out, why = [t], [], None
     while todo:
         x = todo.pop()
-        if is_traceable_wrapper_subclass(x):
+        if _is_wrapped is not None and _is_wrapped(x):
+            todo.append(_unwrap(x))
+            continue
+        if _is_traceable(x):
             attrs, _ = x.__tensor_flatten__()
-            todo.extend(
-                getattr(x, a) for a in attrs if isinstance(getattr(x, a), _torch.Tensor)
-            )
-        elif hasattr(x, "untyped_storage"):
-            try:
-                st = x.untyped_storage()
-            except Exception:
-                continue
-            if all(st is not o for o in out):
-                out.append(st)
-    return out
+            for a in attrs:
+                v = getattr(x, a, None)
+                if isinstance(v, _Tensor):
+                    todo.append(v)
+            continue
+        layout = x.layout
+        sparse = _sparse_parts.get(layout)
+        if sparse is not None:
+            with _no_dispatch():
+                todo.extend(getattr(x, m)() for m in sparse)
+            why = why if why is not None else WHY_SPARSE
+            continue
+        try:
+            st = x.untyped_storage()
+            st.data_ptr()  # a wrapper subclass's storage is a placeholder: it holds nothing
+        except Exception:
+            if x.is_nested:
+                with _no_dispatch():
+                    todo.append(x.values())
+                why = why if why is not None else WHY_NESTED
+            else:
+                why = WHY_NO_STORAGE
+            continue
+        if all(st is not o for o in out):
+            out.append(st)
+    return out, why
+
+
+def note(t, why, cat):
+    """Say that tensor t (now in category cat) was not measured as one dense storage, and why;
+    each tensor is counted once, in its latest category."""
+    k = id(t)
+    e = _noted.get(k)
+    if e is not None and e[0]() is t:
+        if e[2] != cat:
+            _ext((NOTE, e[1], cat, e[2]))
+            e[2] = cat
+        return
+    try:
+        w = _wref(t, lambda w, k=k: _forget_note(k))
+    except TypeError:  # no weak reference: counted each time it is met
+        _ext((NOTE, why, cat, -1))
+        return
+    _noted[k] = [w, why, cat]
+    _ext((NOTE, why, cat, -1))
+
+
+def _forget_note(k):
+    try:
+        _noted.pop(k, None)
+    except Exception:  # interpreter shutdown
+        pass
+
+
+def _bind_parts(torch):
+    global _is_wrapped, _unwrap, _is_traceable, _no_dispatch
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    _is_traceable = is_traceable_wrapper_subclass
+    _no_dispatch = torch._C._DisableTorchDispatch
+    functorch = getattr(torch._C, "_functorch", None)
+    _is_wrapped = getattr(functorch, "is_functorch_wrapped_tensor", None)
+    _unwrap = getattr(functorch, "get_unwrapped", None)
+    if _unwrap is None:
+        _is_wrapped = None
+    for name, methods in (
+        ("sparse_coo", ("_indices", "_values")),
+        ("sparse_csr", ("crow_indices", "col_indices", "values")),
+        ("sparse_bsr", ("crow_indices", "col_indices", "values")),
+        ("sparse_csc", ("ccol_indices", "row_indices", "values")),
+        ("sparse_bsc", ("ccol_indices", "row_indices", "values")),
+    ):
+        layout = getattr(torch, name, None)
+        if layout is not None:
+            _sparse_parts[layout] = methods
 
 
 def _new_func(func):
@@ -274,14 +433,17 @@ def _install_resize(torch):
 
     def resize_(st, size):
         r = orig(st, size)
-        e = _known.get(id(st))
-        if e is not None:
-            nb = st.nbytes()
-            if st.device.type == "cuda":
-                nb = -(-nb // min_alloc) * min_alloc
-            if nb != e[1]:
-                e[1] = nb
-                _ext((SIZE, id(st), nb))
+        try:
+            e = _known.get(id(st))
+            if e is not None:
+                nb = st.nbytes()
+                if st.device.type == "cuda":
+                    nb = -(-nb // min_alloc) * min_alloc
+                if nb != e[1]:
+                    e[1] = nb
+                    _ext((SIZE, id(st), nb))
+        except Exception as e:
+            _internal_error(e)
         return r
 
     torch.UntypedStorage.resize_ = resize_

@@ -76,12 +76,18 @@ def run_closure(closure, oid, *a, **k):
     if not state.active:
         return closure(*a, **k)
     ops.in_opt = False
-    ap(OPT_END)
+    try:
+        ap(OPT_END)
+    except Exception as e:
+        internal_error(e)
     try:
         return closure(*a, **k)
     finally:
         ops.in_opt = True
-        ext((OPT_BEGIN, oid))
+        try:
+            ext((OPT_BEGIN, oid))
+        except Exception as e:
+            internal_error(e)
 
 
 # A compiled step traces the hooks: is_compiling() is a constant True then, so they trace to
@@ -93,14 +99,21 @@ def pre_step_hook(opt, args, kwargs):
     """The global optimizer step pre-hook."""
     if _is_compiling() or not state.active:
         return None
-    return hooks.step_begins(opt, args, kwargs)
+    try:
+        return hooks.step_begins(opt, args, kwargs)
+    except Exception as e:
+        internal_error(e)
+        return None
 
 
 def post_step_hook(opt, args, kwargs):
     """The global optimizer step post-hook."""
     if _is_compiling() or not state.active:
         return
-    hooks.step_ends(opt)
+    try:
+        hooks.step_ends(opt)
+    except Exception as e:
+        internal_error(e)
 
 
 def install(torch):
@@ -120,8 +133,11 @@ def install(torch):
     @functools.wraps(orig_init)
     def __init__(self, *args, **kwargs):
         orig_init(self, *args, **kwargs)
-        if not _is_compiling():
-            optimizers.add(self)
+        try:
+            if not _is_compiling():
+                optimizers.add(self)
+        except Exception as e:
+            internal_error(e)
 
     Optimizer.__init__ = __init__
     register_optimizer_step_pre_hook(pre_step_hook)

@@ -79,8 +79,11 @@ def install_sigterm():
 def _on_term(signum, frame):
     import signal
 
-    message({"t": MSG_SIGNAL, "signal": signum})
-    finish("signal")
+    try:
+        message({"t": MSG_SIGNAL, "signal": signum})
+        finish("signal")
+    except Exception:
+        pass  # the signal's death below is the program's ending, whatever the agent did
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -111,5 +114,8 @@ def finish(how):
 
 
 def at_exit():
-    finish("exit")
+    try:
+        finish("exit")
+    except Exception:
+        pass  # an atexit handler that raised would print a traceback after the program's end
 

@@ -24,6 +24,14 @@ OPT_END = -15  # optimizer.step() ends
 CYCLE = -16  # id: the `cycles` message id was found here
 TIME = -17  # ns: a CLOCK_MONOTONIC time mark
 JSON = -18  # n bytes...: a message (JSON, n bytes, padded to whole slots)
+NOTE = -19  # why cat was: a tensor not measured as one dense storage, now in cat (was: -1 new)
+
+# ---- why a tensor was noted (NOTE's `why`): how its memory was measured, if at all
+WHY_SPARSE = 0  # a sparse layout: sized by the storages of its indices and values
+WHY_NESTED = 1  # a nested tensor: sized by its buffer
+WHY_META = 2  # on the meta device, or fake: it holds no memory
+WHY_NO_STORAGE = 3  # no storage reachable (a wrapper subclass without __tensor_flatten__)
+WHY_ERROR = 4  # reading its storages failed (the error is reported once as agent_error)
 
 # ---- MemTracker's categories (_MemRefType), in its order
 PARAM = 0

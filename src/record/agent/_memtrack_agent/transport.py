@@ -178,13 +178,17 @@ _errors = [0]
 
 
 def internal_error(e):
-    """The agent's own failure, reported (the first three) and never raised."""
-    _errors[0] += 1
-    if _errors[0] <= 3:
-        import traceback
+    """The agent's own failure, reported (the first three) and never raised: every hook the
+    agent installs ends in `except Exception as e: internal_error(e)`."""
+    try:
+        _errors[0] += 1
+        if _errors[0] <= 3:
+            import traceback
 
-        text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        message({"t": MSG_AGENT_ERROR, "text": text})
+            text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            message({"t": MSG_AGENT_ERROR, "text": text})
+    except Exception:
+        pass
 
 
 # ---- the flusher thread
