@@ -21,7 +21,7 @@ enum Side {
 fn read_side(path: &Path, device: Option<u32>) -> Result<(Side, &'static str)> {
     let mut peaks = LiveAtPeaks::default();
     let input = formats::load_streaming(path, formats::SnapshotParts::All, &mut peaks)?;
-    let kind = input.kind_name();
+    let kind = input.kind();
     Ok(match input {
         Input::Snapshot(s) => {
             let devices = super::snapshot_devices(path, &s, device)?;

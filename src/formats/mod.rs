@@ -28,18 +28,8 @@ pub enum Input {
 }
 
 impl Input {
-    /// What the file was ([`kind::of_document`] for the generic reading; the fast stats path
-    /// reads only files without the `memtrack` extension).
-    pub fn kind(&self) -> Kind {
-        match self {
-            Input::Tracker(t) if t.record.is_some() => Kind::Record,
-            Input::Tracker(_) => Kind::Stats,
-            Input::Snapshot(_) => Kind::Snapshot,
-        }
-    }
-
     /// The name messages give its kind ("this file is an allocator snapshot").
-    pub fn kind_name(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Input::Tracker(_) => "tracker stats",
             Input::Snapshot(_) => "allocator snapshot",
@@ -253,7 +243,7 @@ pub fn load_tracker(path: &Path) -> Result<TrackerStats> {
             path,
             format!(
                 "this command reads tracker stats, and this file is an {}",
-                other.kind_name()
+                other.kind()
             ),
         )),
     }
@@ -286,7 +276,7 @@ fn snapshot_only(path: &Path, input: Input) -> Result<Snapshot> {
             path,
             format!(
                 "this command reads allocator snapshots (torch.cuda.memory._dump_snapshot()), and this file is {}",
-                other.kind_name()
+                other.kind()
             ),
         )),
     }

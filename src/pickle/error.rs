@@ -15,8 +15,8 @@ pub struct PickleError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LimitError {
     /// Containers nested deeper than Python's pickler can write (`MAX_DEPTH`).
-    #[error("containers nested more than {0} deep")]
-    TooDeep(u16),
+    #[error("containers nested more than {} deep", super::MAX_DEPTH)]
+    TooDeep,
     /// More values than the document's 32-bit indices hold.
     #[error("more than 4 billion values: the file is too large to read")]
     TooManyValues,

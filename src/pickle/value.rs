@@ -594,7 +594,7 @@ impl Document {
             }
         }
         if span.depth > super::MAX_DEPTH {
-            return Err(LimitError::TooDeep(super::MAX_DEPTH));
+            return Err(LimitError::TooDeep);
         }
         if span.storage == Storage::Shaped {
             // more items after all: keys and values interleaved, in a vector of its own
@@ -674,7 +674,7 @@ impl Document {
             }
         }
         if depth > super::MAX_DEPTH {
-            return Err(LimitError::TooDeep(super::MAX_DEPTH));
+            return Err(LimitError::TooDeep);
         }
         let start = self.items.len();
         if start + 1 + values.len() > u32::MAX as usize {

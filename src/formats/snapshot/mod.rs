@@ -52,7 +52,7 @@ pub fn finish(reader: TraceReader<'_>, parsed: Result<Document, PickleError>) ->
         Reading::ReadAgain => return Streamed::ReadAgain,
     };
     if of_document(&doc, doc.root()) != Some(Kind::Snapshot) {
-        traces::dropped(&"not a snapshot");
+        traces::say_dropped(&"not a snapshot");
         return Streamed::ReadAgain;
     }
     match document::from_document_streamed(&doc, parts, streamed) {
@@ -63,7 +63,7 @@ pub fn finish(reader: TraceReader<'_>, parsed: Result<Document, PickleError>) ->
             Streamed::Snapshot(s)
         }
         Err(e) => {
-            traces::dropped(&e);
+            traces::say_dropped(&e);
             Streamed::ReadAgain
         }
     }

@@ -194,10 +194,15 @@ impl<'f> TraceReader<'f> {
     }
 }
 
-/// A reading dropped: why goes to stderr with `MEMTRACK_DEBUG_STREAM` set (for developers: the
-/// file is read again anyway).
-pub(super) fn dropped<'f>(why: &dyn std::fmt::Display) -> Reading<'f> {
+/// Say why a reading is dropped, to stderr with `MEMTRACK_DEBUG_STREAM` set (for developers:
+/// the file is read again anyway).
+pub(super) fn say_dropped(why: &dyn std::fmt::Display) {
     debug(&format_args!("streamed reading dropped: {why}"));
+}
+
+/// A reading dropped, and why said.
+fn dropped<'f>(why: &dyn std::fmt::Display) -> Reading<'f> {
+    say_dropped(why);
     Reading::ReadAgain
 }
 
