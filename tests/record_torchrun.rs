@@ -92,3 +92,68 @@ fn spawned_workers_write_their_own_files_and_the_program_writes_the_output() {
     assert!(worker["op_count"].as_u64().unwrap() > 0);
     assert_ne!(worker["memtrack"]["pid"], main["memtrack"]["pid"]);
 }
+
+/// The `.pkl` files `record` wrote in `dir`, sorted.
+fn written(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".pkl"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_unrelated_python_subprocess_is_named_by_its_pid_not_as_a_worker() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&script("subprocess_tool.py")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let names = written(dir.path());
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.contains(&"run.pkl".to_string()), "{names:?}");
+    let tool = names.iter().find(|n| *n != "run.pkl").unwrap();
+    let pid = export(&dir.path().join(tool))["memtrack"]["pid"].clone();
+    assert_eq!(tool, &format!("run.pid{pid}.pkl"));
+    // the program's file has its training step; each line of the report names its command
+    let main = export(&dir.path().join("run.pkl"));
+    assert_eq!(main["memtrack"]["modules"].as_array().unwrap().len(), 1);
+    assert!(stderr.contains("--tool-only"), "{stderr}");
+}
+
+#[test]
+fn a_shell_script_that_runs_python_twice_gets_one_pid_file_per_run() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // a script file: `bash -c` would exec its last command, making that run the program's
+    // own process (docs/record.md)
+    let tool = script("subprocess_tool.py");
+    let sh = dir.path().join("twice.sh");
+    let line = format!(
+        "'{0}' '{1}' --tool-only\n'{0}' '{1}' --tool-only\n",
+        py.display(),
+        tool
+    );
+    std::fs::write(&sh, line).unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        std::path::Path::new("bash"),
+        &[sh.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let names = written(dir.path());
+    assert_eq!(names.len(), 2, "{names:?}");
+    for n in &names {
+        let pid = export(&dir.path().join(n))["memtrack"]["pid"].clone();
+        assert_eq!(n, &format!("run.pid{pid}.pkl"), "{names:?}");
+    }
+}

@@ -125,7 +125,7 @@ pub fn finalize(
     for (s, p) in sessions.iter().zip(&paths) {
         match tracker::write(&s.stats, p) {
             Ok(()) => {
-                eprintln!("memtrack: wrote {}", describe(p, s));
+                eprintln!("memtrack: wrote {}", describe(p, s, sessions.len() > 1));
                 written.push(p.clone());
                 backends.push(
                     s.stats
@@ -149,7 +149,9 @@ pub fn finalize(
     })
 }
 
-fn describe(p: &Path, s: &Session) -> String {
+/// One line per file written; with several processes, each says which command it recorded
+/// (the names alone do not tell a shell script's two Python runs apart).
+fn describe(p: &Path, s: &Session, several: bool) -> String {
     let t = &s.stats;
     let r = t.record.as_ref();
     let peak = t
@@ -179,29 +181,49 @@ fn describe(p: &Path, s: &Session) -> String {
             line.push_str(", out of memory");
         }
     }
+    if let Some(r) = r.filter(|r| several && !r.argv.is_empty()) {
+        line.push_str(&format!("; {}", command_line(&r.argv)));
+    }
     line
 }
 
-/// One process: the output as given. Several ranks: `run.rank0.pkl`, … (a rank seen twice, as
-/// after an elastic restart, gets `.2`, `.3`, …). Without ranks, the program's own process
-/// writes the output as given and the processes it spawned (DataLoader workers started with
-/// `spawn`) `run.worker-PID.pkl`.
+/// A process's command line, shortened to what fits on a line: the interpreter and a script
+/// by their file names (`python train.py --lr 3`).
+fn command_line(argv: &[String]) -> String {
+    const MAX: usize = 100;
+    let short = |(i, a): (usize, &String)| {
+        let path = Path::new(a);
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        match name {
+            Some(n) if i == 0 || (a.ends_with(".py") && path.is_absolute()) => n,
+            _ => a.clone(),
+        }
+    };
+    let whole = argv
+        .iter()
+        .enumerate()
+        .map(short)
+        .collect::<Vec<_>>()
+        .join(" ");
+    match whole.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &whole[..cut]),
+        None => whole,
+    }
+}
+
+/// How the files of a run are named (docs/record.md, "Several processes"):
+/// - one recorded process (not one rank of a larger job): the output as given;
+/// - torchrun ranks: `run.rank0.pkl`, … (a rank seen twice, as after an elastic restart,
+///   gets `.2`, `.3`, …);
+/// - otherwise the program's own process (the child memtrack started) writes the output as
+///   given, `multiprocessing` workers it spawned (DataLoader's `spawn` workers)
+///   `run.worker-PID.pkl`, and any other Python process `run.pid<PID>.pkl`: a shell script
+///   that runs Python twice gets two `pid` files, as neither is the program memtrack started.
 pub fn output_paths(base: &Path, sessions: &[Session], child_pid: u32) -> Vec<PathBuf> {
     if sessions.len() == 1 && sessions[0].world_size.unwrap_or(1) <= 1 {
         return vec![base.to_path_buf()];
     }
-    // the program's own process: the child memtrack started or, when that is not known
-    // (`--recover`), the one whose parent is no other recorded process
-    let pids: HashSet<i64> = sessions.iter().filter_map(|s| s.pid).collect();
-    let main = sessions
-        .iter()
-        .position(|s| s.pid == Some(child_pid as i64))
-        .or_else(|| {
-            sessions
-                .iter()
-                .position(|s| s.ppid.is_some_and(|p| !pids.contains(&p)))
-        })
-        .or_else(|| (!sessions.is_empty()).then_some(0));
+    let main = program_process(sessions, child_pid);
     let ranked = sessions.iter().any(|s| s.rank.is_some());
     let stem = base
         .file_stem()
@@ -220,7 +242,9 @@ pub fn output_paths(base: &Path, sessions: &[Session], child_pid: u32) -> Vec<Pa
             }
             let tag = match (s.rank, s.pid) {
                 (Some(r), _) => format!("rank{r}"),
-                (None, Some(pid)) if !ranked => format!("worker-{pid}"),
+                (None, Some(pid)) if !ranked && is_multiprocessing_worker(s) => {
+                    format!("worker-{pid}")
+                }
                 (None, Some(pid)) => format!("pid{pid}"),
                 (None, None) => format!("process{i}"),
             };
@@ -235,10 +259,44 @@ pub fn output_paths(base: &Path, sessions: &[Session], child_pid: u32) -> Vec<Pa
         .collect()
 }
 
+/// The program's own process: the child memtrack started when it recorded. When the child is
+/// not known (`--recover`), the one process that no other recorded process started and that
+/// is not a multiprocessing worker, if there is exactly one; a shell script that ran Python
+/// twice has no such process.
+fn program_process(sessions: &[Session], child_pid: u32) -> Option<usize> {
+    if child_pid != 0 {
+        return sessions
+            .iter()
+            .position(|s| s.pid == Some(i64::from(child_pid)));
+    }
+    let pids: HashSet<i64> = sessions.iter().filter_map(|s| s.pid).collect();
+    let mut roots = sessions.iter().enumerate().filter(|(_, s)| {
+        !is_multiprocessing_worker(s) && !s.ppid.is_some_and(|p| pids.contains(&p))
+    });
+    match (roots.next(), roots.next()) {
+        (Some((i, _)), None) => Some(i),
+        _ => None,
+    }
+}
+
+/// A process `multiprocessing` started with `spawn` or `forkserver`: its command line is the
+/// one `multiprocessing.spawn.get_command_line` builds (`-c 'from multiprocessing.spawn import
+/// spawn_main; …' --multiprocessing-fork`; forkserver's is `from multiprocessing.forkserver
+/// import main; …`).
+fn is_multiprocessing_worker(s: &Session) -> bool {
+    s.stats.record.as_ref().is_some_and(|r| {
+        r.argv.iter().any(|a| {
+            a == "--multiprocessing-fork"
+                || a.starts_with("from multiprocessing.spawn import")
+                || a.starts_with("from multiprocessing.forkserver import")
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::TrackerStats;
+    use crate::model::{RecordInfo, TrackerStats};
 
     fn session(rank: Option<i64>, world: Option<i64>, pid: i64) -> Session {
         Session {
@@ -254,6 +312,22 @@ mod tests {
         }
     }
 
+    /// A process `multiprocessing` spawned, by its command line.
+    fn spawned(mut s: Session) -> Session {
+        s.stats.record = Some(RecordInfo {
+            argv: [
+                "python",
+                "-c",
+                "from multiprocessing.spawn import spawn_main; spawn_main(pipe_handle=5)",
+                "--multiprocessing-fork",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..RecordInfo::default()
+        });
+        s
+    }
+
     #[test]
     fn files_are_named_by_rank_when_there_are_several() {
         let base = Path::new("out/run.pkl");
@@ -263,7 +337,7 @@ mod tests {
         );
         // a spawned worker does not take the program's name, also when the program is
         // known only as the worker's parent (--recover)
-        let mut worker = session(None, None, 5);
+        let mut worker = spawned(session(None, None, 5));
         worker.ppid = Some(7);
         let mut program = session(None, None, 7);
         program.ppid = Some(1);
@@ -275,12 +349,39 @@ mod tests {
             ]
         );
         assert_eq!(
-            output_paths(base, &[session(None, None, 9), session(None, None, 7)], 7),
+            output_paths(
+                base,
+                &[spawned(session(None, None, 9)), session(None, None, 7)],
+                7
+            ),
             vec![
                 PathBuf::from("out/run.worker-9.pkl"),
                 PathBuf::from("out/run.pkl")
             ]
         );
+        // an unrelated Python subprocess of the program is not a worker
+        assert_eq!(
+            output_paths(base, &[session(None, None, 7), session(None, None, 9)], 7),
+            vec![
+                PathBuf::from("out/run.pkl"),
+                PathBuf::from("out/run.pid9.pkl")
+            ]
+        );
+        // a shell script that ran Python twice: neither is the program memtrack started,
+        // with the child known or not
+        for child in [3, 0] {
+            assert_eq!(
+                output_paths(
+                    base,
+                    &[session(None, None, 8), session(None, None, 9)],
+                    child
+                ),
+                vec![
+                    PathBuf::from("out/run.pid8.pkl"),
+                    PathBuf::from("out/run.pid9.pkl")
+                ]
+            );
+        }
         let names = output_paths(
             base,
             &[
