@@ -312,7 +312,9 @@ pub enum BackendArg {
     after_help = "Examples:\n  memtrack record -o run.pkl -- python train.py --epochs 1\n  memtrack record -o run.pkl -- python -m torch.distributed.run --nproc-per-node 2 train.py\n    (writes run.rank0.pkl, run.rank1.pkl)"
 )]
 pub struct RecordArgs {
-    /// The stats file to write; with several processes, one per rank: NAME.rank0.pkl, …
+    /// The stats file to write; with several processes one each: NAME.rank0.pkl, … per rank,
+    /// NAME.worker-PID.pkl per multiprocessing worker, NAME.pid<PID>.pkl for other Python
+    /// processes (docs/record.md)
     #[arg(short, long, default_value = "memtrack.pkl")]
     pub output: PathBuf,
     /// Which memory the per-op samples count
