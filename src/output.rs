@@ -1,21 +1,55 @@
-//! Writing results: to stdout (`-`) or to a file through a temporary name and a rename, so a
-//! reader never sees half a file and an existing file is replaced only by a complete one.
+//! Writing results: to stdout (`-`) or to a file, as the shell's `>` would but never half
+//! written. A regular file (or none yet) is written under a fresh random name in its folder,
+//! created exclusively, then renamed over it, so a reader never sees half a file and an
+//! existing file is replaced only by a complete one, with its mode kept. What is not a regular
+//! file is written through as `>` does: a symlink's target is written (the link stays), a
+//! device or FIFO is streamed into. A file the user may not write is refused, as `cp` does.
 
-use std::io::Write;
-use std::path::Path;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomically_with(path, |f| f.write_all(bytes))
 }
 
-/// Write through `write` to a temporary name next to `path`, then rename: output that is
-/// written as it is produced (never whole in memory) with the same all-or-nothing file.
+/// Write through `write` to `path` (see the module doc): output that is written as it is
+/// produced (never whole in memory), all or nothing where the destination is a regular file.
 pub fn write_atomically_with(
     path: &Path,
-    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> std::io::Result<()> {
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    let path = follow_links(path)?;
+    let existing = match std::fs::metadata(&path) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(m) = &existing {
+        let kind = m.file_type();
+        if kind.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "it is a directory",
+            ));
+        }
+        if kind.is_char_device() || kind.is_block_device() || kind.is_fifo() || kind.is_socket() {
+            // a device or FIFO is written into, as `>` does; there is nothing to rename over
+            let f = OpenOptions::new().write(true).truncate(true).open(&path)?;
+            let mut w = io::BufWriter::with_capacity(1 << 16, f);
+            write(&mut w)?;
+            return w.flush();
+        }
+        if !may_write(&path) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "permission denied: the file exists and you may not write it (it is not replaced)",
+            ));
+        }
+    }
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -24,18 +58,72 @@ pub fn write_atomically_with(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        let mut f = std::io::BufWriter::with_capacity(1 << 16, std::fs::File::create(&tmp)?);
-        write(&mut f)?;
-        let f = f.into_inner().map_err(|e| e.into_error())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    // a random name, created exclusively: a link planted at a predictable name is not followed
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    let mut w = io::BufWriter::with_capacity(1 << 16, tmp);
+    write(&mut w)?;
+    let tmp = w.into_inner().map_err(|e| e.into_error())?;
+    if let Some(m) = &existing {
+        keep_mode_and_owner(tmp.as_file(), m)?;
     }
-    result
+    tmp.as_file().sync_all()?;
+    tmp.persist(&path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// The file a path names once its symlinks are followed, without requiring it to exist (a
+/// dangling link names the file to create), as `>` does.
+fn follow_links(path: &Path) -> io::Result<PathBuf> {
+    let mut p = path.to_path_buf();
+    // the kernel's own limit on a chain of links (MAXSYMLINKS)
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(io::Error::other("too many levels of symbolic links"))
+}
+
+/// Whether this process may write the file (access(2) with W_OK: root may, a read-only
+/// file's owner may not).
+fn may_write(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// The replacement keeps the replaced file's mode and, where this process may set it, its
+/// owner; a file another user owns that we may write but not give back is refused rather
+/// than silently handed to us.
+fn keep_mode_and_owner(tmp: &File, old: &std::fs::Metadata) -> io::Result<()> {
+    tmp.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))?;
+    let ours = tmp.metadata()?;
+    if (ours.uid(), ours.gid()) != (old.uid(), old.gid()) {
+        std::os::unix::fs::fchown(tmp, Some(old.uid()), Some(old.gid())).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "the file belongs to {}:{} (user:group) and replacing it would make it yours (not replaced)",
+                    old.uid(),
+                    old.gid()
+                ),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 /// Write `bytes` to `path`, or to stdout when `path` is `-`.
