@@ -57,6 +57,11 @@ fn wrong_magic_and_unknown_protocol() {
         &write_temp(dir.path(), "junk.pkl", b"\xfe\xfe\xfe"),
         "not a pickle",
     );
+    // APPENDS onto an int: the message reads as English ("an int", not "a int")
+    fails_cleanly(
+        &write_temp(dir.path(), "appends.pkl", b"\x80\x04K\x05(K\x01e."),
+        "APPENDS on an int where a list was expected",
+    );
 }
 
 #[test]

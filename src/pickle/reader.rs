@@ -685,8 +685,8 @@ impl<'a, 's> Machine<'a, 's> {
             ("APPENDS", "list")
         };
         self.err(format!(
-            "{op} on a {} where a {what} was expected",
-            self.doc.type_name(target)
+            "{op} on {} where a {what} was expected",
+            self.doc.type_name_with_article(target)
         ))
     }
 

@@ -491,6 +491,17 @@ impl Document {
         }
     }
 
+    /// `type_name` with its article, for sentences: "an int", "a dict".
+    pub fn type_name_with_article(&self, v: Value) -> String {
+        let name = self.type_name(v);
+        let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("{article} {name}")
+    }
+
     // ---- construction, used by the reader ----
 
     pub(crate) fn push_str(&mut self, s: &str) -> Value {
