@@ -172,6 +172,11 @@ fn describe(p: &Path, s: &Session, several: bool) -> String {
     );
     if let Some(e) = r.and_then(|r| r.exit.as_ref()) {
         match (e.signal, e.ended.as_deref()) {
+            // Python ends an uncaught KeyboardInterrupt by killing itself with SIGINT, so
+            // the status shows the signal; the agent saw the exception
+            (Some(libc::SIGINT), Some("exception")) => {
+                line.push_str("; interrupted (KeyboardInterrupt)")
+            }
             (Some(sig), _) => line.push_str(&format!("; killed by signal {sig}")),
             (None, Some("exception")) => line.push_str("; the program raised"),
             (None, Some("disconnected")) => line.push_str("; the process vanished"),
