@@ -174,7 +174,7 @@ fn describe(p: &Path, s: &Session, several: bool) -> String {
         match (e.signal, e.ended.as_deref()) {
             // Python ends an uncaught KeyboardInterrupt by killing itself with SIGINT, so
             // the status shows the signal; the agent saw the exception
-            (Some(libc::SIGINT), Some("exception")) => {
+            (Some(sig), Some("exception")) if sig == i64::from(libc::SIGINT) => {
                 line.push_str("; interrupted (KeyboardInterrupt)")
             }
             (Some(sig), _) => line.push_str(&format!("; killed by signal {sig}")),
