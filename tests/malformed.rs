@@ -241,3 +241,30 @@ fn directories_text_and_images_are_named_plainly() {
         assert!(err.matches("not a pickle").count() <= 1, "{err}");
     }
 }
+
+#[test]
+fn files_that_expand_through_shared_references_are_refused_not_expanded() {
+    // each would expand to 10^6..10^8 values from at most 62 KB (fixtures/pickle/make_pickles.py);
+    // real captures, which share strings and frames through the memo too, are read by every
+    // other test
+    for name in [
+        "laughs_segments.pickle",
+        "laughs_settings.pickle",
+        "laughs_traces.pickle",
+    ] {
+        let path = fixture(&format!("pickle/{name}"));
+        for command in ["summary", "export", "segments", "top", "trace"] {
+            if command == "segments" && name == "laughs_traces.pickle" {
+                continue; // `segments` skips the traces unread
+            }
+            memtrack()
+                .arg(command)
+                .arg(&path)
+                .assert()
+                .code(2)
+                .stderr(predicate::str::contains(name))
+                .stderr(predicate::str::contains("expands through shared references"))
+                .stderr(predicate::str::contains("panicked").not());
+        }
+    }
+}

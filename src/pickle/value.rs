@@ -257,6 +257,9 @@ pub struct Document {
     pub(crate) objects: Vec<Object>,
     global_cache: HashMap<(String, String), Value>,
     pub(crate) taken_reused: bool,
+    /// The length of the file decoded, 0 when not known: what bounds how many distinct values
+    /// a reader following shared references may honestly meet.
+    source_len: usize,
 }
 
 /// A resolved value, borrowing from its [`Document`].
@@ -289,12 +292,20 @@ impl Document {
     /// decodes to (address space only until written), so the big buffers are not copied as
     /// they grow.
     pub(crate) fn with_room_for(file_len: usize) -> Document {
-        let mut d = Document::default();
+        let mut d = Document {
+            source_len: file_len,
+            ..Document::default()
+        };
         let _ = d.items.try_reserve(file_len / 4);
         let _ = d.text.try_reserve(file_len / 2);
         let _ = d.text_ends.try_reserve(file_len / 32);
         let _ = d.spans.try_reserve(file_len / 32);
         d
+    }
+
+    /// The length of the file this document was decoded from (0 when not known).
+    pub fn source_len(&self) -> usize {
+        self.source_len
     }
 
     pub fn root(&self) -> Value {

@@ -100,9 +100,9 @@ fn convert(
         for (k, v) in s.iter() {
             let key = match doc.as_str(k) {
                 Some(s) => s.to_string(),
-                None => to_json(doc, k, 0)?.to_string(),
+                None => to_json(doc, k, 0, &mut c.expansion)?.to_string(),
             };
-            out.push((key, to_json(doc, v, 0)?));
+            out.push((key, to_json(doc, v, 0, &mut c.expansion)?));
         }
         c.snap.allocator_settings = Some(out);
     }
@@ -113,12 +113,13 @@ fn convert(
             let ad = doc
                 .as_dict(a)
                 .ok_or_else(|| format!("{}: expected a dict", ctx()))?;
-            let text = |key: &str| -> Parse<String> {
+            let expansion = &mut c.expansion;
+            let mut text = |key: &str| -> Parse<String> {
                 Ok(match ad.get(key) {
                     None => String::new(),
                     Some(v) => match doc.as_str(v) {
                         Some(s) => s.to_string(),
-                        None => to_json(doc, v, 0)?.to_string(),
+                        None => to_json(doc, v, 0, expansion)?.to_string(),
                     },
                 })
             };
@@ -186,11 +187,17 @@ fn non_negative_slow(doc: &Document, v: Value, what: &dyn Fn() -> String) -> Par
 }
 
 /// Plain pickle values as JSON (settings and annotations hold only these).
-fn to_json(doc: &Document, v: Value, depth: usize) -> Parse<serde_json::Value> {
+fn to_json(
+    doc: &Document,
+    v: Value,
+    depth: usize,
+    expansion: &mut Expansion,
+) -> Parse<serde_json::Value> {
     use serde_json::Value as J;
     if depth > 32 {
         return Ok(J::Null);
     }
+    expansion.meet(1, &|| "a setting or annotation".to_string())?;
     Ok(match doc.view(v) {
         View::None => J::Null,
         View::Bool(b) => J::Bool(b),
@@ -201,7 +208,7 @@ fn to_json(doc: &Document, v: Value, depth: usize) -> Parse<serde_json::Value> {
         View::Bytes(b) => J::String(String::from_utf8_lossy(b).into_owned()),
         View::Tuple(items) | View::List(items) | View::Set(items) => J::Array(
             (items.iter())
-                .map(|&x| to_json(doc, x, depth + 1))
+                .map(|&x| to_json(doc, x, depth + 1, expansion))
                 .collect::<Parse<_>>()?,
         ),
         View::Dict(items) => {
@@ -209,9 +216,9 @@ fn to_json(doc: &Document, v: Value, depth: usize) -> Parse<serde_json::Value> {
             for (k, v) in items.iter() {
                 let k = match doc.as_str(k) {
                     Some(s) => s.to_string(),
-                    None => to_json(doc, k, depth + 1)?.to_string(),
+                    None => to_json(doc, k, depth + 1, expansion)?.to_string(),
                 };
-                m.insert(k, to_json(doc, v, depth + 1)?);
+                m.insert(k, to_json(doc, v, depth + 1, expansion)?);
             }
             J::Object(m)
         }
@@ -238,6 +245,51 @@ struct Conv<'d> {
     frame_keys: KeyCache,
     actions: Vec<(Value, Action)>,
     states: Vec<(Value, BlockState)>,
+    expansion: Expansion,
+}
+
+/// How many segments, blocks and plain values (settings, annotations) a reading has met,
+/// against how many the file can honestly hold. Each takes more than `MIN_BYTES_PER_VALUE`
+/// bytes of pickle where it is not a shared reference (a memo get) to one met before, and
+/// PyTorch shares none of them; a file that expands past `length / MIN_BYTES_PER_VALUE +
+/// SLACK` through shared references (a "billion laughs" file: 256 bytes that would expand to
+/// 10^8 values) is refused rather than expanded.
+struct Expansion {
+    met: usize,
+    limit: usize,
+    file_len: usize,
+}
+
+impl Expansion {
+    const MIN_BYTES_PER_VALUE: usize = 4;
+    const SLACK: usize = 1 << 16;
+
+    fn new(file_len: usize) -> Expansion {
+        Expansion {
+            met: 0,
+            limit: match file_len {
+                0 => usize::MAX,
+                n => n / Self::MIN_BYTES_PER_VALUE + Self::SLACK,
+            },
+            file_len,
+        }
+    }
+
+    /// Count `n` more values met at `what`; an error once past the limit.
+    fn meet(&mut self, n: usize, what: &dyn Fn() -> String) -> Parse<()> {
+        self.met = self.met.saturating_add(n);
+        if self.met <= self.limit {
+            return Ok(());
+        }
+        Err(format!(
+            "{}: the file expands through shared references to more than {} values, more \
+             than a file of {} bytes holds (a crafted or damaged file); refused",
+            what(),
+            self.limit,
+            self.file_len
+        )
+        .into())
+    }
 }
 
 impl<'d> Conv<'d> {
@@ -258,6 +310,7 @@ impl<'d> Conv<'d> {
             frame_keys: KeyCache::new(FRAME_FIELDS),
             actions: Vec::new(),
             states: Vec::new(),
+            expansion: Expansion::new(doc.source_len()),
         }
     }
 
@@ -503,6 +556,8 @@ impl<'d> Conv<'d> {
                 };
             }
         }
+        self.expansion
+            .meet(1 + blocks.len(), &|| format!("segments[{i}]"))?;
         let mut offset = seg.address;
         for (j, &b) in blocks.iter().enumerate() {
             let block = self.block(i, j, b, offset)?;
@@ -616,6 +671,8 @@ impl<'d> Conv<'d> {
     // ---- traces ----
 
     fn trace(&mut self, dev: usize, entries: &'d [Value]) -> Parse<DeviceTrace> {
+        self.expansion
+            .meet(entries.len(), &|| format!("device_traces[{dev}]"))?;
         let doc = self.doc;
         // When the sink holds exactly this trace's taken events, in order (one device: the
         // common case), the trace is built inside the sink's vector: a million events are
