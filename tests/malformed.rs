@@ -263,7 +263,9 @@ fn files_that_expand_through_shared_references_are_refused_not_expanded() {
                 .assert()
                 .code(2)
                 .stderr(predicate::str::contains(name))
-                .stderr(predicate::str::contains("expands through shared references"))
+                .stderr(predicate::str::contains(
+                    "expands through shared references",
+                ))
                 .stderr(predicate::str::contains("panicked").not());
         }
     }

@@ -288,6 +288,20 @@ fn a_killed_memtrack_leaves_a_journal_that_recover_turns_into_the_file() {
     }
     std::thread::sleep(Duration::from_millis(200));
     assert!(!dir.path().join("loop.pkl").exists());
+    // a copy damaged halfway through its records, as a bad disk or a stray write would
+    let damaged = dir.path().join("damaged.pkl.journal-1");
+    std::fs::create_dir(&damaged).unwrap();
+    for e in std::fs::read_dir(&journal).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), damaged.join(e.file_name())).unwrap();
+    }
+    let mut bytes = std::fs::read(damaged.join(&spool)).unwrap();
+    let used = i64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    for slot in used / 2..used / 2 + 64 {
+        bytes[slot * 8..slot * 8 + 8].copy_from_slice(&(i64::MIN + 7).to_le_bytes());
+    }
+    std::fs::write(damaged.join(&spool), bytes).unwrap();
+
     let o = memtrack()
         .args(["record", "--recover"])
         .arg(&journal)
@@ -296,7 +310,28 @@ fn a_killed_memtrack_leaves_a_journal_that_recover_turns_into_the_file() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j = export(&dir.path().join("loop.pkl"));
     assert!(!j["memtrack"]["modules"].as_array().unwrap().is_empty());
-    assert!(j["op_count"].as_u64().unwrap() > 100);
+    let ops = j["op_count"].as_u64().unwrap();
+    assert!(ops > 100);
+
+    // the damaged copy: what comes before the damage is written, the rest is not read as
+    // data, and recover says so, exits 2 and keeps the journal
+    let o = memtrack()
+        .args(["record", "--recover"])
+        .arg(&damaged)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("damaged: an unknown record code"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("ops before it are kept"), "{stderr}");
+    let saved = export(&dir.path().join("damaged.pkl"))["op_count"]
+        .as_u64()
+        .unwrap();
+    assert!(saved > 0 && saved < ops, "{saved} of {ops} ops");
+    assert!(damaged.exists(), "a damaged journal is kept");
     assert!(
         !journal.exists(),
         "the journal is removed once the file is written"

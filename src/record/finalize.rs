@@ -101,6 +101,11 @@ pub fn finalize(
             }
         }
         let s = replay_spool(&bytes);
+        if let Some(d) = &s.damage {
+            let first = segments.first().map_or(journal, |f| f.as_path());
+            eprintln!("memtrack: {}: damaged: {d}", first.display());
+            complete = false;
+        }
         if s.recorded {
             sessions.push(s);
         }
@@ -314,6 +319,7 @@ mod tests {
             said_bye: true,
             stats: TrackerStats::default(),
             time_marks: Vec::new(),
+            damage: None,
         }
     }
 

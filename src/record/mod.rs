@@ -212,9 +212,14 @@ pub fn recover(dir: &Path) -> Result<()> {
             "no recording in this journal (no process of the program recorded anything)",
         ));
     }
-    if report.complete {
-        let _ = std::fs::remove_dir_all(dir);
+    if !report.complete {
+        // what could be read is written; the journal stays for another look
+        return Err(Error::input(
+            dir,
+            "not all of the journal could be read or written (said above): the stats files hold what was saved, and the journal is kept",
+        ));
     }
+    let _ = std::fs::remove_dir_all(dir);
     Ok(())
 }
 

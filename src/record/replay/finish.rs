@@ -147,6 +147,7 @@ impl Replay {
             said_bye: self.said_bye,
             stats,
             time_marks: std::mem::take(&mut self.time_marks),
+            damage: self.damage.take(),
         }
     }
 }

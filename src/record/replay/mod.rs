@@ -59,6 +59,8 @@ pub struct Session {
     /// (CLOCK_MONOTONIC ns, ops recorded by then): where the op stream was in time, for
     /// placing the collector's driver-level samples among the ops.
     pub time_marks: Vec<(u64, usize)>,
+    /// What was damaged in the journal, if anything, and how much was kept.
+    pub damage: Option<String>,
 }
 
 /// Decode one process's spool: its segment files in order (the agent's shared memory-mapped
@@ -66,14 +68,38 @@ pub struct Session {
 /// a segment shorter than it says (a file cut short) gives what it holds.
 pub fn replay_spool(segments: &[Vec<u8>]) -> Session {
     let mut r = Replay::default();
-    for seg in segments {
+    let mut slots_before = 0;
+    for (k, seg) in segments.iter().enumerate() {
+        if r.damage.is_some() {
+            break;
+        }
         let slots: Vec<i64> = seg
             .chunks_exact(8)
             .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
             .collect();
-        let Some(&end) = slots.first() else { continue };
-        let end = (end.max(1) as usize).min(slots.len());
-        r.records(&slots[1..end]);
+        let Some(&end) = slots.first() else {
+            r.damage = Some(format!(
+                "segment {k} is empty (the file was cut short); the {} ops before it are kept",
+                r.ops.len()
+            ));
+            break;
+        };
+        if end < 1 || end as usize > slots.len() {
+            let says = end;
+            let end = (end.max(1) as usize).min(slots.len());
+            r.slot_base = slots_before + 1;
+            r.records(&slots[1..end]);
+            r.damage.get_or_insert(format!(
+                "segment {k} says it holds {says} slots but has {} (the file was cut short or \
+                 overwritten); the {} ops before its end are kept",
+                slots.len(),
+                r.ops.len()
+            ));
+            break;
+        }
+        r.slot_base = slots_before + 1;
+        r.records(&slots[1..end as usize]);
+        slots_before += end as usize;
     }
     r.finish()
 }
@@ -151,6 +177,25 @@ struct Replay {
     compile: Option<Json>,
     /// Tensors noted (NOTE): (why, category) -> how many, each in its latest category.
     unmeasured: BTreeMap<(usize, usize), i64>,
+    /// Where the records stopped making sense (a damaged spool): what was found, at which
+    /// slot; everything before it is kept.
+    damage: Option<String>,
+    /// The spool slot the current batch of records starts at (to say where damage was found).
+    slot_base: usize,
+}
+
+impl Replay {
+    /// The records stop making sense at slot `i` of the current batch: keep what came before,
+    /// read nothing more of this stream, and say so.
+    fn damaged(&mut self, i: usize, what: String) {
+        if self.damage.is_none() {
+            self.damage = Some(format!(
+                "{what} at record slot {}; the {} ops before it are kept",
+                self.slot_base + i,
+                self.ops.len()
+            ));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -242,8 +287,32 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_spool_keeps_the_ops_before_the_damage_and_says_where() {
+        let slots = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let name = br#"{"t":"op","id":0,"name":"mm.default"}"#;
+        let mut words = name.to_vec();
+        words.resize(name.len().div_ceil(8) * 8, 0);
+        let mut records = vec![JSON, name.len() as i64];
+        records.extend(words.chunks(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())));
+        records.extend([0, 0, i64::MIN + 7, 0, 0]);
+        let mut seg = vec![records.len() as i64 + 1];
+        seg.extend(&records);
+        let s = replay_spool(&[slots(&seg)]);
+        assert_eq!(s.stats.op_count(), 2);
+        let d = s.damage.expect("damage found");
+        assert!(d.contains("unknown record code"), "{d}");
+        assert!(d.contains(&format!("slot {}", records.len() - 2)), "{d}");
+        // an op never named, and a segment that says it holds more than it has
+        let s = replay_spool(&[slots(&[3, 4 << 2, 0])]);
+        assert!(s.damage.unwrap().contains("an op never named"));
+        let s = replay_spool(&[slots(&[100, RESET])]);
+        assert!(s.damage.unwrap().contains("says it holds 100 slots but has 2"));
+    }
+
+    #[test]
     fn cut_short_stream_keeps_what_arrived() {
         let mut j = json(r#"{"t":"hello","backend":"cpu"}"#);
+        j.extend(json(r#"{"t":"op","id":0,"name":"mm.default"}"#));
         j.extend(ints(&[ADD, 1, 3, -1, 10, 0, 0]));
         let mut tail = ints(&[0, 0, 0]);
         tail.truncate(tail.len() - 3);

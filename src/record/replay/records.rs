@@ -42,6 +42,11 @@ impl Replay {
                 c if c >= 0 => {
                     let bw = c & 1 == 1;
                     let fid = (c >> 2) as u32;
+                    // the agent names an op (a JSON message) before its first record
+                    if fid as usize >= self.op_names.len() {
+                        self.damaged(i, format!("an op never named (id {fid})"));
+                        return;
+                    }
                     if self.cuda {
                         if !need(3) {
                             return;
@@ -55,6 +60,10 @@ impl Replay {
                 }
                 ADD => {
                     if !need(4) {
+                        return;
+                    }
+                    if !(0..1 << 56).contains(&v[i + 4]) {
+                        self.damaged(i, format!("a storage of {} bytes", v[i + 4]));
                         return;
                     }
                     self.add(v[i + 1], v[i + 2], v[i + 3], v[i + 4]);
@@ -206,7 +215,11 @@ impl Replay {
                     self.note_tensor(v[i + 1], v[i + 2], v[i + 3]);
                     i += 4;
                 }
-                _ => return, // unknown: the rest of the frame cannot be framed
+                // unknown: the rest cannot be framed
+                _ => {
+                    self.damaged(i, format!("an unknown record code {code}"));
+                    return;
+                }
             }
         }
     }
