@@ -79,3 +79,80 @@ fn closures_and_leaf_backward_are_named_by_the_module_that_ran_them() {
         assert_eq!(cpu["Optstate"], 0, "{optimizer}: {cpu}");
     }
 }
+
+/// The fqn an op name starts with (`{module}.{phase}.{op}_{n}`), and its phase.
+fn module_and_phase(op: &str) -> Option<(&str, &str)> {
+    ["forward", "backward", "step"].iter().find_map(|p| {
+        let (m, _) = op.split_once(&format!(".{p}."))?;
+        Some((m, *p))
+    })
+}
+
+#[test]
+fn modules_that_pass_their_input_through_own_no_backward_op() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&script("passthrough_naming.py")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let j = export(&dir.path().join("run.pkl"));
+    let names = op_names(&j);
+    // (module, op name) of each backward op
+    let backward: Vec<(&str, &str)> = names
+        .iter()
+        .filter_map(|n| {
+            let (m, phase) = module_and_phase(n)?;
+            (phase == "backward").then_some((m, *n))
+        })
+        .collect();
+    assert!(backward.len() > 200, "{} backward ops", backward.len());
+    // the script's Identity and Dropout(p=0) modules: their outputs are their inputs
+    let pass_through = |m: &str| {
+        m.ends_with(".drop_path")
+            || m.ends_with(".pos_drop")
+            || m.ends_with(".pre_logits")
+            || m.ends_with(".mlp.2")
+            || m.ends_with(".mlp.4")
+    };
+    let misnamed: Vec<&str> = backward
+        .iter()
+        .filter(|(m, _)| pass_through(m))
+        .map(|(_, n)| *n)
+        .collect();
+    assert!(
+        misnamed.is_empty(),
+        "{} of {} backward ops named after a module that runs none: {:?}",
+        misnamed.len(),
+        backward.len(),
+        &misnamed[..misnamed.len().min(10)]
+    );
+    // each op's node was created by the module below, in both blocks and both steps
+    for (op, module) in [
+        (
+            "_scaled_dot_product_flash_attention_for_cpu_backward",
+            ".attn",
+        ),
+        ("native_layer_norm_backward", ".norm1"),
+        ("native_layer_norm_backward", ".norm2"),
+        ("gelu_backward", ".mlp.1"),
+    ] {
+        for block in ["ViT.blocks.0", "ViT.blocks.1"] {
+            let owner = format!("{block}{module}");
+            let n = backward
+                .iter()
+                .filter(|(m, n)| *m == owner && n.contains(&format!(".{op}.")))
+                .count();
+            assert_eq!(n, 2, "{owner}.backward.{op}: {n} in 2 steps");
+        }
+    }
+    let heads = backward
+        .iter()
+        .filter(|(m, n)| *m == "ViT.norm" && n.contains(".native_layer_norm_backward."))
+        .count();
+    assert_eq!(heads, 2, "ViT.norm's layer norm backward");
+}

@@ -29,6 +29,9 @@ from .protocol import (
     PRE_FW,
     PRE_FW_AC,
     PUSH,
+    PUSH_BACKWARD,
+    PUSH_FORWARD,
+    PUSH_PASS_THROUGH,
     RESET,
     SNAP,
 )
@@ -43,7 +46,7 @@ tracker = None  # the ModuleTracker, once installed
 class ModInfo:
     """What the agent keeps on a module (in its __dict__): its key and its name."""
 
-    __slots__ = ("obj_id", "mk", "name", "name_id", "seen")
+    __slots__ = ("obj_id", "mk", "name", "name_id", "seen", "fw_inputs")
 
     def __init__(self, obj_id, mk, name):
         self.obj_id = obj_id
@@ -51,6 +54,9 @@ class ModInfo:
         self.name = name
         self.name_id = name_id(name)
         self.seen = False
+        # per running forward call: the ids and versions of its inputs that require grad
+        # (passes_through; the inputs live while the call runs)
+        self.fw_inputs = []
 
 
 _mod_count = [0]
@@ -157,14 +163,31 @@ class ModuleTracker:
         Tensor = self.Tensor
         return [a for a in self.flat(x) if isinstance(a, Tensor) and a.requires_grad]
 
+    @staticmethod
+    def passes_through(outputs, inputs):
+        """Whether each output is one of the inputs, untouched (the same tensor at the same
+        version): nn.Identity, Dropout(p=0) or in eval. Such a module creates no autograd
+        node, so no backward op is its own; an input modified in place (ReLU(inplace=True))
+        has a new version and a node of the module's."""
+        if not inputs:
+            return False
+        for o in outputs:
+            k = id(o)
+            for t, v in inputs:
+                if k == t and o._version == v:
+                    break
+            else:
+                return False
+        return True
+
     # -- ModTracker's parents
 
-    def add_parent(self, info, bw_push):
+    def add_parent(self, info, how):
         name = info.name
         parents = self.parents
         if name not in parents:
             parents[name] = 1
-            ext((PUSH, info.name_id, bw_push))
+            ext((PUSH, info.name_id, how))
         else:
             parents[name] += 1
 
@@ -281,13 +304,17 @@ class ModuleTracker:
             if self.root == mk:
                 ext((MARK, 1))
 
-    def backward_starts(self, wmod, info, *args):
-        """A multi-grad hook on the module's outputs: its backward starts."""
+    def backward_starts(self, wmod, info, how, *args):
+        """A multi-grad hook on the module's outputs: its backward starts. `how` is
+        PUSH_PASS_THROUGH for a module whose outputs are its inputs: it runs no node, and its
+        outputs' and inputs' hooks fire together, the end first, so it stays active (for
+        MemTracker's peaks, as in ModTracker) to the end of backward; the collector names no
+        op after it."""
         if not state.active:
             return
         try:
             self.maybe_set_engine_callback()
-            self.add_parent(info, 1)
+            self.add_parent(info, how)
             mod = wmod()
             if mod is not None and info.mk in self.tracked:
                 ext((SNAP, info.mk, PRE_BW))
@@ -340,10 +367,11 @@ class ModuleTracker:
                 self.enter_inner(w)
             info = mod_info(mod)
             bw = self.gtid() != -1
-            self.add_parent(info, 0)
+            self.add_parent(info, PUSH_FORWARD)
             self.mt_pre_fw(mod, info, inputs, bw)
             if not bw:
                 tensors = self.grad_tensors(inputs)
+                info.fw_inputs.append([(id(t), t._version) for t in tensors])
                 ends = functools.partial(self.backward_ends, weakref.ref(mod), info)
                 if tensors:
                     self.on_grads(tensors, ends, "all")
@@ -368,9 +396,15 @@ class ModuleTracker:
             self.mt_post_fw(mod, info, output, bw)
             self.remove_parent(info)
             if not bw:
+                inputs_seen = info.fw_inputs.pop() if info.fw_inputs else None
                 tensors = self.grad_tensors(output)
                 if tensors:
-                    starts = functools.partial(self.backward_starts, weakref.ref(mod), info)
+                    how = (
+                        PUSH_PASS_THROUGH
+                        if self.passes_through(tensors, inputs_seen)
+                        else PUSH_BACKWARD
+                    )
+                    starts = functools.partial(self.backward_starts, weakref.ref(mod), info, how)
                     self.on_grads(tensors, starts, "any")
         except Exception as e:
             internal_error(e)
