@@ -156,3 +156,85 @@ fn modules_that_pass_their_input_through_own_no_backward_op() {
         .count();
     assert_eq!(heads, 2, "ViT.norm's layer norm backward");
 }
+
+/// How many ops of `names` are `{module}.{phase}.{op}_{n}`.
+fn count(names: &[&str], module: &str, phase: &str, op: &str) -> usize {
+    let prefix = format!("{module}.{phase}.{op}_");
+    names.iter().filter(|n| n.starts_with(&prefix)).count()
+}
+
+#[test]
+fn two_models_and_optimizers_of_one_class_get_the_programs_names() {
+    let Some(py) = python() else { return };
+    // (mode, generator, discriminator, generator's optimizer, discriminator's, discriminator
+    // calls per step)
+    for (mode, gen, disc, opt_g, opt_d, disc_calls) in [
+        ("plain", "gen", "disc", "opt_g", "opt_d", 3),
+        (
+            "lightning-style",
+            "generator",
+            "discriminator",
+            "opt_g",
+            "opt_d",
+            2,
+        ),
+        ("anonymous", "Sequential", "Sequential#2", "", "", 1),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (code, stderr) = record(
+            dir.path(),
+            "run.pkl",
+            &["--backend", "cpu"],
+            &py,
+            &[&script("gan_naming.py"), mode],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        let j = export(&dir.path().join("run.pkl"));
+        let names = op_names(&j);
+        // each model's two Linear layers run addmm once per call; 2 steps; generator once
+        for (model, calls) in [(gen, 1), (disc, disc_calls)] {
+            for layer in ["0", "2"] {
+                let m = format!("{model}.{layer}");
+                assert_eq!(
+                    count(&names, &m, "forward", "addmm.default"),
+                    2 * calls,
+                    "{mode}: {m}"
+                );
+            }
+        }
+        if !opt_g.is_empty() {
+            // Adam's step on the generator's 4 parameters and on the discriminator's 4:
+            // the same ops, as many, under each name
+            let g = names
+                .iter()
+                .filter(|n| n.starts_with(&format!("{opt_g}.step.")))
+                .count();
+            let d = names
+                .iter()
+                .filter(|n| n.starts_with(&format!("{opt_d}.step.")))
+                .count();
+            assert!(g > 0 && g == d, "{mode}: {opt_g} {g}, {opt_d} {d}");
+            assert!(
+                !names.iter().any(|n| n.starts_with("Adam.step.")),
+                "{mode}: an optimizer still named Adam"
+            );
+        }
+        // the module tables, every iteration, name the same modules
+        let fqns: Vec<String> = j["memtrack"]["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|it| it["modules"].as_array().unwrap().iter())
+            .map(|m| m["fqn"].as_str().unwrap().to_string())
+            .collect();
+        for expected in [gen, disc] {
+            assert!(fqns.iter().any(|f| f == expected), "{mode}: {fqns:?}");
+        }
+        if mode != "anonymous" {
+            assert!(
+                !fqns.iter().any(|f| f.starts_with("Sequential")),
+                "{mode}: {fqns:?}"
+            );
+        }
+    }
+}

@@ -11,7 +11,7 @@ import weakref
 
 from . import ops, state
 from .dynamo import skipper
-from .names import name_id
+from .names import Roots, name_id, rename
 from .protocol import (
     BUFFER,
     GRAD,
@@ -40,13 +40,13 @@ from .transport import ap, ext, internal_error
 tracker = None  # the ModuleTracker, once installed
 
 
-# ---- names: ModTracker._get_mod_name
+# ---- names: ModTracker._get_mod_name, with the rules of names.py and docs/record.md
 
 
 class ModInfo:
     """What the agent keeps on a module (in its __dict__): its key and its name."""
 
-    __slots__ = ("obj_id", "mk", "name", "name_id", "seen", "fw_inputs")
+    __slots__ = ("obj_id", "mk", "name", "name_id", "seen", "root", "fw_inputs")
 
     def __init__(self, obj_id, mk, name):
         self.obj_id = obj_id
@@ -54,12 +54,14 @@ class ModInfo:
         self.name = name
         self.name_id = name_id(name)
         self.seen = False
+        self.root = True  # no parent has named it
         # per running forward call: the ids and versions of its inputs that require grad
         # (passes_through; the inputs live while the call runs)
         self.fw_inputs = []
 
 
 _mod_count = [0]
+_roots = Roots()  # top-level modules by class name
 
 
 def _info(mod):
@@ -86,17 +88,49 @@ def _set_name(mod, name):
     return info
 
 
+def _rename_root(mod, old, new):
+    """A top-level module (and its submodules) named `old...` is named `new...` from now on,
+    and the collector renames what it recorded under those names."""
+    for sub in mod.modules():
+        info = sub.__dict__.get("_memtrack_info")
+        if info is None or info.obj_id != id(sub):
+            continue
+        n = info.name
+        if n == old or n.startswith(old + "."):
+            n2 = new + n[len(old) :]
+            rename(n, n2)
+            if tracker is not None and n in tracker.parents:
+                tracker.parents[n2] = tracker.parents.pop(n)
+            info.name = n2
+
+
+def _name_children(mod, info):
+    """Name mod's submodules by their place under it, recursively: also those seen before
+    under another name (a parametrization runs inside register_parametrization before it is
+    attached: it is named where it is now)."""
+    wrapper = wrapped(mod) is not mod
+    for cname, sub in mod.named_children():
+        # the wrapped module is the same module to the user: MLP.fc1, not MLP._orig_mod.fc1
+        name = info.name if wrapper and cname == "_orig_mod" else f"{info.name}.{cname}"
+        sinfo = _info(sub)
+        sinfo.root = False
+        if sinfo.name != name or not sinfo.seen:
+            _set_name(sub, name)
+            _name_children(sub, sinfo)
+    info.seen = True
+
+
 def mod_info(mod):
-    """ModTracker._get_mod_name: an unknown module is named by its class; the first time a
-    module is seen, its children are named under it."""
+    """ModTracker._get_mod_name: an unknown module is named by its class (unless another live
+    top-level module has that name: names.Roots); the first time a module is seen, its
+    children are named under it."""
     info = _info(mod)
     if not info.seen:
-        wrapper = wrapped(mod) is not mod
-        for cname, sub in mod.named_children():
-            # the wrapped module is the same module to the user: MLP.fc1, not MLP._orig_mod.fc1
-            _set_name(sub, info.name if wrapper and cname == "_orig_mod" else f"{info.name}.{cname}")
-            mod_info(sub)
-        info.seen = True
+        if info.root:
+            name = _roots.claim(mod, info.name, _rename_root)
+            if name != info.name:
+                _set_name(mod, name)
+        _name_children(mod, info)
     return info
 
 
