@@ -238,3 +238,79 @@ fn two_models_and_optimizers_of_one_class_get_the_programs_names() {
         }
     }
 }
+
+/// Per iteration of a `modules --format json` (ours or memtracker_reference.py's): each
+/// module's fqn and its number of Post-Backward calls.
+fn post_backward_calls(j: &serde_json::Value) -> Vec<Vec<(String, usize)>> {
+    j["iterations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|it| {
+            it["modules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    let calls = m["states"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|s| s["state"] == "Post-Backward")
+                        .map_or(0, |s| s["calls"].as_array().unwrap().len());
+                    (m["fqn"].as_str().unwrap().to_string(), calls)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn parametrizations_are_named_where_they_are_and_end_backward_once_per_step() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let program = script("parametrization_naming.py");
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&program, "--steps", "4"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let file = dir.path().join("run.pkl");
+    let ours = post_backward_calls(&json_out(&[
+        "modules",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+        "--iteration",
+        "all",
+    ]));
+    // MemTracker on the same model, made before the tracker: it meets each parametrization
+    // where it is attached (MemTracker's own Post-Backward counts pile up: not compared)
+    let o = std::process::Command::new(&py)
+        .arg(script("memtracker_reference.py"))
+        .arg(&program)
+        .args(["--steps", "2", "--build-outside"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let theirs = post_backward_calls(&serde_json::from_slice(&o.stdout).unwrap());
+    let mut their_fqns: Vec<&str> = theirs[1].iter().map(|(f, _)| f.as_str()).collect();
+    their_fqns.sort();
+    assert!(
+        their_fqns.contains(&"Sequential.0.parametrizations.weight.0"),
+        "{their_fqns:?}"
+    );
+    assert_eq!(ours.len(), 4, "iterations");
+    // iteration 1 also holds the calls made while building the model
+    for (k, it) in ours.iter().enumerate().skip(1) {
+        let mut fqns: Vec<&str> = it.iter().map(|(f, _)| f.as_str()).collect();
+        fqns.sort();
+        assert_eq!(fqns, their_fqns, "iteration {}", k + 1);
+        for (fqn, calls) in it {
+            assert_eq!(*calls, 1, "iteration {}: {fqn} Post-Backward calls", k + 1);
+        }
+    }
+}

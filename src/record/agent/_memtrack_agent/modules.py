@@ -157,6 +157,7 @@ class ModuleTracker:
         self.has_callback = False
         self.post_bw_to_enqueue = []
         self.hooked_params = {}  # id(param) -> weakref: hooks installed once per parameter
+        self.spent_hooks = []  # handles of one-shot hooks on leaves that fired (on_leaf_grads)
         self.ac_mod = None  # the module whose forward is recomputed in backward (AC)
         # Modules whose compiled call is running under hooks that already ran for them,
         # outside: torch.compile(module)'s OptimizedModule (for the module it wraps) and
@@ -239,6 +240,9 @@ class ModuleTracker:
 
     def engine_callback(self):
         try:
+            for h in self.spent_hooks:
+                h.remove()
+            self.spent_hooks.clear()
             self.parents.clear()
             self.has_callback = False
             ap(RESET)
@@ -369,10 +373,35 @@ class ModuleTracker:
             internal_error(e)
 
     def on_grads(self, tensors, fn, mode):
+        for t in tensors:
+            if t.grad_fn is None:
+                self.on_leaf_grads(tensors, fn, mode)
+                return
         if len(tensors) == 1:
             tensors[0].register_hook(lambda g: fn(g))
         else:
             self.register_multi_grad_hook(tensors, fn, mode=mode)
+
+    def on_leaf_grads(self, tensors, fn, mode):
+        """on_grads where a tensor is a leaf (a parametrization's forward reads the parameter
+        itself): a leaf keeps its hooks for good, so a hook per forward call would fire once
+        more each iteration (ModTracker's Post-Backward calls pile up: 2, 3, 4...). This one
+        fires once and is removed at the end of that backward (engine_callback; not inside
+        the hook, while autograd walks the hooks)."""
+        handle = [None]
+
+        def once(*args):
+            h = handle[0]
+            if h is None:
+                return
+            handle[0] = None
+            self.spent_hooks.append(h)
+            fn(*args)
+
+        if len(tensors) == 1:
+            handle[0] = tensors[0].register_hook(once)
+        else:
+            handle[0] = self.register_multi_grad_hook(tensors, once, mode=mode)
 
     # -- compiled calls run under the hooks of the module they belong to
 
