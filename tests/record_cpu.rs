@@ -72,35 +72,42 @@ fn stats_file_loads_in_memory_tracker_and_show_traces() {
 
 #[test]
 fn modules_equal_memtracker_mlp() {
-    compare_with_memtracker("mlp_batchnorm.py", &["--steps", "3"], "3", None);
+    compare_with_memtracker(&example("mlp_batchnorm.py"), &["--steps", "3"], "3", None);
 }
 
 #[test]
 fn modules_equal_memtracker_transformer_with_checkpointing() {
-    compare_with_memtracker("tiny_transformer_ckpt.py", &["--steps", "2"], "2", None);
+    compare_with_memtracker(
+        &example("tiny_transformer_ckpt.py"),
+        &["--steps", "2"],
+        "2",
+        None,
+    );
 }
 
 #[test]
 fn modules_equal_memtracker_transformer_with_reentrant_checkpointing() {
     compare_with_memtracker(
-        "tiny_transformer_ckpt.py",
+        &example("tiny_transformer_ckpt.py"),
         &["--steps", "2", "--reentrant"],
         "2",
         Some(r#"{"reentrant": true}"#),
     );
 }
 
-/// Record `example_name args`, run MemTracker on the example's build()/step() for `steps`
-/// (with `build_kwargs` as JSON), compare.
-fn compare_with_memtracker(
-    example_name: &str,
-    args: &[&str],
-    steps: &str,
-    build_kwargs: Option<&str>,
-) {
+#[test]
+fn modules_equal_memtracker_with_pass_through_modules() {
+    // Identity and Dropout(p=0) keep their backward snapshots though no op is named after them
+    let program = script("passthrough_naming.py");
+    compare_with_memtracker(&program, &["--steps", "2"], "2", None);
+}
+
+/// Record `program args` (an example or a tests/py program), run MemTracker on its
+/// build()/step() for `steps` (with `build_kwargs` as JSON), compare.
+fn compare_with_memtracker(program: &str, args: &[&str], steps: &str, build_kwargs: Option<&str>) {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let mut full = vec![example(example_name)];
+    let mut full = vec![program.to_string()];
     full.extend(args.iter().map(|s| s.to_string()));
     let full: Vec<&str> = full.iter().map(String::as_str).collect();
     let (code, _) = record(dir.path(), "run.pkl", &["--backend", "cpu"], &py, &full);
@@ -117,7 +124,7 @@ fn compare_with_memtracker(
 
     let o = std::process::Command::new(&py)
         .arg(script("memtracker_reference.py"))
-        .arg(example(example_name))
+        .arg(program)
         .args(["--steps", steps])
         .args(build_kwargs)
         .output()

@@ -79,3 +79,238 @@ fn closures_and_leaf_backward_are_named_by_the_module_that_ran_them() {
         assert_eq!(cpu["Optstate"], 0, "{optimizer}: {cpu}");
     }
 }
+
+/// The fqn an op name starts with (`{module}.{phase}.{op}_{n}`), and its phase.
+fn module_and_phase(op: &str) -> Option<(&str, &str)> {
+    ["forward", "backward", "step"].iter().find_map(|p| {
+        let (m, _) = op.split_once(&format!(".{p}."))?;
+        Some((m, *p))
+    })
+}
+
+#[test]
+fn modules_that_pass_their_input_through_own_no_backward_op() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&script("passthrough_naming.py")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let j = export(&dir.path().join("run.pkl"));
+    let names = op_names(&j);
+    // (module, op name) of each backward op
+    let backward: Vec<(&str, &str)> = names
+        .iter()
+        .filter_map(|n| {
+            let (m, phase) = module_and_phase(n)?;
+            (phase == "backward").then_some((m, *n))
+        })
+        .collect();
+    assert!(backward.len() > 200, "{} backward ops", backward.len());
+    // the script's Identity and Dropout(p=0) modules: their outputs are their inputs
+    let pass_through = |m: &str| {
+        m.ends_with(".drop_path")
+            || m.ends_with(".pos_drop")
+            || m.ends_with(".pre_logits")
+            || m.ends_with(".mlp.2")
+            || m.ends_with(".mlp.4")
+    };
+    let misnamed: Vec<&str> = backward
+        .iter()
+        .filter(|(m, _)| pass_through(m))
+        .map(|(_, n)| *n)
+        .collect();
+    assert!(
+        misnamed.is_empty(),
+        "{} of {} backward ops named after a module that runs none: {:?}",
+        misnamed.len(),
+        backward.len(),
+        &misnamed[..misnamed.len().min(10)]
+    );
+    // each op's node was created by the module below, in both blocks and both steps
+    for (op, module) in [
+        (
+            "_scaled_dot_product_flash_attention_for_cpu_backward",
+            ".attn",
+        ),
+        ("native_layer_norm_backward", ".norm1"),
+        ("native_layer_norm_backward", ".norm2"),
+        ("gelu_backward", ".mlp.1"),
+    ] {
+        for block in ["ViT.blocks.0", "ViT.blocks.1"] {
+            let owner = format!("{block}{module}");
+            let n = backward
+                .iter()
+                .filter(|(m, n)| *m == owner && n.contains(&format!(".{op}.")))
+                .count();
+            assert_eq!(n, 2, "{owner}.backward.{op}: {n} in 2 steps");
+        }
+    }
+    let heads = backward
+        .iter()
+        .filter(|(m, n)| *m == "ViT.norm" && n.contains(".native_layer_norm_backward."))
+        .count();
+    assert_eq!(heads, 2, "ViT.norm's layer norm backward");
+}
+
+/// How many ops of `names` are `{module}.{phase}.{op}_{n}`.
+fn count(names: &[&str], module: &str, phase: &str, op: &str) -> usize {
+    let prefix = format!("{module}.{phase}.{op}_");
+    names.iter().filter(|n| n.starts_with(&prefix)).count()
+}
+
+#[test]
+fn two_models_and_optimizers_of_one_class_get_the_programs_names() {
+    let Some(py) = python() else { return };
+    // (mode, generator, discriminator, generator's optimizer, discriminator's, discriminator
+    // calls per step)
+    for (mode, gen, disc, opt_g, opt_d, disc_calls) in [
+        ("plain", "gen", "disc", "opt_g", "opt_d", 3),
+        (
+            "lightning-style",
+            "generator",
+            "discriminator",
+            "opt_g",
+            "opt_d",
+            2,
+        ),
+        ("anonymous", "Sequential", "Sequential#2", "", "", 1),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (code, stderr) = record(
+            dir.path(),
+            "run.pkl",
+            &["--backend", "cpu"],
+            &py,
+            &[&script("gan_naming.py"), mode],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        let j = export(&dir.path().join("run.pkl"));
+        let names = op_names(&j);
+        // each model's two Linear layers run addmm once per call; 2 steps; generator once
+        for (model, calls) in [(gen, 1), (disc, disc_calls)] {
+            for layer in ["0", "2"] {
+                let m = format!("{model}.{layer}");
+                assert_eq!(
+                    count(&names, &m, "forward", "addmm.default"),
+                    2 * calls,
+                    "{mode}: {m}"
+                );
+            }
+        }
+        if !opt_g.is_empty() {
+            // Adam's step on the generator's 4 parameters and on the discriminator's 4:
+            // the same ops, as many, under each name
+            let g = names
+                .iter()
+                .filter(|n| n.starts_with(&format!("{opt_g}.step.")))
+                .count();
+            let d = names
+                .iter()
+                .filter(|n| n.starts_with(&format!("{opt_d}.step.")))
+                .count();
+            assert!(g > 0 && g == d, "{mode}: {opt_g} {g}, {opt_d} {d}");
+            assert!(
+                !names.iter().any(|n| n.starts_with("Adam.step.")),
+                "{mode}: an optimizer still named Adam"
+            );
+        }
+        // the module tables, every iteration, name the same modules
+        let fqns: Vec<String> = j["memtrack"]["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|it| it["modules"].as_array().unwrap().iter())
+            .map(|m| m["fqn"].as_str().unwrap().to_string())
+            .collect();
+        for expected in [gen, disc] {
+            assert!(fqns.iter().any(|f| f == expected), "{mode}: {fqns:?}");
+        }
+        if mode != "anonymous" {
+            assert!(
+                !fqns.iter().any(|f| f.starts_with("Sequential")),
+                "{mode}: {fqns:?}"
+            );
+        }
+    }
+}
+
+/// Per iteration of a `modules --format json` (ours or memtracker_reference.py's): each
+/// module's fqn and its number of Post-Backward calls.
+fn post_backward_calls(j: &serde_json::Value) -> Vec<Vec<(String, usize)>> {
+    j["iterations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|it| {
+            it["modules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| {
+                    let calls = m["states"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|s| s["state"] == "Post-Backward")
+                        .map_or(0, |s| s["calls"].as_array().unwrap().len());
+                    (m["fqn"].as_str().unwrap().to_string(), calls)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn parametrizations_are_named_where_they_are_and_end_backward_once_per_step() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let program = script("parametrization_naming.py");
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&program, "--steps", "4"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let file = dir.path().join("run.pkl");
+    let ours = post_backward_calls(&json_out(&[
+        "modules",
+        file.to_str().unwrap(),
+        "--format",
+        "json",
+        "--iteration",
+        "all",
+    ]));
+    // MemTracker on the same model, made before the tracker: it meets each parametrization
+    // where it is attached (MemTracker's own Post-Backward counts pile up: not compared)
+    let o = std::process::Command::new(&py)
+        .arg(script("memtracker_reference.py"))
+        .arg(&program)
+        .args(["--steps", "2", "--build-outside"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let theirs = post_backward_calls(&serde_json::from_slice(&o.stdout).unwrap());
+    let mut their_fqns: Vec<&str> = theirs[1].iter().map(|(f, _)| f.as_str()).collect();
+    their_fqns.sort();
+    assert!(
+        their_fqns.contains(&"Sequential.0.parametrizations.weight.0"),
+        "{their_fqns:?}"
+    );
+    assert_eq!(ours.len(), 4, "iterations");
+    // iteration 1 also holds the calls made while building the model
+    for (k, it) in ours.iter().enumerate().skip(1) {
+        let mut fqns: Vec<&str> = it.iter().map(|(f, _)| f.as_str()).collect();
+        fqns.sort();
+        assert_eq!(fqns, their_fqns, "iteration {}", k + 1);
+        for (fqn, calls) in it {
+            assert_eq!(*calls, 1, "iteration {}: {fqn} Post-Backward calls", k + 1);
+        }
+    }
+}

@@ -23,6 +23,13 @@ pub const TIME: i64 = -17;
 pub const JSON: i64 = -18;
 pub const NOTE: i64 = -19;
 
+// ---- how a module became active (PUSH's `how`)
+pub const PUSH_FORWARD: i64 = 0;
+pub const PUSH_BACKWARD: i64 = 1;
+/// Pushed in backward by a module whose outputs are its inputs (nn.Identity, Dropout(p=0)):
+/// active for MemTracker's peaks, but it runs no node, so no op is named after it.
+pub const PUSH_PASS_THROUGH: i64 = 2;
+
 // ---- why a tensor was noted (NOTE's `why`): how its memory was measured, if at all
 pub const WHY_SPARSE: i64 = 0;
 pub const WHY_NESTED: i64 = 1;

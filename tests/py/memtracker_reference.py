@@ -56,6 +56,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("example")
     p.add_argument("--steps", type=int, default=3)
+    # a program that makes its tracker after its model: MemTracker meets the modules only as
+    # they run in the steps (not, say, a parametrization inside register_parametrization)
+    p.add_argument("--build-outside", action="store_true")
     args, rest = p.parse_known_args()
     spec = importlib.util.spec_from_file_location("example", args.example)
     ex = importlib.util.module_from_spec(spec)
@@ -64,8 +67,11 @@ def main():
 
     mt = MemTracker()
     iterations = []
-    with mt:
+    if args.build_outside:
         model, opt, loss_fn, x, y = ex.build(**kwargs)
+    with mt:
+        if not args.build_outside:
+            model, opt, loss_fn, x, y = ex.build(**kwargs)
         for i in range(args.steps):
             mt.reset_mod_stats()
             ex.step(model, opt, loss_fn, x, y)

@@ -37,7 +37,20 @@ impl Replay {
                 self.hello = Some(m.clone());
             }
             MSG_OP => set_name(&mut self.op_names, &m["id"], &m["name"]),
-            MSG_NAME => set_name(&mut self.names, &m["id"], &m["name"]),
+            MSG_NAME => {
+                // a name announced again is a rename (names.py: a second live top-level
+                // module or optimizer of one class): iterations already closed follow it
+                let id = m["id"].as_u64().map(|i| i as usize);
+                let old = id.and_then(|i| self.names.get(i).cloned().flatten());
+                set_name(&mut self.names, &m["id"], &m["name"]);
+                if let (Some(old), Some(new)) = (old, m["name"].as_str()) {
+                    for it in &mut self.iterations {
+                        for md in it.modules.iter_mut().filter(|md| md.fqn == old) {
+                            md.fqn = new.to_string();
+                        }
+                    }
+                }
+            }
             MSG_DEVICE => {
                 self.device_name = as_string(&m["name"]);
                 self.device_total = m["total_bytes"].as_u64();

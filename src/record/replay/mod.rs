@@ -30,7 +30,7 @@ mod records;
 pub use bytes::device_name;
 use bytes::{Snap, Storage};
 use modules::Iter;
-use ops::Op;
+use ops::{Op, Pushed};
 
 /// Something a process said that is not a recording: why it did not record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,8 +149,8 @@ struct Replay {
     curr: Snap,
     /// A total grew since the last op: peaks may need updating.
     dirty: bool,
-    /// ModTracker's `parents` (without "Global"): name id, pushed by a backward hook.
-    parents: Vec<(u32, bool)>,
+    /// ModTracker's `parents` (without "Global"): name id, and which hook pushed it.
+    parents: Vec<(u32, Pushed)>,
     optimizer: Option<u32>,
     iter: Option<Iter>,
     iterations: Vec<IterationModules>,

@@ -1,6 +1,8 @@
 //! Ops: each sample placed in its context (the optimizer's step, the innermost running
 //! module, forward or backward) with its allocated / active / reserved bytes.
 
+use crate::record::protocol::{PUSH_BACKWARD, PUSH_PASS_THROUGH};
+
 use super::bytes::TOTAL;
 use super::Replay;
 
@@ -20,6 +22,26 @@ pub(super) enum Phase {
     Step,
 }
 
+/// Which hook made a module active (PUSH's `how`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pushed {
+    Forward,
+    Backward,
+    /// In backward, by a module whose outputs are its inputs: it runs no autograd node, so
+    /// no op is named after it (it stays active for MemTracker's peaks).
+    PassThrough,
+}
+
+impl Pushed {
+    pub(super) fn from_code(code: i64) -> Pushed {
+        match code {
+            PUSH_BACKWARD => Pushed::Backward,
+            PUSH_PASS_THROUGH => Pushed::PassThrough,
+            _ => Pushed::Forward,
+        }
+    }
+}
+
 impl Phase {
     pub(super) fn name(self) -> &'static str {
         match self {
@@ -34,8 +56,13 @@ impl Replay {
     pub(super) fn op(&mut self, fid: u32, bw: bool, cuda: Option<[i64; 3]>) {
         let (ctx, phase) = if let Some(o) = self.optimizer {
             (o, Phase::Step)
-        } else if let Some(&(name, pushed_in_bw)) = self.parents.last() {
-            if pushed_in_bw {
+        } else if let Some(&(name, how)) = self
+            .parents
+            .iter()
+            .rev()
+            .find(|(_, how)| *how != Pushed::PassThrough)
+        {
+            if how == Pushed::Backward {
                 (self.innermost_in_backward(name), Phase::Backward)
             } else {
                 (name, Phase::Forward)
@@ -66,7 +93,8 @@ impl Replay {
     /// The module whose backward is running. Several modules' backward hooks fire on the same
     /// gradient (a leaf whose output is its parent's output: ResNet's `fc`, a block's last
     /// ReLU), the outermost last; the op belongs to the innermost of them: the deepest name
-    /// pushed in backward, the latest among equals.
+    /// pushed in backward, the latest among equals. A pass-through module (nn.Identity) is
+    /// none of them: autograd runs no node of its.
     pub(super) fn innermost_in_backward(&self, last: u32) -> u32 {
         let depth = |id: u32| {
             self.names
@@ -75,8 +103,8 @@ impl Replay {
                 .map_or(0, |n| n.matches('.').count())
         };
         let mut best = (depth(last), last);
-        for &(name, bw) in self.parents.iter().rev() {
-            if bw && depth(name) > best.0 {
+        for &(name, how) in self.parents.iter().rev() {
+            if how == Pushed::Backward && depth(name) > best.0 {
                 best = (depth(name), name);
             }
         }

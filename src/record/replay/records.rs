@@ -9,7 +9,7 @@ use crate::record::protocol::{
     REF, RESET, SIZE, SNAP, TIME,
 };
 
-use super::Replay;
+use super::{Pushed, Replay};
 
 impl Replay {
     /// A tensor not measured as one dense storage (`why`, a `WHY_*` code), now in category
@@ -94,7 +94,8 @@ impl Replay {
                     if !need(2) {
                         return;
                     }
-                    self.parents.push((v[i + 1] as u32, v[i + 2] == 1));
+                    self.parents
+                        .push((v[i + 1] as u32, Pushed::from_code(v[i + 2])));
                     i += 3;
                 }
                 POP => {

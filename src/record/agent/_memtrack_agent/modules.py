@@ -11,7 +11,7 @@ import weakref
 
 from . import ops, state
 from .dynamo import skipper
-from .names import name_id
+from .names import Roots, name_id, rename
 from .protocol import (
     BUFFER,
     GRAD,
@@ -29,6 +29,9 @@ from .protocol import (
     PRE_FW,
     PRE_FW_AC,
     PUSH,
+    PUSH_BACKWARD,
+    PUSH_FORWARD,
+    PUSH_PASS_THROUGH,
     RESET,
     SNAP,
 )
@@ -37,13 +40,13 @@ from .transport import ap, ext, internal_error
 tracker = None  # the ModuleTracker, once installed
 
 
-# ---- names: ModTracker._get_mod_name
+# ---- names: ModTracker._get_mod_name, with the rules of names.py and docs/record.md
 
 
 class ModInfo:
     """What the agent keeps on a module (in its __dict__): its key and its name."""
 
-    __slots__ = ("obj_id", "mk", "name", "name_id", "seen")
+    __slots__ = ("obj_id", "mk", "name", "name_id", "seen", "root", "fw_inputs")
 
     def __init__(self, obj_id, mk, name):
         self.obj_id = obj_id
@@ -51,9 +54,14 @@ class ModInfo:
         self.name = name
         self.name_id = name_id(name)
         self.seen = False
+        self.root = True  # no parent has named it
+        # per running forward call: the ids and versions of its inputs that require grad
+        # (passes_through; the inputs live while the call runs)
+        self.fw_inputs = []
 
 
 _mod_count = [0]
+_roots = Roots()  # top-level modules by class name
 
 
 def _info(mod):
@@ -80,17 +88,49 @@ def _set_name(mod, name):
     return info
 
 
+def _rename_root(mod, old, new):
+    """A top-level module (and its submodules) named `old...` is named `new...` from now on,
+    and the collector renames what it recorded under those names."""
+    for sub in mod.modules():
+        info = sub.__dict__.get("_memtrack_info")
+        if info is None or info.obj_id != id(sub):
+            continue
+        n = info.name
+        if n == old or n.startswith(old + "."):
+            n2 = new + n[len(old) :]
+            rename(n, n2)
+            if tracker is not None and n in tracker.parents:
+                tracker.parents[n2] = tracker.parents.pop(n)
+            info.name = n2
+
+
+def _name_children(mod, info):
+    """Name mod's submodules by their place under it, recursively: also those seen before
+    under another name (a parametrization runs inside register_parametrization before it is
+    attached: it is named where it is now)."""
+    wrapper = wrapped(mod) is not mod
+    for cname, sub in mod.named_children():
+        # the wrapped module is the same module to the user: MLP.fc1, not MLP._orig_mod.fc1
+        name = info.name if wrapper and cname == "_orig_mod" else f"{info.name}.{cname}"
+        sinfo = _info(sub)
+        sinfo.root = False
+        if sinfo.name != name or not sinfo.seen:
+            _set_name(sub, name)
+            _name_children(sub, sinfo)
+    info.seen = True
+
+
 def mod_info(mod):
-    """ModTracker._get_mod_name: an unknown module is named by its class; the first time a
-    module is seen, its children are named under it."""
+    """ModTracker._get_mod_name: an unknown module is named by its class (unless another live
+    top-level module has that name: names.Roots); the first time a module is seen, its
+    children are named under it."""
     info = _info(mod)
     if not info.seen:
-        wrapper = wrapped(mod) is not mod
-        for cname, sub in mod.named_children():
-            # the wrapped module is the same module to the user: MLP.fc1, not MLP._orig_mod.fc1
-            _set_name(sub, info.name if wrapper and cname == "_orig_mod" else f"{info.name}.{cname}")
-            mod_info(sub)
-        info.seen = True
+        if info.root:
+            name = _roots.claim(mod, info.name, _rename_root)
+            if name != info.name:
+                _set_name(mod, name)
+        _name_children(mod, info)
     return info
 
 
@@ -117,6 +157,7 @@ class ModuleTracker:
         self.has_callback = False
         self.post_bw_to_enqueue = []
         self.hooked_params = {}  # id(param) -> weakref: hooks installed once per parameter
+        self.spent_hooks = []  # handles of one-shot hooks on leaves that fired (on_leaf_grads)
         self.ac_mod = None  # the module whose forward is recomputed in backward (AC)
         # Modules whose compiled call is running under hooks that already ran for them,
         # outside: torch.compile(module)'s OptimizedModule (for the module it wraps) and
@@ -157,14 +198,31 @@ class ModuleTracker:
         Tensor = self.Tensor
         return [a for a in self.flat(x) if isinstance(a, Tensor) and a.requires_grad]
 
+    @staticmethod
+    def passes_through(outputs, inputs):
+        """Whether each output is one of the inputs, untouched (the same tensor at the same
+        version): nn.Identity, Dropout(p=0) or in eval. Such a module creates no autograd
+        node, so no backward op is its own; an input modified in place (ReLU(inplace=True))
+        has a new version and a node of the module's."""
+        if not inputs:
+            return False
+        for o in outputs:
+            k = id(o)
+            for t, v in inputs:
+                if k == t and o._version == v:
+                    break
+            else:
+                return False
+        return True
+
     # -- ModTracker's parents
 
-    def add_parent(self, info, bw_push):
+    def add_parent(self, info, how):
         name = info.name
         parents = self.parents
         if name not in parents:
             parents[name] = 1
-            ext((PUSH, info.name_id, bw_push))
+            ext((PUSH, info.name_id, how))
         else:
             parents[name] += 1
 
@@ -182,6 +240,9 @@ class ModuleTracker:
 
     def engine_callback(self):
         try:
+            for h in self.spent_hooks:
+                h.remove()
+            self.spent_hooks.clear()
             self.parents.clear()
             self.has_callback = False
             ap(RESET)
@@ -281,13 +342,17 @@ class ModuleTracker:
             if self.root == mk:
                 ext((MARK, 1))
 
-    def backward_starts(self, wmod, info, *args):
-        """A multi-grad hook on the module's outputs: its backward starts."""
+    def backward_starts(self, wmod, info, how, *args):
+        """A multi-grad hook on the module's outputs: its backward starts. `how` is
+        PUSH_PASS_THROUGH for a module whose outputs are its inputs: it runs no node, and its
+        outputs' and inputs' hooks fire together, the end first, so it stays active (for
+        MemTracker's peaks, as in ModTracker) to the end of backward; the collector names no
+        op after it."""
         if not state.active:
             return
         try:
             self.maybe_set_engine_callback()
-            self.add_parent(info, 1)
+            self.add_parent(info, how)
             mod = wmod()
             if mod is not None and info.mk in self.tracked:
                 ext((SNAP, info.mk, PRE_BW))
@@ -308,10 +373,35 @@ class ModuleTracker:
             internal_error(e)
 
     def on_grads(self, tensors, fn, mode):
+        for t in tensors:
+            if t.grad_fn is None:
+                self.on_leaf_grads(tensors, fn, mode)
+                return
         if len(tensors) == 1:
             tensors[0].register_hook(lambda g: fn(g))
         else:
             self.register_multi_grad_hook(tensors, fn, mode=mode)
+
+    def on_leaf_grads(self, tensors, fn, mode):
+        """on_grads where a tensor is a leaf (a parametrization's forward reads the parameter
+        itself): a leaf keeps its hooks for good, so a hook per forward call would fire once
+        more each iteration (ModTracker's Post-Backward calls pile up: 2, 3, 4...). This one
+        fires once and is removed at the end of that backward (engine_callback; not inside
+        the hook, while autograd walks the hooks)."""
+        handle = [None]
+
+        def once(*args):
+            h = handle[0]
+            if h is None:
+                return
+            handle[0] = None
+            self.spent_hooks.append(h)
+            fn(*args)
+
+        if len(tensors) == 1:
+            handle[0] = tensors[0].register_hook(once)
+        else:
+            handle[0] = self.register_multi_grad_hook(tensors, once, mode=mode)
 
     # -- compiled calls run under the hooks of the module they belong to
 
@@ -340,10 +430,11 @@ class ModuleTracker:
                 self.enter_inner(w)
             info = mod_info(mod)
             bw = self.gtid() != -1
-            self.add_parent(info, 0)
+            self.add_parent(info, PUSH_FORWARD)
             self.mt_pre_fw(mod, info, inputs, bw)
             if not bw:
                 tensors = self.grad_tensors(inputs)
+                info.fw_inputs.append([(id(t), t._version) for t in tensors])
                 ends = functools.partial(self.backward_ends, weakref.ref(mod), info)
                 if tensors:
                     self.on_grads(tensors, ends, "all")
@@ -368,9 +459,15 @@ class ModuleTracker:
             self.mt_post_fw(mod, info, output, bw)
             self.remove_parent(info)
             if not bw:
+                inputs_seen = info.fw_inputs.pop() if info.fw_inputs else None
                 tensors = self.grad_tensors(output)
                 if tensors:
-                    starts = functools.partial(self.backward_starts, weakref.ref(mod), info)
+                    how = (
+                        PUSH_PASS_THROUGH
+                        if self.passes_through(tensors, inputs_seen)
+                        else PUSH_BACKWARD
+                    )
+                    starts = functools.partial(self.backward_starts, weakref.ref(mod), info, how)
                     self.on_grads(tensors, starts, "any")
         except Exception as e:
             internal_error(e)

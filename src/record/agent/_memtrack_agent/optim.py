@@ -8,7 +8,7 @@ import functools
 import weakref
 
 from . import ops, state
-from .names import name_id
+from .names import Roots, name_id, rename
 from .protocol import OPT, OPT_BEGIN, OPT_END
 from .transport import ap, ext, internal_error
 
@@ -27,7 +27,8 @@ class OptimizerHooks:
 
     def __init__(self, torch):
         self.Tensor = torch.Tensor
-        self.opt_ids = {}  # optimizer class -> name id
+        self.opt_ids = weakref.WeakKeyDictionary()  # optimizer -> name id
+        self.roots = Roots()  # optimizers by class name
         self.optimizers = weakref.WeakSet()  # every optimizer made
         self.eager = weakref.WeakSet()  # those whose step hooks have run
 
@@ -52,9 +53,9 @@ class OptimizerHooks:
     def step_begins(self, opt, args, kwargs):
         self.eager.add(opt)
         ops.in_opt = True
-        oid = self.opt_ids.get(type(opt))
+        oid = self.opt_ids.get(opt)
         if oid is None:
-            oid = self.opt_ids[type(opt)] = name_id(f"{type(opt).__name__}")
+            oid = self.opt_ids[opt] = name_id(self.roots.claim(opt, type(opt).__name__, _rename))
         ext((OPT_BEGIN, oid))
         # step(closure) (LBFGS, Lightning) runs forward and backward inside the step: those
         # ops belong to their modules, their tensors to their own categories
@@ -69,6 +70,11 @@ class OptimizerHooks:
         self.track_state(opt)
         ops.in_opt = False
         ap(OPT_END)
+
+
+def _rename(opt, old, new):
+    """Another live optimizer of opt's class appeared: opt's name, `old`, becomes `new`."""
+    rename(old, new)
 
 
 def run_closure(closure, oid, *a, **k):

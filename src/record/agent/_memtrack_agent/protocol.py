@@ -10,7 +10,7 @@ ADD = -1  # key cat dev bytes: a storage appeared
 DEL = -2  # key: it died
 REF = -3  # key cat: it changed category
 SIZE = -4  # key bytes: it changed size
-PUSH = -5  # name bw: a module became active
+PUSH = -5  # name how: a module became active (how: PUSH_FORWARD, PUSH_BACKWARD, ...)
 POP = -6  # name: it stopped
 RESET = -7  # all modules reset at the end of backward
 MOD = -8  # mod name params buffers inputs: a module's first call in the iteration
@@ -25,6 +25,11 @@ CYCLE = -16  # id: the `cycles` message id was found here
 TIME = -17  # ns: a CLOCK_MONOTONIC time mark
 JSON = -18  # n bytes...: a message (JSON, n bytes, padded to whole slots)
 NOTE = -19  # why cat was: a tensor not measured as one dense storage, now in cat (was: -1 new)
+
+# ---- how a module became active (PUSH's `how`)
+PUSH_FORWARD = 0  # its forward pre-hook
+PUSH_BACKWARD = 1  # a backward hook: the gradient of its output arrived
+PUSH_PASS_THROUGH = 2  # the same, for a module whose outputs are its inputs: it runs no node
 
 # ---- why a tensor was noted (NOTE's `why`): how its memory was measured, if at all
 WHY_SPARSE = 0  # a sparse layout: sized by the storages of its indices and values
