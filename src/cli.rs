@@ -161,6 +161,17 @@ pub struct PlotArgs {
     /// With --stacked: how many bands; everything else is one grey band
     #[arg(long, default_value_t = 20, value_name = "N", requires = "stacked")]
     pub bands: usize,
+    /// With --stacked: mark this moment (peak, end, oom, an event index, 5.2s, NAME:end@2; see
+    /// `top --at`) with a line and the allocated bytes there
+    #[arg(long, value_name = "MOMENT", requires = "stacked")]
+    pub at: Option<crate::analysis::moment::Moment>,
+    /// With --stacked: bands are groups (site, user, category, annotation, metadata, compile;
+    /// see `top --group-by`), the N that held the most at once
+    #[arg(long, value_enum, requires = "stacked", conflicts_with = "rules")]
+    pub group_by: Option<GroupByArg>,
+    /// With --stacked: bands are the groups of your own `name = regex` rules (see `top --rules`)
+    #[arg(long, value_name = "FILE", requires = "stacked")]
+    pub rules: Option<PathBuf>,
     /// With --stacked: x is the trace event (as pytorch.org/memory_viz; idle time takes no
     /// room) or the time since the first event
     #[arg(long, value_enum, default_value_t = XAxisArg::Event, requires = "stacked")]

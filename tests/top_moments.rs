@@ -195,3 +195,42 @@ fn metadata_rules_and_missing_moments() {
     assert_eq!(code, 2);
     assert!(err.contains("line 1"), "{err}");
 }
+
+/// `plot --stacked --at` marks the moment at the replay's event, and `--group-by` makes the
+/// bands groups.
+#[test]
+fn stacked_plot_marks_the_moment_and_groups_bands() {
+    let f = fixture("snapshots/h100_gpt2_train_exit.pickle");
+    let want = replay(&f, 0, "0.2", "Optimizer.step#AdamW.step", "END", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("t.svg");
+    let (fp, sp) = (f.to_str().unwrap(), svg.to_str().unwrap());
+    for (at, kind) in [
+        ("0.2s", "time"),
+        ("Optimizer.step#AdamW.step:end@2", "annotation"),
+    ] {
+        let (code, _, err) = run(&[
+            "plot",
+            fp,
+            "--stacked",
+            "--at",
+            at,
+            "--group-by",
+            "category",
+            "-o",
+            sp,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let text = std::fs::read_to_string(&svg).unwrap();
+        let index = u(&want["index"][kind]);
+        assert!(
+            text.contains(r#"id="moment" data-x="#)
+                && text.contains(&format!(r#"data-index="{index}""#)),
+            "--at {at}: no mark at event {index}"
+        );
+        assert!(text.contains("optimizer state"), "category bands");
+    }
+    let (code, _, err) = run(&["plot", fp, "--stacked", "--at", "oom", "-o", sp]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no oom event"), "{err}");
+}

@@ -124,6 +124,8 @@ pub enum Capture {
     SinceFirst(i64),
     /// The last event at or before this `time_us`.
     AtTime(i64),
+    /// The trace's last event.
+    Last,
 }
 
 /// What of an allocation, besides its stack, a grouping needs.
@@ -182,21 +184,82 @@ pub struct LiveAt {
     /// The last `time_us` at the moment's event.
     moment_time: Option<i64>,
     last_time: Option<i64>,
+    finder: MomentFinder,
+    tagger: Tagger,
+}
+
+/// Says, event by event, whether this event is (so far) the moment of a [`Capture`]: the
+/// last event it says so of is the moment.
+#[derive(Clone, Debug, Default)]
+pub struct MomentFinder {
+    capture: Capture,
     ooms: usize,
     first_time: Option<i64>,
     /// A time moment is behind us.
     past: bool,
-    /// `Extra` strings: id `i + 1` is `strings[i]`.
+    found: bool,
+}
+
+impl MomentFinder {
+    /// Finding `capture`.
+    pub fn new(capture: Capture) -> MomentFinder {
+        MomentFinder {
+            capture,
+            ..MomentFinder::default()
+        }
+    }
+
+    /// Whether event `index` (`e`) is the moment so far; `peak`: the timeline's
+    /// peak-allocated index after it.
+    pub fn at(&mut self, index: usize, e: &TraceEvent, peak: Option<usize>) -> bool {
+        if e.action == Action::Oom {
+            self.ooms += 1;
+        }
+        let at = match self.capture {
+            Capture::End => false,
+            Capture::Last => true,
+            Capture::Peak => peak == Some(index),
+            Capture::Oom(n) => e.action == Action::Oom && self.ooms == n,
+            Capture::Event(i) => i == index,
+            Capture::SinceFirst(us) => {
+                if let Some(t) = e.time() {
+                    let first = *self.first_time.get_or_insert(t);
+                    self.past |= t - first > us;
+                }
+                !self.past
+            }
+            Capture::AtTime(t) => {
+                self.past |= e.time().is_some_and(|et| et > t);
+                // (events before the first timed one are not known to be before t)
+                !self.past && (e.time().is_some() || self.found)
+            }
+        };
+        self.found |= at;
+        at
+    }
+
+    /// `oom` events so far.
+    pub fn ooms(&self) -> usize {
+        self.ooms
+    }
+}
+
+/// What of an allocation, besides its stack, a grouping keeps: an id per distinct string
+/// (`user_metadata`, `compile_context`) or the annotation span it was made in.
+#[derive(Clone, Debug, Default)]
+pub struct Tagger {
+    extra: Extra,
+    /// Id `i + 1` is `strings[i]`.
     strings: Vec<String>,
     string_ids: FxHashMap<String, u32>,
 }
 
-impl LiveAt {
-    /// Gathering by `config`.
-    pub fn new(config: LiveConfig) -> LiveAt {
-        LiveAt {
-            config,
-            ..LiveAt::default()
+impl Tagger {
+    /// Keeping `extra`.
+    pub fn new(extra: Extra) -> Tagger {
+        Tagger {
+            extra,
+            ..Tagger::default()
         }
     }
 
@@ -211,8 +274,9 @@ impl LiveAt {
         id
     }
 
-    fn extra_of(&mut self, e: &TraceEvent, aux: Option<&EventAux>) -> u32 {
-        match &self.config.extra {
+    /// The id of what allocation event `e` carries (0: nothing).
+    pub fn tag(&mut self, e: &TraceEvent, aux: Option<&EventAux>) -> u32 {
+        match &self.extra {
             Extra::Nothing => 0,
             Extra::Metadata => self.intern(aux.and_then(|a| a.user_metadata.as_deref())),
             Extra::Compile => self.intern(aux.and_then(|a| a.compile_context.as_deref())),
@@ -220,6 +284,29 @@ impl LiveAt {
                 Some(t) => starts.partition_point(|&s| s <= t) as u32,
                 None => 0,
             },
+        }
+    }
+
+    /// The id an `annotate` event gives its allocation, when metadata is kept.
+    pub fn retag(&mut self, aux: Option<&EventAux>) -> Option<u32> {
+        matches!(self.extra, Extra::Metadata)
+            .then(|| self.intern(aux.and_then(|a| a.user_metadata.as_deref())))
+    }
+
+    /// The strings, id `i + 1` at `i`.
+    pub fn into_strings(self) -> Vec<String> {
+        self.strings
+    }
+}
+
+impl LiveAt {
+    /// Gathering by `config`.
+    pub fn new(config: LiveConfig) -> LiveAt {
+        LiveAt {
+            finder: MomentFinder::new(config.capture),
+            tagger: Tagger::new(config.extra.clone()),
+            config,
+            ..LiveAt::default()
         }
     }
 
@@ -232,7 +319,7 @@ impl LiveAt {
         }
         match e.action {
             Action::Alloc => {
-                let extra = self.extra_of(e, aux);
+                let extra = self.tagger.tag(e, aux);
                 let a = LiveAlloc {
                     bytes: e.size,
                     stack: e.stack,
@@ -261,33 +348,16 @@ impl LiveAt {
                     }
                 }
             }
-            Action::Annotate if matches!(self.config.extra, Extra::Metadata) => {
-                let id = self.intern(aux.and_then(|a| a.user_metadata.as_deref()));
-                if let Some(a) = self.live.get_mut(&e.addr) {
-                    a.extra = id;
+            Action::Annotate => {
+                if let Some(id) = self.tagger.retag(aux) {
+                    if let Some(a) = self.live.get_mut(&e.addr) {
+                        a.extra = id;
+                    }
                 }
             }
-            Action::Oom => self.ooms += 1,
             _ => {}
         }
-        let at = match self.config.capture {
-            Capture::End => false,
-            Capture::Peak => self.timeline.peak_allocated_index() == Some(index),
-            Capture::Oom(n) => e.action == Action::Oom && self.ooms == n,
-            Capture::Event(i) => i == index,
-            Capture::SinceFirst(us) => {
-                if let Some(t) = e.time() {
-                    let first = *self.first_time.get_or_insert(t);
-                    self.past |= t - first > us;
-                }
-                !self.past
-            }
-            Capture::AtTime(t) => {
-                self.past |= e.time().is_some_and(|et| et > t);
-                // (events before the first timed one are not known to be before t)
-                !self.past && (e.time().is_some() || self.moment.is_some())
-            }
-        };
+        let at = (self.finder).at(index, e, self.timeline.peak_allocated_index());
         if at {
             self.moment = Some(index);
             self.moment_time = self.last_time;
@@ -379,8 +449,8 @@ impl LiveAt {
             timeline,
             at,
             end,
-            ooms: self.ooms,
-            strings: self.strings,
+            ooms: self.finder.ooms(),
+            strings: self.tagger.into_strings(),
         }
     }
 }
