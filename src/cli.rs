@@ -65,7 +65,8 @@ pub enum Command {
     Export(ExportArgs),
     /// Allocator snapshot: the per-segment map of `_memory_viz stats`, or an SVG of segments
     Segments(SegmentsArgs),
-    /// Allocator snapshot: bytes by allocation site, live at the end and at the peak
+    /// Allocator snapshot: bytes by allocation site (or user line, category, annotation, …),
+    /// live at a moment (the peak, an event, a time, an OOM, an annotation) and at the end
     Top(TopArgs),
     /// Allocator snapshot: the event listing of `_memory_viz trace`, with correct totals
     Trace(TraceArgs),
@@ -252,7 +253,7 @@ pub enum GroupByArg {
     /// standard library or memtrack's agent), as `file.py:LINE function`
     User,
     /// Parameter, gradient, optimizer state, activation, temporary, input, other: from the
-    /// frames and lifetimes (docs/top.md has the rules)
+    /// frames and lifetimes (docs/snapshots.md has the rules)
     Category,
     /// The record_function ranges open at allocation (`external_annotations`)
     Annotation,

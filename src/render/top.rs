@@ -122,7 +122,7 @@ pub fn top(reports: &[GroupReport], title: &str, format: Format, units: Units) -
         }
         "category" => {
             "category: from the allocating frames and when the allocation was freed (rules in \
-             docs/top.md); other: what no rule classifies (see --format json's example_stack); \
+             docs/snapshots.md); other: what no rule classifies (see --format json's example_stack); \
              bytes as requested"
         }
         _ => "bytes as requested",
