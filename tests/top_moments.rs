@@ -234,3 +234,35 @@ fn stacked_plot_marks_the_moment_and_groups_bands() {
     assert_eq!(code, 2);
     assert!(err.contains("no oom event"), "{err}");
 }
+
+/// `diff --group-by user`: the GPT-2 training line appears with the bytes the replay finds live
+/// at the end of the second file (the first, another program, has none there).
+#[test]
+fn diff_groups_by_user_line() {
+    let a = fixture("snapshots/h100/gpt_default.pickle");
+    let b = fixture("snapshots/h100_gpt2_train_exit.pickle");
+    let want = replay(&b, 0, "0", "x", "START", 1);
+    let d = json_out(&[
+        "diff",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--group-by",
+        "user",
+        "--top",
+        "1000",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(d["group_by"], "user");
+    let row = d["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["site"] == "gpt2_train.py:10 <module>")
+        .expect("the training line");
+    assert_eq!(u(&row["end_before_bytes"]), 0);
+    assert_eq!(
+        u(&row["end_after_bytes"]),
+        u(&want["end_by_user_line"]["gpt2_train.py:10"])
+    );
+}

@@ -119,7 +119,9 @@ pub struct SnapshotDiff {
     pub only_before_bytes: u64,
     /// Total size in bytes of `segments_only_after`.
     pub only_after_bytes: u64,
-    /// Sites by growth of live bytes at the end (then at the peak), largest first.
+    /// What a row of `sites` is: `site`, or the `--group-by` asked for.
+    pub group_by: &'static str,
+    /// Sites (groups) by growth of live bytes at the end (then at the peak), largest first.
     pub sites: Vec<SiteGrowth>,
     /// Sites whose end or peak bytes changed, before truncation to `--top`.
     pub sites_total: usize,
@@ -225,6 +227,7 @@ fn site_bytes(s: &Snapshot, devices: &[u32], gathered: Vec<Gathered>, by: &Group
 /// What `diff` compares of one snapshot, on some of its devices: small, so that the snapshot
 /// can go before the other file is read (two large snapshots are never held at once).
 pub struct SnapshotSide {
+    group_by: &'static str,
     metrics: [f64; 4],
     segments: Vec<SegmentKey>,
     sites: SiteBytes,
@@ -263,6 +266,7 @@ pub fn snapshot_side(
     segments.sort();
     segments.dedup();
     SnapshotSide {
+        group_by: by.name(),
         metrics: snapshot_metrics(&timelines),
         segments,
         sites: site_bytes(s, devices, gathered, by),
@@ -337,6 +341,7 @@ pub fn snapshot_diff(
     sites.truncate(top);
     SnapshotDiff {
         kind: "snapshot_diff",
+        group_by: a.group_by,
         devices: devices.to_vec(),
         metrics,
         only_before_bytes: only_before.iter().map(|k| k.total_size).sum(),
