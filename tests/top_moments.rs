@@ -266,3 +266,59 @@ fn diff_groups_by_user_line() {
         u(&want["end_by_user_line"]["gpt2_train.py:10"])
     );
 }
+
+/// `--group-by compile` and `metadata`: each allocation's `compile_context` / `user_metadata`
+/// (synthetic_flat_events carries both), by the test's own replay of which are live at the end.
+#[test]
+fn compile_context_and_metadata_group_what_is_live() {
+    let f = fixture("snapshots/synthetic_flat_events.pickle");
+    let py = common::python_with_torch().expect("python to replay the fixture");
+    let script = r#"
+import json, pickle, sys
+snap = pickle.load(open(sys.argv[1], "rb"))
+out = []
+for d, events in enumerate(snap["device_traces"]):
+    live = {}
+    for e in events:
+        if e["action"] == "alloc":
+            live[e["addr"]] = e
+        elif e["action"] == "free_requested":
+            live.pop(e["addr"], None)
+    ends = {b["address"] for s in snap["segments"] if s["device"] == d
+            for b in s["blocks"] if b["state"] == "active_allocated"}
+    by = {"compile": {}, "metadata": {}}
+    for addr, e in live.items():
+        if addr not in ends:
+            continue
+        c = e.get("compile_context")
+        m = e.get("user_metadata")
+        if c and c != "N/A":
+            by["compile"][c] = by["compile"].get(c, 0) + e["size"]
+        if m:
+            by["metadata"][m] = by["metadata"].get(m, 0) + e["size"]
+    out.append(by)
+print(json.dumps(out))
+"#;
+    let o = std::process::Command::new(py)
+        .args(["-c", script])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let want: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut checked = 0;
+    for g in ["compile", "metadata"] {
+        let reps = top(&f, &["--at", "end", "--group-by", g]);
+        for rep in reps.as_array().unwrap() {
+            let d = u(&rep["device"]) as usize;
+            for (label, bytes) in want[d][g].as_object().unwrap() {
+                let row = (rep["rows"].as_array().unwrap().iter())
+                    .find(|r| r["group"] == label.as_str())
+                    .unwrap_or_else(|| panic!("device {d}: no {g} row {label}"));
+                assert_eq!(u(&row["end_bytes"]), u(bytes), "device {d} {g} {label}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 2, "the fixture carries both");
+}
