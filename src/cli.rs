@@ -65,7 +65,8 @@ pub enum Command {
     Export(ExportArgs),
     /// Allocator snapshot: the per-segment map of `_memory_viz stats`, or an SVG of segments
     Segments(SegmentsArgs),
-    /// Allocator snapshot: bytes by allocation site, live at the end and at the peak
+    /// Allocator snapshot: bytes by allocation site (or user line, category, annotation, …),
+    /// live at a moment (the peak, an event, a time, an OOM, an annotation) and at the end
     Top(TopArgs),
     /// Allocator snapshot: the event listing of `_memory_viz trace`, with correct totals
     Trace(TraceArgs),
@@ -161,6 +162,17 @@ pub struct PlotArgs {
     /// With --stacked: how many bands; everything else is one grey band
     #[arg(long, default_value_t = 20, value_name = "N", requires = "stacked")]
     pub bands: usize,
+    /// With --stacked: mark this moment (peak, end, oom, an event index, 5.2s, NAME:end@2; see
+    /// `top --at`) with a line and the allocated bytes there
+    #[arg(long, value_name = "MOMENT", requires = "stacked")]
+    pub at: Option<crate::analysis::moment::Moment>,
+    /// With --stacked: bands are groups (site, user, category, annotation, metadata, compile;
+    /// see `top --group-by`), the N that held the most at once
+    #[arg(long, value_enum, requires = "stacked", conflicts_with = "rules")]
+    pub group_by: Option<GroupByArg>,
+    /// With --stacked: bands are the groups of your own `name = regex` rules (see `top --rules`)
+    #[arg(long, value_name = "FILE", requires = "stacked")]
+    pub rules: Option<PathBuf>,
     /// With --stacked: x is the trace event (as pytorch.org/memory_viz; idle time takes no
     /// room) or the time since the first event
     #[arg(long, value_enum, default_value_t = XAxisArg::Event, requires = "stacked")]
@@ -234,11 +246,22 @@ pub struct SegmentsArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum MomentArg {
-    /// Live when the snapshot was taken
-    End,
-    /// Live when allocated bytes peaked in the trace
-    Peak,
+pub enum GroupByArg {
+    /// The innermost Python frame _memory_viz keeps (file:line:function)
+    Site,
+    /// The innermost frame of the program's own code (not torch, site-/dist-packages, the
+    /// standard library or memtrack's agent), as `file.py:LINE function`
+    User,
+    /// Parameter, gradient, optimizer state, activation, temporary, input, other: from the
+    /// frames and lifetimes (docs/snapshots.md has the rules)
+    Category,
+    /// The record_function ranges open at allocation (`external_annotations`)
+    Annotation,
+    /// The allocation's `user_metadata` (`torch.cuda.memory._set_memory_metadata`, `annotate`
+    /// events)
+    Metadata,
+    /// The allocation's `compile_context`
+    Compile,
 }
 
 #[derive(Args, Debug)]
@@ -248,20 +271,26 @@ pub struct TopArgs {
     /// Only this CUDA device
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
-    /// How many sites to list
+    /// How many groups to list
     #[arg(long, default_value_t = 20)]
     pub top: usize,
-    /// Rank sites by bytes live at the end or at the peak (default: peak when the file has a
-    /// trace)
-    #[arg(long, value_enum)]
-    pub by: Option<MomentArg>,
+    /// When live memory is counted: peak, end, oom (oom@N: the N-th), an event index as
+    /// `memtrack trace` prints it, a time since the trace's first event (5.2s, 300ms), or an
+    /// annotation boundary (NAME:start, NAME:end, NAME:end@2). Default: peak for the table,
+    /// end for --folded. `--by` is an alias
+    #[arg(long, alias = "by", value_name = "MOMENT")]
+    pub at: Option<crate::analysis::moment::Moment>,
+    /// What a row is
+    #[arg(long, value_enum, default_value_t = GroupByArg::Site, conflicts_with = "rules")]
+    pub group_by: GroupByArg,
+    /// Group by your own rules: a file of `name = regex` lines, matched in order against each
+    /// frame (`path/file.py:LINE:function`); the first rule matching any frame names the group
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
     /// Write folded stacks (`frame;frame;... bytes`, root first) for flamegraph.pl, inferno or
     /// speedscope instead of the table
     #[arg(long)]
     pub folded: bool,
-    /// With --folded: the live allocations at the end or at the peak
-    #[arg(long, value_enum, default_value_t = MomentArg::End)]
-    pub at: MomentArg,
     #[command(flatten)]
     pub common: Common,
 }
@@ -293,6 +322,12 @@ pub struct DiffArgs {
     /// (`104857600`, `100MiB`, `1.5GiB`) or a share of the baseline's peak (`5%`)
     #[arg(long, value_name = "BYTES|PCT")]
     pub fail_over: Option<crate::analysis::diff::Threshold>,
+    /// Snapshots: what a row is (site, user, category, metadata, compile; see `top`)
+    #[arg(long, value_enum, default_value_t = GroupByArg::Site, conflicts_with = "rules")]
+    pub group_by: GroupByArg,
+    /// Snapshots: group by your own `name = regex` rules over frames (see `top --rules`)
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
     #[command(flatten)]
     pub common: Common,
 }

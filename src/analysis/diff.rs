@@ -9,7 +9,8 @@ use serde::Serialize;
 use crate::model::snapshot::Snapshot;
 use crate::model::{op_module, Series, TrackerStats};
 
-use super::sites::{live_at_end, LiveAtPeaks, LiveSet, Sites};
+use super::groups::{GroupBy, Grouper};
+use super::sites::{LiveAtMoment, LiveAtMoments, LiveSet};
 use super::timeline::Timeline;
 
 /// `--fail-over`: growth of the peak past a number of bytes, or past a share of A's peak.
@@ -118,7 +119,9 @@ pub struct SnapshotDiff {
     pub only_before_bytes: u64,
     /// Total size in bytes of `segments_only_after`.
     pub only_after_bytes: u64,
-    /// Sites by growth of live bytes at the end (then at the peak), largest first.
+    /// What a row of `sites` is: `site`, or the `--group-by` asked for.
+    pub group_by: &'static str,
+    /// Sites (groups) by growth of live bytes at the end (then at the peak), largest first.
     pub sites: Vec<SiteGrowth>,
     /// Sites whose end or peak bytes changed, before truncation to `--top`.
     pub sites_total: usize,
@@ -190,24 +193,32 @@ fn snapshot_metrics(timelines: &[Timeline]) -> [f64; 4] {
 
 type SiteBytes = BTreeMap<(String, String), (u64, u64)>;
 
-/// `at_peak`: each device's live set at its peak, if it has a trace.
-fn site_bytes(s: &Snapshot, devices: &[u32], at_peak: Vec<Option<LiveSet>>) -> SiteBytes {
-    let mut sites = Sites::new(s);
+/// Bytes by group (label, location) at the end and at the peak of each device.
+/// A device's live set at the peak (if it has a trace), at the end, and its `Extra` strings.
+type Gathered = (Option<LiveSet>, LiveSet, Vec<String>);
+
+fn site_bytes(s: &Snapshot, devices: &[u32], gathered: Vec<Gathered>, by: &GroupBy) -> SiteBytes {
     let mut out: SiteBytes = BTreeMap::new();
-    for (&d, at_peak) in devices.iter().zip(at_peak) {
-        for (&stack, &(bytes, _)) in &live_at_end(s, d).by_stack {
-            let k = sites.site(stack);
-            out.entry((sites.label(k, false), sites.label(k, true)))
-                .or_default()
-                .0 += bytes;
-        }
-        if let Some(p) = at_peak {
-            for (&stack, &(bytes, _)) in &p.by_stack {
-                let k = sites.site(stack);
-                out.entry((sites.label(k, false), sites.label(k, true)))
-                    .or_default()
-                    .1 += bytes;
+    for (&d, (at_peak, end, strings)) in devices.iter().zip(gathered) {
+        let mut grouper = Grouper::new(s, d, by.clone(), strings);
+        let mut add = |set: &LiveSet, at_peak: bool| {
+            for (&o, &(bytes, _)) in &set.by_origin {
+                let (label, site) = grouper.label(o);
+                let key = match site {
+                    Some(k) => (grouper.site_label(k, false), label),
+                    None => (label.clone(), label),
+                };
+                let e = out.entry(key).or_default();
+                if at_peak {
+                    e.1 += bytes;
+                } else {
+                    e.0 += bytes;
+                }
             }
+        };
+        add(&end, false);
+        if let Some(p) = &at_peak {
+            add(p, true);
         }
     }
     out
@@ -216,17 +227,30 @@ fn site_bytes(s: &Snapshot, devices: &[u32], at_peak: Vec<Option<LiveSet>>) -> S
 /// What `diff` compares of one snapshot, on some of its devices: small, so that the snapshot
 /// can go before the other file is read (two large snapshots are never held at once).
 pub struct SnapshotSide {
+    group_by: &'static str,
     metrics: [f64; 4],
     segments: Vec<SegmentKey>,
     sites: SiteBytes,
 }
 
-/// What `diff` compares of `s` on `devices`; `peaks` took its trace events as they were read.
-pub fn snapshot_side(s: &Snapshot, devices: &[u32], peaks: &mut LiveAtPeaks) -> SnapshotSide {
-    let (timelines, at_peak): (Vec<Timeline>, Vec<Option<LiveSet>>) = (devices.iter())
+/// What `diff` compares of `s` on `devices`, its bytes grouped `by`; `peaks` took its trace
+/// events as they were read.
+pub fn snapshot_side(
+    s: &Snapshot,
+    devices: &[u32],
+    peaks: &mut LiveAtMoments,
+    by: &GroupBy,
+) -> SnapshotSide {
+    let (timelines, gathered): (Vec<Timeline>, Vec<Gathered>) = (devices.iter())
         .map(|&d| {
-            let (tl, live) = peaks.take(s, d);
-            (tl, live.map(|(_, set)| set))
+            let LiveAtMoment {
+                timeline,
+                at,
+                end,
+                strings,
+                ..
+            } = peaks.take(s, d);
+            (timeline, (at.map(|(_, set)| set), end, strings))
         })
         .unzip();
     let mut segments: Vec<SegmentKey> = s
@@ -242,9 +266,10 @@ pub fn snapshot_side(s: &Snapshot, devices: &[u32], peaks: &mut LiveAtPeaks) -> 
     segments.sort();
     segments.dedup();
     SnapshotSide {
+        group_by: by.name(),
         metrics: snapshot_metrics(&timelines),
         segments,
-        sites: site_bytes(s, devices, at_peak),
+        sites: site_bytes(s, devices, gathered, by),
     }
 }
 
@@ -316,6 +341,7 @@ pub fn snapshot_diff(
     sites.truncate(top);
     SnapshotDiff {
         kind: "snapshot_diff",
+        group_by: a.group_by,
         devices: devices.to_vec(),
         metrics,
         only_before_bytes: only_before.iter().map(|k| k.total_size).sum(),

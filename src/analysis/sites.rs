@@ -8,14 +8,14 @@
 //! The live set at the peak is rebuilt by replaying the trace: allocations made in the trace
 //! and not yet freed, plus allocations older than the trace that it frees after the peak, plus
 //! blocks live at the end that the trace never touched. It is gathered as the events go by
-//! ([`LiveAtPeak`]), keeping per stack totals and the live blocks, not the trace.
+//! ([`LiveAt`]), keeping the live blocks and per origin totals, not the trace. The same
+//! gathering finds any other moment of the trace (an event, a time, an OOM).
 
 use rustc_hash::FxHashMap;
-use serde::Serialize;
 
 use crate::model::is_agent_file;
 use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, TraceEvent};
-use crate::model::trace::TraceSink;
+use crate::model::trace::{TraceEvents, TraceSink};
 
 use super::memviz::FrameFilter;
 use super::timeline::{Timeline, TimelineBuilder};
@@ -31,11 +31,35 @@ pub enum SiteKey {
     NoContext,
 }
 
-/// Live allocations at one moment, by stack.
+/// What an allocation is counted under: the stack that allocated it, what else the grouping
+/// keeps of it (`extra`: see [`Extra`]), and the stack that freed it after the moment when
+/// the grouping asks for lifetimes (`freed_by`; None: still live when the trace ends).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Origin {
+    /// The allocating stack.
+    pub stack: StackId,
+    /// `Extra`'s id of what the allocation carried (0: nothing).
+    pub extra: u32,
+    /// The freeing stack, when freed after the moment and lifetimes are kept.
+    pub freed_by: Option<StackId>,
+}
+
+impl Origin {
+    /// Only a stack.
+    pub fn of(stack: StackId) -> Origin {
+        Origin {
+            stack,
+            extra: 0,
+            freed_by: None,
+        }
+    }
+}
+
+/// Live allocations at one moment, by origin.
 #[derive(Debug, Default)]
 pub struct LiveSet {
-    /// (stack, bytes, count)
-    pub by_stack: FxHashMap<StackId, (u64, u64)>,
+    /// (bytes, count) by origin
+    pub by_origin: FxHashMap<Origin, (u64, u64)>,
     /// Requested bytes of all the live allocations.
     pub bytes: u64,
     /// Number of live allocations.
@@ -43,17 +67,28 @@ pub struct LiveSet {
 }
 
 impl LiveSet {
-    fn add(&mut self, stack: StackId, bytes: u64) {
-        self.add_many(stack, bytes, 1);
+    fn add(&mut self, origin: Origin, bytes: u64) {
+        self.add_many(origin, bytes, 1);
     }
 
     /// `count` allocations of `bytes` in all.
-    fn add_many(&mut self, stack: StackId, bytes: u64, count: u64) {
-        let e = self.by_stack.entry(stack).or_insert((0, 0));
+    fn add_many(&mut self, origin: Origin, bytes: u64, count: u64) {
+        let e = self.by_origin.entry(origin).or_insert((0, 0));
         e.0 += bytes;
         e.1 += count;
         self.bytes += bytes;
         self.count += count;
+    }
+
+    /// (bytes, count) by allocating stack alone.
+    pub fn by_stack(&self) -> FxHashMap<StackId, (u64, u64)> {
+        let mut out: FxHashMap<StackId, (u64, u64)> = FxHashMap::default();
+        for (o, &(b, c)) in &self.by_origin {
+            let e = out.entry(o.stack).or_default();
+            e.0 += b;
+            e.1 += c;
+        }
+        out
     }
 }
 
@@ -63,173 +98,445 @@ pub fn live_at_end(snap: &Snapshot, device: u32) -> LiveSet {
     for s in snap.segments_on(device) {
         for b in s.blocks(&snap.blocks) {
             if b.state.is_allocated() {
-                live.add(b.alloc_stack(&snap.history), b.requested(&snap.history));
+                live.add(
+                    Origin::of(b.alloc_stack(&snap.history)),
+                    b.requested(&snap.history),
+                );
             }
         }
     }
     live
 }
 
-/// Allocations live right after a device's peak-allocated event (the timeline's), gathered
-/// one event at a time: the blocks the trace allocated and has not freed, their bytes by stack
-/// now and as they stood at the peak so far, and what older blocks the trace freed since.
-/// Memory follows the live blocks and the distinct stacks, not the trace.
+/// Which trace event the moment follows, decided as the events go by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Capture {
+    /// The snapshot's end only: no event is the moment.
+    End,
+    /// The peak-allocated event (it moves while allocated bytes climb).
+    #[default]
+    Peak,
+    /// The n-th `oom` event (from 1).
+    Oom(usize),
+    /// Event `index`.
+    Event(usize),
+    /// The last event at or before this many microseconds after the first timed event.
+    SinceFirst(i64),
+    /// The last event at or before this `time_us`.
+    AtTime(i64),
+    /// The trace's last event.
+    Last,
+}
+
+/// What of an allocation, besides its stack, a grouping needs.
+#[derive(Clone, Debug, Default)]
+pub enum Extra {
+    /// Nothing.
+    #[default]
+    Nothing,
+    /// Its `user_metadata` (at allocation, or from a later `annotate` event).
+    Metadata,
+    /// Its `compile_context`.
+    Compile,
+    /// The annotation ranges open when it was allocated: the start times of the spans between
+    /// boundaries, ascending (span `i` is id `i + 1`; before the first, 0).
+    Annotations(Vec<i64>),
+}
+
+/// What to gather: when, and what of each allocation.
+#[derive(Clone, Debug, Default)]
+pub struct LiveConfig {
+    /// When the moment is.
+    pub capture: Capture,
+    /// What to keep besides the stack.
+    pub extra: Extra,
+    /// Keep the stack that freed each allocation live at the moment (for lifetimes).
+    pub freed_by: bool,
+}
+
+/// A trace allocation not freed yet.
+#[derive(Clone, Copy)]
+struct LiveAlloc {
+    bytes: u64,
+    stack: StackId,
+    extra: u32,
+    /// The event that made it.
+    index: u32,
+}
+
+/// Allocations live right after one event of a device's trace (the moment: the timeline's
+/// peak-allocated event, an index, a time, an OOM), gathered one event at a time. The moment
+/// may move (the peak does): what is live at it is the trace's allocations made by then and
+/// not yet freed (kept as the live blocks, each with the event that made it), plus what was
+/// freed since of what was live at it (by origin, reset whenever the moment moves), plus
+/// blocks older than the trace that stay live to the end. Memory follows the live blocks and
+/// the distinct origins, not the trace.
 #[derive(Default)]
-pub struct LiveAtPeak {
+pub struct LiveAt {
+    config: LiveConfig,
     /// For the peak, by the timeline's own rule.
     timeline: TimelineBuilder,
-    /// Allocations of the trace not freed yet: address → (bytes, stack).
-    live: FxHashMap<u64, (u64, StackId)>,
-    /// By stack id (ids are dense: the reading's or the snapshot's list of distinct stacks).
-    stacks: Vec<StackLive>,
-    /// For events without a stack.
-    missing: StackLive,
-    /// The stacks whose `now` moved since the last peak (their `at_peak` is the last peak's).
-    changed: Vec<StackId>,
-    /// Allocations older than the trace that it freed after the peak so far (live at it).
-    older_freed: LiveSet,
-    peak: Option<usize>,
+    /// Allocations of the trace not freed yet, by address.
+    live: FxHashMap<u64, LiveAlloc>,
+    /// Live at the moment and freed since, by origin (older allocations by the freeing stack).
+    freed: FxHashMap<Origin, (u64, u64)>,
+    moment: Option<usize>,
+    /// The last `time_us` at the moment's event.
+    moment_time: Option<i64>,
+    last_time: Option<i64>,
+    finder: MomentFinder,
+    tagger: Tagger,
 }
 
-/// A stack's live allocations: (bytes, count) now and at the peak so far.
-#[derive(Clone, Copy, Default)]
-struct StackLive {
-    now: (u64, u64),
-    at_peak: (u64, u64),
-    /// In `LiveAtPeak::changed`.
-    changed: bool,
+/// Says, event by event, whether this event is (so far) the moment of a [`Capture`]: the
+/// last event it says so of is the moment.
+#[derive(Clone, Debug, Default)]
+pub struct MomentFinder {
+    capture: Capture,
+    ooms: usize,
+    first_time: Option<i64>,
+    /// A time moment is behind us.
+    past: bool,
+    found: bool,
 }
 
-impl LiveAtPeak {
+impl MomentFinder {
+    /// Finding `capture`.
+    pub fn new(capture: Capture) -> MomentFinder {
+        MomentFinder {
+            capture,
+            ..MomentFinder::default()
+        }
+    }
+
+    /// Whether event `index` (`e`) is the moment so far; `peak`: the timeline's
+    /// peak-allocated index after it.
+    pub fn at(&mut self, index: usize, e: &TraceEvent, peak: Option<usize>) -> bool {
+        if e.action == Action::Oom {
+            self.ooms += 1;
+        }
+        let at = match self.capture {
+            Capture::End => false,
+            Capture::Last => true,
+            Capture::Peak => peak == Some(index),
+            Capture::Oom(n) => e.action == Action::Oom && self.ooms == n,
+            Capture::Event(i) => i == index,
+            Capture::SinceFirst(us) => {
+                if let Some(t) = e.time() {
+                    let first = *self.first_time.get_or_insert(t);
+                    self.past |= t - first > us;
+                }
+                !self.past
+            }
+            Capture::AtTime(t) => {
+                self.past |= e.time().is_some_and(|et| et > t);
+                // (events before the first timed one are not known to be before t)
+                !self.past && (e.time().is_some() || self.found)
+            }
+        };
+        self.found |= at;
+        at
+    }
+
+    /// `oom` events so far.
+    pub fn ooms(&self) -> usize {
+        self.ooms
+    }
+}
+
+/// What of an allocation, besides its stack, a grouping keeps: an id per distinct string
+/// (`user_metadata`, `compile_context`) or the annotation span it was made in.
+#[derive(Clone, Debug, Default)]
+pub struct Tagger {
+    extra: Extra,
+    /// Id `i + 1` is `strings[i]`.
+    strings: Vec<String>,
+    string_ids: FxHashMap<String, u32>,
+}
+
+impl Tagger {
+    /// Keeping `extra`.
+    pub fn new(extra: Extra) -> Tagger {
+        Tagger {
+            extra,
+            ..Tagger::default()
+        }
+    }
+
+    fn intern(&mut self, s: Option<&str>) -> u32 {
+        let Some(s) = s else { return 0 };
+        if let Some(&id) = self.string_ids.get(s) {
+            return id;
+        }
+        self.strings.push(s.to_string());
+        let id = self.strings.len() as u32;
+        self.string_ids.insert(s.to_string(), id);
+        id
+    }
+
+    /// The id of what allocation event `e` carries (0: nothing).
+    pub fn tag(&mut self, e: &TraceEvent, aux: Option<&EventAux>) -> u32 {
+        match &self.extra {
+            Extra::Nothing => 0,
+            Extra::Metadata => self.intern(aux.and_then(|a| a.user_metadata.as_deref())),
+            Extra::Compile => self.intern(aux.and_then(|a| a.compile_context.as_deref())),
+            Extra::Annotations(starts) => match e.time() {
+                Some(t) => starts.partition_point(|&s| s <= t) as u32,
+                None => 0,
+            },
+        }
+    }
+
+    /// The id an `annotate` event gives its allocation, when metadata is kept.
+    pub fn retag(&mut self, aux: Option<&EventAux>) -> Option<u32> {
+        matches!(self.extra, Extra::Metadata)
+            .then(|| self.intern(aux.and_then(|a| a.user_metadata.as_deref())))
+    }
+
+    /// The strings, id `i + 1` at `i`.
+    pub fn into_strings(self) -> Vec<String> {
+        self.strings
+    }
+}
+
+impl LiveAt {
+    /// Gathering by `config`.
+    pub fn new(config: LiveConfig) -> LiveAt {
+        LiveAt {
+            finder: MomentFinder::new(config.capture),
+            tagger: Tagger::new(config.extra.clone()),
+            config,
+            ..LiveAt::default()
+        }
+    }
+
     /// Feed the next trace event.
-    pub fn push(&mut self, e: &TraceEvent) {
+    pub fn push(&mut self, e: &TraceEvent, aux: Option<&EventAux>) {
         let index = self.timeline.events();
-        self.timeline.push(e, None);
+        self.timeline.push(e, aux);
+        if let Some(t) = e.time() {
+            self.last_time = Some(t);
+        }
         match e.action {
             Action::Alloc => {
+                let extra = self.tagger.tag(e, aux);
+                let a = LiveAlloc {
+                    bytes: e.size,
+                    stack: e.stack,
+                    extra,
+                    index: index as u32,
+                };
                 // (an address allocated twice: the later allocation replaces the earlier)
-                if let Some((bytes, stack)) = self.live.insert(e.addr, (e.size, e.stack)) {
-                    self.change(stack, bytes, false);
+                if let Some(old) = self.live.insert(e.addr, a) {
+                    self.freed_now(old, None);
                 }
-                self.change(e.stack, e.size, true);
             }
-            Action::FreeRequested => match self.live.remove(&e.addr) {
-                Some((bytes, stack)) => self.change(stack, bytes, false),
-                // allocated before the trace began: live at the peak if freed after it
-                None => self.older_freed.add(e.stack, e.size),
-            },
+            Action::FreeRequested => {
+                let by = self.config.freed_by.then_some(e.stack);
+                match self.live.remove(&e.addr) {
+                    Some(a) => self.freed_now(a, by),
+                    // allocated before the trace began: live at the moment if freed after it
+                    None => {
+                        let o = Origin {
+                            stack: e.stack,
+                            extra: 0,
+                            freed_by: by,
+                        };
+                        let f = self.freed.entry(o).or_default();
+                        f.0 += e.size;
+                        f.1 += 1;
+                    }
+                }
+            }
+            Action::Annotate => {
+                if let Some(id) = self.tagger.retag(aux) {
+                    if let Some(a) = self.live.get_mut(&e.addr) {
+                        a.extra = id;
+                    }
+                }
+            }
             _ => {}
         }
-        if self.timeline.peak_allocated_index() == Some(index) {
-            self.peak = Some(index);
-            for stack in std::mem::take(&mut self.changed) {
-                let s = self.stack(stack);
-                s.at_peak = s.now;
-                s.changed = false;
+        let at = (self.finder).at(index, e, self.timeline.peak_allocated_index());
+        if at {
+            self.moment = Some(index);
+            self.moment_time = self.last_time;
+            if !self.freed.is_empty() {
+                self.freed.clear();
             }
-            self.older_freed = LiveSet::default();
         }
     }
 
-    fn stack(&mut self, stack: StackId) -> &mut StackLive {
-        if stack.is_missing() {
-            return &mut self.missing;
-        }
-        let i = stack.0 as usize;
-        if self.stacks.len() <= i {
-            self.stacks.resize(i + 1, StackLive::default());
-        }
-        &mut self.stacks[i]
-    }
-
-    /// An allocation of `bytes` at `stack` became live (`added`) or was freed.
-    fn change(&mut self, stack: StackId, bytes: u64, added: bool) {
-        let s = self.stack(stack);
-        if added {
-            s.now.0 += bytes;
-            s.now.1 += 1;
-        } else {
-            // (it was added: the totals do not go below zero)
-            s.now.0 -= bytes;
-            s.now.1 -= 1;
-        }
-        if !s.changed {
-            s.changed = true;
-            self.changed.push(stack);
+    /// An allocation stopped being live (freed, or its address allocated again).
+    fn freed_now(&mut self, a: LiveAlloc, by: Option<StackId>) {
+        if self.moment.is_some_and(|m| a.index as usize <= m) {
+            let o = Origin {
+                stack: a.stack,
+                extra: a.extra,
+                freed_by: by,
+            };
+            let f = self.freed.entry(o).or_default();
+            f.0 += a.bytes;
+            f.1 += 1;
         }
     }
 
-    /// The device's timeline (without series), and the live set at the peak and the peak's
-    /// index (None without events); `stack_ids`: the snapshot's ids of the stacks the events
-    /// carried, when those were a reading's own.
+    /// The device's timeline (without series), the live set at the moment and its index (None
+    /// when no event was the moment), and the live set at the end (the final segments' blocks,
+    /// each with what the trace's allocation of it carried); `stack_ids`: the snapshot's ids of
+    /// the stacks the events carried, when those were a reading's own.
     pub fn finish(
         self,
         snap: &Snapshot,
         device: u32,
         stack_ids: Option<&[StackId]>,
-    ) -> (Timeline, Option<(usize, LiveSet)>) {
+    ) -> LiveAtMoment {
         let timeline = self.timeline.finish(snap, device);
-        let Some(peak) = self.peak else {
-            return (timeline, None);
-        };
         let id = |s: StackId| match stack_ids {
             Some(ids) if !s.is_missing() => ids[s.0 as usize],
             _ => s,
         };
-        let mut set = LiveSet::default();
-        let stacks = (self.stacks.iter().enumerate())
-            .map(|(i, s)| (StackId(i as u32), s))
-            .chain([(StackId::MISSING, &self.missing)]);
-        for (stack, s) in stacks {
-            if s.at_peak.1 > 0 {
-                set.add_many(id(stack), s.at_peak.0, s.at_peak.1);
-            }
-        }
-        for (&stack, &(bytes, count)) in &self.older_freed.by_stack {
-            set.add_many(id(stack), bytes, count);
-        }
-        // blocks live at the end that no trace allocation accounts for were live all along
+        let renumber = |o: Origin| Origin {
+            stack: id(o.stack),
+            extra: o.extra,
+            freed_by: o.freed_by.map(id),
+        };
+        let mut end = LiveSet::default();
         for s in snap.segments_on(device) {
             for b in s.blocks(&snap.blocks) {
-                if b.state.is_allocated() && !self.live.contains_key(&b.address) {
-                    set.add(b.alloc_stack(&snap.history), b.requested(&snap.history));
+                if b.state.is_allocated() {
+                    let extra = self.live.get(&b.address).map_or(0, |a| a.extra);
+                    let o = Origin {
+                        stack: b.alloc_stack(&snap.history),
+                        extra,
+                        freed_by: None,
+                    };
+                    end.add(o, b.requested(&snap.history));
                 }
             }
         }
-        (timeline, Some((peak, set)))
+        let at = self.moment.map(|m| {
+            let mut set = LiveSet::default();
+            for (&o, &(bytes, count)) in &self.freed {
+                set.add_many(renumber(o), bytes, count);
+            }
+            for a in self.live.values() {
+                if a.index as usize <= m {
+                    let o = Origin {
+                        stack: a.stack,
+                        extra: a.extra,
+                        freed_by: None,
+                    };
+                    set.add(renumber(o), a.bytes);
+                }
+            }
+            // blocks live at the end that no trace allocation accounts for were live all along
+            for s in snap.segments_on(device) {
+                for b in s.blocks(&snap.blocks) {
+                    if b.state.is_allocated() && !self.live.contains_key(&b.address) {
+                        set.add(
+                            Origin::of(b.alloc_stack(&snap.history)),
+                            b.requested(&snap.history),
+                        );
+                    }
+                }
+            }
+            (m, set)
+        });
+        let t0 = timeline.t0_us;
+        LiveAtMoment {
+            at_time_s: (self.moment_time.zip(t0)).map(|(t, t0)| (t - t0) as f64 / 1e6),
+            timeline,
+            at,
+            end,
+            ooms: self.finder.ooms(),
+            strings: self.tagger.into_strings(),
+        }
     }
 }
 
-/// A [`LiveAtPeak`] per device, fed as the reader streams the events by (with stacks).
+/// Device `device`'s events of `events` gathered by `config`: events put aside, replayed once
+/// what the file holds after its trace (the annotations) is known.
+pub fn gather(
+    events: &mut dyn TraceEvents,
+    snap: &Snapshot,
+    device: u32,
+    config: LiveConfig,
+) -> std::io::Result<LiveAtMoment> {
+    let mut g = LiveAt::new(config);
+    events.visit(device, &mut |_, e, _, aux| {
+        g.push(e, aux);
+        Ok(())
+    })?;
+    Ok(g.finish(snap, device, None))
+}
+
+/// What [`LiveAt`] gathered on one device.
+pub struct LiveAtMoment {
+    /// The device's timeline (without series).
+    pub timeline: Timeline,
+    /// The moment's event index and what was live right after it; None when no event was.
+    pub at: Option<(usize, LiveSet)>,
+    /// Seconds from the first timed event to the moment's event (its time, or the last before).
+    pub at_time_s: Option<f64>,
+    /// What was live at the end (the final segments).
+    pub end: LiveSet,
+    /// `oom` events in the trace.
+    pub ooms: usize,
+    /// The `Extra` strings (`user_metadata`, `compile_context`): id `i + 1` is `strings[i]`.
+    pub strings: Vec<String>,
+}
+
+/// A [`LiveAt`] per device, fed as the reader streams the events by (with stacks), or from
+/// events put aside.
 #[derive(Default)]
-pub struct LiveAtPeaks {
-    devices: Vec<LiveAtPeak>,
+pub struct LiveAtMoments {
+    config: LiveConfig,
+    /// The config of single devices (annotation spans differ by device).
+    per_device: FxHashMap<u32, LiveConfig>,
+    devices: Vec<LiveAt>,
     stack_ids: Option<Vec<StackId>>,
 }
 
-impl LiveAtPeaks {
-    /// Device `device`'s timeline (without series) and live set at its peak (None if its
-    /// trace had no events).
-    pub fn take(&mut self, snap: &Snapshot, device: u32) -> (Timeline, Option<(usize, LiveSet)>) {
-        let d = match self.devices.get_mut(device as usize) {
-            Some(d) => std::mem::take(d),
-            None => LiveAtPeak::default(),
-        };
+impl LiveAtMoments {
+    /// Gathering by `config` on every device.
+    pub fn new(config: LiveConfig) -> LiveAtMoments {
+        LiveAtMoments {
+            config,
+            ..LiveAtMoments::default()
+        }
+    }
+
+    /// Device `device` gathers by `config` instead (before its first event).
+    pub fn set_device_config(&mut self, device: u32, config: LiveConfig) {
+        self.per_device.insert(device, config);
+    }
+
+    fn device(&mut self, d: u32) -> &mut LiveAt {
+        let i = d as usize;
+        while self.devices.len() <= i {
+            let n = self.devices.len() as u32;
+            let c = (self.per_device.get(&n).cloned()).unwrap_or_else(|| self.config.clone());
+            self.devices.push(LiveAt::new(c));
+        }
+        &mut self.devices[i]
+    }
+
+    /// What device `device` gathered (an empty trace's when it had no events).
+    pub fn take(&mut self, snap: &Snapshot, device: u32) -> LiveAtMoment {
+        let d = std::mem::take(self.device(device));
         d.finish(snap, device, self.stack_ids.as_deref())
     }
 }
 
-impl TraceSink for LiveAtPeaks {
-    fn event(&mut self, device: u32, e: &TraceEvent, _stream: i64, _aux: Option<&EventAux>) {
-        let d = device as usize;
-        if self.devices.len() <= d {
-            self.devices.resize_with(d + 1, LiveAtPeak::default);
-        }
-        self.devices[d].push(e);
+impl TraceSink for LiveAtMoments {
+    fn event(&mut self, device: u32, e: &TraceEvent, _stream: i64, aux: Option<&EventAux>) {
+        self.device(device).push(e, aux);
     }
 
     fn restart(&mut self) {
-        *self = LiveAtPeaks::default();
+        self.devices.clear();
+        self.stack_ids = None;
     }
 
     fn renumber_stacks(&mut self, ids: &[StackId]) {
@@ -318,137 +625,6 @@ impl<'s> Sites<'s> {
     }
 }
 
-/// One site's live bytes and allocations on one device.
-#[derive(Debug, Serialize)]
-pub struct SiteRow {
-    /// Device index.
-    pub device: u32,
-    /// `file:line:function` (file name only), or `<non-python>` / `<no-context>`.
-    pub site: String,
-    /// The same with the full file path.
-    pub location: String,
-    /// Requested bytes from this site live at the end of the snapshot.
-    pub end_bytes: u64,
-    /// Allocations from this site live at the end.
-    pub end_count: u64,
-    /// Requested bytes from this site live at the allocated peak; None without a trace.
-    pub peak_bytes: Option<u64>,
-    /// Allocations from this site live at the peak; None without a trace.
-    pub peak_count: Option<u64>,
-    /// Kept frames (innermost first) of the stack contributing most bytes to this site.
-    pub example_stack: Vec<String>,
-}
-
-/// The sites holding the most memory on one device, at the end of the trace and at its peak.
-#[derive(Debug, Serialize)]
-pub struct SiteReport {
-    /// Device index.
-    pub device: u32,
-    /// Requested bytes of every allocation live at the end.
-    pub end_bytes: u64,
-    /// Allocations live at the end.
-    pub end_count: u64,
-    /// Index of the trace event after which allocated bytes peaked, when there is a trace.
-    pub peak_event_index: Option<usize>,
-    /// Requested bytes of every allocation live at the peak; None without a trace.
-    pub peak_bytes: Option<u64>,
-    /// Allocations live at the peak; None without a trace.
-    pub peak_count: Option<u64>,
-    /// Distinct sites in all (the rows may be the first N).
-    pub sites: usize,
-    /// The first `--top` sites, by bytes at the moment chosen (end or peak), largest first.
-    pub rows: Vec<SiteRow>,
-}
-
-/// When live memory is counted: at the end of the trace or at its peak.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Moment {
-    /// At the end of the snapshot (the final state).
-    End,
-    /// Right after the trace's peak-allocated event.
-    Peak,
-}
-
-/// The sites of device `device` by bytes live at the end and at the peak (`peak`: the live
-/// set at it and its index, None without a trace), the first `top` by `by`.
-pub fn site_report(
-    snap: &Snapshot,
-    device: u32,
-    top: usize,
-    by: Moment,
-    peak: Option<(usize, LiveSet)>,
-) -> SiteReport {
-    let end = live_at_end(snap, device);
-    let mut sites = Sites::new(snap);
-    #[derive(Default)]
-    struct Acc {
-        end: (u64, u64),
-        peak: (u64, u64),
-        best_stack: Option<(u64, StackId)>,
-    }
-    let mut acc: FxHashMap<SiteKey, Acc> = FxHashMap::default();
-    let note = |a: &mut Acc, stack: StackId, bytes: u64| {
-        if a.best_stack
-            .is_none_or(|(b, s)| bytes > b || (bytes == b && stack < s))
-        {
-            a.best_stack = Some((bytes, stack));
-        }
-    };
-    for (&stack, &(bytes, count)) in &end.by_stack {
-        let a = acc.entry(sites.site(stack)).or_default();
-        a.end.0 += bytes;
-        a.end.1 += count;
-        note(a, stack, bytes);
-    }
-    if let Some((_, p)) = &peak {
-        for (&stack, &(bytes, count)) in &p.by_stack {
-            let a = acc.entry(sites.site(stack)).or_default();
-            a.peak.0 += bytes;
-            a.peak.1 += count;
-            note(a, stack, bytes);
-        }
-    }
-    let has_peak = peak.is_some();
-    let by = if has_peak { by } else { Moment::End };
-    let mut rows: Vec<(SiteKey, Acc)> = acc.into_iter().collect();
-    let n_sites = rows.len();
-    let label_of = |k: SiteKey| sites.label(k, true);
-    rows.sort_by(|(ka, a), (kb, b)| {
-        let (va, vb) = match by {
-            Moment::End => ((a.end.0, a.peak.0), (b.end.0, b.peak.0)),
-            Moment::Peak => ((a.peak.0, a.end.0), (b.peak.0, b.end.0)),
-        };
-        vb.cmp(&va).then_with(|| label_of(*ka).cmp(&label_of(*kb)))
-    });
-    rows.truncate(top);
-    let rows = rows
-        .into_iter()
-        .map(|(k, a)| SiteRow {
-            device,
-            site: sites.label(k, false),
-            location: sites.label(k, true),
-            end_bytes: a.end.0,
-            end_count: a.end.1,
-            peak_bytes: has_peak.then_some(a.peak.0),
-            peak_count: has_peak.then_some(a.peak.1),
-            example_stack: a
-                .best_stack
-                .map(|(_, s)| sites.frames(s))
-                .unwrap_or_default(),
-        })
-        .collect();
-    SiteReport {
-        device,
-        end_bytes: end.bytes,
-        end_count: end.count,
-        peak_event_index: peak.as_ref().map(|(i, _)| *i),
-        peak_bytes: peak.as_ref().map(|(_, p)| p.bytes),
-        peak_count: peak.as_ref().map(|(_, p)| p.count),
-        sites: n_sites,
-        rows,
-    }
-}
-
 /// Folded stacks (`frame;frame;... bytes`, root first) of the allocations `live` (those live
 /// at the end when None), for flamegraph.pl, inferno, speedscope. `prefix` goes first on every
 /// line (e.g. `cuda:0`).
@@ -456,7 +632,7 @@ pub fn folded(snap: &Snapshot, device: u32, live: Option<LiveSet>, prefix: Optio
     let live = live.unwrap_or_else(|| live_at_end(snap, device));
     let mut sites = Sites::new(snap);
     let mut lines: FxHashMap<String, u64> = FxHashMap::default();
-    for (&stack, &(bytes, _)) in &live.by_stack {
+    for (stack, (bytes, _)) in live.by_stack() {
         if bytes == 0 {
             continue;
         }
@@ -486,10 +662,10 @@ mod tests {
     use crate::analysis::timeline::timeline;
     use crate::model::snapshot::DeviceTrace;
 
-    /// The live set at the peak the plain way: replay to the peak, copy the live blocks.
-    fn replayed(snap: &Snapshot) -> Option<(usize, LiveSet)> {
-        let events = &snap.trace(0)?.events;
-        let peak = timeline(snap, 0, false).peak_allocated?.index;
+    /// The live set after event `at` the plain way: replay to it, copy the live blocks, and
+    /// count older blocks freed after it (by the freeing stack).
+    fn replayed(snap: &Snapshot, at: usize) -> LiveSet {
+        let events = &snap.trace(0).unwrap().events;
         let mut live: FxHashMap<u64, (u64, StackId)> = FxHashMap::default();
         let mut set = LiveSet::default();
         for (i, e) in events.iter().enumerate() {
@@ -497,25 +673,25 @@ mod tests {
                 Action::Alloc => {
                     live.insert(e.addr, (e.size, e.stack));
                 }
-                Action::FreeRequested if live.remove(&e.addr).is_none() && i > peak => {
-                    set.add(e.stack, e.size);
+                Action::FreeRequested if live.remove(&e.addr).is_none() && i > at => {
+                    set.add(Origin::of(e.stack), e.size);
                 }
                 _ => {}
             }
-            if i == peak {
+            if i == at {
                 for &(size, stack) in live.values() {
-                    set.add(stack, size);
+                    set.add(Origin::of(stack), size);
                 }
             }
         }
-        Some((peak, set))
+        set
     }
 
     /// Traces that peak early and late, free blocks older than the trace before and after the
-    /// peak, and allocate an address twice: gathered as they go by, the live set at the peak
-    /// is the replayed one.
+    /// moment, and allocate an address twice: gathered as they go by, the live set at the
+    /// peak, at an event, at a time and at an OOM is the replayed one.
     #[test]
-    fn live_at_the_peak_as_the_events_go_by_is_the_replayed_one() {
+    fn live_at_a_moment_as_the_events_go_by_is_the_replayed_one() {
         let mut seed = 7u64;
         let mut next = |n: u64| {
             seed = seed
@@ -525,29 +701,63 @@ mod tests {
         };
         for _ in 0..300 {
             let len = 1 + next(120) as usize;
+            let mut t = 1000;
             let events: Vec<TraceEvent> = (0..len)
-                .map(|_| TraceEvent {
-                    action: [Action::Alloc, Action::FreeRequested, Action::FreeCompleted]
-                        [next(3) as usize],
-                    addr: next(12),
-                    size: 1 + next(1000),
-                    stack: StackId(next(5) as u32),
-                    ..TraceEvent::default()
+                .map(|_| {
+                    t += next(3) as i64; // times repeat
+                    TraceEvent {
+                        action: [
+                            Action::Alloc,
+                            Action::FreeRequested,
+                            Action::FreeCompleted,
+                            Action::Oom,
+                        ][next(4) as usize],
+                        addr: next(12),
+                        size: 1 + next(1000),
+                        stack: StackId(next(5) as u32),
+                        time_us: t,
+                        ..TraceEvent::default()
+                    }
                 })
                 .collect();
             let mut snap = Snapshot::default();
             snap.traces.push(DeviceTrace {
-                events,
+                events: events.clone(),
                 streams: vec![0],
                 ..DeviceTrace::default()
             });
-            let mut gathered = LiveAtPeak::default();
-            snap.traces[0].events.iter().for_each(|e| gathered.push(e));
-            let (peak, set) = gathered.finish(&snap, 0, None).1.unwrap();
-            let (want_peak, want) = replayed(&snap).unwrap();
-            assert_eq!(peak, want_peak);
-            assert_eq!(set.by_stack, want.by_stack);
-            assert_eq!((set.bytes, set.count), (want.bytes, want.count));
+            let peak = timeline(&snap, 0, false).peak_allocated.unwrap().index;
+            let pick = next(len as u64) as usize;
+            let since = next(2 * len as u64) as i64;
+            let last_by = |limit: i64| events.iter().rposition(|e| e.time_us <= limit);
+            let ooms: Vec<usize> = (0..len)
+                .filter(|&i| events[i].action == Action::Oom)
+                .collect();
+            let cases = [
+                (Capture::Peak, Some(peak)),
+                (Capture::Event(pick), Some(pick)),
+                (Capture::Event(len), None),
+                (
+                    Capture::SinceFirst(since),
+                    last_by(events[0].time_us + since),
+                ),
+                (Capture::AtTime(1000 + since), last_by(1000 + since)),
+                (Capture::Oom(2), ooms.get(1).copied()),
+            ];
+            for (capture, want_at) in cases {
+                let mut gathered = LiveAt::new(LiveConfig {
+                    capture,
+                    ..LiveConfig::default()
+                });
+                events.iter().for_each(|e| gathered.push(e, None));
+                let got = gathered.finish(&snap, 0, None).at;
+                assert_eq!(got.as_ref().map(|g| g.0), want_at, "{capture:?}");
+                if let (Some((at, set)), Some(_)) = (got, want_at) {
+                    let want = replayed(&snap, at);
+                    assert_eq!(set.by_origin, want.by_origin, "{capture:?}");
+                    assert_eq!((set.bytes, set.count), (want.bytes, want.count));
+                }
+            }
         }
     }
 }

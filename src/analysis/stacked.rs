@@ -24,7 +24,8 @@ use serde::Serialize;
 use crate::model::snapshot::{Action, Snapshot, StackId};
 use crate::model::trace::TraceEvents;
 
-use super::sites::{SiteKey, Sites};
+use super::groups::{GroupBy, Grouper};
+use super::sites::{Capture, Extra, MomentFinder, Origin, Sites, Tagger};
 use super::timeline::{AnnotationMark, OomMark, Point, Timeline};
 
 /// What one band of the stacked timeline stands for.
@@ -100,6 +101,45 @@ pub struct Stacked {
     pub ooms: Vec<OomMark>,
     /// `external_annotations` marks, x as this picture's x.
     pub annotations: Vec<AnnotationMark>,
+    /// What a band of `by: site` stands for (`site`, `user`, `category`, …).
+    pub group_by: &'static str,
+    /// The moment `--at` asked for, marked; None when not asked or not in the trace.
+    pub moment: Option<MomentMark>,
+}
+
+/// A moment marked on the stacked timeline.
+#[derive(Debug, Serialize)]
+pub struct MomentMark {
+    /// As asked (`peak`, `event 12`, `5.2s`, `NAME:end@2`).
+    pub label: String,
+    /// The trace event the moment follows.
+    pub index: usize,
+    /// Its x on this picture.
+    pub x: f64,
+    /// Allocated bytes right after it.
+    pub bytes: i64,
+}
+
+/// How bands of `by: site` are grouped, and which moment to mark.
+#[derive(Clone, Debug)]
+pub struct Grouping {
+    /// What a band is.
+    pub by: GroupBy,
+    /// What the grouping keeps of each allocation (its `extra`, with the annotations known).
+    pub extra: Extra,
+    /// The moment to mark: its label and how to find it.
+    pub moment: Option<(String, Capture)>,
+}
+
+impl Grouping {
+    /// By site, no moment marked.
+    pub fn sites() -> Grouping {
+        Grouping {
+            by: GroupBy::Site,
+            extra: Extra::Nothing,
+            moment: None,
+        }
+    }
 }
 
 /// One allocation as the trace shows it: the events that start and end it (`NONE`: before or
@@ -109,6 +149,10 @@ struct Interval {
     end: u32,
     size: u64,
     stack: StackId,
+    /// What the grouping keeps of it (`Tagger`'s id).
+    extra: u32,
+    /// The stack of its `free_requested` (when `end` is an event).
+    free_stack: StackId,
 }
 
 impl Interval {
@@ -128,16 +172,20 @@ impl Interval {
 ///
 /// With `by_event` x is the event index (as `_memory_viz` draws it: idle stretches take no
 /// room), else time when the trace has it.
+#[allow(clippy::too_many_arguments)]
 pub fn stacked(
     snap: &Snapshot,
     n: usize,
     by: BandBy,
+    grouping: Grouping,
     columns: usize,
     by_event: bool,
     mut tl: Timeline,
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<Stacked> {
     let device = tl.device;
+    let group_by = grouping.by.name();
+    let moment_label = grouping.moment.as_ref().map(|(l, _)| l.clone());
     tl.reserved = Vec::new(); // the stacked picture draws allocated memory only
     let has_time = tl.x_is_time;
     let event_count = events.count(device);
@@ -162,7 +210,16 @@ pub fn stacked(
     let mut intervals: Vec<Interval> = Vec::new();
     let mut interval_of_event: Vec<u32> = vec![u32::MAX; event_count];
     let mut open: FxHashMap<u64, u32> = FxHashMap::default();
-    events.visit(device, &mut |i, e, _, _| {
+    let mut tagger = Tagger::new(grouping.extra);
+    let peak_index = tl.peak_allocated.as_ref().map(|p| p.index);
+    let mut finder = grouping.moment.as_ref().map(|(_, c)| MomentFinder::new(*c));
+    let mut moment_index = None;
+    events.visit(device, &mut |i, e, _, aux| {
+        if let Some(f) = finder.as_mut() {
+            if f.at(i, e, peak_index) {
+                moment_index = Some(i);
+            }
+        }
         match e.action {
             Action::Alloc => {
                 let id = intervals.len() as u32;
@@ -171,6 +228,8 @@ pub fn stacked(
                     end: Interval::NONE,
                     size: e.size,
                     stack: e.stack,
+                    extra: tagger.tag(e, aux),
+                    free_stack: StackId::MISSING,
                 });
                 open.insert(e.addr, id);
                 interval_of_event[i] = id;
@@ -184,12 +243,20 @@ pub fn stacked(
                             end: Interval::NONE,
                             size: e.size,
                             stack: e.stack,
+                            extra: 0,
+                            free_stack: StackId::MISSING,
                         });
                         (intervals.len() - 1) as u32
                     }
                 };
                 intervals[id as usize].end = i as u32;
+                intervals[id as usize].free_stack = e.stack;
                 interval_of_event[i] = id;
+            }
+            Action::Annotate => {
+                if let (Some(tag), Some(&id)) = (tagger.retag(aux), open.get(&e.addr)) {
+                    intervals[id as usize].extra = tag;
+                }
             }
             _ => {}
         }
@@ -249,9 +316,28 @@ pub fn stacked(
             }
         }
         BandBy::Site => {
-            // most bytes each site held at once, by replaying the intervals
-            let site_of: Vec<SiteKey> = intervals.iter().map(|iv| sites.site(iv.stack)).collect();
-            let mut live: FxHashMap<SiteKey, (i64, i64, u64, usize)> = FxHashMap::default();
+            // most bytes each group held at once, by replaying the intervals
+            let mut grouper = Grouper::new(snap, device, grouping.by, tagger.into_strings());
+            let mut labels: Vec<String> = Vec::new();
+            let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
+            let site_of: Vec<u32> = (intervals.iter())
+                .map(|iv| {
+                    let origin = Origin {
+                        stack: iv.stack,
+                        extra: iv.extra,
+                        freed_by: iv.end().map(|_| iv.free_stack),
+                    };
+                    let (key, site) = grouper.label(origin);
+                    *label_id.entry(key).or_insert_with(|| {
+                        labels.push(match site {
+                            Some(k) => grouper.site_label(k, false),
+                            None => grouper.label(origin).0,
+                        });
+                        labels.len() as u32 - 1
+                    })
+                })
+                .collect();
+            let mut live: FxHashMap<u32, (i64, i64, u64, usize)> = FxHashMap::default();
             for (k, iv) in intervals.iter().enumerate() {
                 if iv.start().is_none() {
                     let e = live.entry(site_of[k]).or_insert((0, 0, 0, k));
@@ -276,16 +362,16 @@ pub fn stacked(
                     e.0 -= iv.size as i64;
                 }
             }
-            let mut ranked: Vec<(SiteKey, (i64, i64, u64, usize))> = live.into_iter().collect();
+            let mut ranked: Vec<(u32, (i64, i64, u64, usize))> = live.into_iter().collect();
             ranked.sort_by_key(|(_, v)| (std::cmp::Reverse(v.1), v.3));
             ranked.truncate(n);
             ranked.sort_by_key(|(_, v)| v.3);
-            let mut index: FxHashMap<SiteKey, u32> = FxHashMap::default();
+            let mut index: FxHashMap<u32, u32> = FxHashMap::default();
             for (key, (_, most, count, first)) in ranked {
                 index.insert(key, bands.len() as u32);
                 let iv = &intervals[first];
                 bands.push(Band {
-                    site: sites.label(key, false),
+                    site: labels[key as usize].clone(),
                     bytes: most.max(0) as u64,
                     allocations: count,
                     stack: sites.frames(iv.stack),
@@ -331,7 +417,15 @@ pub fn stacked(
             });
         }
     }
+    let moment = moment_index.zip(moment_label).map(|(i, label)| MomentMark {
+        label,
+        index: i,
+        x: tl.x[i],
+        bytes: tl.allocated[i],
+    });
     Ok(Stacked {
+        group_by,
+        moment,
         device,
         events: event_count,
         by,
@@ -414,7 +508,17 @@ mod tests {
         for by in [BandBy::Allocation, BandBy::Site] {
             for by_event in [false, true] {
                 let series = timeline(&snap, 0, true);
-                let s = stacked(&snap, 20, by, 400, by_event, series, &mut &snap).unwrap();
+                let s = stacked(
+                    &snap,
+                    20,
+                    by,
+                    Grouping::sites(),
+                    400,
+                    by_event,
+                    series,
+                    &mut &snap,
+                )
+                .unwrap();
                 assert!(!s.bands.is_empty() && s.bands.len() <= 20);
                 assert!(s.samples.len() <= 4 * 400 && s.samples.len() > 100);
                 for sm in &s.samples {
@@ -430,7 +534,17 @@ mod tests {
         }
         // allocation bands: the final composition adds up with what is still live
         let tl = timeline(&snap, 0, true);
-        let s = stacked(&snap, 5, BandBy::Allocation, 100, true, tl, &mut &snap).unwrap();
+        let s = stacked(
+            &snap,
+            5,
+            BandBy::Allocation,
+            Grouping::sites(),
+            100,
+            true,
+            tl,
+            &mut &snap,
+        )
+        .unwrap();
         let last = s.samples.last().unwrap();
         for (b, &bytes) in s.bands.iter().zip(&last.bands) {
             assert_eq!(bytes != 0, b.free_x.is_none(), "{}", b.site);

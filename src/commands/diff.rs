@@ -1,7 +1,8 @@
 use std::path::Path;
 
 use crate::analysis::diff::{snapshot_diff, snapshot_side, stats_diff, SnapshotSide};
-use crate::analysis::sites::LiveAtPeaks;
+use crate::analysis::groups::GroupBy;
+use crate::analysis::sites::{LiveAtMoments, LiveConfig};
 use crate::cli::DiffArgs;
 use crate::error::{Error, Result};
 use crate::formats::{self, Input};
@@ -18,14 +19,18 @@ enum Side {
 /// Read `path` and keep what `diff` compares; a snapshot is let go of before the next read,
 /// and its trace events as they are read (its totals and what was live at its peak are
 /// gathered from them as they go by).
-fn read_side(path: &Path, device: Option<u32>) -> Result<(Side, &'static str)> {
-    let mut peaks = LiveAtPeaks::default();
+fn read_side(path: &Path, device: Option<u32>, by: &GroupBy) -> Result<(Side, &'static str)> {
+    let mut peaks = LiveAtMoments::new(LiveConfig {
+        extra: by.extra(&[], 0),
+        freed_by: by.needs_lifetimes(),
+        ..LiveConfig::default()
+    });
     let input = formats::load_streaming(path, formats::SnapshotParts::All, &mut peaks)?;
     let kind = input.kind();
     Ok(match input {
         Input::Snapshot(s) => {
             let devices = super::snapshot_devices(path, &s, device)?;
-            let side = snapshot_side(&s, &devices, &mut peaks);
+            let side = snapshot_side(&s, &devices, &mut peaks, by);
             (Side::Snapshot(side, devices), kind)
         }
         Input::Tracker(t) => (Side::Stats(t), kind),
@@ -33,8 +38,16 @@ fn read_side(path: &Path, device: Option<u32>) -> Result<(Side, &'static str)> {
 }
 
 pub fn run(a: DiffArgs) -> Result<()> {
-    let (before, before_kind) = read_side(&a.before, a.device)?;
-    let (after, after_kind) = read_side(&a.after, a.device)?;
+    let by = super::group_by(a.group_by, a.rules.as_deref())?;
+    if by.needs_annotations() {
+        return Err(Error::Usage(
+            "diff groups by site, user, category, metadata, compile or --rules; annotation \
+             ranges are read after the trace, which diff does not keep"
+                .into(),
+        ));
+    }
+    let (before, before_kind) = read_side(&a.before, a.device, &by)?;
+    let (after, after_kind) = read_side(&a.after, a.device, &by)?;
     let title = format!(
         "{} → {}",
         super::display_name(&a.before),

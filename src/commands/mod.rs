@@ -130,3 +130,98 @@ pub(crate) fn write_picture(
     }
     Ok(())
 }
+
+/// The grouping `--group-by` and `--rules` ask for (the rules file read and checked).
+pub(crate) fn group_by(
+    by: crate::cli::GroupByArg,
+    rules: Option<&std::path::Path>,
+) -> Result<crate::analysis::groups::GroupBy> {
+    use crate::analysis::groups::{parse_rules, GroupBy};
+    use crate::cli::GroupByArg;
+    if let Some(path) = rules {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| crate::error::Error::input(path, format!("cannot read the rules: {e}")))?;
+        let rules = parse_rules(&text).map_err(|e| {
+            crate::error::Error::input(
+                path,
+                format!("{e}; a rules file holds `name = regex` lines"),
+            )
+        })?;
+        return Ok(GroupBy::Rules(rules));
+    }
+    Ok(match by {
+        GroupByArg::Site => GroupBy::Site,
+        GroupByArg::User => GroupBy::User,
+        GroupByArg::Category => GroupBy::Category,
+        GroupByArg::Annotation => GroupBy::Annotation,
+        GroupByArg::Metadata => GroupBy::Metadata,
+        GroupByArg::Compile => GroupBy::Compile,
+    })
+}
+
+/// A snapshot, the devices asked for, and on each what was live at `moment` and at the end,
+/// with what `group` needs of each allocation. The events stream by, none kept; when finding
+/// the moment or the groups needs the annotations (the file holds them after its trace), the
+/// events are put aside in a temporary file and replayed. `required`: a moment no event of a
+/// device's trace is, is an error (else that device's report has no moment).
+pub(crate) fn live_at(
+    path: &std::path::Path,
+    device: Option<u32>,
+    moment: &crate::analysis::moment::Moment,
+    group: &crate::analysis::groups::GroupBy,
+    required: bool,
+) -> Result<(
+    crate::model::Snapshot,
+    Vec<u32>,
+    Vec<crate::analysis::sites::LiveAtMoment>,
+)> {
+    use crate::analysis::sites::{gather, LiveAtMoments, LiveConfig};
+    use crate::error::Error;
+    use crate::formats::{self, event_spool::EventSpool, SnapshotParts};
+    let io = |e: std::io::Error| Error::input(path, format!("putting trace events aside: {e}"));
+    let (snap, devices, gathered) = if moment.needs_annotations() || group.needs_annotations() {
+        let mut spool = EventSpool::new().map_err(io)?;
+        let snap = formats::load_snapshot_streaming(path, SnapshotParts::All, &mut spool)?;
+        spool.finish().map_err(io)?;
+        let devices = snapshot_devices(path, &snap, device)?;
+        let mut gathered = Vec::new();
+        for &d in &devices {
+            let capture = match moment.capture(&snap.annotations, d) {
+                Ok(c) => c,
+                Err(m) if required => return Err(Error::input(path, m)),
+                Err(_) => crate::analysis::sites::Capture::End,
+            };
+            let config = LiveConfig {
+                capture,
+                extra: group.extra(&snap.annotations, d),
+                freed_by: group.needs_lifetimes(),
+            };
+            gathered.push(gather(&mut spool, &snap, d, config).map_err(io)?);
+        }
+        (snap, devices, gathered)
+    } else {
+        let config = LiveConfig {
+            capture: moment
+                .capture(&[], 0)
+                .expect("a moment that needs no annotations"),
+            extra: group.extra(&[], 0),
+            freed_by: group.needs_lifetimes(),
+        };
+        let mut sink = LiveAtMoments::new(config);
+        let snap = formats::load_snapshot_streaming(path, SnapshotParts::All, &mut sink)?;
+        let devices = snapshot_devices(path, &snap, device)?;
+        let gathered = devices.iter().map(|&d| sink.take(&snap, d)).collect();
+        (snap, devices, gathered)
+    };
+    if required && *moment != crate::analysis::moment::Moment::End {
+        for (&d, g) in devices.iter().zip(&gathered) {
+            if g.at.is_none() {
+                return Err(Error::input(
+                    path,
+                    moment.not_found(d, g.timeline.events, g.ooms),
+                ));
+            }
+        }
+    }
+    Ok((snap, devices, gathered))
+}

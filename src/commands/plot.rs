@@ -132,9 +132,32 @@ fn stacked(
             )));
         }
     };
+    // a grouping asked for makes the bands groups
+    let grouped = a.group_by.is_some() || a.rules.is_some();
     let by = match a.by {
-        BandByArg::Allocation => BandBy::Allocation,
-        BandByArg::Site => BandBy::Site,
+        BandByArg::Allocation if !grouped => BandBy::Allocation,
+        _ => BandBy::Site,
+    };
+    let group = super::group_by(
+        a.group_by.unwrap_or(crate::cli::GroupByArg::Site),
+        a.rules.as_deref(),
+    )?;
+    let moment = match &a.at {
+        Some(m) => {
+            // the end, on a timeline, is its last event
+            let capture = match m {
+                crate::analysis::moment::Moment::End => crate::analysis::sites::Capture::Last,
+                m => (m.capture(&snap.annotations, device))
+                    .map_err(|why| Error::input(&a.file, why))?,
+            };
+            Some((m.to_string(), capture))
+        }
+        None => None,
+    };
+    let grouping = crate::analysis::stacked::Grouping {
+        extra: group.extra(&snap.annotations, device),
+        by: group,
+        moment,
     };
     let drawing = crate::progress::Stage::new("drawing");
     let tl = (builders.into_iter().next())
@@ -144,12 +167,19 @@ fn stacked(
         snap,
         a.bands,
         by,
+        grouping,
         stacked_svg::COLUMNS,
         a.x == XAxisArg::Event,
         tl,
         events,
     )
     .map_err(super::spool_error("plot"))?;
+    if let (Some(m), None) = (&a.at, &data.moment) {
+        return Err(Error::input(
+            &a.file,
+            m.not_found(device, data.events, data.ooms.len()),
+        ));
+    }
     let chart = stacked_svg::StackedChart {
         title: a
             .title

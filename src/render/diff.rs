@@ -38,7 +38,7 @@ pub fn snapshot_diff(d: &SnapshotDiff, title: &str, format: Format, units: Units
     }
     if format == Format::Csv {
         let mut t = Table::new(&[
-            "site",
+            d.group_by,
             "location",
             "end_before_bytes",
             "end_after_bytes",
@@ -81,8 +81,15 @@ pub fn snapshot_diff(d: &SnapshotDiff, title: &str, format: Format, units: Units
         thousands(d.segments_only_after.len()),
         format_bytes(d.only_after_bytes as f64, units)
     ));
+    let (what, plural) = match d.group_by {
+        "site" => ("allocation site", "sites"),
+        "category" => ("category", "categories"),
+        "user" => ("line of the program's own code", "lines"),
+        "rules" => ("rule", "groups"),
+        other => (other, "groups"),
+    };
     doc.heading(&format!(
-        "Growth by allocation site ({} of {} sites that changed)",
+        "Growth by {what} ({} of {} {plural} that changed)",
         d.sites.len(),
         d.sites_total
     ));
@@ -91,7 +98,7 @@ pub fn snapshot_diff(d: &SnapshotDiff, title: &str, format: Format, units: Units
         ">end after",
         ">end growth",
         ">peak growth",
-        "site",
+        d.group_by,
     ]);
     for s in &d.sites {
         t.row(vec![

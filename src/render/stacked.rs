@@ -190,6 +190,27 @@ pub fn svg(chart: &StackedChart) -> String {
             label = esc(&label),
         );
     }
+    // the moment `--at` asked for: a line through the data, labelled with its allocated bytes
+    if let Some(m) = d.moment.as_ref() {
+        let x = f.px(m.x);
+        let label = format!("{} {}", m.label, format_size(m.bytes));
+        let anchor = if x > LEFT + f.plot_w * 0.8 {
+            "end"
+        } else {
+            "start"
+        };
+        let _ = writeln!(
+            s,
+            r##"<g class="mark" id="moment" data-x="{xv}" data-index="{index}"><line x1="{x:.1}" x2="{x:.1}" y1="{y1}" y2="{y2}" stroke="#1f77b4" stroke-width="1.5" vector-effect="non-scaling-stroke"/><text x="{tx:.1}" y="{ty}" text-anchor="{anchor}" fill="#1f77b4" font-weight="bold">{label}</text></g>"##,
+            xv = m.x,
+            index = m.index,
+            y1 = TOP - 12.0,
+            y2 = TOP + PLOT_H,
+            tx = if anchor == "end" { x - 3.0 } else { x + 3.0 },
+            ty = TOP + 12.0,
+            label = esc(&label),
+        );
+    }
     if let Some(p) = d.peak.as_ref() {
         let x = f.px(p.x);
         let y = f.py(p.bytes as f64);
