@@ -157,3 +157,47 @@ fn a_shell_script_that_runs_python_twice_gets_one_pid_file_per_run() {
         assert_eq!(n, &format!("run.pid{pid}.pkl"), "{names:?}");
     }
 }
+
+#[test]
+fn a_process_that_execs_is_recorded_in_each_image() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&script("exec_self.py")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(written(dir.path()), ["run.exec1.pkl", "run.pkl"]);
+    // the script trains 1 step before its exec and 2 after (it says so)
+    let before = export(&dir.path().join("run.pkl"));
+    let after = export(&dir.path().join("run.exec1.pkl"));
+    assert_eq!(before["memtrack"]["modules"].as_array().unwrap().len(), 1);
+    assert_eq!(before["memtrack"]["exit"]["ended"], "exec");
+    assert_eq!(after["memtrack"]["modules"].as_array().unwrap().len(), 2);
+    assert_eq!(after["memtrack"]["exit"]["ended"], "exit");
+    assert_eq!(after["memtrack"]["exit"]["code"], 0);
+    assert_eq!(before["memtrack"]["pid"], after["memtrack"]["pid"]);
+    assert!(!stderr.contains("recording stops here"), "{stderr}");
+}
+
+#[test]
+fn a_process_whose_spool_cannot_be_written_does_not_end_with_a_silent_zero() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&script("spool_unwritable.py")],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("a process stopped recording early"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("/nonexistent/memtrack-spool"), "{stderr}");
+}

@@ -1,6 +1,6 @@
 //! The journal → stats files: one per recorded process, named by rank when there are several.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
@@ -22,6 +22,9 @@ pub struct Report {
     pub notes: Vec<Note>,
     /// Every journal file was decoded and written: the journal can go.
     pub complete: bool,
+    /// A process could not go on recording (its spool could not be written): its file ends
+    /// early, and `record` does not exit 0.
+    pub stopped_early: bool,
 }
 
 impl Report {
@@ -69,6 +72,7 @@ pub fn finalize(
     let files = journal_files(journal).map_err(unreadable)?;
     let spools = spool_files(journal).map_err(unreadable)?;
     let mut complete = true;
+    let mut stopped_early = false;
     let mut sessions: Vec<Session> = Vec::new();
     let mut notes = Vec::new();
     // the connections: why a process did not record (the records are in the spools)
@@ -85,11 +89,17 @@ pub fn finalize(
         if let Some(n) = &s.note {
             notes.push(n.clone());
         }
+        // what an agent could only say on its socket: its spool failed, recording stopped
+        for e in s.stats.record.iter().flat_map(|r| &r.agent_errors) {
+            eprintln!("memtrack: a process stopped recording early: {e}");
+            stopped_early = true;
+        }
         if s.recorded {
             sessions.push(s);
         }
     }
-    for (_, segments) in &spools {
+    for spool in &spools {
+        let segments = &spool.segments;
         let mut bytes = Vec::with_capacity(segments.len());
         for f in segments {
             match std::fs::read(f) {
@@ -100,7 +110,8 @@ pub fn finalize(
                 }
             }
         }
-        let s = replay_spool(&bytes);
+        let mut s = replay_spool(&bytes);
+        s.image = spool.image;
         if let Some(d) = &s.damage {
             let first = segments.first().map_or(journal, |f| f.as_path());
             eprintln!("memtrack: {}: damaged: {d}", first.display());
@@ -110,9 +121,21 @@ pub fn finalize(
             sessions.push(s);
         }
     }
+    // a process that `exec`ed ended there; its last image is the one that exited
+    let last_image: HashMap<Option<i64>, u32> = sessions.iter().fold(HashMap::new(), |mut m, s| {
+        let e = m.entry(s.pid).or_insert(0);
+        *e = (*e).max(s.image);
+        m
+    });
     for s in &mut sessions {
         if let (Some(samples), Some(pid), Some(r)) = (samples, s.pid, s.stats.record.as_mut()) {
             r.device_memory = series_for(samples, pid, &s.time_marks);
+        }
+        if s.image < last_image[&s.pid] {
+            if let Some(exit) = s.stats.record.as_mut().and_then(|r| r.exit.as_mut()) {
+                exit.ended = Some("exec".to_string());
+            }
+            continue;
         }
         if s.pid == Some(child_pid as i64) {
             if let (Some(st), Some(exit)) = (
@@ -151,6 +174,7 @@ pub fn finalize(
         backends,
         notes,
         complete,
+        stopped_early,
     })
 }
 
@@ -185,6 +209,7 @@ fn describe(p: &Path, s: &Session, several: bool) -> String {
             (Some(sig), _) => line.push_str(&format!("; killed by signal {sig}")),
             (None, Some("exception")) => line.push_str("; the program raised"),
             (None, Some("disconnected")) => line.push_str("; the process vanished"),
+            (None, Some("exec")) => line.push_str("; then the process exec'd a new image"),
             _ => {}
         }
         if e.oom {
@@ -251,6 +276,21 @@ pub fn output_paths(base: &Path, sessions: &[Session], child_pid: u32) -> Vec<Pa
                 return base.to_path_buf();
             }
             let tag = match (s.rank, s.pid) {
+                // the image a process `exec`ed into: the name its first image has, `.execN`
+                _ if s.image > 0 => {
+                    let first = sessions
+                        .iter()
+                        .position(|o| o.pid == s.pid && o.image == 0 && o.rank == s.rank);
+                    let of = match first {
+                        Some(f) if !ranked && Some(f) == main => String::new(),
+                        _ => match (s.rank, s.pid) {
+                            (Some(r), _) => format!("rank{r}."),
+                            (None, Some(pid)) => format!("pid{pid}."),
+                            (None, None) => format!("process{i}."),
+                        },
+                    };
+                    format!("{of}exec{}", s.image)
+                }
                 (Some(r), _) => format!("rank{r}"),
                 (None, Some(pid)) if !ranked && is_multiprocessing_worker(s) => {
                     format!("worker-{pid}")
@@ -320,6 +360,7 @@ mod tests {
             stats: TrackerStats::default(),
             time_marks: Vec::new(),
             damage: None,
+            image: 0,
         }
     }
 
@@ -414,6 +455,25 @@ mod tests {
             .iter()
             .map(|n| Path::new("out").join(n))
             .collect::<Vec<_>>()
+        );
+        // a process that exec'd: each later image is named after the first, `.execN`
+        let mut again = session(None, None, 7);
+        again.image = 1;
+        let mut ranked_again = session(Some(1), Some(2), 11);
+        ranked_again.image = 2;
+        assert_eq!(
+            output_paths(base, &[session(None, None, 7), again], 7),
+            vec![
+                PathBuf::from("out/run.pkl"),
+                PathBuf::from("out/run.exec1.pkl")
+            ]
+        );
+        assert_eq!(
+            output_paths(base, &[session(Some(1), Some(2), 11), ranked_again], 11),
+            vec![
+                PathBuf::from("out/run.rank1.pkl"),
+                PathBuf::from("out/run.rank1.exec2.pkl")
+            ]
         );
         // one rank of a larger job still says which rank it is
         assert_eq!(

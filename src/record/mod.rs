@@ -181,6 +181,9 @@ pub fn run(o: &Options) -> Result<i32> {
             code = 2; // the program succeeded, the recording's output did not
         }
     }
+    if report.stopped_early && code == 0 {
+        code = 2; // the program succeeded, its recording did not go to the end
+    }
     if o.snapshot && !report.backends.is_empty() && report.backends.iter().all(|b| b != "cuda") {
         eprintln!("memtrack: --snapshot: the program ran on the CPU backend; allocator snapshots need CUDA");
     }

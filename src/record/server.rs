@@ -157,10 +157,19 @@ pub fn journal_file(dir: &Path, n: usize) -> PathBuf {
     dir.join(format!("conn{n:04}.bin"))
 }
 
-/// The agents' spools in a journal folder: per process (by pid, in order), its segment files
-/// in order (`spool-<pid>-<segment>.bin`, written by the agent).
-pub fn spool_files(dir: &Path) -> std::io::Result<Vec<(u32, Vec<PathBuf>)>> {
-    let mut found: Vec<(u32, u32, PathBuf)> = Vec::new();
+/// One process image's spool: the segment files of `spool-<pid>-<segment>.bin`, or of
+/// `spool-<pid>.<image>-<segment>.bin` for the image a process became by `exec` (the
+/// agent numbers them: 1, 2, … after the first).
+pub struct Spool {
+    pub pid: u32,
+    pub image: u32,
+    pub segments: Vec<PathBuf>,
+}
+
+/// The agents' spools in a journal folder, per process image (by pid, then image), each
+/// with its segment files in order.
+pub fn spool_files(dir: &Path) -> std::io::Result<Vec<Spool>> {
+    let mut found: Vec<(u32, u32, u32, PathBuf)> = Vec::new();
     for e in std::fs::read_dir(dir)? {
         let p = e?.path();
         let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
@@ -172,18 +181,24 @@ pub fn spool_files(dir: &Path) -> std::io::Result<Vec<(u32, Vec<PathBuf>)>> {
         else {
             continue;
         };
-        if let Some((pid, seg)) = rest.split_once('-') {
-            if let (Ok(pid), Ok(seg)) = (pid.parse(), seg.parse()) {
-                found.push((pid, seg, p));
-            }
+        let Some((process, seg)) = rest.split_once('-') else {
+            continue;
+        };
+        let (pid, image) = process.split_once('.').unwrap_or((process, "0"));
+        if let (Ok(pid), Ok(image), Ok(seg)) = (pid.parse(), image.parse(), seg.parse()) {
+            found.push((pid, image, seg, p));
         }
     }
     found.sort();
-    let mut out: Vec<(u32, Vec<PathBuf>)> = Vec::new();
-    for (pid, _, p) in found {
+    let mut out: Vec<Spool> = Vec::new();
+    for (pid, image, _, p) in found {
         match out.last_mut() {
-            Some((last, v)) if *last == pid => v.push(p),
-            _ => out.push((pid, vec![p])),
+            Some(s) if (s.pid, s.image) == (pid, image) => s.segments.push(p),
+            _ => out.push(Spool {
+                pid,
+                image,
+                segments: vec![p],
+            }),
         }
     }
     Ok(out)

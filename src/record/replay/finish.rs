@@ -148,6 +148,7 @@ impl Replay {
             stats,
             time_marks: std::mem::take(&mut self.time_marks),
             damage: self.damage.take(),
+            image: 0,
         }
     }
 }

@@ -61,6 +61,8 @@ pub struct Session {
     pub time_marks: Vec<(u64, usize)>,
     /// What was damaged in the journal, if anything, and how much was kept.
     pub damage: Option<String>,
+    /// Which image of its process this was: 0, then 1, 2, … for what it `exec`ed into.
+    pub image: u32,
 }
 
 /// Decode one process's spool: its segment files in order (the agent's shared memory-mapped

@@ -16,7 +16,7 @@ import sys
 import threading
 from array import array as _array
 
-from .protocol import FRAME_ALIVE, JSON, MSG_AGENT_ERROR, TIME
+from .protocol import FRAME_ALIVE, FRAME_JSON, JSON, MSG_AGENT_ERROR, TIME
 
 FLUSH_SECONDS = 0.05
 SPOOL_SLOTS = 1 << 21  # 16 MiB a segment, sparse: only pages written take room
@@ -24,7 +24,7 @@ SPOOL_SLOTS = 1 << 21  # 16 MiB a segment, sparse: only pages written take room
 sock = None
 _send_lock = threading.Lock()
 _spool = [1, 0, None]  # next free slot, slots in this segment, memoryview of the slots
-_spool_state = {"pid": None, "segment": 0, "dir": None, "mm": []}
+_spool_state = {"pid": None, "name": None, "segment": 0, "dir": None, "mm": []}
 
 
 # ---- the socket
@@ -79,9 +79,18 @@ def encode_json(msg):
 
 
 def open_spool(folder):
-    """Records of this process go to spool files in `folder` (None: nowhere)."""
+    """Records of this process go to spool files in `folder` (None: nowhere). A process that
+    `exec`s keeps its pid, and its new image finds the spool of the one before: each image
+    after the first writes `spool-<pid>.<image>-…` (numbered 1, 2, …) so none is lost."""
+    pid = os.getpid()
     _spool_state["dir"] = folder
-    _spool_state["pid"] = os.getpid()
+    _spool_state["pid"] = pid
+    _spool_state["name"] = f"spool-{pid}"
+    if folder is not None:
+        image = 0
+        while os.path.exists(os.path.join(folder, f"{_spool_state['name']}-0000.bin")):
+            image += 1
+            _spool_state["name"] = f"spool-{pid}.{image}"
 
 
 def forget_spool():
@@ -99,7 +108,7 @@ def _open_segment(need):
     if st["dir"] is None or st["pid"] != os.getpid():
         return False
     slots = max(SPOOL_SLOTS, need + 1)
-    path = os.path.join(st["dir"], f"spool-{st['pid']}-{st['segment']:04d}.bin")
+    path = os.path.join(st["dir"], f"{st['name']}-{st['segment']:04d}.bin")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
@@ -109,7 +118,16 @@ def _open_segment(need):
             os.close(fd)
     except OSError as e:
         st["dir"] = None
-        sys.stderr.write(f"memtrack: cannot write {path} ({e}); recording stops here\n")
+        text = f"cannot write {path} ({e}); recording stops here"
+        sys.stderr.write(f"memtrack: {text}\n")
+        # the spool cannot carry it: tell the collector on the socket, so `record` does
+        # not end with a silent 0
+        try:
+            with _send_lock:
+                if sock is not None:
+                    send_frame(FRAME_JSON, encode_json({"t": MSG_AGENT_ERROR, "text": text}))
+        except Exception:
+            pass
         return False
     st["segment"] += 1
     st["mm"].append(mm)  # kept mapped: the pages are the data
