@@ -7,6 +7,7 @@ pub mod decimate;
 pub mod diff;
 pub mod memviz;
 pub mod modules;
+pub mod ranks;
 pub mod segments;
 pub mod simulate;
 pub mod sites;

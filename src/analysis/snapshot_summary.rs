@@ -25,6 +25,11 @@ pub struct SnapshotSummary {
     /// help most (`memtrack simulate`), when one did.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub simulate_suggestions: Vec<super::simulate::Suggestion>,
+    /// What `summary` of several snapshots tabulates for this file (`analysis::ranks`): set
+    /// by the command, which knows the file's name, so that the table of a job's ranks can
+    /// be built from these outputs alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub figures: Option<crate::model::ranks::RankFigures>,
 }
 
 /// One device's segments, blocks, totals and trace.
@@ -81,6 +86,8 @@ pub struct DeviceSummary {
     pub peak_allocated: Option<Point>,
     /// Where reserved peaked in the trace; None without a trace.
     pub peak_reserved: Option<Point>,
+    /// Requested bytes allocated when reserved peaked; None without a trace.
+    pub allocated_at_peak_reserved_bytes: Option<i64>,
     /// The trace's `oom` events, in order.
     pub ooms: Vec<OomMark>,
 }
@@ -147,6 +154,7 @@ pub fn snapshot_summary(
             .as_ref()
             .map(|s| s.iter().cloned().collect()),
         simulate_suggestions: Vec::new(),
+        figures: None,
     }
 }
 
@@ -294,6 +302,7 @@ fn device_summary(snap: &Snapshot, device: u32, timelines: &mut Timelines) -> De
         }
         d.peak_allocated = tl.peak_allocated;
         d.peak_reserved = tl.peak_reserved;
+        d.allocated_at_peak_reserved_bytes = tl.allocated_at_peak_reserved_bytes;
         d.ooms = tl.ooms;
     }
     d

@@ -48,6 +48,9 @@ pub struct Timeline {
     pub peak_allocated: Option<Point>,
     /// First point where reserved was highest; None without events.
     pub peak_reserved: Option<Point>,
+    /// Requested bytes allocated at `peak_reserved`: the rest of the reserved bytes were
+    /// cached free blocks and rounding then. None without events.
+    pub allocated_at_peak_reserved_bytes: Option<i64>,
     /// Every `oom` event of the trace, in order.
     pub ooms: Vec<OomMark>,
     /// This device's `external_annotations` within the trace's time span (none unless x is time).
@@ -166,6 +169,8 @@ struct TraceRun {
     reserved: i64,
     peak_allocated: Option<RunPoint>,
     peak_reserved: Option<RunPoint>,
+    /// Allocated (relative to the start) when reserved peaked.
+    allocated_at_peak_reserved: i64,
     ooms: Vec<RunOom>,
     first_time_us: Option<i64>,
     last_time_us: Option<i64>,
@@ -181,6 +186,7 @@ impl Default for TraceRun {
             reserved: 0,
             peak_allocated: None,
             peak_reserved: None,
+            allocated_at_peak_reserved: 0,
             ooms: Vec::new(),
             first_time_us: None,
             last_time_us: None,
@@ -200,6 +206,7 @@ struct RunTotals {
     initial_reserved_bytes: i64,
     peak_allocated: Option<Point>,
     peak_reserved: Option<Point>,
+    allocated_at_peak_reserved_bytes: Option<i64>,
     ooms: Vec<OomMark>,
 }
 
@@ -237,6 +244,7 @@ impl TraceRun {
         }
         if self.peak_reserved.is_none_or(|p| self.reserved > p.bytes) {
             self.peak_reserved = Some(point(self.reserved));
+            self.allocated_at_peak_reserved = self.allocated;
         }
     }
 
@@ -268,6 +276,8 @@ impl TraceRun {
             initial_reserved_bytes: init_r,
             peak_allocated: point(self.peak_allocated, init_a),
             peak_reserved: point(self.peak_reserved, init_r),
+            allocated_at_peak_reserved_bytes: (self.peak_reserved)
+                .map(|_| self.allocated_at_peak_reserved + init_a),
             ooms: (self.ooms.iter())
                 .map(|o| OomMark {
                     index: o.at.index,
@@ -370,6 +380,7 @@ impl TimelineBuilder {
             final_reserved_bytes: final_reserved,
             peak_allocated: totals.peak_allocated,
             peak_reserved: totals.peak_reserved,
+            allocated_at_peak_reserved_bytes: totals.allocated_at_peak_reserved_bytes,
             ooms: totals.ooms,
             annotations: Vec::new(),
         };

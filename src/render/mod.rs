@@ -11,6 +11,7 @@ pub mod memory_chart;
 pub mod modules;
 pub mod picture;
 pub mod plot;
+pub mod ranks;
 pub mod segments;
 pub mod segments_svg;
 pub mod simulate;
