@@ -41,7 +41,7 @@ struct Expected {
     trace_entries: usize,
     peak_allocated: Option<i64>,
     peak_reserved: Option<i64>,
-    allocated_at_peak_reserved: Option<i64>,
+    reserved_at_peak_allocated: Option<i64>,
     reserved_at_capture: u64,
     ooms: usize,
     first_oom_asked: Option<u64>,
@@ -49,12 +49,16 @@ struct Expected {
 
 /// Replays each device's trace from the bytes the final state implies before it: allocated
 /// moves at alloc and free_requested, reserved at segment events; the peaks are the first
-/// highest values after an event.
+/// highest values after an event, and reserved is read where allocated peaked.
 fn replay(name: &str) -> Vec<Expected> {
     let snap = memtrack::formats::load_snapshot(&snapshot(name)).unwrap();
     let mut out = Vec::new();
     for device in snap.devices() {
-        let segments: Vec<_> = snap.segments.iter().filter(|s| s.device == device).collect();
+        let segments: Vec<_> = snap
+            .segments
+            .iter()
+            .filter(|s| s.device == device)
+            .collect();
         let reserved_end: i64 = segments.iter().map(|s| s.total_size as i64).sum();
         let allocated_end: i64 = segments
             .iter()
@@ -81,7 +85,7 @@ fn replay(name: &str) -> Vec<Expected> {
             .map(step)
             .fold((0, 0), |(a, r), (da, dr)| (a + da, r + dr));
         let (mut a, mut r) = (allocated_end - net_a, reserved_end - net_r);
-        let (mut peak_a, mut peak_r, mut a_at_r): (Option<i64>, Option<i64>, Option<i64>) =
+        let (mut peak_a, mut peak_r, mut r_at_a): (Option<i64>, Option<i64>, Option<i64>) =
             (None, None, None);
         for e in events {
             let (da, dr) = step(e);
@@ -89,10 +93,10 @@ fn replay(name: &str) -> Vec<Expected> {
             r += dr;
             if peak_a.is_none_or(|p| a > p) {
                 peak_a = Some(a);
+                r_at_a = Some(r);
             }
             if peak_r.is_none_or(|p| r > p) {
                 peak_r = Some(r);
-                a_at_r = Some(a);
             }
         }
         let ooms: Vec<u64> = events
@@ -105,7 +109,7 @@ fn replay(name: &str) -> Vec<Expected> {
             trace_entries: events.len(),
             peak_allocated: peak_a,
             peak_reserved: peak_r,
-            allocated_at_peak_reserved: a_at_r,
+            reserved_at_peak_allocated: r_at_a,
             reserved_at_capture: reserved_end as u64,
             ooms: ooms.len(),
             first_oom_asked: ooms.first().copied(),
@@ -120,7 +124,7 @@ fn got(d: &Value) -> Expected {
         trace_entries: d["trace_entries"].as_u64().unwrap() as usize,
         peak_allocated: d["peak_allocated_bytes"].as_i64(),
         peak_reserved: d["peak_reserved_bytes"].as_i64(),
-        allocated_at_peak_reserved: d["allocated_at_peak_reserved_bytes"].as_i64(),
+        reserved_at_peak_allocated: d["reserved_at_peak_allocated_bytes"].as_i64(),
         reserved_at_capture: d["reserved_bytes"].as_u64().unwrap(),
         ooms: d["ooms"].as_u64().unwrap() as usize,
         first_oom_asked: d["first_oom_requested_bytes"].as_u64(),
@@ -152,8 +156,8 @@ fn every_rank_row_is_its_own_replay() {
         for (d, w) in f["devices"].as_array().unwrap().iter().zip(&want) {
             oomed += w.ooms;
             let frag = d["fragmentation_at_peak"].as_f64();
-            match (w.peak_reserved, w.allocated_at_peak_reserved) {
-                (Some(r), Some(a)) if r > 0 => {
+            match (w.peak_allocated, w.reserved_at_peak_allocated) {
+                (Some(a), Some(r)) if r > 0 => {
                     let f = frag.expect("a fragmentation at the peak");
                     assert!((f - (1.0 - a as f64 / r as f64)).abs() < 1e-12, "{name}");
                 }
@@ -177,7 +181,10 @@ fn the_outlier_named_is_the_furthest_from_the_median() {
     let mut rows: Vec<(&str, i64)> = Vec::new();
     for name in RANKS {
         for d in replay(name) {
-            rows.push((name, d.peak_reserved.unwrap_or(d.reserved_at_capture as i64)));
+            rows.push((
+                name,
+                d.peak_reserved.unwrap_or(d.reserved_at_capture as i64),
+            ));
         }
     }
     let mut v: Vec<i64> = rows.iter().map(|r| r.1).collect();
@@ -222,7 +229,14 @@ fn the_table_reduced_from_json_outputs_is_the_table_of_the_pickles() {
     for (i, f) in files.iter().enumerate() {
         let out = dir.path().join(format!("rank{i}.json"));
         memtrack()
-            .args(["summary", f, "--format", "json", "-o", out.to_str().unwrap()])
+            .args([
+                "summary",
+                f,
+                "--format",
+                "json",
+                "-o",
+                out.to_str().unwrap(),
+            ])
             .assert()
             .success();
         outputs.push(out.to_str().unwrap().to_string());
@@ -248,7 +262,10 @@ fn a_stats_file_among_snapshots_is_refused_by_name() {
     let snap = snapshot("cs336_small_mem_snapshot");
     let (code, out, err) = run(&["summary", snap.to_str().unwrap(), stats.to_str().unwrap()]);
     assert_eq!((code, out.as_str()), (2, ""));
-    assert!(err.contains("synthetic_2000_ops.pkl: is a stats file"), "{err}");
+    assert!(
+        err.contains("synthetic_2000_ops.pkl: is a stats file"),
+        "{err}"
+    );
     // JSON that is not a summary of snapshots
     let dir = tempfile::tempdir().unwrap();
     let bad = common::write_temp(dir.path(), "other.json", b"{\"ops\": 3}");

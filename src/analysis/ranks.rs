@@ -16,16 +16,16 @@ pub fn figures(s: &SnapshotSummary, file: &str) -> RankFigures {
         .devices
         .iter()
         .map(|d| {
-            let peak_reserved = d.peak_reserved.map(|p| p.bytes);
-            let at_peak = d.allocated_at_peak_reserved_bytes;
+            let peak_allocated = d.peak_allocated.map(|p| p.bytes);
+            let at_peak = d.reserved_at_peak_allocated_bytes;
             DeviceFigures {
                 device: d.device,
                 trace_entries: d.trace_entries,
-                peak_allocated_bytes: d.peak_allocated.map(|p| p.bytes),
-                peak_reserved_bytes: peak_reserved,
-                allocated_at_peak_reserved_bytes: at_peak,
-                fragmentation_at_peak: match (peak_reserved, at_peak) {
-                    (Some(r), Some(a)) if r > 0 => Some(1.0 - a as f64 / r as f64),
+                peak_allocated_bytes: peak_allocated,
+                peak_reserved_bytes: d.peak_reserved.map(|p| p.bytes),
+                reserved_at_peak_allocated_bytes: at_peak,
+                fragmentation_at_peak: match (peak_allocated, at_peak) {
+                    (Some(a), Some(r)) if r > 0 => Some(1.0 - a as f64 / r as f64),
                     _ => None,
                 },
                 allocated_bytes: d.allocated_bytes,
@@ -133,7 +133,7 @@ mod tests {
                 trace_entries: 1,
                 peak_allocated_bytes: Some(reserved / 2),
                 peak_reserved_bytes: Some(reserved),
-                allocated_at_peak_reserved_bytes: Some(reserved / 2),
+                reserved_at_peak_allocated_bytes: Some(reserved),
                 fragmentation_at_peak: Some(0.5),
                 allocated_bytes: 0,
                 reserved_bytes: 0,

@@ -86,8 +86,8 @@ pub struct DeviceSummary {
     pub peak_allocated: Option<Point>,
     /// Where reserved peaked in the trace; None without a trace.
     pub peak_reserved: Option<Point>,
-    /// Requested bytes allocated when reserved peaked; None without a trace.
-    pub allocated_at_peak_reserved_bytes: Option<i64>,
+    /// Bytes held in segments when allocated peaked; None without a trace.
+    pub reserved_at_peak_allocated_bytes: Option<i64>,
     /// The trace's `oom` events, in order.
     pub ooms: Vec<OomMark>,
 }
@@ -302,7 +302,7 @@ fn device_summary(snap: &Snapshot, device: u32, timelines: &mut Timelines) -> De
         }
         d.peak_allocated = tl.peak_allocated;
         d.peak_reserved = tl.peak_reserved;
-        d.allocated_at_peak_reserved_bytes = tl.allocated_at_peak_reserved_bytes;
+        d.reserved_at_peak_allocated_bytes = tl.reserved_at_peak_allocated_bytes;
         d.ooms = tl.ooms;
     }
     d

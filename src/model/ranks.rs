@@ -25,11 +25,11 @@ pub struct DeviceFigures {
     pub peak_allocated_bytes: Option<i64>,
     /// The highest bytes held in segments over the trace; None without a trace.
     pub peak_reserved_bytes: Option<i64>,
-    /// Requested bytes allocated when reserved peaked; None without a trace.
-    pub allocated_at_peak_reserved_bytes: Option<i64>,
-    /// `1 - allocated / reserved` at the reserved peak: the share of the reserved bytes held
-    /// in cached free blocks and rounding then; None without a trace or when nothing was
-    /// reserved.
+    /// Bytes held in segments when allocated peaked; None without a trace.
+    pub reserved_at_peak_allocated_bytes: Option<i64>,
+    /// `1 - allocated / reserved` when allocated peaked: the share of the reserved bytes held
+    /// in cached free blocks and rounding when the program needed the most; None without a
+    /// trace or when nothing was reserved.
     pub fragmentation_at_peak: Option<f64>,
     /// Blocks in use by tensors at capture (rounded sizes).
     pub allocated_bytes: u64,

@@ -24,7 +24,7 @@ fn csv(t: &RankTable) -> String {
         "trace_entries",
         "peak_allocated_bytes",
         "peak_reserved_bytes",
-        "allocated_at_peak_reserved_bytes",
+        "reserved_at_peak_allocated_bytes",
         "fragmentation_at_peak",
         "allocated_bytes",
         "reserved_bytes",
@@ -40,7 +40,7 @@ fn csv(t: &RankTable) -> String {
                 d.trace_entries.to_string(),
                 or_empty(d.peak_allocated_bytes),
                 or_empty(d.peak_reserved_bytes),
-                or_empty(d.allocated_at_peak_reserved_bytes),
+                or_empty(d.reserved_at_peak_allocated_bytes),
                 d.fragmentation_at_peak
                     .map_or(String::new(), |x| format!("{x:.6}")),
                 d.allocated_bytes.to_string(),
@@ -159,7 +159,7 @@ fn document(t: &RankTable, format: Format, units: Units) -> String {
     }
     doc.para(
         "Fragmentation at peak: the share of the reserved bytes not allocated to tensors when \
-         reserved peaked (cached free blocks and rounding).",
+         allocated peaked (cached free blocks and rounding).",
     );
     doc.close_up();
     doc.finish()
