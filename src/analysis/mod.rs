@@ -5,6 +5,7 @@ pub mod caching_allocator;
 pub mod cycles;
 pub mod decimate;
 pub mod diff;
+pub mod growth;
 pub mod memviz;
 pub mod modules;
 pub mod ranks;

@@ -7,6 +7,7 @@ pub mod document;
 pub mod error;
 pub mod gpus;
 pub mod graph;
+pub mod growth;
 pub mod memory_chart;
 pub mod modules;
 pub mod picture;
