@@ -528,3 +528,44 @@ fn a_trace_that_starts_with_bytes_live_says_so() {
         );
     }
 }
+
+/// Whether any block in use at the end of a fixture has frames, by this test's own reading
+/// of the blocks (legacy blocks: their history entry's).
+fn blocks_have_frames(name: &str) -> Option<bool> {
+    use memtrack::model::snapshot::BlockState;
+    let snap = memtrack::formats::load_snapshot(&snapshot(name)).unwrap();
+    let mut in_use = (snap.blocks.iter())
+        .filter(|b| b.state == BlockState::ActiveAllocated)
+        .peekable();
+    in_use.peek()?;
+    Some(in_use.any(|b| {
+        let stack = if b.history_len > 0 && !b.has_frames_key {
+            snap.history[b.history_start as usize].stack
+        } else {
+            b.stack
+        };
+        !snap.stacks.stack(stack).is_empty()
+    }))
+}
+
+#[test]
+fn a_capture_without_stacks_says_how_to_record_them() {
+    let call = r#"call torch.cuda.memory._record_memory_history(context="all", stacks="all") before they are allocated"#;
+    let mut without = 0;
+    for name in FIXTURES.iter().copied().chain(["synthetic_no_stacks"]) {
+        let has = blocks_have_frames(name);
+        let file = snapshot(name);
+        let summary = run_ok(&["summary", p(&file)]);
+        let top = run_ok(&["top", p(&file)]);
+        let says = has == Some(false);
+        without += says as usize;
+        assert_eq!(summary.contains(call), says, "{name}: summary\n{summary}");
+        assert_eq!(top.contains(call), says, "{name}: top\n{top}");
+        if says {
+            assert!(top.contains("shown here as <non-python>"), "{top}");
+        }
+        let j = json(&["summary", p(&file)]);
+        assert_eq!(j["allocations_have_stacks"].as_bool(), has, "{name}");
+    }
+    assert_eq!(without, 1, "synthetic_no_stacks alone has no stacks");
+}

@@ -30,6 +30,9 @@ pub struct SnapshotSummary {
     /// be built from these outputs alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub figures: Option<crate::model::ranks::RankFigures>,
+    /// Whether the blocks in use at the end carry stacks (false: recorded without them, and
+    /// the text says how to record them); None when no block is in use.
+    pub allocations_have_stacks: Option<bool>,
 }
 
 /// One device's segments, blocks, totals and trace.
@@ -141,6 +144,7 @@ pub fn snapshot_summary(
     devices: &[u32],
     timelines: &mut Timelines,
 ) -> SnapshotSummary {
+    let allocations_have_stacks = snap.allocations_have_stacks(devices);
     let devices = devices
         .iter()
         .map(|&d| device_summary(snap, d, timelines))
@@ -155,6 +159,7 @@ pub fn snapshot_summary(
             .map(|s| s.iter().cloned().collect()),
         simulate_suggestions: Vec::new(),
         figures: None,
+        allocations_have_stacks,
     }
 }
 

@@ -95,6 +95,11 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
         let _ = write!(head, " [{}]", notes.join("; "));
     }
     doc.title(&head);
+    if s.allocations_have_stacks == Some(false) {
+        doc.para(&super::no_stacks_note(
+            "`memtrack top` shows them as <non-python>",
+        ));
+    }
     for d in &s.devices {
         doc.heading(&format!("Device {}", d.device));
         let mut t = Table::new(&["", ">bytes", "note"]);
