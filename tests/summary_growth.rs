@@ -40,6 +40,18 @@ fn a_loop_that_keeps_a_copy_each_step_grows_by_its_size() {
     let cats = g["categories"].as_array().expect("categories");
     assert_eq!(cats[0]["category"], "Activation", "{g}");
     assert_eq!(cats[0]["bytes_per_iteration"].as_f64(), Some(KEPT_PER_STEP));
+    // the op that made them, and its module: the copy outside any module
+    assert_eq!(g["retained_iterations_checked"], 3, "{g}");
+    let op = &g["ops"][0];
+    assert_eq!(op["name"], "Global.forward.clone.default", "{g}");
+    assert_eq!(op["bytes_per_iteration"].as_f64(), Some(KEPT_PER_STEP));
+    assert_eq!(op["iterations"], 3);
+    assert_eq!(
+        g["ops"].as_array().unwrap().len(),
+        1,
+        "nothing else is kept: {g}"
+    );
+    assert_eq!(g["modules"][0]["name"], "Global");
     let (code, text, err) = run(&["summary", &leak, "--units", "B"]);
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -62,9 +74,38 @@ fn the_same_loop_without_the_copy_is_flat() {
     assert_eq!(g["verdict"], "flat", "{g}");
     assert_eq!(g["bytes_per_iteration"].as_f64(), Some(0.0), "{g}");
     assert!(g.get("categories").is_none(), "{g}");
+    assert!(
+        g.get("ops").is_none(),
+        "nothing is kept two iterations: {g}"
+    );
+    assert_eq!(g["retained_iterations_checked"], 3, "{g}");
     let (_, text, _) = run(&["summary", &flat]);
     assert!(
         text.contains("Flat: allocated at the start of each iteration"),
+        "{text}"
+    );
+}
+
+/// A module that keeps a copy of its input each forward: the op and the module are named.
+#[test]
+fn a_module_that_keeps_its_input_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(file) = recorded(dir.path(), "module.pkl", &["module", "6"]) else {
+        return;
+    };
+    let kept = (64 * 512 * 4) as f64;
+    let g = &json_out(&["summary", &file, "--format", "json"])["growth"];
+    assert_eq!(g["verdict"], "grows", "{g}");
+    assert_eq!(g["bytes_per_iteration"].as_f64(), Some(kept), "{g}");
+    assert_eq!(
+        g["ops"][0]["name"], "Sequential.1.forward.clone.default",
+        "{g}"
+    );
+    assert_eq!(g["ops"][0]["bytes_per_iteration"].as_f64(), Some(kept));
+    assert_eq!(g["modules"][0]["name"], "Sequential.1", "{g}");
+    let (_, text, _) = run(&["summary", &file]);
+    assert!(
+        text.contains("By module: Sequential.1 128.00 KiB."),
         "{text}"
     );
 }

@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use crate::model::{ModState, TrackerStats, CATEGORIES};
+use crate::model::{ModState, Retained, TrackerStats, CATEGORIES};
 
 use super::summary::Phase;
 
@@ -46,6 +46,36 @@ pub struct Growth {
     /// the next (record files: the module breakdown), mean change per iteration, largest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub categories: Vec<CategoryGrowth>,
+    /// Iterations whose storages were checked two iterations later (record files: the
+    /// collector's `retained`); None for files without that check.
+    pub retained_iterations_checked: Option<i64>,
+    /// The ops whose storages were still alive two iterations after the one that made them,
+    /// most bytes first (at most [`RETAINED_ROWS`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<RetainedRow>,
+    /// The same by module, most bytes first (at most [`RETAINED_ROWS`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub modules: Vec<RetainedRow>,
+}
+
+/// Rows of retained ops and modules kept.
+pub const RETAINED_ROWS: usize = 10;
+
+/// An op (or a module) whose allocations stayed alive across iterations.
+#[derive(Debug, Serialize)]
+pub struct RetainedRow {
+    /// The op's name without its `_N` count (`Net.forward.clone.default`), or the module's.
+    pub name: String,
+    /// The module the op ran in (`Global` outside any); for a module row, itself.
+    pub module: String,
+    /// Bytes retained per iteration checked, on average.
+    pub bytes_per_iteration: f64,
+    /// Storages retained per iteration checked, on average.
+    pub tensors_per_iteration: f64,
+    /// In how many of the iterations checked it retained any (the most of its ops, for a module).
+    pub iterations: i64,
+    /// The MemTracker category of its storages (the first op's, for a module).
+    pub category: String,
 }
 
 /// A memory category's mean change per iteration.
@@ -59,6 +89,7 @@ pub struct CategoryGrowth {
 
 /// Growth of `stats` across the iterations `phases` delimits.
 pub fn growth(stats: &TrackerStats, phases: &[Phase]) -> Growth {
+    let retained = stats.record.as_ref().and_then(|r| r.retained.as_ref());
     // each iteration's first op, iteration 1 first (setup, iteration 0, is none)
     let mut firsts: Vec<(usize, usize)> = Vec::new();
     for p in phases.iter().filter(|p| p.iteration > 0) {
@@ -112,7 +143,51 @@ pub fn growth(stats: &TrackerStats, phases: &[Phase]) -> Growth {
         steps,
         verdict,
         categories: category_growth(stats),
+        retained_iterations_checked: retained.map(|r| r.iterations),
+        ops: retained.map_or_else(Vec::new, retained_ops),
+        modules: retained.map_or_else(Vec::new, retained_modules),
     }
+}
+
+fn per_iteration(x: i64, r: &Retained) -> f64 {
+    x as f64 / r.iterations.max(1) as f64
+}
+
+fn retained_ops(r: &Retained) -> Vec<RetainedRow> {
+    (r.ops.iter().take(RETAINED_ROWS))
+        .map(|o| RetainedRow {
+            name: o.op.clone(),
+            module: o.module.clone(),
+            bytes_per_iteration: per_iteration(o.bytes, r),
+            tensors_per_iteration: per_iteration(o.tensors, r),
+            iterations: o.iterations,
+            category: o.category.clone(),
+        })
+        .collect()
+}
+
+fn retained_modules(r: &Retained) -> Vec<RetainedRow> {
+    let mut rows: Vec<RetainedRow> = Vec::new();
+    for o in &r.ops {
+        match rows.iter_mut().find(|m| m.module == o.module) {
+            Some(m) => {
+                m.bytes_per_iteration += per_iteration(o.bytes, r);
+                m.tensors_per_iteration += per_iteration(o.tensors, r);
+                m.iterations = m.iterations.max(o.iterations);
+            }
+            None => rows.push(RetainedRow {
+                name: o.module.clone(),
+                module: o.module.clone(),
+                bytes_per_iteration: per_iteration(o.bytes, r),
+                tensors_per_iteration: per_iteration(o.tensors, r),
+                iterations: o.iterations,
+                category: o.category.clone(),
+            }),
+        }
+    }
+    rows.sort_by(|a, b| b.bytes_per_iteration.total_cmp(&a.bytes_per_iteration));
+    rows.truncate(RETAINED_ROWS);
+    rows
 }
 
 /// Per category, the mean change per iteration after warm-up of the bytes at the first module's

@@ -6,6 +6,7 @@ use crate::model::{format_bytes, Units};
 
 use super::document::Document;
 use super::signed;
+use super::table::Table;
 
 /// One paragraph saying whether memory grows across iterations, by how much, and in which
 /// categories.
@@ -73,4 +74,32 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
     };
     doc.heading("Growth across iterations");
     doc.para(&text);
+    if let Some(checked) = g.retained_iterations_checked.filter(|_| !g.ops.is_empty()) {
+        doc.para(&format!(
+            "Allocations still alive two iterations after the one that made them ({checked} \
+             iteration{} checked), per iteration:",
+            if checked == 1 { "" } else { "s" }
+        ));
+        let mut t = Table::new(&[
+            ">per iteration",
+            ">tensors",
+            ">iterations",
+            "category",
+            "op",
+        ]);
+        for o in &g.ops {
+            t.row(vec![
+                format_bytes(o.bytes_per_iteration, units),
+                format!("{:.1}", o.tensors_per_iteration),
+                format!("{} of {checked}", o.iterations),
+                o.category.clone(),
+                o.name.clone(),
+            ]);
+        }
+        doc.table(&t);
+        let modules: Vec<String> = (g.modules.iter())
+            .map(|m| format!("{} {}", m.name, format_bytes(m.bytes_per_iteration, units)))
+            .collect();
+        doc.para(&format!("By module: {}.", modules.join(", ")));
+    }
 }

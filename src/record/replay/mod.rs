@@ -26,6 +26,7 @@ mod modules;
 mod ops;
 mod peaks;
 mod records;
+mod retained;
 
 pub use bytes::device_name;
 use bytes::{Snap, Storage};
@@ -151,6 +152,8 @@ struct Replay {
     compile: Option<Json>,
     /// Tensors noted (NOTE): (why, category) -> how many, each in its latest category.
     unmeasured: BTreeMap<(usize, usize), i64>,
+    /// What stays alive across iterations (`retained`).
+    retained: retained::Retaining,
 }
 
 #[cfg(test)]
