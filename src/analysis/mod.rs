@@ -6,6 +6,7 @@ pub mod cycles;
 pub mod decimate;
 pub mod diff;
 pub mod growth;
+pub mod leaks;
 pub mod memviz;
 pub mod modules;
 pub mod ranks;

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::model::snapshot::{Action, Layout, SizeClass, Snapshot};
 
+use super::leaks::{leak_suspects, AllocTimes, Leaks};
 use super::timeline::{OomMark, Point, Timelines};
 
 /// `summary` of an allocator snapshot.
@@ -93,6 +94,10 @@ pub struct DeviceSummary {
     pub reserved_at_peak_allocated_bytes: Option<i64>,
     /// The trace's `oom` events, in order.
     pub ooms: Vec<OomMark>,
+    /// Sites that kept allocations from every step (`analysis::leaks`); None when the trace
+    /// has no steps to compare (fewer than three `Optimizer.step` annotations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leak_suspects: Option<Leaks>,
 }
 
 /// By how many bytes a trace that frees more than it allocated falls short of the final
@@ -175,6 +180,14 @@ impl SnapshotSummary {
     /// Whether `add_simulate_suggestions` has devices to replay (and so needs the events).
     pub fn wants_suggestions(&self) -> bool {
         self.devices.iter().any(|d| d.wants_suggestion())
+    }
+}
+
+/// Fill each device's `leak_suspects`, from when its live allocations were made (`times`, as
+/// the trace streamed by).
+pub fn add_leak_suspects(summary: &mut SnapshotSummary, snap: &Snapshot, times: &AllocTimes) {
+    for d in &mut summary.devices {
+        d.leak_suspects = leak_suspects(snap, d.device, times);
     }
 }
 

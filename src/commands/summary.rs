@@ -1,8 +1,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::analysis::leaks::AllocTimes;
 use crate::analysis::ranks::{figures, rank_table};
-use crate::analysis::snapshot_summary::{add_simulate_suggestions, snapshot_summary};
+use crate::analysis::snapshot_summary::{
+    add_leak_suspects, add_simulate_suggestions, snapshot_summary,
+};
 use crate::analysis::summary::{cross_rank, tracker_summary};
 use crate::analysis::timeline::Timelines;
 use crate::cli::SummaryArgs;
@@ -30,7 +33,7 @@ pub fn run(a: SummaryArgs) -> Result<()> {
         // a snapshot's summary takes the events as they are read, for peaks and OOMs, and
         // keeps them only for the setting suggestion's replays
         let mut sink = (
-            Timelines::new(false),
+            (Timelines::new(false), AllocTimes::default()),
             SpillingTraces::keeping(SUGGESTION_EVENTS),
         );
         match formats::load_streaming(file, formats::SnapshotParts::EventsWithoutStacks, &mut sink)?
@@ -46,8 +49,10 @@ pub fn run(a: SummaryArgs) -> Result<()> {
             }
             Input::Snapshot(mut snap) => {
                 let devices = super::snapshot_devices(file, &snap, a.device)?;
-                let (mut timelines, kept) = sink;
+                let ((mut timelines, alloc_times), kept) = sink;
                 let mut s = snapshot_summary(&snap, &devices, &mut timelines);
+                add_leak_suspects(&mut s, &snap, &alloc_times);
+                drop(alloc_times);
                 if s.wants_suggestions() {
                     // the replays need the events: those kept, in memory or on disk
                     let traces = (kept.into_traces(snap.traces.len()))
