@@ -16,7 +16,7 @@ use super::sites::Sites;
 /// The name PyTorch gives an optimizer's step (`Optimizer.step#AdamW.step`).
 const STEP_ANNOTATION: &str = "Optimizer.step";
 
-/// When each allocation live so far was made, per device (its `time_us`), as the trace streams
+/// When each allocation live so far was made, per device (its `time_us`), as the trace goes
 /// by: memory is that of the live allocations, not of the trace.
 #[derive(Default)]
 pub struct AllocTimes {
@@ -49,6 +49,23 @@ impl TraceSink for AllocTimes {
     }
 }
 
+/// The `time_us` of each step's end on `device`, in order.
+fn step_ends(snap: &Snapshot, device: u32) -> Vec<i64> {
+    let mut ends: Vec<i64> = (snap.annotations.iter())
+        .filter(|a| a.device.is_none_or(|d| d == device))
+        .filter(|a| a.stage == "END" && a.name.starts_with(STEP_ANNOTATION))
+        .filter_map(|a| a.time_us)
+        .collect();
+    ends.sort_unstable();
+    ends
+}
+
+/// Whether any of `devices` has steps to compare (three step ends): only then are the trace's
+/// events wanted again, so a capture without them costs nothing.
+pub fn has_steps(snap: &Snapshot, devices: &[u32]) -> bool {
+    devices.iter().any(|&d| step_ends(snap, d).len() >= 3)
+}
+
 /// A device's leak suspects.
 #[derive(Debug, Serialize)]
 pub struct Leaks {
@@ -75,12 +92,7 @@ pub struct LeakSuspect {
 /// The leak suspects of `device`, or None when the snapshot has fewer than three step ends
 /// for it (or no trace times).
 pub fn leak_suspects(snap: &Snapshot, device: u32, times: &AllocTimes) -> Option<Leaks> {
-    let mut ends: Vec<i64> = (snap.annotations.iter())
-        .filter(|a| a.device.is_none_or(|d| d == device))
-        .filter(|a| a.stage == "END" && a.name.starts_with(STEP_ANNOTATION))
-        .filter_map(|a| a.time_us)
-        .collect();
-    ends.sort_unstable();
+    let ends = step_ends(snap, device);
     if ends.len() < 3 {
         return None;
     }

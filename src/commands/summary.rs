@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::analysis::leaks::AllocTimes;
+use crate::analysis::leaks::{has_steps, AllocTimes};
 use crate::analysis::ranks::{figures, rank_table};
 use crate::analysis::snapshot_summary::{
     add_leak_suspects, add_simulate_suggestions, snapshot_summary,
@@ -20,8 +20,9 @@ const MIXED: &str = "`summary` of several files compares files of one kind: the 
     a job's ranks (`memtrack record` or save_stats), or its allocator snapshots (or their \
     `summary --format json` outputs)";
 
-/// Events `summary` keeps in memory for its setting suggestion (64 MB), which replays the trace
-/// and which only the end of the reading tells whether it wants (an OOM, a fragmented cache):
+/// Events `summary` keeps in memory for its setting suggestion (64 MB), which replays the trace,
+/// and its leak suspects, which go over it again; only the end of the reading tells whether
+/// either is wanted (an OOM, a fragmented cache; step annotations, which come after the trace):
 /// real captures hold up to a few million (`max_entries`); a longer trace goes to a temporary
 /// file instead, so the file is read once whatever its size.
 const SUGGESTION_EVENTS: usize = 2 << 20;
@@ -33,7 +34,7 @@ pub fn run(a: SummaryArgs) -> Result<()> {
         // a snapshot's summary takes the events as they are read, for peaks and OOMs, and
         // keeps them only for the setting suggestion's replays
         let mut sink = (
-            (Timelines::new(false), AllocTimes::default()),
+            Timelines::new(false),
             SpillingTraces::keeping(SUGGESTION_EVENTS),
         );
         match formats::load_streaming(file, formats::SnapshotParts::EventsWithoutStacks, &mut sink)?
@@ -49,10 +50,15 @@ pub fn run(a: SummaryArgs) -> Result<()> {
             }
             Input::Snapshot(mut snap) => {
                 let devices = super::snapshot_devices(file, &snap, a.device)?;
-                let ((mut timelines, alloc_times), kept) = sink;
+                let (mut timelines, mut kept) = sink;
                 let mut s = snapshot_summary(&snap, &devices, &mut timelines);
-                add_leak_suspects(&mut s, &snap, &alloc_times);
-                drop(alloc_times);
+                if has_steps(&snap, &devices) {
+                    // when each live allocation was made, from the events kept
+                    let mut times = AllocTimes::default();
+                    (kept.feed(&mut times, snap.traces.len()))
+                        .map_err(super::spool_error("summary"))?;
+                    add_leak_suspects(&mut s, &snap, &times);
+                }
                 if s.wants_suggestions() {
                     // the replays need the events: those kept, in memory or on disk
                     let traces = (kept.into_traces(snap.traces.len()))
