@@ -107,7 +107,9 @@ pub struct Common {
 #[derive(Args, Debug)]
 pub struct SummaryArgs {
     /// A MemoryTracker stats file (save_stats), a `memtrack record` file or an allocator
-    /// snapshot; several stats files (one per rank: `run.rank*.pkl`) add a cross-rank comparison
+    /// snapshot; several stats files (one per rank: `run.rank*.pkl`) add a cross-rank
+    /// comparison; several snapshots, or their `summary --format json` outputs, give one table
+    /// of ranks (peaks, fragmentation at the peak, OOMs, the outlier), read in parallel
     #[arg(required = true, num_args = 1.., value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// How many of the ops that generate the most memory to list

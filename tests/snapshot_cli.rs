@@ -528,3 +528,158 @@ fn a_trace_that_starts_with_bytes_live_says_so() {
         );
     }
 }
+
+/// Whether any block in use at the end of a fixture has frames, by this test's own reading
+/// of the blocks (legacy blocks: their history entry's).
+fn blocks_have_frames(name: &str) -> Option<bool> {
+    use memtrack::model::snapshot::BlockState;
+    let snap = memtrack::formats::load_snapshot(&snapshot(name)).unwrap();
+    let mut in_use = (snap.blocks.iter())
+        .filter(|b| b.state == BlockState::ActiveAllocated)
+        .peekable();
+    in_use.peek()?;
+    Some(in_use.any(|b| {
+        let stack = if b.history_len > 0 && !b.has_frames_key {
+            snap.history[b.history_start as usize].stack
+        } else {
+            b.stack
+        };
+        !snap.stacks.stack(stack).is_empty()
+    }))
+}
+
+#[test]
+fn a_capture_without_stacks_says_how_to_record_them() {
+    let call = r#"call torch.cuda.memory._record_memory_history(context="all", stacks="all") before they are allocated"#;
+    let mut without = 0;
+    for name in FIXTURES.iter().copied().chain(["synthetic_no_stacks"]) {
+        let has = blocks_have_frames(name);
+        let file = snapshot(name);
+        let summary = run_ok(&["summary", p(&file)]);
+        let top = run_ok(&["top", p(&file)]);
+        let says = has == Some(false);
+        without += says as usize;
+        assert_eq!(summary.contains(call), says, "{name}: summary\n{summary}");
+        assert_eq!(top.contains(call), says, "{name}: top\n{top}");
+        if says {
+            assert!(top.contains("shown here as <non-python>"), "{top}");
+        }
+        let j = json(&["summary", p(&file)]);
+        assert_eq!(j["allocations_have_stacks"].as_bool(), has, "{name}");
+    }
+    assert_eq!(without, 1, "synthetic_no_stacks alone has no stacks");
+}
+
+/// Leak suspects by this test's own replay: when each allocation alive at the end was made
+/// (its last alloc event at that address), the steps between `Optimizer.step` ends, and the
+/// sites (innermost Python frame) that kept an allocation from every step after the first.
+fn own_leak_suspects(name: &str) -> Option<Vec<(String, usize, u64)>> {
+    use memtrack::model::snapshot::{Action, BlockState};
+    use std::collections::{BTreeMap, HashMap};
+    let snap = memtrack::formats::load_snapshot(&snapshot(name)).unwrap();
+    let mut ends: Vec<i64> = (snap.annotations.iter())
+        .filter(|a| a.stage == "END" && a.name.starts_with("Optimizer.step"))
+        .filter_map(|a| a.time_us)
+        .collect();
+    ends.sort();
+    if ends.len() < 3 {
+        return None;
+    }
+    let mut made: HashMap<u64, i64> = HashMap::new();
+    for e in snap.traces.first().map_or(&[][..], |t| &t.events[..]) {
+        match e.action {
+            Action::Alloc => {
+                made.insert(e.addr, e.time_us);
+            }
+            Action::FreeRequested => {
+                made.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    let steps = ends.len() - 1;
+    let mut by: BTreeMap<String, (Vec<bool>, usize, u64)> = BTreeMap::new();
+    for s in snap.segments.iter().filter(|s| s.device == 0) {
+        for b in s.blocks(&snap.blocks) {
+            if b.state != BlockState::ActiveAllocated {
+                continue;
+            }
+            let Some(&t) = made.get(&b.address) else {
+                continue;
+            };
+            if t <= ends[0] || t > ends[steps] {
+                continue;
+            }
+            let j = ends.iter().filter(|&&e| e < t).count() - 1;
+            let site = (snap.stacks.stack(b.stack).iter())
+                .map(|&f| snap.stacks.frame(f))
+                .find(|f| snap.stacks.str(f.filename).ends_with(".py"))
+                .map(|f| {
+                    let file = snap.stacks.str(f.filename);
+                    let file = file.rsplit('/').next().unwrap_or(file);
+                    format!("{file}:{}:{}", f.line, snap.stacks.str(f.name))
+                })
+                .unwrap_or_default();
+            let e = by.entry(site).or_insert((vec![false; steps], 0, 0));
+            e.0[j] = true;
+            e.1 += 1;
+            e.2 += b.requested_size.unwrap_or(b.size);
+        }
+    }
+    Some(
+        by.into_iter()
+            .filter(|(_, (hit, _, _))| hit.iter().all(|&h| h))
+            .map(|(site, (_, n, bytes))| (site, n, bytes))
+            .collect(),
+    )
+}
+
+#[test]
+fn leak_suspects_are_the_sites_that_kept_an_allocation_from_every_step() {
+    let mut found = 0;
+    for name in [
+        "synthetic_step_leak",
+        "h100/gpt_default",
+        "h100/gpt_expandable_segments",
+        "h100/gpt_max_split_size_mb",
+        "h100_gpt2_train_exit",
+        "h100_resnet18_train_exit",
+        "cs336_medium_512_training",
+    ] {
+        let want = own_leak_suspects(name);
+        let j = json(&["summary", p(&snapshot(name))]);
+        let leaks = &j["devices"][0]["leak_suspects"];
+        let Some(want) = want else {
+            assert!(leaks.is_null(), "{name}: fewer than three step ends");
+            continue;
+        };
+        let steps = leaks["steps"].as_u64().unwrap() as usize;
+        let mut got: Vec<(String, usize, u64)> = (leaks["suspects"].as_array().unwrap().iter())
+            .map(|s| {
+                let n = s["allocations"].as_u64().unwrap() as usize;
+                let bytes = s["bytes_per_step"].as_f64().unwrap() * steps as f64;
+                (
+                    s["site"].as_str().unwrap().to_string(),
+                    n,
+                    bytes.round() as u64,
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "{name}");
+        found += want.len();
+        let text = run_ok(&["summary", p(&snapshot(name))]);
+        if want.is_empty() {
+            assert!(text.contains("No leak suspects"), "{name}: {text}");
+        } else {
+            assert!(
+                text.contains("Leak suspects: sites whose allocations"),
+                "{name}"
+            );
+        }
+    }
+    assert_eq!(
+        found, 1,
+        "the synthetic step leak alone: train.py:71:remember"
+    );
+}

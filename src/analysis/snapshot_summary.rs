@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::model::snapshot::{Action, Layout, SizeClass, Snapshot};
 
+use super::leaks::{leak_suspects, AllocTimes, Leaks};
 use super::timeline::{OomMark, Point, Timelines};
 
 /// `summary` of an allocator snapshot.
@@ -25,6 +26,14 @@ pub struct SnapshotSummary {
     /// help most (`memtrack simulate`), when one did.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub simulate_suggestions: Vec<super::simulate::Suggestion>,
+    /// What `summary` of several snapshots tabulates for this file (`analysis::ranks`): set
+    /// by the command, which knows the file's name, so that the table of a job's ranks can
+    /// be built from these outputs alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub figures: Option<crate::model::ranks::RankFigures>,
+    /// Whether the blocks in use at the end carry stacks (false: recorded without them, and
+    /// the text says how to record them); None when no block is in use.
+    pub allocations_have_stacks: Option<bool>,
 }
 
 /// One device's segments, blocks, totals and trace.
@@ -81,8 +90,14 @@ pub struct DeviceSummary {
     pub peak_allocated: Option<Point>,
     /// Where reserved peaked in the trace; None without a trace.
     pub peak_reserved: Option<Point>,
+    /// Bytes held in segments when allocated peaked; None without a trace.
+    pub reserved_at_peak_allocated_bytes: Option<i64>,
     /// The trace's `oom` events, in order.
     pub ooms: Vec<OomMark>,
+    /// Sites that kept allocations from every step (`analysis::leaks`); None when the trace
+    /// has no steps to compare (fewer than three `Optimizer.step` annotations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leak_suspects: Option<Leaks>,
 }
 
 /// By how many bytes a trace that frees more than it allocated falls short of the final
@@ -134,6 +149,7 @@ pub fn snapshot_summary(
     devices: &[u32],
     timelines: &mut Timelines,
 ) -> SnapshotSummary {
+    let allocations_have_stacks = snap.allocations_have_stacks(devices);
     let devices = devices
         .iter()
         .map(|&d| device_summary(snap, d, timelines))
@@ -147,6 +163,8 @@ pub fn snapshot_summary(
             .as_ref()
             .map(|s| s.iter().cloned().collect()),
         simulate_suggestions: Vec::new(),
+        figures: None,
+        allocations_have_stacks,
     }
 }
 
@@ -162,6 +180,14 @@ impl SnapshotSummary {
     /// Whether `add_simulate_suggestions` has devices to replay (and so needs the events).
     pub fn wants_suggestions(&self) -> bool {
         self.devices.iter().any(|d| d.wants_suggestion())
+    }
+}
+
+/// Fill each device's `leak_suspects`, from when its live allocations were made (`times`, as
+/// the trace streamed by).
+pub fn add_leak_suspects(summary: &mut SnapshotSummary, snap: &Snapshot, times: &AllocTimes) {
+    for d in &mut summary.devices {
+        d.leak_suspects = leak_suspects(snap, d.device, times);
     }
 }
 
@@ -294,6 +320,7 @@ fn device_summary(snap: &Snapshot, device: u32, timelines: &mut Timelines) -> De
         }
         d.peak_allocated = tl.peak_allocated;
         d.peak_reserved = tl.peak_reserved;
+        d.reserved_at_peak_allocated_bytes = tl.reserved_at_peak_allocated_bytes;
         d.ooms = tl.ooms;
     }
     d

@@ -40,6 +40,8 @@ pub struct TrackerSummary {
     /// `record.unmeasured`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unmeasured: Vec<String>,
+    /// What grows from one iteration to the next (`analysis::growth`).
+    pub growth: super::growth::Growth,
 }
 
 /// A series' peak inside an op, which the per-op samples miss: the allocator's peak counter against
@@ -344,11 +346,13 @@ pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
             })
         })
         .collect::<Vec<Peak>>();
+    let phases = phases(stats);
     TrackerSummary {
         ops: n,
         op_index: stats.op_index,
         num_alloc_retries: stats.num_alloc_retries,
-        phases: phases(stats),
+        growth: super::growth::growth(stats, &phases),
+        phases,
         top_ops: top_ops(stats, top),
         markers: stats.markers.clone(),
         record: stats.record.clone(),

@@ -48,6 +48,9 @@ pub struct Timeline {
     pub peak_allocated: Option<Point>,
     /// First point where reserved was highest; None without events.
     pub peak_reserved: Option<Point>,
+    /// Bytes held in segments at `peak_allocated`: beyond the allocated bytes, cached free
+    /// blocks and rounding then. None without events.
+    pub reserved_at_peak_allocated_bytes: Option<i64>,
     /// Every `oom` event of the trace, in order.
     pub ooms: Vec<OomMark>,
     /// This device's `external_annotations` within the trace's time span (none unless x is time).
@@ -166,6 +169,8 @@ struct TraceRun {
     reserved: i64,
     peak_allocated: Option<RunPoint>,
     peak_reserved: Option<RunPoint>,
+    /// Reserved (relative to the start) when allocated peaked.
+    reserved_at_peak_allocated: i64,
     ooms: Vec<RunOom>,
     first_time_us: Option<i64>,
     last_time_us: Option<i64>,
@@ -181,6 +186,7 @@ impl Default for TraceRun {
             reserved: 0,
             peak_allocated: None,
             peak_reserved: None,
+            reserved_at_peak_allocated: 0,
             ooms: Vec::new(),
             first_time_us: None,
             last_time_us: None,
@@ -200,6 +206,7 @@ struct RunTotals {
     initial_reserved_bytes: i64,
     peak_allocated: Option<Point>,
     peak_reserved: Option<Point>,
+    reserved_at_peak_allocated_bytes: Option<i64>,
     ooms: Vec<OomMark>,
 }
 
@@ -234,6 +241,7 @@ impl TraceRun {
         self.reserved += reserved_delta(e);
         if self.peak_allocated.is_none_or(|p| self.allocated > p.bytes) {
             self.peak_allocated = Some(point(self.allocated));
+            self.reserved_at_peak_allocated = self.reserved;
         }
         if self.peak_reserved.is_none_or(|p| self.reserved > p.bytes) {
             self.peak_reserved = Some(point(self.reserved));
@@ -268,6 +276,8 @@ impl TraceRun {
             initial_reserved_bytes: init_r,
             peak_allocated: point(self.peak_allocated, init_a),
             peak_reserved: point(self.peak_reserved, init_r),
+            reserved_at_peak_allocated_bytes: (self.peak_allocated)
+                .map(|_| self.reserved_at_peak_allocated + init_r),
             ooms: (self.ooms.iter())
                 .map(|o| OomMark {
                     index: o.at.index,
@@ -370,6 +380,7 @@ impl TimelineBuilder {
             final_reserved_bytes: final_reserved,
             peak_allocated: totals.peak_allocated,
             peak_reserved: totals.peak_reserved,
+            reserved_at_peak_allocated_bytes: totals.reserved_at_peak_allocated_bytes,
             ooms: totals.ooms,
             annotations: Vec::new(),
         };

@@ -1,18 +1,28 @@
-use crate::analysis::snapshot_summary::{add_simulate_suggestions, snapshot_summary};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::analysis::leaks::{has_steps, AllocTimes};
+use crate::analysis::ranks::{figures, rank_table};
+use crate::analysis::snapshot_summary::{
+    add_leak_suspects, add_simulate_suggestions, snapshot_summary,
+};
 use crate::analysis::summary::{cross_rank, tracker_summary};
 use crate::analysis::timeline::Timelines;
 use crate::cli::SummaryArgs;
 use crate::error::{Error, Result};
 use crate::formats::event_spool::SpillingTraces;
-use crate::formats::{self, Input};
+use crate::formats::{self, summary_json, Input};
+use crate::model::ranks::RankFigures;
+use crate::model::TrackerStats;
 use crate::{output, render};
 
-const SEVERAL_SNAPSHOTS: &str = "is an allocator snapshot: `summary` of several files compares \
-    the stats files of a job's ranks (`memtrack record` or save_stats). Summarize snapshots one \
-    at a time (`memtrack summary a.pickle`), or compare two with `memtrack diff a.pickle b.pickle`";
+const MIXED: &str = "`summary` of several files compares files of one kind: the stats files of \
+    a job's ranks (`memtrack record` or save_stats), or its allocator snapshots (or their \
+    `summary --format json` outputs)";
 
-/// Events `summary` keeps in memory for its setting suggestion (64 MB), which replays the trace
-/// and which only the end of the reading tells whether it wants (an OOM, a fragmented cache):
+/// Events `summary` keeps in memory for its setting suggestion (64 MB), which replays the trace,
+/// and its leak suspects, which go over it again; only the end of the reading tells whether
+/// either is wanted (an OOM, a fragmented cache; step annotations, which come after the trace):
 /// real captures hold up to a few million (`max_entries`); a longer trace goes to a temporary
 /// file instead, so the file is read once whatever its size.
 const SUGGESTION_EVENTS: usize = 2 << 20;
@@ -40,8 +50,15 @@ pub fn run(a: SummaryArgs) -> Result<()> {
             }
             Input::Snapshot(mut snap) => {
                 let devices = super::snapshot_devices(file, &snap, a.device)?;
-                let (mut timelines, kept) = sink;
+                let (mut timelines, mut kept) = sink;
                 let mut s = snapshot_summary(&snap, &devices, &mut timelines);
+                if has_steps(&snap, &devices) {
+                    // when each live allocation was made, from the events kept
+                    let mut times = AllocTimes::default();
+                    (kept.feed(&mut times, snap.traces.len()))
+                        .map_err(super::spool_error("summary"))?;
+                    add_leak_suspects(&mut s, &snap, &times);
+                }
                 if s.wants_suggestions() {
                     // the replays need the events: those kept, in memory or on disk
                     let traces = (kept.into_traces(snap.traces.len()))
@@ -52,24 +69,111 @@ pub fn run(a: SummaryArgs) -> Result<()> {
                     }
                     add_simulate_suggestions(&mut s, &snap);
                 }
+                s.figures = Some(figures(&s, &file.display().to_string()));
                 render::snapshot_summary::summary(&s, &title, format, units)
             }
         }
     } else {
-        let mut loaded = Vec::with_capacity(a.files.len());
-        for f in &a.files {
-            match formats::load_with(f, formats::SnapshotParts::SegmentsOnly)? {
-                Input::Tracker(stats) => loaded.push((super::display_name(f), *stats)),
-                Input::Snapshot(_) => return Err(Error::input(f, SEVERAL_SNAPSHOTS)),
-            }
-        }
+        several(&a)?
+    };
+    output::emit(&a.common.output, text.as_bytes())
+}
+
+/// What `summary` of several files keeps of each: a stats file whole (each one's summary
+/// follows the table), a snapshot only its figures, so that memory does not grow with the
+/// captures' sizes.
+enum Kept {
+    Stats(Box<TrackerStats>),
+    Figures(Vec<RankFigures>),
+}
+
+/// `summary` of several files: stats files side by side, or allocator snapshots (and the
+/// JSON summaries of snapshots) as one table of ranks.
+fn several(a: &SummaryArgs) -> Result<String> {
+    let (format, units) = (a.common.format, a.common.units);
+    let kept = read_all(&a.files, a.device)?;
+    if kept.iter().all(|k| matches!(k, Kept::Stats(_))) {
+        let loaded: Vec<(String, TrackerStats)> = (a.files.iter().zip(kept))
+            .filter_map(|(f, k)| match k {
+                Kept::Stats(s) => Some((super::display_name(f), *s)),
+                Kept::Figures(_) => None,
+            })
+            .collect();
         let refs: Vec<(String, &_)> = loaded.iter().map(|(n, s)| (n.clone(), s)).collect();
         let c = cross_rank(&refs);
         let each: Vec<_> = loaded
             .iter()
             .map(|(n, s)| (n.clone(), tracker_summary(s, a.top)))
             .collect();
-        render::summary::cross_rank(&c, &each, format, units)
-    };
-    output::emit(&a.common.output, text.as_bytes())
+        return Ok(render::summary::cross_rank(&c, &each, format, units));
+    }
+    let mut all = Vec::new();
+    for (f, k) in a.files.iter().zip(kept) {
+        match k {
+            Kept::Figures(v) => all.extend(v),
+            Kept::Stats(_) => return Err(Error::input(f, format!("is a stats file; {MIXED}"))),
+        }
+    }
+    Ok(render::ranks::rank_table(&rank_table(all), format, units))
+}
+
+/// Every file read on the local cores, each by one thread at a time; the first error in the
+/// files' order is the one given (reading stops at the first).
+fn read_all(files: &[PathBuf], device: Option<u32>) -> Result<Vec<Kept>> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, files.len().max(1));
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let mut read: Vec<(usize, Result<Kept>)> = std::thread::scope(|scope| {
+        let work = || {
+            let mut mine = Vec::new();
+            while !failed.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(f) = files.get(i) else { break };
+                let r = read_one(f, device);
+                failed.fetch_or(r.is_err(), Ordering::Relaxed);
+                mine.push((i, r));
+            }
+            mine
+        };
+        // the main thread's stack size: the readers were written for it
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                std::thread::Builder::new()
+                    .stack_size(8 << 20)
+                    .spawn_scoped(scope, work)
+                    .expect("a thread to read files on")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    read.sort_by_key(|(i, _)| *i);
+    read.into_iter().map(|(_, r)| r).collect()
+}
+
+/// One file of several: a stats file, a snapshot's figures, or the figures in a JSON summary.
+fn read_one(path: &Path, device: Option<u32>) -> Result<Kept> {
+    if summary_json::is_json(path) {
+        return summary_json::read_figures(path).map(Kept::Figures);
+    }
+    let mut timelines = Timelines::new(false);
+    match formats::load_streaming(
+        path,
+        formats::SnapshotParts::EventsWithoutStacks,
+        &mut timelines,
+    )? {
+        Input::Tracker(stats) => Ok(Kept::Stats(stats)),
+        Input::Snapshot(snap) => {
+            let devices = super::snapshot_devices(path, &snap, device)?;
+            let s = snapshot_summary(&snap, &devices, &mut timelines);
+            Ok(Kept::Figures(vec![figures(
+                &s,
+                &path.display().to_string(),
+            )]))
+        }
+    }
 }

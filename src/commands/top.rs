@@ -40,6 +40,9 @@ pub fn run(a: TopArgs) -> Result<()> {
         .map(|(&d, g)| group_report(&snap, d, a.top, group.clone(), &moment, g))
         .collect();
     let title = super::display_name(&a.file);
-    let text = render::top::top(&reports, &title, a.common.format, a.common.units);
+    let mut text = render::top::top(&reports, &title, a.common.format, a.common.units);
+    if snap.allocations_have_stacks(&devices) == Some(false) {
+        text.push_str(&render::top::no_stacks(a.common.format));
+    }
     output::emit(&a.common.output, text.as_bytes())
 }

@@ -179,6 +179,32 @@ impl SpillingTraces {
         }
     }
 
+    /// Give the events kept to `sink` in order, from memory or read back from disk, keeping
+    /// them (`devices`: how many devices to read back).
+    pub fn feed(&mut self, sink: &mut dyn TraceSink, devices: usize) -> std::io::Result<()> {
+        match &mut self.spool {
+            None => {
+                for (d, t) in self.kept.traces().unwrap_or_default().iter().enumerate() {
+                    for (i, e) in t.events.iter().enumerate() {
+                        sink.event(d as u32, e, t.stream(e), t.aux(i));
+                    }
+                }
+                Ok(())
+            }
+            Some(Ok(spool)) => {
+                spool.finish()?;
+                for d in 0..devices as u32 {
+                    spool.visit(d, &mut |_, e, stream, aux| {
+                        sink.event(d, e, stream, aux);
+                        Ok(())
+                    })?;
+                }
+                Ok(())
+            }
+            Some(Err(e)) => Err(std::io::Error::new(e.kind(), e.to_string())),
+        }
+    }
+
     /// The traces, by device index (`devices` of them when read back from disk).
     pub fn into_traces(self, devices: usize) -> std::io::Result<Vec<DeviceTrace>> {
         let Some(spool) = self.spool else {

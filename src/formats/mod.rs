@@ -8,6 +8,7 @@ pub mod json;
 pub mod kind;
 pub mod record_ext;
 pub mod snapshot;
+pub mod summary_json;
 pub mod tracker;
 pub mod tracker_stream;
 

@@ -8,7 +8,7 @@ use crate::model::modules::StateSnapshots;
 use crate::model::{
     CompileInfo, CompiledRegion, Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes,
     DeviceSample, DeviceSeries, ExitInfo, IterationModules, ModState, ModuleSnapshot, ModuleStats,
-    RecordInfo, Unmeasured, CATEGORIES,
+    RecordInfo, Retained, RetainedOp, Unmeasured, CATEGORIES,
 };
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value};
@@ -52,6 +52,9 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     }
     if let Some(v) = d.get("unmeasured") {
         info.unmeasured = unmeasured(doc, v)?;
+    }
+    if let Some(v) = d.get("retained") {
+        info.retained = Some(retained(doc, v)?);
     }
     if let Some(c) = d.get("compile").and_then(|v| doc.as_dict(v)) {
         let int = |k: &str| c.get(k).and_then(|v| doc.as_int(v)).unwrap_or(0);
@@ -109,6 +112,34 @@ fn unmeasured(doc: &Document, v: Value) -> Parse<Vec<Unmeasured>> {
         });
     }
     Ok(out)
+}
+
+/// `memtrack.retained`: `{iterations: int, ops: [{op: str, module: str, category: str, bytes:
+/// int, tensors: int, iterations: int}]}`.
+fn retained(doc: &Document, v: Value) -> Parse<Retained> {
+    let what = "memtrack.retained: expected {iterations: int, ops: [{op, module, category, \
+                bytes, tensors, iterations}]}";
+    let d = doc.as_dict(v).ok_or(what)?;
+    let iterations = d
+        .get("iterations")
+        .and_then(|v| doc.as_int(v))
+        .ok_or(what)?;
+    let list = d.get("ops").and_then(|v| doc.as_seq(v)).ok_or(what)?;
+    let mut ops = Vec::with_capacity(list.len());
+    for item in list {
+        let o = doc.as_dict(*item).ok_or(what)?;
+        let s = |k: &str| o.get(k).and_then(|v| doc.as_str(v)).map(str::to_string);
+        let i = |k: &str| o.get(k).and_then(|v| doc.as_int(v));
+        ops.push(RetainedOp {
+            op: s("op").ok_or(what)?,
+            module: s("module").ok_or(what)?,
+            category: s("category").ok_or(what)?,
+            bytes: i("bytes").ok_or(what)?,
+            tensors: i("tensors").ok_or(what)?,
+            iterations: i("iterations").ok_or(what)?,
+        });
+    }
+    Ok(Retained { iterations, ops })
 }
 
 /// `[str]`; items of other types are skipped.
@@ -434,6 +465,25 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
     w.entry("cycles", |w| {
         w.list(&r.cycles, cycle_value);
     });
+    if let Some(ret) = &r.retained {
+        w.entry("retained", |w| {
+            w.begin_dict();
+            w.entry("iterations", |w| w.int(ret.iterations));
+            w.entry("ops", |w| {
+                w.list(&ret.ops, |w, o| {
+                    w.begin_dict();
+                    w.entry("op", |w| w.str(&o.op));
+                    w.entry("module", |w| w.str(&o.module));
+                    w.entry("category", |w| w.str(&o.category));
+                    w.entry("bytes", |w| w.int(o.bytes));
+                    w.entry("tensors", |w| w.int(o.tensors));
+                    w.entry("iterations", |w| w.int(o.iterations));
+                    w.end_dict();
+                });
+            });
+            w.end_dict();
+        });
+    }
     w.entry("unmeasured", |w| {
         w.list(&r.unmeasured, |w, u| {
             w.begin_dict();
@@ -751,5 +801,27 @@ mod tests {
         );
         // a file from before the key has none
         assert!(round_trip(RecordInfo::default()).unmeasured.is_empty());
+    }
+
+    #[test]
+    fn retained_ops_survive_a_round_trip() {
+        let ret = Retained {
+            iterations: 3,
+            ops: vec![RetainedOp {
+                op: "Net.forward.clone.default".into(),
+                module: "Net".into(),
+                category: "Activation".into(),
+                bytes: 196_608,
+                tensors: 3,
+                iterations: 3,
+            }],
+        };
+        let r = round_trip(RecordInfo {
+            retained: Some(ret.clone()),
+            ..RecordInfo::default()
+        });
+        assert_eq!(r.retained, Some(ret));
+        // a file from before the key has none
+        assert_eq!(round_trip(RecordInfo::default()).retained, None);
     }
 }

@@ -3,6 +3,7 @@
 pub mod cycles;
 pub mod gpu;
 pub mod modules;
+pub mod ranks;
 pub mod snapshot;
 pub mod trace;
 pub mod tracker;
@@ -15,7 +16,7 @@ pub use modules::{
 pub use snapshot::Snapshot;
 pub use tracker::{
     op_module, CompileInfo, CompiledRegion, DeviceSample, DeviceSeries, ExitInfo, Marker, OpNames,
-    RecordInfo, Series, TrackerStats, Unmeasured,
+    RecordInfo, Retained, RetainedOp, Series, TrackerStats, Unmeasured,
 };
 pub use units::{format_bytes, Units};
 

@@ -587,6 +587,27 @@ impl Snapshot {
         d
     }
 
+    /// Whether the blocks in use at the end on `devices` carry stacks: `Some(false)` when none
+    /// does (a capture recorded without `context`, or before any history was recorded),
+    /// `Some(true)` when one does, None when no block is in use.
+    pub fn allocations_have_stacks(&self, devices: &[u32]) -> Option<bool> {
+        let mut any = false;
+        for s in self.segments.iter().filter(|s| devices.contains(&s.device)) {
+            for b in s
+                .blocks(&self.blocks)
+                .iter()
+                .filter(|b| b.state.is_allocated())
+            {
+                any = true;
+                let stack = b.alloc_stack(&self.history);
+                if !stack.is_missing() && !self.stacks.stack(stack).is_empty() {
+                    return Some(true);
+                }
+            }
+        }
+        any.then_some(false)
+    }
+
     /// The trace of `device`, if the file has one.
     pub fn trace(&self, device: u32) -> Option<&DeviceTrace> {
         self.traces.get(device as usize)

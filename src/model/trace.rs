@@ -129,6 +129,11 @@ impl KeptTraces {
         self.given >= self.limit
     }
 
+    /// The traces so far, by device index, if no more than the limit of events came.
+    pub fn traces(&self) -> Option<&[DeviceTrace]> {
+        (self.given <= self.limit).then_some(&self.traces[..])
+    }
+
     /// The traces, by device index, if no more than the limit of events came.
     pub fn into_traces(self) -> Option<Vec<DeviceTrace>> {
         (self.given <= self.limit).then_some(self.traces)

@@ -245,6 +245,37 @@ pub struct RecordInfo {
     /// Tensors the agent met that are not one dense storage (sparse, meta, wrappers without
     /// storage), counted by reason and category: how, or whether, their memory was measured.
     pub unmeasured: Vec<Unmeasured>,
+    /// Storages made in an iteration after warm-up and still alive two iterations later, by the
+    /// op that made them (`record::replay::retained`); None in files written before it.
+    pub retained: Option<Retained>,
+}
+
+/// What stayed alive across iterations, by the op that allocated it: an iteration `k` (from
+/// the second) is checked at the start of iteration `k + 2`, so what the next iteration still
+/// uses and then frees (its input batch) is not counted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Retained {
+    /// Iterations checked.
+    pub iterations: i64,
+    /// One entry per op (its name without the `_N` count), most bytes first.
+    pub ops: Vec<RetainedOp>,
+}
+
+/// The storages one op made that stayed alive, over the iterations checked.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RetainedOp {
+    /// The op's name without its count: `Net.blocks.0.forward.clone.default`.
+    pub op: String,
+    /// The module it ran in (`Global` outside any), as the op's name says.
+    pub module: String,
+    /// The MemTracker category the storages had when checked (the first's, if several).
+    pub category: String,
+    /// Bytes, summed over the iterations checked.
+    pub bytes: i64,
+    /// Storages, summed over the iterations checked.
+    pub tensors: i64,
+    /// In how many of the iterations checked it retained any.
+    pub iterations: i64,
 }
 
 /// Tensors of one kind and category that were not measured as one dense storage.

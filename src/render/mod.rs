@@ -7,10 +7,12 @@ pub mod document;
 pub mod error;
 pub mod gpus;
 pub mod graph;
+pub mod growth;
 pub mod memory_chart;
 pub mod modules;
 pub mod picture;
 pub mod plot;
+pub mod ranks;
 pub mod segments;
 pub mod segments_svg;
 pub mod simulate;
@@ -71,6 +73,18 @@ pub fn signed(bytes: f64, units: Units) -> String {
     } else {
         format_bytes(bytes, units)
     }
+}
+
+/// What a capture without stacks lacks and how to record one that has them; `shown`: how the
+/// report at hand names an allocation without a stack.
+pub fn no_stacks_note(shown: &str) -> String {
+    format!(
+        "No stacks: the allocations in this capture were recorded without their stacks, so \
+         where they were made is unknown ({shown}). To record them, call {} before they are \
+         allocated: context=\"all\" keeps the stack of every allocation and free, stacks=\"all\" \
+         adds the C++ frames to the Python ones.",
+        crate::formats::snapshot::RECORD_STACKS_CALL
+    )
 }
 
 /// `12.3%`, or `-` when there is no share to give.

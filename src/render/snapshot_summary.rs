@@ -48,6 +48,7 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
                 "peak_reserved_bytes",
                 "trace_entries",
                 "ooms",
+                "leak_suspects",
             ]);
             for d in &s.devices {
                 t.row(vec![
@@ -68,6 +69,7 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
                     or_empty(d.peak_reserved.map(|p| p.bytes)),
                     d.trace_entries.to_string(),
                     d.ooms.len().to_string(),
+                    or_empty(d.leak_suspects.as_ref().map(|l| l.suspects.len())),
                 ]);
             }
             return t.csv();
@@ -95,6 +97,11 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
         let _ = write!(head, " [{}]", notes.join("; "));
     }
     doc.title(&head);
+    if s.allocations_have_stacks == Some(false) {
+        doc.para(&super::no_stacks_note(
+            "`memtrack top` shows them as <non-python>",
+        ));
+    }
     for d in &s.devices {
         doc.heading(&format!("Device {}", d.device));
         let mut t = Table::new(&["", ">bytes", "note"]);
@@ -286,6 +293,30 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
                 ]);
             }
             doc.table(&t);
+        }
+        if let Some(l) = &d.leak_suspects {
+            if l.suspects.is_empty() {
+                doc.para(&format!(
+                    "No leak suspects: no site kept allocations from every one of the {} steps \
+                     after the first (steps end at Optimizer.step).",
+                    l.steps
+                ));
+            } else {
+                doc.heading(&format!(
+                    "Leak suspects: sites whose allocations alive at the end were made in every \
+                     one of the {} steps after the first (steps end at Optimizer.step)",
+                    l.steps
+                ));
+                let mut t = Table::new(&[">per step", ">allocations", "site"]);
+                for x in &l.suspects {
+                    t.row(vec![
+                        format_bytes(x.bytes_per_step, units),
+                        thousands(x.allocations),
+                        x.site.clone(),
+                    ]);
+                }
+                doc.table(&t);
+            }
         }
     }
     match &s.allocator_settings {

@@ -151,6 +151,8 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
         doc.table(&t);
     }
 
+    super::growth::write(doc, &s.growth, units);
+
     doc.heading(&format!(
         "Top {} ops that generate memory (allocated after the op minus after the op before)",
         s.top_ops.len()

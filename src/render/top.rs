@@ -11,6 +11,21 @@ use super::document::Document;
 use super::table::{or_empty, Table};
 use super::{json, thousands, Format};
 
+/// The note that follows `top` of a capture without stacks (text and Markdown; nothing in JSON
+/// and CSV, whose rows say `<non-python>`).
+pub fn no_stacks(format: Format) -> String {
+    match format {
+        Format::Json | Format::Csv => String::new(),
+        _ => {
+            let mut doc = Document::new(format);
+            doc.para(&super::no_stacks_note("shown here as <non-python>"));
+            // the text report ends at its last line; Markdown's with a blank one
+            let gap = if format == Format::Text { "\n" } else { "" };
+            format!("{gap}{}", doc.finish())
+        }
+    }
+}
+
 /// Each device's groups by bytes in `format` (`title`: the file's name).
 pub fn top(reports: &[GroupReport], title: &str, format: Format, units: Units) -> String {
     if format == Format::Json {

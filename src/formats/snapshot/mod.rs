@@ -27,6 +27,11 @@ use crate::pickle::{Document, Pages, PickleError, Progress};
 /// with Python and C++ stacks), as the messages that ask for one name it.
 pub const RECORD_HISTORY_CALL: &str = "torch.cuda.memory._record_memory_history(stacks=\"all\") at the start and torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") where you want the snapshot";
 
+/// The call that records the stack of every allocation and free, with C++ frames, as the
+/// messages about a capture without stacks name it.
+pub const RECORD_STACKS_CALL: &str =
+    "torch.cuda.memory._record_memory_history(context=\"all\", stacks=\"all\")";
+
 /// The outcome of a reading with a [`TraceReader`].
 pub enum Streamed {
     /// A snapshot whose traces were streamed, and the reading stands.

@@ -15,6 +15,8 @@ pub(super) struct Storage {
     pub(super) cat: usize,
     pub(super) dev: i32,
     pub(super) bytes: i64,
+    /// The op that made it: the ops recorded before its ADD (the op's sample follows it).
+    pub(super) op: u32,
 }
 
 impl Replay {
@@ -44,7 +46,16 @@ impl Replay {
         }
         let cat = (cat.clamp(0, 6)) as usize;
         let dev = dev.clamp(-1, i32::MAX as i64) as i32;
-        self.storages.insert(key, Storage { cat, dev, bytes });
+        let op = self.ops.len() as u32;
+        self.storages.insert(
+            key,
+            Storage {
+                cat,
+                dev,
+                bytes,
+                op,
+            },
+        );
         if bytes > 0 {
             let r = self.row(dev);
             r[cat] += bytes;

@@ -122,6 +122,7 @@ impl Replay {
                     tensors: n,
                 })
                 .collect(),
+            retained: Some(self.retained_ops(&names)),
         };
         let stats = TrackerStats {
             names,

@@ -26,6 +26,7 @@ mod modules;
 mod ops;
 mod peaks;
 mod records;
+mod retained;
 
 pub use bytes::device_name;
 use bytes::{Snap, Storage};
@@ -184,6 +185,8 @@ struct Replay {
     damage: Option<String>,
     /// The spool slot the current batch of records starts at (to say where damage was found).
     slot_base: usize,
+    /// What stays alive across iterations (`retained`).
+    retained: retained::Retaining,
 }
 
 impl Replay {

@@ -159,6 +159,9 @@ impl Replay {
                         name: name.into(),
                         op_index: self.ops.len() as i64,
                     });
+                    if name == "fw_start" {
+                        self.iteration_started();
+                    }
                     i += 2;
                 }
                 OPT_BEGIN => {
