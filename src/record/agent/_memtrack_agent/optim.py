@@ -7,7 +7,7 @@ hook of theirs runs) swept after each compiled graph.
 import functools
 import weakref
 
-from . import ops, state
+from . import modules, ops, state
 from .names import name_id
 from .protocol import OPT, OPT_BEGIN, OPT_END
 from .transport import ap, ext, internal_error
@@ -69,6 +69,8 @@ class OptimizerHooks:
         self.track_state(opt)
         ops.in_opt = False
         ap(OPT_END)
+        if modules.tracker is not None:
+            modules.tracker.step_ended()
 
 
 def run_closure(closure, oid, *a, **k):
@@ -126,6 +128,9 @@ def install(torch):
 
     _is_compiling = torch.compiler.is_compiling
     hooks = OptimizerHooks(torch)
+    if modules.tracker is not None:
+        # an optimizer's step, not a backward, ends a training iteration
+        modules.tracker.optimizers = hooks.optimizers
     Optimizer = torch.optim.Optimizer
     orig_init = Optimizer.__init__
     optimizers = hooks.optimizers
