@@ -603,10 +603,21 @@ fn phases(stats: &TrackerStats) -> Vec<Phase> {
     let starts = iteration_starts(stats, &fws);
     // (iteration, phase, micro-batch, calls, start, end) before measuring
     let mut spans: Vec<(usize, &'static str, usize, usize, usize, usize)> = Vec::new();
+    // `memtrack record` names an op by whether it ran in a backward; MemoryTracker names it
+    // after the module whose hook ran last, so its backward ops can be `….forward.…`
+    let names_say_backward = stats.record.is_some();
     if let Some(&first) = starts.first() {
         // model construction, data loading: before the first forward, no iteration of its
-        // own; a MemoryTracker file marks only its last iteration, after others ran
-        let earlier = (0..first).any(|i| is_backward_op(name(i)));
+        // own; a MemoryTracker file marks only its last iteration, after others ran (a
+        // backward, or the root module's forward, before it)
+        let root_forward = (first < n)
+            .then(|| name(first).find(".forward.").map(|k| &name(first)[..k + 9]))
+            .flatten();
+        let earlier = (0..first).any(|i| {
+            let x = name(i);
+            (names_say_backward && is_backward_op(x))
+                || root_forward.is_some_and(|r| x.starts_with(r))
+        });
         let label = if earlier {
             "earlier iterations"
         } else {
@@ -618,7 +629,7 @@ fn phases(stats: &TrackerStats) -> Vec<Phase> {
     let rest = |spans: &mut Vec<_>, it: usize, mb: usize, from: usize, next: usize| {
         let opt_first = (from..next).find(|&i| is_optimizer_op(name(i)));
         let pre_end = opt_first.unwrap_or(next);
-        let label = if (from..pre_end).any(|i| is_backward_op(name(i))) {
+        let label = if !names_say_backward || (from..pre_end).any(|i| is_backward_op(name(i))) {
             "backward"
         } else {
             "after forward"

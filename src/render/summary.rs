@@ -137,7 +137,9 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
                 thousands(s.iterations.len())
             ));
         }
-        doc.heading(if s.phases.iter().any(|p| p.iteration == 0) {
+        doc.heading(if s.phases.iter().any(|p| p.phase == "earlier iterations") {
+            "Forward / backward (split at fw_start and fw_bw_boundary; the file marks only its last iteration: earlier iterations is what ran before it)"
+        } else if s.phases.iter().any(|p| p.iteration == 0) {
             "Forward / backward (split at fw_start and fw_bw_boundary; setup is what ran before the first forward)"
         } else {
             "Forward / backward (split at fw_start and fw_bw_boundary)"

@@ -3,7 +3,7 @@ module, called 20 times per step), with an optimizer: an iteration is one optimi
 
     python tests/py/lstm_cell_loop.py --steps 33
 
-Prints `steps N forwards M` (M: top-level module calls) for tests to compare with."""
+Prints `steps N cell_calls M` for tests to compare with."""
 
 import argparse
 
@@ -21,16 +21,15 @@ head = nn.Linear(16, 1)
 opt = torch.optim.SGD(list(cell.parameters()) + list(head.parameters()), lr=0.01)
 x = torch.randn(args.seq, 4, 8)
 y = torch.randn(4, 1)
-forwards = 0
+cell_calls = 0
 for step in range(args.steps):
     opt.zero_grad()
     h = torch.zeros(4, 16)
     c = torch.zeros(4, 16)
     for t in range(args.seq):
         h, c = cell(x[t], (h, c))
-        forwards += 1
+        cell_calls += 1
     loss = ((head(h) - y) ** 2).mean()
-    forwards += 1
     loss.backward()
     opt.step()
-print(f"steps {args.steps} forwards {forwards}")
+print(f"steps {args.steps} cell_calls {cell_calls}")
