@@ -214,14 +214,21 @@ fn a_model_trained_after_another_begins_a_new_iteration() {
 
 #[test]
 fn gradient_accumulation_is_one_iteration_per_step_with_its_micro_batches() {
+    accumulation(&[]);
+}
+
+#[test]
+fn ddp_no_sync_accumulation_is_one_iteration_per_step_with_its_micro_batches() {
+    accumulation(&["--ddp"]);
+}
+
+/// `grad_accumulation.py` with 4 micro-batches per step, plus `extra` arguments.
+fn accumulation(extra: &[&str]) {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (counts, file) = recorded(
-        &py,
-        dir.path(),
-        "grad_accumulation.py",
-        &["--steps", "3", "--micro", "4"],
-    );
+    let mut args = vec!["--steps", "3", "--micro", "4"];
+    args.extend(extra);
+    let (counts, file) = recorded(&py, dir.path(), "grad_accumulation.py", &args);
     let (steps, micro) = (count(&counts, "steps"), count(&counts, "micro_batches"));
     let per_step = micro / steps;
     let s = summary(&file);
