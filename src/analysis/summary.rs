@@ -850,6 +850,97 @@ mod tests {
         assert_eq!(step.allocated_change_bytes, 8.0 - 5.0);
     }
 
+    /// A record whose iterations start at `starts`, with a top-level forward of one op at
+    /// each of `forwards`.
+    fn recorded(names: &[&str], alloc: &[f64], forwards: &[i64], starts: &[i64]) -> TrackerStats {
+        let mut s = stats(names, alloc);
+        let marker_events = forwards
+            .iter()
+            .flat_map(|&i| {
+                [("fw_start", i), ("fw_bw_boundary", i + 1)].map(|(name, op_index)| Marker {
+                    name: name.into(),
+                    op_index,
+                })
+            })
+            .collect();
+        s.record = Some(RecordInfo {
+            marker_events,
+            iteration_starts: starts.to_vec(),
+            ..Default::default()
+        });
+        s
+    }
+
+    #[test]
+    fn inference_calls_have_no_backward_and_identical_ones_fold() {
+        // five calls: forward, then sampling with no backward op; the fourth peaks
+        let mut names = Vec::new();
+        let mut alloc = Vec::new();
+        for k in 0..5 {
+            names.push("Net.forward.mm_0");
+            names.push("Global.forward.argmax_0");
+            let peak = if k == 3 { 9.0 } else { 5.0 };
+            alloc.extend([peak, 1.0]);
+        }
+        let s = recorded(&names, &alloc, &[0, 2, 4, 6, 8], &[0, 2, 4, 6, 8]);
+        let sum = tracker_summary(&s, 5);
+        assert!(sum.phases.iter().all(|p| p.phase != "backward"));
+        assert_eq!(
+            sum.phases
+                .iter()
+                .filter(|p| p.phase == "after forward")
+                .count(),
+            5
+        );
+        let shown: Vec<usize> = sum
+            .iterations
+            .iter()
+            .filter(|it| it.shown)
+            .map(|it| it.iteration)
+            .collect();
+        assert_eq!(shown, vec![1, 4, 5], "first, peak, last");
+        assert!(sum.iterations.iter().all(|it| it.same_as == 1));
+    }
+
+    #[test]
+    fn micro_batches_and_merged_calls_stay_in_their_step() {
+        let names = [
+            "Net.forward.mm_0",     // 0 forward, micro-batch 1
+            "Net.backward.mm_1",    // 1 backward
+            "Net.forward.mm_2",     // 2 forward, micro-batch 2
+            "Global.forward.add_0", // 3 between two calls: the same forward
+            "Net.forward.mm_3",     // 4 forward, second call
+            "Net.backward.mm_4",    // 5 backward
+            "SGD.step.add_0",       // 6 optimizer step
+            "Net.forward.mm_5",     // 7 the next iteration
+        ];
+        let s = recorded(&names, &[1.0; 8], &[0, 2, 4, 7], &[0, 7]);
+        let got: Vec<(usize, &str, Option<usize>, usize, usize, usize)> = phases(&s)
+            .iter()
+            .map(|p| {
+                (
+                    p.iteration,
+                    p.phase,
+                    p.micro_batch,
+                    p.calls,
+                    p.first_op,
+                    p.end_op,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, "forward", Some(1), 1, 0, 1),
+                (1, "backward", Some(1), 0, 1, 2),
+                (1, "forward", Some(2), 2, 2, 5),
+                (1, "backward", Some(2), 0, 5, 6),
+                (1, "optimizer step", None, 0, 6, 7),
+                (2, "forward", None, 1, 7, 8),
+            ]
+        );
+    }
+
     #[test]
     fn repeated_names_keep_last_value_and_first_position() {
         // a: +1 then (as a repeat) -5 → last value -5 wins, as in MemoryTracker's dict

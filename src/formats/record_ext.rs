@@ -713,9 +713,11 @@ mod tests {
             device_memory: vec![series.clone()],
             cycles_watched: true,
             cycles: vec![cycle.clone()],
+            iteration_starts: vec![12, 40, 77],
             ..RecordInfo::default()
         };
         let r = round_trip(record);
+        assert_eq!(r.iteration_starts, vec![12, 40, 77]);
         assert_eq!(r.device_index, Some(1));
         assert_eq!(r.device_uuid.as_deref(), Some("GPU-1234"));
         assert_eq!(r.memory_stats_oom["num_ooms"], 1);
