@@ -144,7 +144,8 @@ fn an_lstm_cell_unrolled_over_time_is_one_iteration_per_optimizer_step() {
     assert!(rows(&text) <= 1 + 3 * 4, "{text}");
     assert!(text.contains("--all-iterations"), "{text}");
     let all = common::stdout(&["summary", &file, "--all-iterations"]);
-    assert!(rows(&all) >= 1 + steps * 3, "{all}");
+    // setup and at least three phases per step
+    assert!(rows(&all) > steps * 3, "{all}");
 }
 
 #[test]

@@ -774,9 +774,9 @@ fn iterations(stats: &TrackerStats, phases: &[Phase]) -> Vec<Iteration> {
                 pa.total_cmp(&pb).then(b.cmp(&a))
             })
             .unwrap_or(k);
-        for j in k..run_end {
-            out[j].same_as = first;
-            out[j].shown = run_end - k <= FOLD_RUN || j == k || j == peak || j + 1 == run_end;
+        for (j, it) in out.iter_mut().enumerate().take(run_end).skip(k) {
+            it.same_as = first;
+            it.shown = run_end - k <= FOLD_RUN || j == k || j == peak || j + 1 == run_end;
         }
         k = run_end;
     }
@@ -915,7 +915,8 @@ mod tests {
             "Net.forward.mm_5",     // 7 the next iteration
         ];
         let s = recorded(&names, &[1.0; 8], &[0, 2, 4, 7], &[0, 7]);
-        let got: Vec<(usize, &str, Option<usize>, usize, usize, usize)> = phases(&s)
+        type Row = (usize, &'static str, Option<usize>, usize, usize, usize);
+        let got: Vec<Row> = phases(&s)
             .iter()
             .map(|p| {
                 (
