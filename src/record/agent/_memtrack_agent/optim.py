@@ -30,24 +30,39 @@ class OptimizerHooks:
         self.opt_ids = {}  # optimizer class -> name id
         self.optimizers = weakref.WeakSet()  # every optimizer made
         self.eager = weakref.WeakSet()  # those whose step hooks have run
+        self.versions = weakref.WeakKeyDictionary()  # optimizer -> its state's versions
 
     def track_state(self, opt):
-        """MemTracker's _track_optimizer_states: the optimizer's state tensors are Optstate."""
+        """MemTracker's _track_optimizer_states: the optimizer's state tensors are Optstate.
+        Returns how many tensors the state holds plus their version counters' sum: it
+        changes when a step ran."""
+        versions = 0
         try:
             Tensor = self.Tensor
             for st in opt.state.values():
                 for v in st.values():
                     if isinstance(v, Tensor):
                         ops.track_as(v, OPT)
+                        try:
+                            versions += 1 + v._version
+                        except RuntimeError:
+                            versions += 1  # an inference tensor keeps no version
         except Exception as e:
             internal_error(e)
+        return versions
 
     def sweep(self):
         if len(self.optimizers) == len(self.eager):
             return
         for opt in list(self.optimizers):
             if opt not in self.eager:
-                self.track_state(opt)
+                # a compiled step runs no hook: its state changing in place says it ran,
+                # which ends the iteration as the post-step hook does
+                versions = self.track_state(opt)
+                if versions != self.versions.get(opt, 0):
+                    self.versions[opt] = versions
+                    if modules.tracker is not None:
+                        modules.tracker.step_ended()
 
     def step_begins(self, opt, args, kwargs):
         self.eager.add(opt)
