@@ -114,7 +114,7 @@ class ModuleTracker:
         self.parents = {}  # name -> active count (ModTracker.parents without "Global")
         self.tracked = {}  # mk -> True: modules with stats in this iteration
         self.is_grad_enabled = torch.is_grad_enabled
-        # The iteration (docs/record.md, "Iterations and phases"): what happened in it so far,
+        # The iteration (docs/record.md, "Iterations"): what happened in it so far,
         # which decides whether the next top-level forward begins another one.
         self.optimizers = ()  # every optimizer made (optim.install gives its WeakSet)
         self.it_stepped = False  # an optimizer step ended in it
@@ -249,8 +249,6 @@ class ModuleTracker:
             bm += track_as(b, BUFFER)
         return pm, bm
 
-    # -- MemTracker's user hooks, fed by the ModTracker emulation below
-
     # -- iterations
 
     def step_ended(self):
@@ -258,11 +256,11 @@ class ModuleTracker:
         self.it_stepped = True
 
     def iteration_over(self, mk):
-        """Whether a top-level forward of module `mk` begins a new iteration: after an
-        optimizer step; where an optimizer exists, only then (micro-batches, a cell unrolled
-        over time), except that forward-only calls (no grad) are an iteration each; without
-        one, after a backward, and a top-level module called again without a backward begins
-        the next (MemTracker raises there)."""
+        """Whether a top-level forward of module `mk` begins a new iteration (the table in
+        docs/record.md, "Iterations"): after an optimizer step; where an optimizer exists,
+        only then (micro-batches, a cell unrolled over time), except that forward-only (no
+        grad) calls are an iteration each; without one, after a backward, or when a top-level
+        module is called again without one (where MemTracker raises)."""
         if self.it_stepped:
             return True
         grad = self.is_grad_enabled()
@@ -283,6 +281,8 @@ class ModuleTracker:
         self.it_stepped = self.it_backward = self.it_grad = False
         self.it_roots.clear()
         ap(ITER)
+
+    # -- MemTracker's user hooks, fed by the ModTracker emulation below
 
     def mt_pre_fw(self, mod, info, inputs, bw):
         mk = info.mk
