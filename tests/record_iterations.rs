@@ -108,17 +108,22 @@ fn an_lstm_cell_unrolled_over_time_is_one_iteration_per_optimizer_step() {
         "lstm_cell_loop.py",
         &["--steps", "12", "--seq", "5"],
     );
-    let (steps, cell_calls) = (count(&counts, "steps"), count(&counts, "cell_calls"));
-    assert_eq!((steps, cell_calls), (12, 60));
+    let (steps, cell_calls, head_calls) = (
+        count(&counts, "steps"),
+        count(&counts, "cell_calls"),
+        count(&counts, "head_calls"),
+    );
+    assert_eq!((steps, cell_calls, head_calls), (12, 60, 12));
     let j = export(Path::new(&file));
     assert_eq!(j["memtrack"]["modules"].as_array().unwrap().len(), steps);
     assert_eq!(
         j["memtrack"]["iteration_starts"].as_array().unwrap().len(),
         steps
     );
-    // every call of the cell (the iteration's root) is marked, not the head after it
-    assert_eq!(marker_count(&j, "fw_start"), cell_calls);
-    assert_eq!(marker_count(&j, "fw_bw_boundary"), cell_calls);
+    // every call of the cell (the iteration's root) and of the head (it has parameters) is
+    // marked; the loss is no module
+    assert_eq!(marker_count(&j, "fw_start"), cell_calls + head_calls);
+    assert_eq!(marker_count(&j, "fw_bw_boundary"), cell_calls + head_calls);
     let s = summary(&file);
     assert_eq!(s["iterations"].as_array().unwrap().len(), steps);
     for it in 1..=steps as u64 {
@@ -129,7 +134,11 @@ fn an_lstm_cell_unrolled_over_time_is_one_iteration_per_optimizer_step() {
             ["forward", "backward", "optimizer step"],
             "iteration {it}"
         );
-        assert_eq!(ph[0].2 as usize, cell_calls / steps, "calls in one forward");
+        assert_eq!(
+            ph[0].2 as usize,
+            (cell_calls + head_calls) / steps,
+            "calls in one forward"
+        );
     }
     phases_agree_with_op_names(&s, &op_names(&j));
     // the text folds the identical steps: first, peak, last
@@ -173,9 +182,19 @@ fn a_no_grad_generation_loop_has_no_backward_phase() {
 
 #[test]
 fn a_model_trained_after_another_begins_a_new_iteration() {
+    one_model_after_another(&[]);
+}
+
+#[test]
+fn a_checkpointed_model_trained_after_another_begins_a_new_iteration() {
+    one_model_after_another(&["--checkpoint"]);
+}
+
+/// `two_models.py` with `extra` arguments: A trained, then B.
+fn one_model_after_another(extra: &[&str]) {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (counts, file) = recorded(&py, dir.path(), "two_models.py", &[]);
+    let (counts, file) = recorded(&py, dir.path(), "two_models.py", extra);
     let (a, b) = (count(&counts, "steps_a"), count(&counts, "steps_b"));
     let j = export(Path::new(&file));
     let names = op_names(&j);
@@ -279,5 +298,33 @@ fn torch_func_grad_over_functional_call_has_modules_iterations_and_phases() {
         let backward = ph.iter().any(|p| p.0 == "backward");
         assert_eq!(backward, it as usize <= grads, "iteration {it}: {ph:?}");
     }
+    phases_agree_with_op_names(&s, &names);
+}
+
+#[test]
+fn an_exported_program_then_its_trained_source_module() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (counts, file) = recorded(&py, dir.path(), "export_then_source.py", &[]);
+    let steps = count(&counts, "steps");
+    let j = export(Path::new(&file));
+    let names = op_names(&j);
+    let s = summary(&file);
+    assert_eq!(s["iterations"].as_array().unwrap().len(), steps);
+    // the source module's first forward op (the exported program's module is a GraphModule)
+    let first = names
+        .iter()
+        .position(|n| n.starts_with("Source.fc1.forward."))
+        .expect("an op of Source's forward");
+    let phase = s["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["first_op"].as_u64().unwrap() as usize <= first
+                && first < p["end_op"].as_u64().unwrap() as usize
+        })
+        .unwrap();
+    assert_eq!(phase["phase"], "forward", "{phase}");
     phases_agree_with_op_names(&s, &names);
 }

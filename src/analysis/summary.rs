@@ -299,9 +299,9 @@ pub struct Peak {
 
 /// A stretch of ops of an iteration (docs/record.md, "Iterations and phases"): `setup`
 /// (before the first iteration, iteration 0; `earlier iterations` where the file keeps only the
-/// last iteration's markers and backward ran before them), `forward` (from the root module's
-/// fw_start to its fw_bw_boundary; calls with no backward or step between them are one
-/// forward), then until the next forward: `backward` when a backward op ran
+/// last iteration's markers and backward ran before them), `forward` (from a fw_start to its
+/// fw_bw_boundary; marked calls with no backward or step between them are one forward), then
+/// until the next forward: `backward` when a backward op ran
 /// there, `after forward` when none did (inference), and where the recording names optimizer
 /// ops (`memtrack record`) `optimizer step` and `after step` (zero_grad, the next batch).
 #[derive(Debug, Serialize)]
@@ -316,8 +316,8 @@ pub struct Phase {
     pub micro_batch: Option<usize>,
     /// How many micro-batches the iteration has (1 without gradient accumulation).
     pub micro_batches: usize,
-    /// Marked calls (fw_start to fw_bw_boundary) of the iteration's root module in a
-    /// `forward` phase (a cell unrolled over time: many); 0 in other phases.
+    /// Marked top-level calls (fw_start to fw_bw_boundary) in a `forward` phase (a cell
+    /// unrolled over time: many); 0 in other phases.
     pub calls: usize,
     /// 0-based index of the phase's first op.
     pub first_op: usize,

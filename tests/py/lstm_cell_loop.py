@@ -3,7 +3,7 @@ module, called 20 times per step), with an optimizer: an iteration is one optimi
 
     python tests/py/lstm_cell_loop.py --steps 33
 
-Prints `steps N cell_calls M` for tests to compare with."""
+Prints `steps N cell_calls M head_calls K` for tests to compare with."""
 
 import argparse
 
@@ -21,7 +21,7 @@ head = nn.Linear(16, 1)
 opt = torch.optim.SGD(list(cell.parameters()) + list(head.parameters()), lr=0.01)
 x = torch.randn(args.seq, 4, 8)
 y = torch.randn(4, 1)
-cell_calls = 0
+cell_calls = head_calls = 0
 for step in range(args.steps):
     opt.zero_grad()
     h = torch.zeros(4, 16)
@@ -30,6 +30,7 @@ for step in range(args.steps):
         h, c = cell(x[t], (h, c))
         cell_calls += 1
     loss = ((head(h) - y) ** 2).mean()
+    head_calls += 1
     loss.backward()
     opt.step()
-print(f"steps {args.steps} cell_calls {cell_calls}")
+print(f"steps {args.steps} cell_calls {cell_calls} head_calls {head_calls}")

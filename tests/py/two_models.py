@@ -1,7 +1,10 @@
 """Model A trained for 3 steps, then model B for 3 (each with its own optimizer): B's first
 forward begins a new iteration.
 
-    python tests/py/two_models.py --steps-a 3 --steps-b 3
+    python tests/py/two_models.py --steps-a 3 --steps-b 3 [--checkpoint]
+
+--checkpoint runs each model's first layer under activation checkpointing (recomputed in
+backward).
 
 Prints `steps_a 3 steps_b 3`."""
 
@@ -9,13 +12,21 @@ import argparse
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps-a", type=int, default=3)
 p.add_argument("--steps-b", type=int, default=3)
+p.add_argument("--checkpoint", action="store_true")
 args = p.parse_args()
 
 torch.manual_seed(0)
+
+
+def first(layer, x):
+    if args.checkpoint:
+        return checkpoint(layer, x, use_reentrant=False)
+    return layer(x)
 
 
 def train(model, steps, width):
@@ -34,7 +45,7 @@ class A(nn.Module):
         self.fc2 = nn.Linear(64, 8)
 
     def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
+        return self.fc2(torch.relu(first(self.fc1, x)))
 
 
 class B(nn.Module):
@@ -44,7 +55,7 @@ class B(nn.Module):
         self.out = nn.Linear(256, 4)
 
     def forward(self, x):
-        return self.out(torch.relu(self.fc(x)))
+        return self.out(torch.relu(first(self.fc, x)))
 
 
 train(A(), args.steps_a, 32)

@@ -123,7 +123,7 @@ class ModuleTracker:
         self.it_after_step = False  # it began after an optimizer step ended
         self.it_roots = set()  # the top-level modules called in it
         self.root = None  # the iteration's first top-level module: its calls are marked
-        self.root_call = None  # the root whose marked forward runs now
+        self.root_call = None  # the top-level module whose marked forward runs now
         self.has_callback = False
         self.post_bw_to_enqueue = []
         self.hooked_params = {}  # id(param) -> weakref: hooks installed once per parameter
@@ -275,6 +275,12 @@ class ModuleTracker:
             return False
         return self.it_backward or mk in self.it_roots
 
+    @staticmethod
+    def has_parameters(mod):
+        for _ in mod.parameters():
+            return True
+        return False
+
     def new_iteration(self):
         self.tracked.clear()
         self.it_after_step = self.it_stepped
@@ -297,9 +303,10 @@ class ModuleTracker:
             self.it_roots.add(mk)
             if self.is_grad_enabled():
                 self.it_grad = True
-            if mk == self.root:
-                # MemoryTracker's markers are its root module's: the iteration's first
-                # top-level module, each call (not a loss module called after it)
+            if mk == self.root or self.has_parameters(mod):
+                # MemoryTracker marks its root module's forward: here the iteration's first
+                # top-level module and any other with parameters (a second model, a head
+                # called after a cell), not a loss module
                 self.root_call = mk
                 ext((MARK, 0))
         if mk in tracked:
