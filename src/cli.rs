@@ -118,6 +118,10 @@ pub struct SummaryArgs {
     /// Allocator snapshots: only this CUDA device
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
+    /// Stats files: show every iteration's phases (by default a run of more than three
+    /// iterations with the same phases shows its first, its peak and its last)
+    #[arg(long)]
+    pub all_iterations: bool,
     #[command(flatten)]
     pub common: Common,
 }

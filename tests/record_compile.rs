@@ -172,6 +172,11 @@ fn a_compiled_optimizer_step_is_compiled_as_without_memtrack() {
         j["memtrack"]["compile"]["frames_ok"],
         recorded["frames"]["ok"]
     );
+    // a compiled step runs no hook: its state changing ends each of the 3 iterations
+    assert_eq!(
+        j["memtrack"]["iteration_starts"].as_array().unwrap().len(),
+        3
+    );
     // the step's compiled graphs are sampled, in each of the 3 iterations
     let names = op_names(&j);
     let graphs = names

@@ -20,6 +20,8 @@ pub struct TrackerSummary {
     pub peaks: Vec<Peak>,
     /// Setup, forward, backward and optimizer stretches of each iteration, in op order.
     pub phases: Vec<Phase>,
+    /// Each iteration's span and peak, and whether a report shows it by default.
+    pub iterations: Vec<Iteration>,
     /// The `--top` ops that generate the most memory, largest first.
     pub top_ops: Vec<TopOp>,
     /// The file's markers (the last occurrence of each name).
@@ -297,16 +299,28 @@ pub struct Peak {
     pub op: String,
 }
 
-/// A stretch of ops between markers, per iteration: `setup` (before the first fw_start,
-/// iteration 0), `forward` (fw_start to fw_bw_boundary), `backward` (from fw_bw_boundary),
-/// and where the recording names optimizer ops (`memtrack record`), `optimizer step` and
-/// `after step` (until the next fw_start: zero_grad, the next batch).
+/// A stretch of ops of an iteration (docs/record.md, "Iterations and phases"): `setup`
+/// (before the first iteration, iteration 0; `earlier iterations` where the file keeps only the
+/// last iteration's markers and backward ran before them), `forward` (from a fw_start to its
+/// fw_bw_boundary; marked calls with no backward or step between them are one forward), then
+/// until the next forward: `backward` when a backward op ran
+/// there, `after forward` when none did (inference), and where the recording names optimizer
+/// ops (`memtrack record`) `optimizer step` and `after step` (zero_grad, the next batch).
 #[derive(Debug, Serialize)]
 pub struct Phase {
     /// 1-based iteration number; 0 for `setup`.
     pub iteration: usize,
-    /// `setup`, `forward`, `backward`, `optimizer step` or `after step`.
+    /// `setup`, `earlier iterations`, `forward`, `backward`, `after forward`,
+    /// `optimizer step` or `after step`.
     pub phase: &'static str,
+    /// The micro-batch (1-based) the phase belongs to, where the iteration has several
+    /// forward-and-backward pairs before its step (gradient accumulation); None otherwise.
+    pub micro_batch: Option<usize>,
+    /// How many micro-batches the iteration has (1 without gradient accumulation).
+    pub micro_batches: usize,
+    /// Marked top-level calls (fw_start to fw_bw_boundary) in a `forward` phase (a cell
+    /// unrolled over time: many); 0 in other phases.
+    pub calls: usize,
     /// 0-based index of the phase's first op.
     pub first_op: usize,
     /// One past the last op.
@@ -317,6 +331,36 @@ pub struct Phase {
     pub peak_op_index: usize,
     /// Allocated after the phase's last op minus allocated before its first.
     pub allocated_change_bytes: f64,
+}
+
+/// One iteration: a training step (ending with its optimizer step where there is one), or
+/// one forward-only call.
+#[derive(Debug, Serialize)]
+pub struct Iteration {
+    /// 1-based number.
+    pub iteration: usize,
+    /// 0-based index of its first op.
+    pub first_op: usize,
+    /// One past its last op.
+    pub end_op: usize,
+    /// The highest allocated sample within it, in bytes (NaN if every sample is NaN).
+    pub peak_allocated_bytes: f64,
+    /// Allocated after its last op minus allocated before its first.
+    pub allocated_change_bytes: f64,
+    /// The first iteration of the run of consecutive iterations with the same phases (names,
+    /// micro-batches, calls and op counts) that this one belongs to: itself if it starts one.
+    pub same_as: usize,
+    /// Whether reports show its phases: every iteration of a run of at most three; of a
+    /// longer run, its first, the one with the highest peak and its last (`--all-iterations`
+    /// shows all).
+    pub shown: bool,
+}
+
+impl TrackerSummary {
+    /// Show every iteration's phases (`summary --all-iterations`).
+    pub fn show_all_iterations(&mut self) {
+        self.iterations.iter_mut().for_each(|it| it.shown = true);
+    }
 }
 
 /// One of the ops that generate the most memory.
@@ -352,6 +396,7 @@ pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
         op_index: stats.op_index,
         num_alloc_retries: stats.num_alloc_retries,
         growth: super::growth::growth(stats, &phases),
+        iterations: iterations(stats, &phases),
         phases,
         top_ops: top_ops(stats, top),
         markers: stats.markers.clone(),
@@ -513,7 +558,14 @@ fn is_optimizer_op(name: &str) -> bool {
     name.split('.').nth(1) == Some("step")
 }
 
-fn phases(stats: &TrackerStats) -> Vec<Phase> {
+/// Whether an op ran in a backward: its name's phase part (`{module}.backward.{op}_{n}`).
+fn is_backward_op(name: &str) -> bool {
+    name.contains(".backward.")
+}
+
+/// (fw_start, fw_bw_boundary) of every top-level forward, in op order: a forward whose
+/// boundary is missing (the program stopped in it) ends at the next fw_start or the end.
+fn forwards(stats: &TrackerStats) -> Vec<(usize, usize)> {
     let n = stats.op_count();
     let mut events: Vec<Marker> = stats
         .marker_events()
@@ -522,62 +574,216 @@ fn phases(stats: &TrackerStats) -> Vec<Phase> {
         .collect();
     events.sort_by_key(|m| m.op_index);
     let at = |m: &Marker| (m.op_index.max(0) as usize).min(n);
-    // (iteration, phase, start, end) before measuring
-    let mut spans: Vec<(usize, &'static str, usize, usize)> = Vec::new();
-    // model construction, data loading: before the first forward, no iteration of its own
-    if let Some(first) = events.iter().find(|m| m.name == "fw_start") {
-        if at(first) > 0 {
-            spans.push((0, "setup", 0, at(first)));
-        }
-    }
-    let mut iteration = 0;
+    let mut out = Vec::new();
     for (k, m) in events.iter().enumerate() {
-        let start = at(m);
-        let end = events.get(k + 1).map_or(n, at);
-        if m.name == "fw_start" {
-            iteration += 1;
-            spans.push((iteration, "forward", start, end));
+        if m.name != "fw_start" {
             continue;
         }
-        // after the boundary: backward, then the optimizer's step, then whatever runs until
-        // the next forward (zero_grad, the next batch)
-        let iteration = iteration.max(1);
-        let opt_first = (start..end).find(|&i| is_optimizer_op(stats.names.get(i)));
-        match opt_first {
-            None => spans.push((iteration, "backward", start, end)),
-            Some(first) => {
-                let last = (first..end)
-                    .rev()
-                    .find(|&i| is_optimizer_op(stats.names.get(i)))
-                    .unwrap_or(first);
-                spans.push((iteration, "backward", start, first));
-                spans.push((iteration, "optimizer step", first, last + 1));
-                spans.push((iteration, "after step", last + 1, end));
-            }
+        let end = events.get(k + 1).map_or(n, at);
+        out.push((at(m), end));
+    }
+    out
+}
+
+/// Where each iteration starts: as recorded (`memtrack.iteration_starts`), or in files
+/// without them at each fw_start (MemoryTracker's own files, older recordings).
+fn iteration_starts(stats: &TrackerStats, forwards: &[(usize, usize)]) -> Vec<usize> {
+    let n = stats.op_count();
+    match &stats.record {
+        Some(r) if !r.iteration_starts.is_empty() => r
+            .iteration_starts
+            .iter()
+            .map(|&i| (i.max(0) as usize).min(n))
+            .collect(),
+        _ => forwards.iter().map(|f| f.0).collect(),
+    }
+}
+
+fn phases(stats: &TrackerStats) -> Vec<Phase> {
+    let n = stats.op_count();
+    let name = |i: usize| stats.names.get(i);
+    let fws = forwards(stats);
+    let starts = iteration_starts(stats, &fws);
+    // (iteration, phase, micro-batch, calls, start, end) before measuring
+    let mut spans: Vec<(usize, &'static str, usize, usize, usize, usize)> = Vec::new();
+    // `memtrack record` names an op by whether it ran in a backward; MemoryTracker names it
+    // after the module whose hook ran last, so its backward ops can be `….forward.…`
+    let names_say_backward = stats.record.is_some();
+    if let Some(&first) = starts.first() {
+        // model construction, data loading: before the first forward, no iteration of its
+        // own; a MemoryTracker file marks only its last iteration, after others ran (a
+        // backward, or the root module's forward, before it)
+        let root_forward = (first < n)
+            .then(|| name(first).find(".forward.").map(|k| &name(first)[..k + 9]))
+            .flatten();
+        let earlier = (0..first).any(|i| {
+            let x = name(i);
+            (names_say_backward && is_backward_op(x))
+                || root_forward.is_some_and(|r| x.starts_with(r))
+        });
+        let label = if earlier {
+            "earlier iterations"
+        } else {
+            "setup"
+        };
+        spans.push((0, label, 0, 0, 0, first));
+    }
+    // what follows a forward until `next`: backward (or not), the optimizer's step, after it
+    let rest = |spans: &mut Vec<_>, it: usize, mb: usize, from: usize, next: usize| {
+        let opt_first = (from..next).find(|&i| is_optimizer_op(name(i)));
+        let pre_end = opt_first.unwrap_or(next);
+        let label = if !names_say_backward || (from..pre_end).any(|i| is_backward_op(name(i))) {
+            "backward"
+        } else {
+            "after forward"
+        };
+        spans.push((it, label, mb, 0, from, pre_end));
+        if let Some(first) = opt_first {
+            let last = (first..next)
+                .rev()
+                .find(|&i| is_optimizer_op(name(i)))
+                .unwrap_or(first);
+            spans.push((it, "optimizer step", mb, 0, first, last + 1));
+            spans.push((it, "after step", mb, 0, last + 1, next));
         }
+    };
+    let mut k = 0; // the next forward
+    for (j, &s) in starts.iter().enumerate() {
+        let it = j + 1;
+        let e = starts.get(j + 1).copied().unwrap_or(n).max(s);
+        while k < fws.len() && fws[k].0 < s {
+            k += 1;
+        }
+        let mut cursor = s;
+        let mut mb = 0;
+        while k < fws.len() && fws[k].0 < e {
+            let (a, mut b) = fws[k];
+            if a > cursor {
+                rest(&mut spans, it, mb, cursor, a);
+            }
+            // top-level calls with no backward or step between them are one forward
+            let mut calls = 1;
+            while k + 1 < fws.len()
+                && fws[k + 1].0 < e
+                && !(b..fws[k + 1].0).any(|i| {
+                    let x = name(i);
+                    is_backward_op(x) || is_optimizer_op(x)
+                })
+            {
+                k += 1;
+                calls += 1;
+                b = fws[k].1;
+            }
+            mb += 1;
+            let b = b.min(e);
+            spans.push((it, "forward", mb, calls, a, b));
+            k += 1;
+            let next = fws.get(k).map_or(e, |f| f.0.min(e));
+            rest(&mut spans, it, mb, b, next);
+            cursor = next;
+        }
+        if cursor < e {
+            rest(&mut spans, it, mb, cursor, e);
+        }
+    }
+    // micro-batches per iteration
+    let mut per_iteration = vec![0usize; starts.len() + 1];
+    for &(it, _, mb, ..) in &spans {
+        per_iteration[it] = per_iteration[it].max(mb);
     }
     spans
         .into_iter()
-        .filter(|&(_, _, start, end)| end > start)
-        .map(|(iteration, phase, start, end)| {
+        .filter(|&(.., start, end)| end > start)
+        .map(|(iteration, phase, mb, calls, start, end)| {
             let (peak_op_index, peak_allocated_bytes) =
                 argmax(&stats.allocated, start, end).unwrap_or((start, f64::NAN));
-            let before = if start == 0 {
-                0.0
-            } else {
-                stats.allocated[start - 1]
-            };
+            let micro_batches = per_iteration[iteration].max(1);
             Phase {
                 iteration,
                 phase,
+                // the step and what follows it belong to the whole iteration
+                micro_batch: (micro_batches > 1
+                    && mb > 0
+                    && !matches!(phase, "optimizer step" | "after step"))
+                .then_some(mb),
+                micro_batches,
+                calls,
                 first_op: start,
                 end_op: end,
                 peak_allocated_bytes,
                 peak_op_index,
-                allocated_change_bytes: stats.allocated[end - 1] - before,
+                allocated_change_bytes: stats.allocated[end - 1] - allocated_before(stats, start),
             }
         })
         .collect()
+}
+
+fn allocated_before(stats: &TrackerStats, op: usize) -> f64 {
+    if op == 0 {
+        0.0
+    } else {
+        stats.allocated[op - 1]
+    }
+}
+
+/// Iterations longer than this many in a row with the same phases are folded.
+const FOLD_RUN: usize = 3;
+
+/// Each iteration from its phases, and which a report shows: runs of consecutive iterations
+/// with the same phases (a training loop's steps, a generation loop's calls) show their
+/// first, their peak and their last.
+fn iterations(stats: &TrackerStats, phases: &[Phase]) -> Vec<Iteration> {
+    // the phases' shape: what must be equal for two iterations to be the same
+    type Shape = Vec<(&'static str, Option<usize>, usize, usize)>;
+    let mut out: Vec<Iteration> = Vec::new();
+    let mut shapes: Vec<Shape> = Vec::new();
+    for p in phases.iter().filter(|p| p.iteration > 0) {
+        if out.last().is_none_or(|it| it.iteration != p.iteration) {
+            out.push(Iteration {
+                iteration: p.iteration,
+                first_op: p.first_op,
+                end_op: p.end_op,
+                peak_allocated_bytes: f64::NAN,
+                allocated_change_bytes: 0.0,
+                same_as: p.iteration,
+                shown: true,
+            });
+            shapes.push(Vec::new());
+        }
+        let it = out.last_mut().unwrap();
+        it.end_op = p.end_op;
+        if it.peak_allocated_bytes.is_nan() || p.peak_allocated_bytes > it.peak_allocated_bytes {
+            it.peak_allocated_bytes = p.peak_allocated_bytes;
+        }
+        shapes
+            .last_mut()
+            .unwrap()
+            .push((p.phase, p.micro_batch, p.calls, p.end_op - p.first_op));
+    }
+    for it in &mut out {
+        it.allocated_change_bytes =
+            stats.allocated[it.end_op - 1] - allocated_before(stats, it.first_op);
+    }
+    let mut k = 0;
+    while k < out.len() {
+        let run_end = (k..out.len())
+            .find(|&j| shapes[j] != shapes[k])
+            .unwrap_or(out.len());
+        let first = out[k].iteration;
+        let peak = (k..run_end)
+            .max_by(|&a, &b| {
+                let (pa, pb) = (out[a].peak_allocated_bytes, out[b].peak_allocated_bytes);
+                // the first of equal peaks
+                pa.total_cmp(&pb).then(b.cmp(&a))
+            })
+            .unwrap_or(k);
+        for (j, it) in out.iter_mut().enumerate().take(run_end).skip(k) {
+            it.same_as = first;
+            it.shown = run_end - k <= FOLD_RUN || j == k || j == peak || j + 1 == run_end;
+        }
+        k = run_end;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -645,6 +851,98 @@ mod tests {
         let step = &phases(&s)[3];
         assert_eq!((step.peak_op_index, step.peak_allocated_bytes), (4, 8.0));
         assert_eq!(step.allocated_change_bytes, 8.0 - 5.0);
+    }
+
+    /// A record whose iterations start at `starts`, with a top-level forward of one op at
+    /// each of `forwards`.
+    fn recorded(names: &[&str], alloc: &[f64], forwards: &[i64], starts: &[i64]) -> TrackerStats {
+        let mut s = stats(names, alloc);
+        let marker_events = forwards
+            .iter()
+            .flat_map(|&i| {
+                [("fw_start", i), ("fw_bw_boundary", i + 1)].map(|(name, op_index)| Marker {
+                    name: name.into(),
+                    op_index,
+                })
+            })
+            .collect();
+        s.record = Some(RecordInfo {
+            marker_events,
+            iteration_starts: starts.to_vec(),
+            ..Default::default()
+        });
+        s
+    }
+
+    #[test]
+    fn inference_calls_have_no_backward_and_identical_ones_fold() {
+        // five calls: forward, then sampling with no backward op; the fourth peaks
+        let mut names = Vec::new();
+        let mut alloc = Vec::new();
+        for k in 0..5 {
+            names.push("Net.forward.mm_0");
+            names.push("Global.forward.argmax_0");
+            let peak = if k == 3 { 9.0 } else { 5.0 };
+            alloc.extend([peak, 1.0]);
+        }
+        let s = recorded(&names, &alloc, &[0, 2, 4, 6, 8], &[0, 2, 4, 6, 8]);
+        let sum = tracker_summary(&s, 5);
+        assert!(sum.phases.iter().all(|p| p.phase != "backward"));
+        assert_eq!(
+            sum.phases
+                .iter()
+                .filter(|p| p.phase == "after forward")
+                .count(),
+            5
+        );
+        let shown: Vec<usize> = sum
+            .iterations
+            .iter()
+            .filter(|it| it.shown)
+            .map(|it| it.iteration)
+            .collect();
+        assert_eq!(shown, vec![1, 4, 5], "first, peak, last");
+        assert!(sum.iterations.iter().all(|it| it.same_as == 1));
+    }
+
+    #[test]
+    fn micro_batches_and_merged_calls_stay_in_their_step() {
+        let names = [
+            "Net.forward.mm_0",     // 0 forward, micro-batch 1
+            "Net.backward.mm_1",    // 1 backward
+            "Net.forward.mm_2",     // 2 forward, micro-batch 2
+            "Global.forward.add_0", // 3 between two calls: the same forward
+            "Net.forward.mm_3",     // 4 forward, second call
+            "Net.backward.mm_4",    // 5 backward
+            "SGD.step.add_0",       // 6 optimizer step
+            "Net.forward.mm_5",     // 7 the next iteration
+        ];
+        let s = recorded(&names, &[1.0; 8], &[0, 2, 4, 7], &[0, 7]);
+        type Row = (usize, &'static str, Option<usize>, usize, usize, usize);
+        let got: Vec<Row> = phases(&s)
+            .iter()
+            .map(|p| {
+                (
+                    p.iteration,
+                    p.phase,
+                    p.micro_batch,
+                    p.calls,
+                    p.first_op,
+                    p.end_op,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, "forward", Some(1), 1, 0, 1),
+                (1, "backward", Some(1), 0, 1, 2),
+                (1, "forward", Some(2), 2, 2, 5),
+                (1, "backward", Some(2), 0, 5, 6),
+                (1, "optimizer step", None, 0, 6, 7),
+                (2, "forward", None, 1, 7, 8),
+            ]
+        );
     }
 
     #[test]

@@ -45,7 +45,10 @@ pub fn run(a: SummaryArgs) -> Result<()> {
                         "--device applies to allocator snapshots; this is a stats file".into(),
                     ));
                 }
-                let summary = tracker_summary(&stats, a.top);
+                let mut summary = tracker_summary(&stats, a.top);
+                if a.all_iterations {
+                    summary.show_all_iterations();
+                }
                 render::summary::tracker(&summary, &title, format, units)
             }
             Input::Snapshot(mut snap) => {
@@ -103,7 +106,13 @@ fn several(a: &SummaryArgs) -> Result<String> {
         let c = cross_rank(&refs);
         let each: Vec<_> = loaded
             .iter()
-            .map(|(n, s)| (n.clone(), tracker_summary(s, a.top)))
+            .map(|(n, s)| {
+                let mut summary = tracker_summary(s, a.top);
+                if a.all_iterations {
+                    summary.show_all_iterations();
+                }
+                (n.clone(), summary)
+            })
             .collect();
         return Ok(render::summary::cross_rank(&c, &each, format, units));
     }

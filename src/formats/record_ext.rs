@@ -24,6 +24,13 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     info.pid = d.get("pid").and_then(|v| doc.as_int(v));
     info.torch_version = s("torch_version");
     info.agent_errors = strings("agent_errors");
+    if let Some(starts) = d.get("iteration_starts").and_then(|v| doc.as_seq(v)) {
+        info.iteration_starts = starts
+            .iter()
+            .map(|v| doc.as_int(*v))
+            .collect::<Option<Vec<i64>>>()
+            .ok_or("memtrack.iteration_starts: expected a list of ints")?;
+    }
     if let (Some(exit), Some(e)) = (
         d.get("exit").and_then(|v| doc.as_dict(v)),
         info.exit.as_mut(),
@@ -423,6 +430,9 @@ fn str_list(w: &mut Writer, items: &[String]) {
 pub fn write(w: &mut Writer, r: &RecordInfo) {
     w.entry("pid", |w| w.opt_int(r.pid));
     w.entry("torch_version", |w| w.opt_str(r.torch_version.as_deref()));
+    w.entry("iteration_starts", |w| {
+        w.list(&r.iteration_starts, |w, &i| w.int(i));
+    });
     w.entry("categories", |w| {
         w.list(
             CATEGORIES.iter().chain(std::iter::once(&"Total")),
@@ -753,9 +763,11 @@ mod tests {
             device_memory: vec![series.clone()],
             cycles_watched: true,
             cycles: vec![cycle.clone()],
+            iteration_starts: vec![12, 40, 77],
             ..RecordInfo::default()
         };
         let r = round_trip(record);
+        assert_eq!(r.iteration_starts, vec![12, 40, 77]);
         assert_eq!(r.device_index, Some(1));
         assert_eq!(r.device_uuid.as_deref(), Some("GPU-1234"));
         assert_eq!(r.memory_stats_oom["num_ooms"], 1);

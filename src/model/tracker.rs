@@ -211,6 +211,9 @@ pub struct RecordInfo {
     pub world_size: Option<i64>,
     /// Every marker occurrence, in order (MemoryTracker's `markers` keeps the last of each).
     pub marker_events: Vec<Marker>,
+    /// The op index where each iteration began (docs/record.md, "Iterations and phases");
+    /// empty in files recorded before memtrack kept them.
+    pub iteration_starts: Vec<i64>,
     /// How the program ended.
     pub exit: Option<ExitInfo>,
     /// Allocator snapshots the run wrote, as paths.

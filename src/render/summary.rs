@@ -1,6 +1,6 @@
 //! `summary` of tracker stats as text, Markdown, CSV or JSON.
 
-use crate::analysis::summary::{CrossRank, TrackerSummary};
+use crate::analysis::summary::{CrossRank, Phase, TrackerSummary};
 use crate::model::{format_bytes, CompileInfo, Units};
 
 use super::document::Document;
@@ -99,7 +99,17 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
             ">at op",
             ">allocated change",
         ]);
+        let shown = |i: usize| {
+            s.iterations
+                .iter()
+                .find(|it| it.iteration == i)
+                .is_none_or(|it| it.shown)
+        };
+        let mut folded = 0;
         for p in &s.phases {
+            if !shown(p.iteration) {
+                continue;
+            }
             t.row(vec![
                 // setup belongs to no iteration
                 if p.iteration == 0 {
@@ -107,19 +117,38 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
                 } else {
                     p.iteration.to_string()
                 },
-                p.phase.into(),
+                phase_label(p),
                 format!("{}..{}", thousands(p.first_op), thousands(p.end_op)),
                 format_bytes(p.peak_allocated_bytes, units),
                 thousands(p.peak_op_index),
                 signed(p.allocated_change_bytes, units),
             ]);
         }
-        doc.heading(if s.phases.iter().any(|p| p.iteration == 0) {
+        let mut notes = Vec::new();
+        for it in &s.iterations {
+            if !it.shown {
+                folded += 1;
+            }
+        }
+        if folded > 0 {
+            notes.push(format!(
+                "{} of {} iterations not shown: each is like its neighbours (the same phases and op counts); shown are the first, the highest peak and the last of each such run; --all-iterations shows all",
+                thousands(folded),
+                thousands(s.iterations.len())
+            ));
+        }
+        doc.heading(if s.phases.iter().any(|p| p.phase == "earlier iterations") {
+            "Forward / backward (split at fw_start and fw_bw_boundary; the file marks only its last iteration: earlier iterations is what ran before it)"
+        } else if s.phases.iter().any(|p| p.iteration == 0) {
             "Forward / backward (split at fw_start and fw_bw_boundary; setup is what ran before the first forward)"
         } else {
             "Forward / backward (split at fw_start and fw_bw_boundary)"
         });
         doc.table(&t);
+        for n in &notes {
+            doc.gap();
+            doc.para(n);
+        }
     }
 
     if let Some(mp) = &s.module_peaks {
@@ -237,6 +266,22 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
         ));
     }
     line
+}
+
+/// `forward`, `forward (21 calls)`, `backward (micro-batch 2 of 4)`.
+fn phase_label(p: &Phase) -> String {
+    let mut extra = Vec::new();
+    if let Some(mb) = p.micro_batch {
+        extra.push(format!("micro-batch {mb} of {}", p.micro_batches));
+    }
+    if p.calls > 1 {
+        extra.push(format!("{} calls", thousands(p.calls)));
+    }
+    if extra.is_empty() {
+        p.phase.to_string()
+    } else {
+        format!("{} ({})", p.phase, extra.join(", "))
+    }
 }
 
 /// Which regions ran compiled, and how finely they were measured.

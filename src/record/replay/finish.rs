@@ -80,6 +80,7 @@ impl Replay {
             rank: int("rank"),
             world_size: int("world_size"),
             marker_events: self.markers.clone(),
+            iteration_starts: std::mem::take(&mut self.iteration_starts),
             exit: Some(ExitInfo {
                 code: None,
                 signal: None,

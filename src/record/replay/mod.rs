@@ -159,6 +159,8 @@ struct Replay {
     iterations: Vec<IterationModules>,
     peak: Snap,
     markers: Vec<Marker>,
+    /// The op index where each iteration began: the first fw_start, then each ITER.
+    iteration_starts: Vec<i64>,
     device_name: Option<String>,
     device_total: Option<u64>,
     exception: Option<String>,

@@ -143,12 +143,16 @@ impl Replay {
                     i += 3;
                 }
                 ITER => {
+                    self.iteration_starts.push(self.ops.len() as i64);
                     self.next_iteration();
                     i += 1;
                 }
                 MARK => {
                     if !need(1) {
                         return;
+                    }
+                    if v[i + 1] == 0 && self.iteration_starts.is_empty() {
+                        self.iteration_starts.push(self.ops.len() as i64);
                     }
                     let name = if v[i + 1] == 0 {
                         "fw_start"

@@ -153,7 +153,17 @@ class ModuleTracker:
         self.tree_flatten = tree_flatten
         self.parents = {}  # name -> active count (ModTracker.parents without "Global")
         self.tracked = {}  # mk -> True: modules with stats in this iteration
-        self.root = None  # the iteration's first top-level module
+        self.is_grad_enabled = torch.is_grad_enabled
+        # The iteration (docs/record.md, "Iterations"): what happened in it so far,
+        # which decides whether the next top-level forward begins another one.
+        self.optimizers = ()  # every optimizer made (optim.install gives its WeakSet)
+        self.it_stepped = False  # an optimizer step ended in it
+        self.it_backward = False  # a backward ended in it
+        self.it_grad = False  # a top-level forward in it ran with grad enabled
+        self.it_after_step = False  # it began after an optimizer step ended
+        self.it_roots = set()  # the top-level modules called in it
+        self.root = None  # the iteration's first top-level module: its calls are marked
+        self.root_call = None  # the top-level module whose marked forward runs now
         self.has_callback = False
         self.post_bw_to_enqueue = []
         self.hooked_params = {}  # id(param) -> weakref: hooks installed once per parameter
@@ -244,6 +254,7 @@ class ModuleTracker:
                 h.remove()
             self.spent_hooks.clear()
             self.parents.clear()
+            self.it_backward = True
             self.has_callback = False
             ap(RESET)
         except Exception as e:
@@ -299,11 +310,66 @@ class ModuleTracker:
             bm += track_as(b, BUFFER)
         return pm, bm
 
+    # -- iterations
+
+    def step_ended(self):
+        """An optimizer's step() returned (optim.py): the iteration is over."""
+        self.it_stepped = True
+
+    def iteration_over(self, mk):
+        """Whether a top-level forward of module `mk` begins a new iteration (the table in
+        docs/record.md, "Iterations"): after an optimizer step; where an optimizer exists,
+        only then (micro-batches, a cell unrolled over time), except that forward-only (no
+        grad) calls are an iteration each; without one, after a backward, or when a top-level
+        module is called again without one (where MemTracker raises)."""
+        if self.it_stepped:
+            return True
+        grad = self.is_grad_enabled()
+        if not grad or not self.it_grad:
+            if not grad:
+                # inference: each call; a no-grad call inside a training step joins it
+                return not self.it_grad or (self.it_backward and not self.optimizers)
+            # the first training forward after forward-only calls: a new iteration, unless
+            # those calls came right after the step (a frozen teacher's forward)
+            return not (self.optimizers and self.it_after_step)
+        if self.optimizers:
+            return False
+        return self.it_backward or mk in self.it_roots
+
+    @staticmethod
+    def has_parameters(mod):
+        for _ in mod.parameters():
+            return True
+        return False
+
+    def new_iteration(self):
+        self.tracked.clear()
+        self.it_after_step = self.it_stepped
+        self.it_stepped = self.it_backward = self.it_grad = False
+        self.it_roots.clear()
+        ap(ITER)
+
     # -- MemTracker's user hooks, fed by the ModTracker emulation below
 
     def mt_pre_fw(self, mod, info, inputs, bw):
         mk = info.mk
         tracked = self.tracked
+        parents = self.parents
+        if not bw and len(parents) == 1 and parents.get(info.name) == 1:
+            # a top-level forward (no other module running): perhaps the next iteration
+            if tracked and self.iteration_over(mk):
+                self.new_iteration()
+            if not tracked:
+                self.root = mk
+            self.it_roots.add(mk)
+            if self.is_grad_enabled():
+                self.it_grad = True
+            if mk == self.root or self.has_parameters(mod):
+                # MemoryTracker marks its root module's forward: here the iteration's first
+                # top-level module and any other with parameters (a second model, a head
+                # called after a cell), not a loss module
+                self.root_call = mk
+                ext((MARK, 0))
         if mk in tracked:
             if bw:
                 ext((SNAP, mk, PRE_FW_AC))
@@ -311,17 +377,10 @@ class ModuleTracker:
                     self.ac_mod = weakref.ref(mod)
                     ops.in_ac = True
                 return
-            if set(self.parents) - {info.name}:
-                # a module called again inside the same forward: another call of it
-                ext((INPUT, mk, info.name_id, self.io_mem(inputs)))
-                ext((SNAP, mk, PRE_FW))
-                return
-            # a top-level module called again: the next iteration (MemTracker raises here)
-            tracked.clear()
-            ap(ITER)
-        if not tracked:
-            self.root = mk
-            ext((MARK, 0))
+            # a module called again in the same iteration: another call of it
+            ext((INPUT, mk, info.name_id, self.io_mem(inputs)))
+            ext((SNAP, mk, PRE_FW))
+            return
         pm, bm = self.track_params_and_buffers(mod)
         tracked[mk] = True
         ext((MOD, mk, info.name_id, pm, bm, self.io_mem(inputs)))
@@ -329,18 +388,18 @@ class ModuleTracker:
 
     def mt_post_fw(self, mod, info, output, bw):
         mk = info.mk
-        if mk not in self.tracked:
-            return
-        if bw:
-            if self.ac_mod is not None and self.ac_mod() is mod:
-                self.ac_mod = None
-                ops.in_ac = False
-            ext((SNAP, mk, POST_FW_AC))
-        else:
-            ext((OUTPUT, mk, self.io_mem(output)))
-            ext((SNAP, mk, POST_FW))
-            if self.root == mk:
-                ext((MARK, 1))
+        if mk in self.tracked:
+            if bw:
+                if self.ac_mod is not None and self.ac_mod() is mod:
+                    self.ac_mod = None
+                    ops.in_ac = False
+                ext((SNAP, mk, POST_FW_AC))
+            else:
+                ext((OUTPUT, mk, self.io_mem(output)))
+                ext((SNAP, mk, POST_FW))
+        if not bw and self.root_call == mk and len(self.parents) == 1:
+            self.root_call = None
+            ext((MARK, 1))
 
     def backward_starts(self, wmod, info, how, *args):
         """A multi-grad hook on the module's outputs: its backward starts. `how` is

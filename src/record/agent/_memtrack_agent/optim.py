@@ -7,7 +7,7 @@ hook of theirs runs) swept after each compiled graph.
 import functools
 import weakref
 
-from . import ops, state
+from . import modules, ops, state
 from .names import Roots, name_id, rename
 from .protocol import OPT, OPT_BEGIN, OPT_END
 from .transport import ap, ext, internal_error
@@ -31,24 +31,39 @@ class OptimizerHooks:
         self.roots = Roots()  # optimizers by class name
         self.optimizers = weakref.WeakSet()  # every optimizer made
         self.eager = weakref.WeakSet()  # those whose step hooks have run
+        self.versions = weakref.WeakKeyDictionary()  # optimizer -> its state's versions
 
     def track_state(self, opt):
-        """MemTracker's _track_optimizer_states: the optimizer's state tensors are Optstate."""
+        """MemTracker's _track_optimizer_states: the optimizer's state tensors are Optstate.
+        Returns how many tensors the state holds plus their version counters' sum: it
+        changes when a step ran."""
+        versions = 0
         try:
             Tensor = self.Tensor
             for st in opt.state.values():
                 for v in st.values():
                     if isinstance(v, Tensor):
                         ops.track_as(v, OPT)
+                        try:
+                            versions += 1 + v._version
+                        except RuntimeError:
+                            versions += 1  # an inference tensor keeps no version
         except Exception as e:
             internal_error(e)
+        return versions
 
     def sweep(self):
         if len(self.optimizers) == len(self.eager):
             return
         for opt in list(self.optimizers):
             if opt not in self.eager:
-                self.track_state(opt)
+                # a compiled step runs no hook: its state changing in place says it ran,
+                # which ends the iteration as the post-step hook does
+                versions = self.track_state(opt)
+                if versions != self.versions.get(opt, 0):
+                    self.versions[opt] = versions
+                    if modules.tracker is not None:
+                        modules.tracker.step_ended()
 
     def step_begins(self, opt, args, kwargs):
         self.eager.add(opt)
@@ -70,6 +85,8 @@ class OptimizerHooks:
         self.track_state(opt)
         ops.in_opt = False
         ap(OPT_END)
+        if modules.tracker is not None:
+            modules.tracker.step_ended()
 
 
 def _rename(opt, old, new):
@@ -132,6 +149,9 @@ def install(torch):
 
     _is_compiling = torch.compiler.is_compiling
     hooks = OptimizerHooks(torch)
+    if modules.tracker is not None:
+        # an optimizer's step, not a backward, ends a training iteration
+        modules.tracker.optimizers = hooks.optimizers
     Optimizer = torch.optim.Optimizer
     orig_init = Optimizer.__init__
     optimizers = hooks.optimizers
