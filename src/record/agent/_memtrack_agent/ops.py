@@ -20,6 +20,7 @@ body sits in a try whose except reports the agent's own failure (transport.inter
 and lets the program go on; a try costs nothing in CPython 3.11 while nothing raises.
 """
 
+import sys
 import weakref
 
 from . import transport
@@ -183,7 +184,8 @@ def _dispatch(self, func, types, args=(), kwargs=None):
     if e is None:
         e = _new_func(func)
     # OpOverload.__call__ is a Python frame that only calls func._op while no PyObject
-    # dispatcher is set: call _op from here (about 0.3 us an op)
+    # dispatcher is set: call _op from here (about 0.3 us an op; a warning the op raises then
+    # points at this frame, which keep_warning_locations() looks past)
     if e[1] and func._pyobj_dispatcher is None:
         out = func._op(*args, **kwargs) if kwargs else func._op(*args)
     else:
@@ -276,6 +278,86 @@ def install(torch, backend):
     mode = MemtrackMode()
     _install_resize(torch)
     return mode
+
+
+def keep_warning_locations():
+    """A warning a C++ op raises (TORCH_WARN) is handed to Python when the op's Python call
+    returns, at the frame that called it: under the mode, _dispatch, not the program's line.
+    Filters by module ("error" for __main__) and once-per-location would then see the agent.
+    An "always" filter for this module (kept first) sends every such warning to
+    warnings._showwarnmsg, wrapped here to issue it again from the frame below _dispatch with
+    that frame's module, registry, file and line, as Python would have without the mode.
+    Costs nothing per op; where the op ran on a thread with no Python frame below (CUDA
+    backward), the warning keeps the agent's location (docs/record.md, Known limits)."""
+    import re
+    import warnings
+
+    orig_show = getattr(warnings, "_showwarnmsg", None)
+    if orig_show is None or not hasattr(warnings, "warn_explicit"):
+        return
+    ours = ("always", None, Warning, re.compile(re.escape(__name__) + r"\Z"), 0)
+    dispatch_code = _dispatch.__code__
+    call = getattr(_OpOverload, "__call__", None) if _OpOverload is not None else None
+    call_code = getattr(call, "__code__", None)
+
+    def raised_at(msg):
+        """The program's frame a warning raised in _dispatch's op call belongs to, or None."""
+        f = sys._getframe(2)  # 0: raised_at, 1: _showwarnmsg, 2: where it was raised
+        if f.f_code.co_filename != msg.filename or f.f_lineno != msg.lineno:
+            return None
+        if f.f_code is call_code:  # func(...) from _dispatch: OpOverload.__call__ ran it
+            f = f.f_back
+        if f is None or f.f_code is not dispatch_code:
+            return None
+        return f.f_back
+
+    def _showwarnmsg(msg):
+        try:
+            user = raised_at(msg)
+        except Exception:
+            user = None
+        if user is None:
+            return orig_show(msg)
+        g = user.f_globals
+        registry = g.get("__warningregistry__")
+        if registry is None:
+            registry = g["__warningregistry__"] = {}
+        # the program's filters decide now, an "error" one raising from the op's call
+        warnings.warn_explicit(
+            msg.message,
+            msg.category,
+            user.f_code.co_filename,
+            user.f_lineno,
+            g.get("__name__", "<string>"),
+            registry,
+            g,
+        )
+
+    def first():
+        fl = warnings.filters
+        if not fl or fl[0] is not ours:
+            try:
+                fl.remove(ours)
+            except ValueError:
+                pass
+            fl.insert(0, ours)
+
+    orig_mutated = getattr(warnings, "_filters_mutated", None)
+    if orig_mutated is not None:
+
+        def _filters_mutated():
+            # simplefilter, filterwarnings, resetwarnings and catch_warnings all end here
+            try:
+                first()
+            except Exception:
+                pass
+            orig_mutated()
+
+        warnings._filters_mutated = _filters_mutated
+    warnings._showwarnmsg = _showwarnmsg
+    first()
+    if orig_mutated is not None:
+        orig_mutated()
 
 
 def track_as(t, cat):
