@@ -288,7 +288,9 @@ def keep_warning_locations():
     warnings._showwarnmsg, wrapped here to issue it again from the frame below _dispatch with
     that frame's module, registry, file and line, as Python would have without the mode.
     Costs nothing per op; where the op ran on a thread with no Python frame below (CUDA
-    backward), the warning keeps the agent's location (docs/record.md, Known limits)."""
+    backward), the warning keeps the agent's location (docs/record.md, Known limits). A
+    warning the agent's own code raises (reading a fake tensor's storage) is not shown: it is
+    nothing of the program's."""
     import re
     import warnings
 
@@ -300,24 +302,21 @@ def keep_warning_locations():
     call = getattr(_OpOverload, "__call__", None) if _OpOverload is not None else None
     call_code = getattr(call, "__code__", None)
 
-    def raised_at(msg):
-        """The program's frame a warning raised in _dispatch's op call belongs to, or None."""
-        f = sys._getframe(2)  # 0: raised_at, 1: _showwarnmsg, 2: where it was raised
-        if f.f_code.co_filename != msg.filename or f.f_lineno != msg.lineno:
-            return None
-        if f.f_code is call_code:  # func(...) from _dispatch: OpOverload.__call__ ran it
-            f = f.f_back
-        if f is None or f.f_code is not dispatch_code:
-            return None
-        return f.f_back
-
     def _showwarnmsg(msg):
         try:
-            user = raised_at(msg)
+            f = sys._getframe(1)  # where it was raised
+            if f.f_code.co_filename != msg.filename or f.f_lineno != msg.lineno:
+                f = None
+            elif f.f_code is call_code:  # func(...) from _dispatch: OpOverload.__call__ ran it
+                f = f.f_back
+            op_call = f is not None and f.f_code is dispatch_code
+            user = f.f_back if op_call else None
+            # the agent's own code (reading a fake tensor's storage): nothing of the program's
+            own = not op_call and msg.filename == dispatch_code.co_filename
         except Exception:
-            user = None
+            user, own = None, False
         if user is None:
-            return orig_show(msg)
+            return None if own else orig_show(msg)
         g = user.f_globals
         registry = g.get("__warningregistry__")
         if registry is None:
