@@ -269,12 +269,28 @@ fn dtensor_parameters_are_their_local_shards() {
 fn cpp_op_warnings_keep_the_programs_location() {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let alone = Command::new(&py).arg(script("cpp_warnings.py")).output().unwrap();
-    assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stderr));
+    let alone = Command::new(&py)
+        .arg(script("cpp_warnings.py"))
+        .output()
+        .unwrap();
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
     let alone = String::from_utf8_lossy(&alone.stdout).into_owned();
-    assert!(alone.contains("location [('cpp_warnings.py', 18, 'UserWarning')]"), "{alone}");
-    assert!(alone.contains("error filter on __main__: raised"), "{alone}");
-    assert!(alone.contains("shown at [('cpp_warnings.py', 36), ('cpp_warnings.py', 37)]"), "{alone}");
+    assert!(
+        alone.contains("location [('cpp_warnings.py', 18, 'UserWarning')]"),
+        "{alone}"
+    );
+    assert!(
+        alone.contains("error filter on __main__: raised"),
+        "{alone}"
+    );
+    assert!(
+        alone.contains("shown at [('cpp_warnings.py', 36), ('cpp_warnings.py', 37)]"),
+        "{alone}"
+    );
     let recorded = common::memtrack_process()
         .current_dir(dir.path())
         .args(["record", "--backend", "cpu", "-o", "w.pkl", "--"])
