@@ -2,13 +2,16 @@
 """Step-time overhead of recording, side by side: the same models run plain, under PyTorch's
 MemTracker, under PyTorch's profiler with profile_memory=True, under a do-nothing
 TorchDispatchMode (the floor any dispatch-mode tool pays) and under `memtrack record` (a
-release build). `conv-compiled` is the conv model under torch.compile: its slowdown is
-reported separately, against the compiled model run plain (MemTracker and a dispatch mode
-would switch compilation off, so they are not run on it).
+release build); then the start-up cost per process (`python -c "import torch"` plain and
+under `memtrack record`). `lstmcell` is a loop of small ops (an LSTMCell unrolled 16 steps,
+about 1,000 ops a step); `conv` a small conv net. `conv-compiled` is the conv model under
+torch.compile: its slowdown is reported separately, against the compiled model run plain
+(MemTracker and a dispatch mode would switch compilation off, so they are not run on it).
+A cell that cannot run (MemTracker on the LSTMCell loop) prints "-" and why.
 
     cargo build --release
     python bench/record_overhead.py                      # 3 interleaved rounds, min per cell
-    python bench/record_overhead.py --rounds 5 --steps 40 --models mlp8
+    python bench/record_overhead.py --rounds 5 --steps 40 --models mlp8,conv-compiled
 
 Each cell runs in a fresh process: build the model, 3 warm-up steps, then timed blocks of
 steps; a cell's figure is the fastest block's time per step (CPU time of the process, which
@@ -40,7 +43,25 @@ def build(model_name):
 
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     torch.manual_seed(0)
-    if model_name == "mlp8":
+    if model_name == "lstmcell":
+
+        class Unrolled(nn.Module):
+            def __init__(self, steps):
+                super().__init__()
+                self.steps = steps
+                self.cell = nn.LSTMCell(32, 32)
+                self.head = nn.Linear(32, 10)
+
+            def forward(self, x):
+                h = x.new_zeros(x.shape[1], 32)
+                c = h
+                for t in range(self.steps):
+                    h, c = self.cell(x[t], (h, c))
+                return self.head(h)
+
+        model = Unrolled(16)
+        x, y = torch.randn(16, 8, 32), torch.randint(0, 10, (8,))
+    elif model_name == "mlp8":
         from mlp_batchnorm import MLP
 
         model = MLP(width=256, blocks=8)
@@ -135,13 +156,47 @@ def run_cell(args, model_name, mode):
     for line in p.stdout.splitlines():
         if line.startswith("MEMTRACK_BENCH "):
             return json.loads(line[len("MEMTRACK_BENCH "):])
+    if mode == "memtracker":  # MemTracker cannot run every model: say why, go on
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"{model_name} under MemTracker failed: {last[:160]}", file=sys.stderr)
+        return None
     raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+
+
+IMPORT_TORCH = (
+    "import time; t = time.perf_counter(); import torch; "
+    "print('MEMTRACK_IMPORT', time.perf_counter() - t)"
+)
+
+
+def run_startup(args, mode):
+    """One start of `python -c "import torch"`: (seconds the import took inside the process,
+    including the agent's activation; wall seconds of the whole command, collector included)."""
+    cmd = [args.python, "-c", IMPORT_TORCH]
+    if mode == "memtrack":
+        out = os.path.join(tempfile.mkdtemp(prefix="memtrack-bench-"), "start.pkl")
+        cmd = [args.memtrack, "record", "--backend", "cpu", "-o", out, "--"] + cmd
+    env = dict(os.environ)
+    env.pop("MEMTRACK_SOCKET", None)
+    w = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - w
+    for line in p.stdout.splitlines():
+        if line.startswith("MEMTRACK_IMPORT "):
+            return float(line.split()[1]), wall
+    raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+
+
+# The floors issue 26 sets: slowdown of memtrack record per model, start-up seconds added.
+FLOORS = {"lstmcell": 3.0, "conv": 1.5}
+STARTUP_FLOOR_S = 0.4
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", nargs=2, metavar=("MODEL", "MODE"), help=argparse.SUPPRESS)
-    ap.add_argument("--models", default="mlp8,conv,conv-compiled")
+    ap.add_argument("--models", default="lstmcell,conv")
+    ap.add_argument("--starts", type=int, default=5, help="start-up runs per side")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
@@ -160,6 +215,8 @@ def main():
         for m in models:
             for mode in modes_for(m):
                 res = run_cell(args, m, mode)
+                if res is None:
+                    continue
                 k = (m, mode)
                 if res.get("ops_per_step"):
                     ops[m] = res["ops_per_step"]
@@ -172,8 +229,9 @@ def main():
                       f"{res['wall_s'] * 1e3:8.2f} ms wall", file=sys.stderr)
     print(f"\nstep time, fastest of {args.rounds} rounds x 5 blocks "
           f"(torch threads {args.threads}; CPU time, wall in brackets)\n")
-    print(f"{'model':13} {'ops/step':>8} " + " ".join(f"{m:>22}" for m in MODES) + f" {'memtrack/MemTracker':>20}")
+    print(f"{'model':13} {'ops/step':>8} " + " ".join(f"{m:>22}" for m in MODES) + f" {'memtrack/MemTracker':>20} {'memtrack/profiler':>18}")
     report = {}
+    floors = []
     for m in models:
         base = best[(m, "plain")]["cpu_s"]
         cells = []
@@ -184,15 +242,38 @@ def main():
                 if b else "-"
             )
         us = best[(m, "memtrack")]["cpu_s"] / base
+        if m in FLOORS:
+            floors.append((f"{m} slowdown under record", us, FLOORS[m], "x"))
         mt = best[(m, "memtracker")]["cpu_s"] / base if (m, "memtracker") in best else None
-        ratio = f"{us / mt:19.2f}" if mt else f"{'-':>19}"
-        print(f"{m:13} {ops.get(m, 0):8} " + " ".join(f"{c:>22}" for c in cells) + f" {ratio}")
-        report[m] = {mode: best[(m, mode)] for mode in modes_for(m)}
+        ratio = f"{us / mt:20.2f}" if mt else f"{'-':>20}"
+        pr = best[(m, "profiler")]["cpu_s"] / base
+        print(f"{m:13} {ops.get(m, 0):8} " + " ".join(f"{c:>22}" for c in cells)
+              + f" {ratio} {us / pr:18.2f}")
+        report[m] = {mode: best[(m, mode)] for mode in modes_for(m) if (m, mode) in best}
         report[m]["slowdown_memtracker"] = mt
         report[m]["slowdown_memtrack"] = us
         report[m]["slowdown_profiler"] = best[(m, "profiler")]["cpu_s"] / base
-    print("\nslowdown = step time / plain step time; the floor asks memtrack's to be at most half "
-          "of MemTracker's (last column <= 0.5)")
+    print("\nslowdown = step time / plain step time")
+
+    starts = {"plain": [], "memtrack": []}
+    for _ in range(args.starts):
+        for mode in starts:
+            starts[mode].append(run_startup(args, mode))
+    imp = {m: min(r[0] for r in v) for m, v in starts.items()}
+    wall = {m: min(r[1] for r in v) for m, v in starts.items()}
+    print(f"\nstart-up, fastest of {args.starts}: `import torch` inside the process "
+          f"{imp['plain']:.3f} s plain, {imp['memtrack']:.3f} s under record "
+          f"(+{imp['memtrack'] - imp['plain']:.3f} s); the whole command "
+          f"{wall['plain']:.3f} s plain, {wall['memtrack']:.3f} s under record "
+          f"(+{wall['memtrack'] - wall['plain']:.3f} s)")
+    report["startup"] = {"import_s": imp, "command_s": wall}
+    floors.append(("start-up added per process (import torch)", imp["memtrack"] - imp["plain"],
+                   STARTUP_FLOOR_S, "s"))
+
+    print("\nfloors:")
+    for what, got, limit, unit in floors:
+        verdict = "ok" if got <= limit else "OVER"
+        print(f"  {what:45} {got:7.3f}{unit}  (at most {limit}{unit})  {verdict}")
     print("MEMTRACK_BENCH_REPORT " + json.dumps(report))
 
 

@@ -260,3 +260,45 @@ fn dtensor_parameters_are_their_local_shards() {
         assert_eq!(it[0], ("Linear".to_string(), 544), "{it:?}");
     }
 }
+
+/// A warning raised inside a C++ op keeps the program's location under the dispatch mode
+/// (issue 26, item 9): tests/py/cpp_warnings.py prints where such a warning points, whether
+/// `filterwarnings("error", module="__main__")` fires and which lines the default action
+/// shows; under `record` it prints the same as alone, and alone it points at its own lines.
+#[test]
+fn cpp_op_warnings_keep_the_programs_location() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let alone = Command::new(&py)
+        .arg(script("cpp_warnings.py"))
+        .output()
+        .unwrap();
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let alone = String::from_utf8_lossy(&alone.stdout).into_owned();
+    assert!(
+        alone.contains("location [('cpp_warnings.py', 18, 'UserWarning')]"),
+        "{alone}"
+    );
+    assert!(
+        alone.contains("error filter on __main__: raised"),
+        "{alone}"
+    );
+    assert!(
+        alone.contains("shown at [('cpp_warnings.py', 36), ('cpp_warnings.py', 37)]"),
+        "{alone}"
+    );
+    let recorded = common::memtrack_process()
+        .current_dir(dir.path())
+        .args(["record", "--backend", "cpu", "-o", "w.pkl", "--"])
+        .arg(&py)
+        .arg(script("cpp_warnings.py"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&recorded.stderr);
+    assert!(recorded.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&recorded.stdout), alone, "{stderr}");
+}

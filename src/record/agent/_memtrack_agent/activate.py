@@ -62,6 +62,10 @@ def activate(torch):
     transport.time_mark()
 
     mode = ops.install(torch, backend)
+    try:
+        ops.keep_warning_locations()
+    except Exception as e:
+        transport.internal_error(e)
     modules.install(torch)
     optim.install(torch)
     compiled.install(torch)

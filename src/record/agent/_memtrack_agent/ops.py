@@ -20,6 +20,7 @@ body sits in a try whose except reports the agent's own failure (transport.inter
 and lets the program go on; a try costs nothing in CPython 3.11 while nothing raises.
 """
 
+import sys
 import weakref
 
 from . import transport
@@ -42,6 +43,8 @@ from .protocol import (
 )
 from .transport import ap as _ap
 from .transport import ext as _ext
+from .transport import ext2 as _ext2
+from .transport import ext6 as _ext6
 from .transport import internal_error as _internal_error
 
 # set by the hooks, read per new storage
@@ -53,8 +56,15 @@ mode = None  # the dispatch mode, once installed
 _known = {}  # id(storage) -> [category, bytes, weakref]
 _noted = {}  # id(tensor) -> [weakref, why, category]: tensors noted, each counted once
 _known_get = _known.get
-_fids = {}  # OpOverload -> code (fid << 2 | mutable << 1), -1 for skipped ops
+_fids = {}  # pseudo-op key (compiled.py) -> code (fid << 2 | mutable << 1)
 _fids_get = _fids.get
+# id(OpOverload) -> (code, run directly): keyed by id, because OpOverload.__hash__ is a Python
+# method (0.3-0.5 us a lookup); the OpOverloads are kept alive (_funcs) so their ids stay
+# theirs. code -1: not sampled (detach, as MemoryTracker).
+_ops = {}
+_ops_get = _ops.get
+_funcs = []
+_OpOverload = None
 _op_names = []
 _wref = weakref.ref
 
@@ -82,23 +92,29 @@ def storage_bytes(key):
 def _on_del(k):
     try:
         if _known.pop(k, None) is not None:
-            _ext((DEL, k))
+            _ext2(DEL, k)
     except Exception:  # interpreter shutdown
         pass
 
 
-def _new_storage(st, k, t, bw):
+def _new_storage(st, k, t, bw, sample=None):
+    """Start counting a dense tensor's storage; on CPU, `sample` (an op's record) is written
+    with the ADD record in one go. True when it was."""
     cat = OPT if in_opt else (TEMP if bw and not in_ac else ACT)
     dev = t.get_device()
     if dev >= 0:
         nb = -(-st.nbytes() // min_alloc) * min_alloc
     elif t.is_meta:  # CPU and meta both say -1: a meta tensor holds no memory
         note(t, WHY_META, cat)
-        return
+        return False
     else:
         nb = st.nbytes()
     _known[k] = [cat, nb, _wref(st, lambda w, k=k: _on_del(k))]
-    _ext((ADD, k, cat, dev, nb))
+    if sample is None or _cuda:
+        _ext((ADD, k, cat, dev, nb))
+        return False
+    _ext6(ADD, k, cat, dev, nb, sample)
+    return True
 
 
 def _new_part(st, k, cat):
@@ -164,13 +180,20 @@ def track(t, code, bw):
 
 def _dispatch(self, func, types, args=(), kwargs=None):
     """MemtrackMode.__torch_dispatch__: run the op, account its outputs, sample."""
-    out = func(*args, **kwargs) if kwargs else func(*args)
+    e = _ops_get(id(func))
+    if e is None:
+        e = _new_func(func)
+    # OpOverload.__call__ is a Python frame that only calls func._op while no PyObject
+    # dispatcher is set: call _op from here (about 0.3 us an op; a warning the op raises then
+    # points at this frame, which keep_warning_locations() looks past)
+    if e[1] and func._pyobj_dispatcher is None:
+        out = func._op(*args, **kwargs) if kwargs else func._op(*args)
+    else:
+        out = func(*args, **kwargs) if kwargs else func(*args)
+    code = e[0]
+    if code < 0:
+        return out
     try:
-        code = _fids_get(func)
-        if code is None:
-            code = _new_func(func)
-        if code < 0:
-            return out
         bw = _gtid() != -1
         if type(out) is _Tensor:
             try:
@@ -183,7 +206,8 @@ def _dispatch(self, func, types, args=(), kwargs=None):
                 k = id(st)
                 e = _known_get(k)
                 if e is None:
-                    _new_storage(st, k, out, bw)
+                    if _new_storage(st, k, out, bw, code | bw):
+                        return out  # sampled with it
                 elif code & 2:
                     _resized(st, k, e, out.get_device())
         elif out is not None:
@@ -220,7 +244,15 @@ def _ignore_compile_internals(cls):
 def install(torch, backend):
     """Bind the hot path to this torch and backend and make the dispatch mode (not entered)."""
     global _torch, _Tensor, _Parameter, _gtid, _cuda, _stats_reader, _skip_code, mode
+    global _OpOverload
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    _OpOverload = getattr(torch._ops, "OpOverload", None)
+    try:
+        if not hasattr(torch.ops.aten.add.Tensor, "_pyobj_dispatcher"):
+            _OpOverload = None  # another OpOverload.__call__ than the one _dispatch mirrors
+    except Exception:
+        _OpOverload = None
 
     _torch = torch
     _Tensor = torch.Tensor
@@ -240,12 +272,91 @@ def install(torch, backend):
         __torch_dispatch__ = _dispatch
 
     if _skip_code is not None:
-        for f in (_dispatch, _new_storage, _new_part, _resized, _other_output, track, parts):
+        for f in (_dispatch, _new_func, _new_storage, _new_part, _resized, _other_output, track, parts):
             _skip_code(f.__code__)
         _skip_code(_on_del.__code__)
     mode = MemtrackMode()
     _install_resize(torch)
     return mode
+
+
+def keep_warning_locations():
+    """A warning a C++ op raises (TORCH_WARN) is handed to Python when the op's Python call
+    returns, at the frame that called it: under the mode, _dispatch, not the program's line.
+    Filters by module ("error" for __main__) and once-per-location would then see the agent.
+    An "always" filter for this module (kept first) sends every such warning to
+    warnings._showwarnmsg, wrapped here to issue it again from the frame below _dispatch with
+    that frame's module, registry, file and line, as Python would have without the mode.
+    Costs nothing per op; where the op ran on a thread with no Python frame below (CUDA
+    backward), the warning keeps the agent's location (docs/record.md, Known limits). A
+    warning the agent's own code raises (reading a fake tensor's storage) is not shown: it is
+    nothing of the program's."""
+    import re
+    import warnings
+
+    orig_show = getattr(warnings, "_showwarnmsg", None)
+    if orig_show is None or not hasattr(warnings, "warn_explicit"):
+        return
+    ours = ("always", None, Warning, re.compile(re.escape(__name__) + r"\Z"), 0)
+    dispatch_code = _dispatch.__code__
+    call = getattr(_OpOverload, "__call__", None) if _OpOverload is not None else None
+    call_code = getattr(call, "__code__", None)
+
+    def _showwarnmsg(msg):
+        try:
+            f = sys._getframe(1)  # where it was raised
+            if f.f_code.co_filename != msg.filename or f.f_lineno != msg.lineno:
+                f = None
+            elif f.f_code is call_code:  # func(...) from _dispatch: OpOverload.__call__ ran it
+                f = f.f_back
+            op_call = f is not None and f.f_code is dispatch_code
+            user = f.f_back if op_call else None
+            # the agent's own code (reading a fake tensor's storage): nothing of the program's
+            own = not op_call and msg.filename == dispatch_code.co_filename
+        except Exception:
+            user, own = None, False
+        if user is None:
+            return None if own else orig_show(msg)
+        g = user.f_globals
+        registry = g.get("__warningregistry__")
+        if registry is None:
+            registry = g["__warningregistry__"] = {}
+        # the program's filters decide now, an "error" one raising from the op's call
+        warnings.warn_explicit(
+            msg.message,
+            msg.category,
+            user.f_code.co_filename,
+            user.f_lineno,
+            g.get("__name__", "<string>"),
+            registry,
+            g,
+        )
+
+    def first():
+        fl = warnings.filters
+        if not fl or fl[0] is not ours:
+            try:
+                fl.remove(ours)
+            except ValueError:
+                pass
+            fl.insert(0, ours)
+
+    orig_mutated = getattr(warnings, "_filters_mutated", None)
+    if orig_mutated is not None:
+
+        def _filters_mutated():
+            # simplefilter, filterwarnings, resetwarnings and catch_warnings all end here
+            try:
+                first()
+            except Exception:
+                pass
+            orig_mutated()
+
+        warnings._filters_mutated = _filters_mutated
+    warnings._showwarnmsg = _showwarnmsg
+    first()
+    if orig_mutated is not None:
+        orig_mutated()
 
 
 def track_as(t, cat):
@@ -383,15 +494,25 @@ def _bind_parts(torch):
 
 
 def _new_func(func):
-    """Intern an op: its id goes in the stream, its name once in a message."""
-    if func is _torch.ops.aten.detach.default:
-        _fids[func] = -1  # MemoryTracker skips detach
-        return -1
+    """Intern an op: (its code, whether _dispatch may call its _op directly); its id goes in
+    the stream, its name once in a message. Never raises: an op the agent cannot name is run
+    and not sampled."""
     try:
-        mutable = bool(func._schema.is_mutable)
-    except Exception:
-        mutable = True
-    return intern(func, getattr(func, "__name__", str(func)), mutable)
+        direct = _OpOverload is not None and type(func) is _OpOverload
+        if func is _torch.ops.aten.detach.default:
+            code = -1  # MemoryTracker skips detach
+        else:
+            try:
+                mutable = bool(func._schema.is_mutable)
+            except Exception:
+                mutable = True
+            code = intern(func, getattr(func, "__name__", str(func)), mutable)
+    except Exception as err:
+        _internal_error(err)
+        direct, code = False, -1
+    _funcs.append(func)
+    e = _ops[id(func)] = (code, direct)
+    return e
 
 
 def intern(key, name, mutable):

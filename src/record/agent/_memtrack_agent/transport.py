@@ -23,7 +23,11 @@ SPOOL_SLOTS = 1 << 21  # 16 MiB a segment, sparse: only pages written take room
 
 sock = None
 _send_lock = threading.Lock()
-_spool = [1, 0, None]  # next free slot, slots in this segment, memoryview of the slots
+_spool = [1, 0, None, None]  # next free slot, slots in this segment, its slots, its mapping
+# struct packers for records of 1..15 slots, native int64 as the slots are
+_packs = [None] + [struct.Struct(f"={n}q").pack_into for n in range(1, 16)]
+_pack2 = _packs[2]
+_pack6 = _packs[6]
 _spool_state = {"pid": None, "name": None, "segment": 0, "dir": None, "mm": []}
 
 
@@ -97,6 +101,7 @@ def forget_spool():
     """A forked child: the spool's pages are shared with the parent, never write there again."""
     _spool[1] = 0
     _spool[2] = None
+    _spool[3] = None
 
 
 def _open_segment(need):
@@ -134,6 +139,7 @@ def _open_segment(need):
     mv = memoryview(mm).cast("q")
     mv[0] = 1
     _spool[2] = mv
+    _spool[3] = mm
     _spool[0] = 1
     _spool[1] = slots
     return True
@@ -157,18 +163,54 @@ def ext(rec):
     """Append a record of several slots."""
     sp = _spool
     p = sp[0]
-    q = p + len(rec)
+    n = len(rec)
+    q = p + n
     if q > sp[1]:
-        if not _open_segment(len(rec)):
+        if not _open_segment(n):
             return
         p = 1
-        q = 1 + len(rec)
+        q = 1 + n
     sp[0] = q  # claimed first: another thread writing now goes after it
-    mv = sp[2]
-    for x in rec:
-        mv[p] = x
-        p += 1
-    mv[0] = q
+    pack = _packs[n] if n < len(_packs) else None
+    if pack is not None:  # one C call instead of a Python loop over the slots
+        pack(sp[3], p << 3, *rec)
+    else:
+        mv = sp[2]
+        for x in rec:
+            mv[p] = x
+            p += 1
+    sp[2][0] = q
+
+
+def ext2(a, b):
+    """ext((a, b)) without building the tuple (a storage's death, the hot path's)."""
+    sp = _spool
+    p = sp[0]
+    q = p + 2
+    if q > sp[1]:
+        if not _open_segment(2):
+            return
+        p = 1
+        q = 3
+    sp[0] = q
+    _pack2(sp[3], p << 3, a, b)
+    sp[2][0] = q
+
+
+def ext6(a, b, c, d, e, f):
+    """ext((a, b, c, d, e, f)) without building the tuple (a new storage and the op that
+    made it, the hot path's)."""
+    sp = _spool
+    p = sp[0]
+    q = p + 6
+    if q > sp[1]:
+        if not _open_segment(6):
+            return
+        p = 1
+        q = 7
+    sp[0] = q
+    _pack6(sp[3], p << 3, a, b, c, d, e, f)
+    sp[2][0] = q
 
 
 def write_json(msg):
