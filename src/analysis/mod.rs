@@ -7,6 +7,8 @@ pub mod decimate;
 pub mod diff;
 pub mod memviz;
 pub mod modules;
+pub mod profile_diff;
+pub mod profile_summary;
 pub mod segments;
 pub mod simulate;
 pub mod sites;

@@ -33,6 +33,9 @@ fn read_side(path: &Path, device: Option<u32>) -> Result<(Side, &'static str)> {
 }
 
 pub fn run(a: DiffArgs) -> Result<()> {
+    if super::profile::any_trace(&[a.before.clone(), a.after.clone()]) {
+        return super::profile::diff(a);
+    }
     let (before, before_kind) = read_side(&a.before, a.device)?;
     let (after, after_kind) = read_side(&a.after, a.device)?;
     let title = format!(

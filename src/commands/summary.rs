@@ -18,6 +18,9 @@ const SEVERAL_SNAPSHOTS: &str = "is an allocator snapshot: `summary` of several 
 const SUGGESTION_EVENTS: usize = 2 << 20;
 
 pub fn run(a: SummaryArgs) -> Result<()> {
+    if super::profile::any_trace(&a.files) {
+        return super::profile::summary(a);
+    }
     let (format, units) = (a.common.format, a.common.units);
     let text = if let [file] = a.files.as_slice() {
         let title = super::display_name(file);

@@ -12,6 +12,9 @@ fn moment(m: MomentArg) -> Moment {
 }
 
 pub fn run(a: TopArgs) -> Result<()> {
+    if super::profile::any_trace(std::slice::from_ref(&a.file)) {
+        return super::profile::top(a);
+    }
     // what was live at the peak is gathered as the events stream by, with their stacks: the
     // trace is not kept; what is live at the end is in the segments
     let mut peaks = LiveAtPeaks::default();
