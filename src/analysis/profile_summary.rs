@@ -88,6 +88,9 @@ pub struct ProfileSummary {
     pub trace_events: u64,
     pub duration_ms: f64,
     pub devices: Vec<DeviceMemory>,
+    /// Every `[OutOfMemory]` event.
+    pub oom_count: u64,
+    /// The first `OOMS_LISTED`, in time order.
     pub ooms: Vec<Oom>,
     pub steps: Vec<Step>,
     /// Ops by bytes allocated within them (self), largest first.
@@ -375,10 +378,14 @@ pub fn device_memory(ix: &Indexed) -> Vec<DeviceMemory> {
     out
 }
 
+/// OOMs listed with what was open (the count has them all): each lookup walks the ranges.
+pub const OOMS_LISTED: usize = 50;
+
 pub fn ooms(ix: &Indexed) -> Vec<Oom> {
     let mut ooms: Vec<_> = ix.trace.ooms.iter().collect();
     ooms.sort_by_key(|o| o.ts_ns);
     ooms.into_iter()
+        .take(OOMS_LISTED)
         .map(|o| Oom {
             device: ix.trace.devices[o.device as usize].label(),
             bytes: o.bytes,
@@ -428,6 +435,7 @@ pub fn profile_summary(trace: &ProfileTrace, top: usize) -> ProfileSummary {
         trace_events: trace.events,
         duration_ms: (ix.t1_ns - ix.t0_ns) as f64 / 1e6,
         devices: device_memory(&ix),
+        oom_count: trace.ooms.len() as u64,
         ooms: ooms(&ix),
         steps: steps(&ix),
         top_ops,

@@ -233,7 +233,7 @@ pub fn summary(s: &ProfileSummary, title: &str, format: Format, units: Units) ->
         }
     }
     if !s.ooms.is_empty() {
-        doc.heading(&format!("Out of memory ({})", s.ooms.len()));
+        doc.heading(&format!("Out of memory ({})", s.oom_count));
         for o in &s.ooms {
             doc.item(&format!(
                 "{}: an allocation of {} failed at {} {} with {} allocated, {} reserved",
@@ -243,6 +243,12 @@ pub fn summary(s: &ProfileSummary, title: &str, format: Format, units: Units) ->
                 context(&o.at),
                 format_bytes(o.total_allocated as f64, units),
                 format_bytes(o.total_reserved as f64, units)
+            ));
+        }
+        if s.oom_count > s.ooms.len() as u64 {
+            doc.item(&format!(
+                "… and {} more (every one in `export`)",
+                s.oom_count - s.ooms.len() as u64
             ));
         }
     }
@@ -277,12 +283,7 @@ pub fn summary(s: &ProfileSummary, title: &str, format: Format, units: Units) ->
 }
 
 /// `top` of a trace: bytes allocated within ops, Python functions and annotations.
-pub fn top(
-    groups: &[(&str, &[Within])],
-    title: &str,
-    format: Format,
-    units: Units,
-) -> String {
+pub fn top(groups: &[(&str, &[Within])], title: &str, format: Format, units: Units) -> String {
     match format {
         Format::Json => {
             let map: serde_json::Map<String, serde_json::Value> = groups
@@ -350,7 +351,11 @@ pub fn ranks(each: &[(String, ProfileSummary)], format: Format, units: Units) ->
     ]);
     for (f, s) in each {
         for d in &s.devices {
-            let ooms = s.ooms.iter().filter(|o| o.device == d.device).count();
+            let ooms = if s.oom_count > s.ooms.len() as u64 {
+                s.oom_count as usize // past the listed ones: the file's count
+            } else {
+                s.ooms.iter().filter(|o| o.device == d.device).count()
+            };
             t.row(vec![
                 f.clone(),
                 d.device.clone(),

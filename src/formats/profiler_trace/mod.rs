@@ -72,8 +72,7 @@ pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
-            p.is_file()
-                && name.is_some_and(|n| n.ends_with(".json") || n.ends_with(".json.gz"))
+            p.is_file() && name.is_some_and(|n| n.ends_with(".json") || n.ends_with(".json.gz"))
         })
         .collect();
     out.sort();
@@ -107,13 +106,13 @@ pub fn load(path: &Path) -> Result<ProfileTrace> {
 
 /// Reads a trace, memory events or not.
 pub fn load_any(path: &Path) -> Result<ProfileTrace> {
-    let mut file = std::fs::File::open(path)
-        .map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
+    let mut file =
+        std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut head = [0u8; 2];
     let gzip = read_full(&mut file, &mut head) == 2 && source::is_gzip(&head);
-    let file = std::fs::File::open(path)
-        .map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
+    let file =
+        std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
     let mut source = Source::new(file, gzip);
     let name = path.file_name().map_or_else(
         || path.display().to_string(),

@@ -19,7 +19,10 @@ use super::source::Source;
 #[derive(Debug)]
 pub enum ScanError {
     /// The text ends before the JSON does.
-    CutShort { offset: u64, events: u64 },
+    CutShort {
+        offset: u64,
+        events: u64,
+    },
     /// Not JSON at `offset`.
     Syntax {
         offset: u64,
@@ -27,11 +30,18 @@ pub enum ScanError {
         found: String,
     },
     /// JSON, but its top-level value has no `traceEvents` (`keys`: the first few it has).
-    NoTraceEvents { keys: Vec<String> },
+    NoTraceEvents {
+        keys: Vec<String>,
+    },
     /// JSON whose top-level value is not an object or array.
-    NotObject { found: String },
+    NotObject {
+        found: String,
+    },
     /// A trace event that is not an object.
-    EventNotObject { index: u64, found: String },
+    EventNotObject {
+        index: u64,
+        found: String,
+    },
     Io(std::io::Error),
 }
 
@@ -797,10 +807,7 @@ fn events(buf: &mut Buf, b: &mut Builder) -> Result<(), EventsError> {
             }
             Ok(Some((None, at, _))) => {
                 let at = skip_ws(&buf.data, at).unwrap_or(at);
-                return Err(EventsError::NotObject(
-                    b.trace.events,
-                    found(&buf.data, at),
-                ));
+                return Err(EventsError::NotObject(b.trace.events, found(&buf.data, at)));
             }
             Err((at, what)) => return Err(EventsError::At(at, what)),
         }
@@ -814,7 +821,10 @@ mod tests {
 
     #[test]
     fn microseconds_read_as_nanoseconds_exactly() {
-        assert_eq!(scaled_int(b"4733828231732.916", 1000), Some(4733828231732916));
+        assert_eq!(
+            scaled_int(b"4733828231732.916", 1000),
+            Some(4733828231732916)
+        );
         assert_eq!(scaled_int(b"12", 1000), Some(12000));
         assert_eq!(scaled_int(b"-1.5", 1000), Some(-1500));
         assert_eq!(scaled_int(b"1.5e3", 1000), Some(1_500_000));

@@ -293,7 +293,11 @@ mod tests {
         let mut words = name.to_vec();
         words.resize(name.len().div_ceil(8) * 8, 0);
         let mut records = vec![JSON, name.len() as i64];
-        records.extend(words.chunks(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())));
+        records.extend(
+            words
+                .chunks(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap())),
+        );
         records.extend([0, 0, i64::MIN + 7, 0, 0]);
         let mut seg = vec![records.len() as i64 + 1];
         seg.extend(&records);
@@ -306,7 +310,10 @@ mod tests {
         let s = replay_spool(&[slots(&[3, 4 << 2, 0])]);
         assert!(s.damage.unwrap().contains("an op never named"));
         let s = replay_spool(&[slots(&[100, RESET])]);
-        assert!(s.damage.unwrap().contains("says it holds 100 slots but has 2"));
+        assert!(s
+            .damage
+            .unwrap()
+            .contains("says it holds 100 slots but has 2"));
     }
 
     #[test]
