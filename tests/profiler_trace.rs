@@ -47,7 +47,9 @@ fn summary_peak_and_oom_match_the_json() {
     let (peak, ts) = own_peak(&t);
     let j = json_out(&[
         "summary",
-        fixture("profiler/export_chrome_trace.json").to_str().unwrap(),
+        fixture("profiler/export_chrome_trace.json")
+            .to_str()
+            .unwrap(),
         "--format",
         "json",
     ]);
@@ -79,15 +81,15 @@ fn summary_peak_and_oom_match_the_json() {
 #[test]
 fn op_memory_matches_torch_key_averages() {
     let averages: Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture(
-            "profiler/export_chrome_trace.key_averages.json",
-        ))
-        .unwrap(),
+        &std::fs::read_to_string(fixture("profiler/export_chrome_trace.key_averages.json"))
+            .unwrap(),
     )
     .unwrap();
     let j = json_out(&[
         "top",
-        fixture("profiler/export_chrome_trace.json").to_str().unwrap(),
+        fixture("profiler/export_chrome_trace.json")
+            .to_str()
+            .unwrap(),
         "--top",
         "1000",
         "--format",
@@ -213,7 +215,10 @@ fn plot_marks_the_steps() {
     assert_eq!(code, 0, "{err}");
     let svg = std::fs::read_to_string(&out).unwrap();
     // the scheduled profile's two active steps
-    assert!(svg.contains("step #2") && svg.contains("step #3"), "{svg:.300}");
+    assert!(
+        svg.contains("step #2") && svg.contains("step #3"),
+        "{svg:.300}"
+    );
 }
 
 #[test]
@@ -225,10 +230,7 @@ fn bad_inputs_say_what_is_wrong() {
         assert!(err.contains(needle), "{err}");
         assert!(err.contains(&path.display().to_string()), "{err}");
     };
-    check(
-        &fixture("profiler/no_memory.json"),
-        "profile_memory=True",
-    );
+    check(&fixture("profiler/no_memory.json"), "profile_memory=True");
     let full = std::fs::read(fixture("profiler/export_chrome_trace.json")).unwrap();
     let cut = common::write_temp(dir.path(), "cut.json", &full[..full.len() / 2]);
     check(&cut, "cut short");

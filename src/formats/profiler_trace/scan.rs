@@ -606,6 +606,22 @@ impl Builder {
     }
 }
 
+/// The error of a reading that stopped at `at`: cut short at the end of the text, else not JSON.
+fn syntax(buf: &Buf, (at, expected): (usize, &'static str), events: u64) -> ScanError {
+    if at >= buf.data.len() {
+        ScanError::CutShort {
+            offset: buf.offset(at),
+            events,
+        }
+    } else {
+        ScanError::Syntax {
+            offset: buf.offset(at),
+            expected,
+            found: found(&buf.data, at),
+        }
+    }
+}
+
 /// What the text shows at `at`, for messages.
 fn found(s: &[u8], at: usize) -> String {
     match s.get(at..(at + 24).min(s.len())) {
@@ -625,20 +641,6 @@ pub fn read(source: &mut Source, progress: &mut dyn FnMut(u64)) -> Result<Profil
         progress,
     };
     let mut b = Builder::new();
-    let syntax = |buf: &Buf, (at, expected): (usize, &'static str), events: u64| {
-        if at >= buf.data.len() {
-            ScanError::CutShort {
-                offset: buf.offset(at),
-                events,
-            }
-        } else {
-            ScanError::Syntax {
-                offset: buf.offset(at),
-                expected,
-                found: found(&buf.data, at),
-            }
-        }
-    };
     // the top-level value: an object with `traceEvents`, or the bare array of events
     let first = match buf.parse(|s, i| {
         // a UTF-8 byte order mark is allowed before the text
@@ -659,7 +661,7 @@ pub fn read(source: &mut Source, progress: &mut dyn FnMut(u64)) -> Result<Profil
     };
     match first {
         b'[' => {
-            events(&mut buf, &mut b).map_err(|e| e.into_error(&buf, b.trace.events, &syntax))?;
+            events(&mut buf, &mut b).map_err(|e| e.into_error(&buf, b.trace.events))?;
             return Ok(b.trace);
         }
         b'{' => {}
@@ -723,8 +725,7 @@ pub fn read(source: &mut Source, progress: &mut dyn FnMut(u64)) -> Result<Profil
                     }
                 }
                 saw_events = true;
-                events(&mut buf, &mut b)
-                    .map_err(|e| e.into_error(&buf, b.trace.events, &syntax))?;
+                events(&mut buf, &mut b).map_err(|e| e.into_error(&buf, b.trace.events))?;
             }
             "profile_memory" | "baseTimeNanoseconds" => {
                 let t = buf.parse(|s, i| {
@@ -767,12 +768,7 @@ impl From<ScanError> for EventsError {
 }
 
 impl EventsError {
-    fn into_error(
-        self,
-        buf: &Buf,
-        events: u64,
-        syntax: &dyn Fn(&Buf, (usize, &'static str), u64) -> ScanError,
-    ) -> ScanError {
+    fn into_error(self, buf: &Buf, events: u64) -> ScanError {
         match self {
             EventsError::Scan(e) => e,
             EventsError::At(at, what) => syntax(buf, (at, what), events),
