@@ -109,7 +109,9 @@ pub struct SummaryArgs {
     /// A MemoryTracker stats file (save_stats), a `memtrack record` file or an allocator
     /// snapshot; several stats files (one per rank: `run.rank*.pkl`) add a cross-rank
     /// comparison; several snapshots, or their `summary --format json` outputs, give one table
-    /// of ranks (peaks, fragmentation at the peak, OOMs, the outlier), read in parallel
+    /// of ranks (peaks, fragmentation at the peak, OOMs, the outlier), read in parallel;
+    /// also torch.profiler traces (profile_memory=True; .json or .json.gz) or a folder of them
+    /// (docs/profiler.md)
     #[arg(required = true, num_args = 1.., value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// How many of the ops that generate the most memory to list
@@ -272,7 +274,8 @@ pub enum GroupByArg {
 
 #[derive(Args, Debug)]
 pub struct TopArgs {
-    /// An allocator snapshot
+    /// An allocator snapshot, or a torch.profiler trace (bytes by op, Python function and
+    /// annotation)
     pub file: PathBuf,
     /// Only this CUDA device
     #[arg(long, value_name = "N")]

@@ -33,7 +33,8 @@ fn json_and_text_are_not_pickles() {
     let dir = tempfile::tempdir().unwrap();
     fails_cleanly(
         &write_temp(dir.path(), "stats.json", b"{\"memories_allocated\": {}}"),
-        "not a pickle: it looks like JSON",
+        // JSON is read as a torch.profiler trace, which names what it lacks
+        "not a Chrome trace: it has no `traceEvents` (its keys: memories_allocated)",
     );
     fails_cleanly(
         &write_temp(dir.path(), "notes.txt", b"hello world\n"),
@@ -225,11 +226,14 @@ fn directories_text_and_images_are_named_plainly() {
     let png = write_temp(dir.path(), "plot.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR");
     let text = write_temp(dir.path(), "notes.txt", b"hello (world) g\n");
     let json = write_temp(dir.path(), "x.json", b"[1, 2]");
+    let empty_dir = dir.path().join("empty");
+    std::fs::create_dir(&empty_dir).unwrap();
     for (path, says) in [
-        (dir.path().to_path_buf(), "is a directory"),
+        // a folder is read as a folder of torch.profiler traces (this one holds none)
+        (empty_dir, "a folder without traces"),
         (png, "looks like a PNG image"),
         (text, "looks like text"),
-        (json, "looks like JSON"),
+        (json, "not a Chrome trace: trace event 0 is `1"),
     ] {
         let out = memtrack().arg("summary").arg(&path).output().unwrap();
         assert_eq!(out.status.code(), Some(2));

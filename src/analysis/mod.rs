@@ -11,6 +11,8 @@ pub mod leaks;
 pub mod memviz;
 pub mod modules;
 pub mod moment;
+pub mod profile_diff;
+pub mod profile_summary;
 pub mod ranks;
 pub mod segments;
 pub mod simulate;

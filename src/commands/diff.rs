@@ -38,6 +38,9 @@ fn read_side(path: &Path, device: Option<u32>, by: &GroupBy) -> Result<(Side, &'
 }
 
 pub fn run(a: DiffArgs) -> Result<()> {
+    if super::profile::any_trace(&[a.before.clone(), a.after.clone()]) {
+        return super::profile::diff(a);
+    }
     let by = super::group_by(a.group_by, a.rules.as_deref())?;
     if by.needs_annotations() {
         return Err(Error::Usage(

@@ -7,6 +7,9 @@ use crate::output;
 use crate::progress::Stage;
 
 pub fn run(a: ExportArgs) -> Result<()> {
+    if super::profile::any_trace(std::slice::from_ref(&a.file)) {
+        return super::profile::export(a);
+    }
     let ExportFormat::Json = a.format;
     // a snapshot's trace events are put aside on disk as they are read and written from
     // there: the JSON, as large as the file or larger, is written as it is made

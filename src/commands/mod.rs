@@ -9,6 +9,7 @@ mod gpus;
 mod man;
 mod modules;
 mod plot;
+mod profile;
 mod record;
 mod segments;
 mod simulate;

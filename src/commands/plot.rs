@@ -13,6 +13,9 @@ use crate::render::{memory_chart, plot};
 
 pub fn run(a: PlotArgs) -> Result<()> {
     let out = a.output.clone().unwrap_or_else(|| default_output(&a.file));
+    if super::profile::any_trace(std::slice::from_ref(&a.file)) {
+        return super::profile::plot(a, out);
+    }
     // the output's kind is known before the (possibly long) load
     let kind = if a.stacked {
         picture::kind_of(

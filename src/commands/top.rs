@@ -7,6 +7,9 @@ use crate::formats::{self, SnapshotParts};
 use crate::{output, render};
 
 pub fn run(a: TopArgs) -> Result<()> {
+    if super::profile::any_trace(std::slice::from_ref(&a.file)) {
+        return super::profile::top(a);
+    }
     let group = super::group_by(a.group_by, a.rules.as_deref())?;
     // the table counts at the peak unless told; folded stacks at the end (as before --at)
     let asked = a.at.is_some();

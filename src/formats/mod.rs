@@ -6,6 +6,7 @@ pub mod error;
 pub mod event_spool;
 pub mod json;
 pub mod kind;
+pub mod profiler_trace;
 pub mod record_ext;
 pub mod snapshot;
 pub mod summary_json;
@@ -91,7 +92,7 @@ fn describe_pickle_error(data: &[u8], e: &pickle::PickleError) -> String {
     {
         Some("an SVG or HTML document (memtrack's own drawings are not inputs)")
     } else if first == b'{' || first == b'[' {
-        Some("JSON (memtrack export output is not an input)")
+        Some("JSON (a torch.profiler trace? summary, plot, top, diff and export read those; memtrack export output is not an input)")
     } else if head
         .iter()
         .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace())

@@ -3,6 +3,7 @@
 pub mod cycles;
 pub mod gpu;
 pub mod modules;
+pub mod profile;
 pub mod ranks;
 pub mod snapshot;
 pub mod trace;

@@ -12,6 +12,8 @@ pub mod memory_chart;
 pub mod modules;
 pub mod picture;
 pub mod plot;
+pub mod profile;
+pub mod profile_chart;
 pub mod ranks;
 pub mod segments;
 pub mod segments_svg;

@@ -1,0 +1,161 @@
+//! torch.profiler traces: the Chrome trace JSON that `prof.export_chrome_trace()` and
+//! `tensorboard_trace_handler` write (`*.pt.trace.json`, `.json.gz`), plain or gzip, one file or
+//! a folder of them (one per rank or worker). Read as a stream (`scan`), never whole.
+
+pub mod json;
+pub mod scan;
+pub mod source;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::model::profile::ProfileTrace;
+use scan::ScanError;
+use source::Source;
+
+/// What to record a trace with, for messages.
+pub const PROFILE_MEMORY_CALL: &str =
+    "torch.profiler.profile(activities=[...], profile_memory=True, record_shapes=True, with_stack=True)";
+
+/// Whether `path` is a trace memtrack should read as one: a folder (of traces), or a file
+/// whose text (inflated, for gzip) starts as JSON does. Pickles start otherwise.
+pub fn sniff(path: &Path) -> bool {
+    if path.is_dir() {
+        return true;
+    }
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut head = [0u8; 512];
+    let n = read_full(&mut file, &mut head);
+    let head = &head[..n];
+    if source::is_gzip(head) {
+        let Ok(file) = std::fs::File::open(path) else {
+            return false;
+        };
+        let mut z = flate2::read::MultiGzDecoder::new(file);
+        let mut text = [0u8; 512];
+        let n = read_full(&mut z, &mut text);
+        return starts_as_json(&text[..n]);
+    }
+    starts_as_json(head)
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    n
+}
+
+fn starts_as_json(text: &[u8]) -> bool {
+    let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
+    text.iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{' || b == b'[')
+}
+
+/// The traces a path names: the file itself, or a folder's `*.json` and `*.json.gz` files in
+/// name order (one per rank or worker, as `tensorboard_trace_handler` writes them).
+pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let entries =
+        std::fs::read_dir(path).map_err(|e| Error::input(path, format!("cannot list: {e}")))?;
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            p.is_file() && name.is_some_and(|n| n.ends_with(".json") || n.ends_with(".json.gz"))
+        })
+        .collect();
+    out.sort();
+    if out.is_empty() {
+        return Err(Error::input(
+            path,
+            "a folder without traces (*.json or *.json.gz files): name a torch.profiler trace, or the folder tensorboard_trace_handler wrote them to",
+        ));
+    }
+    Ok(out)
+}
+
+/// Reads a trace that must have memory events.
+pub fn load(path: &Path) -> Result<ProfileTrace> {
+    let trace = load_any(path)?;
+    if trace.memory.is_empty() && trace.ooms.is_empty() {
+        let flag = match trace.profile_memory {
+            Some(false) => " (its profile_memory flag is off)",
+            _ => "",
+        };
+        return Err(Error::input(
+            path,
+            format!(
+                "a Chrome trace of {} events without memory events{flag}: memtrack reads the allocator's [memory] events, which the profiler records only when asked; profile with {PROFILE_MEMORY_CALL}",
+                trace.events
+            ),
+        ));
+    }
+    Ok(trace)
+}
+
+/// Reads a trace, memory events or not.
+pub fn load_any(path: &Path) -> Result<ProfileTrace> {
+    let mut file =
+        std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut head = [0u8; 2];
+    let gzip = read_full(&mut file, &mut head) == 2 && source::is_gzip(&head);
+    let file =
+        std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
+    let mut source = Source::new(file, gzip);
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut bar = crate::progress::Bar::bytes(size, format!("reading {name}"));
+    let mut progress = |read: u64| {
+        use crate::pickle::Progress;
+        bar.advanced(read as usize);
+    };
+    scan::read(&mut source, &mut progress).map_err(|e| Error::input(path, describe(&e, gzip)))
+}
+
+/// The user's message for a reading that failed.
+fn describe(e: &ScanError, gzip: bool) -> String {
+    let text = if gzip { " of the inflated text" } else { "" };
+    match e {
+        ScanError::CutShort { offset, events } => format!(
+            "the file ends inside its JSON (byte {offset}{text}, after {events} trace events): it was cut short (a trace written by a program that was killed, or a copy that did not finish?); profile again or copy it whole"
+        ),
+        ScanError::Syntax {
+            offset,
+            expected,
+            found,
+        } => format!("not valid JSON at byte {offset}{text}: expected {expected}, found {found}"),
+        ScanError::NoTraceEvents { keys } => format!(
+            "JSON, but not a Chrome trace: it has no `traceEvents` ({}); memtrack reads torch.profiler traces (export_chrome_trace, tensorboard_trace_handler) and {}",
+            if keys.is_empty() {
+                "an empty object".to_string()
+            } else {
+                format!("its keys: {}", keys.join(", "))
+            },
+            super::READS.trim_start_matches("memtrack reads ")
+        ),
+        ScanError::NotObject { found } => format!(
+            "not a Chrome trace: the JSON is {found}, where a trace is an object with `traceEvents` or an array of events"
+        ),
+        ScanError::EventNotObject { index, found } => format!(
+            "not a Chrome trace: trace event {index} is {found}, not an object"
+        ),
+        ScanError::Io(e) if gzip => format!(
+            "the gzip data is damaged or cut short ({e}): a trace whose writing did not finish? Profile again or copy it whole"
+        ),
+        ScanError::Io(e) => format!("cannot read: {e}"),
+    }
+}

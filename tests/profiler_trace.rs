@@ -1,0 +1,244 @@
+//! torch.profiler traces (issue 22): the real fixtures of fixtures/profiler/ (torch 2.15, CPU),
+//! checked against the test's own reading of the JSON (serde_json, whole) and against torch's
+//! own `key_averages()` memory columns the fixture script saved beside the trace.
+
+mod common;
+
+use std::io::Read;
+
+use common::{fixture, json_out, run};
+use serde_json::Value;
+
+fn trace_json(rel: &str) -> Value {
+    let path = fixture(rel);
+    let mut bytes = Vec::new();
+    if rel.ends_with(".gz") {
+        flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
+            .read_to_end(&mut bytes)
+            .unwrap();
+    } else {
+        bytes = std::fs::read(&path).unwrap();
+    }
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// The test's own peak: the largest `Total Allocated` of the `[memory]` events (first in time).
+fn own_peak(t: &Value) -> (i64, f64) {
+    let mut best: Option<(i64, f64)> = None;
+    let mut events: Vec<&Value> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "[memory]")
+        .collect();
+    events.sort_by(|a, b| a["ts"].as_f64().partial_cmp(&b["ts"].as_f64()).unwrap());
+    for e in events {
+        let total = e["args"]["Total Allocated"].as_i64().unwrap();
+        if best.is_none_or(|(b, _)| total > b) {
+            best = Some((total, e["ts"].as_f64().unwrap()));
+        }
+    }
+    best.unwrap()
+}
+
+#[test]
+fn summary_peak_and_oom_match_the_json() {
+    let t = trace_json("profiler/export_chrome_trace.json");
+    let (peak, ts) = own_peak(&t);
+    let j = json_out(&[
+        "summary",
+        fixture("profiler/export_chrome_trace.json")
+            .to_str()
+            .unwrap(),
+        "--format",
+        "json",
+    ]);
+    let dev = &j["devices"][0];
+    assert_eq!(dev["device"], "cpu");
+    assert_eq!(dev["peak_allocated"]["bytes"].as_i64().unwrap(), peak);
+    assert!((dev["peak_allocated"]["ts_us"].as_f64().unwrap() - ts).abs() < 1e-3);
+    // the 4 MiB tensor the script allocates last is the peak, made by aten::empty
+    assert_eq!(dev["peak_allocated"]["op"], "aten::empty");
+    let ooms: Vec<&Value> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "[OutOfMemory]")
+        .collect();
+    assert_eq!(j["ooms"].as_array().unwrap().len(), ooms.len());
+    assert_eq!(j["ooms"][0]["bytes"], ooms[0]["args"]["Bytes"]);
+    assert_eq!(j["ooms"][0]["bytes"].as_i64().unwrap(), 1 << 50);
+    // the steps the script annotated, each with its peak
+    let steps: Vec<&str> = j["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(steps, ["ProfilerStep#0", "ProfilerStep#1"]);
+}
+
+#[test]
+fn op_memory_matches_torch_key_averages() {
+    let averages: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("profiler/export_chrome_trace.key_averages.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let j = json_out(&[
+        "top",
+        fixture("profiler/export_chrome_trace.json")
+            .to_str()
+            .unwrap(),
+        "--top",
+        "1000",
+        "--format",
+        "json",
+    ]);
+    let ours = j["ops"].as_array().unwrap();
+    let mut compared = 0;
+    for (name, row) in averages["ops"].as_object().unwrap() {
+        if !name.starts_with("aten::") {
+            continue;
+        }
+        let incl = row["cpu_memory_usage"].as_i64().unwrap();
+        let own_self = row["self_cpu_memory_usage"].as_i64().unwrap();
+        let mine = ours.iter().find(|r| r["name"] == name.as_str());
+        let (net, self_net) = mine.map_or((0, 0), |r| {
+            (r["net"].as_i64().unwrap(), r["self_net"].as_i64().unwrap())
+        });
+        assert_eq!(net, incl, "{name}: net within (torch's cpu_memory_usage)");
+        assert_eq!(self_net, own_self, "{name}: self net");
+        if incl != 0 {
+            compared += 1;
+            assert_eq!(
+                mine.unwrap()["calls"].as_u64().unwrap(),
+                row["count"].as_u64().unwrap(),
+                "{name}: calls"
+            );
+        }
+    }
+    assert!(compared >= 5, "only {compared} ops with memory compared");
+}
+
+#[test]
+fn a_folder_of_gzip_traces_is_the_ranks_table() {
+    let j = json_out(&[
+        "summary",
+        fixture("profiler/tb").to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    let rows = j.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, file) in rows.iter().zip(["worker0", "worker1"]) {
+        let rel = format!("profiler/tb/{file}.pt.trace.json.gz");
+        assert_eq!(row["file"], format!("{file}.pt.trace.json.gz"));
+        let (peak, _) = own_peak(&trace_json(&rel));
+        assert_eq!(
+            row["summary"]["devices"][0]["peak_allocated"]["bytes"]
+                .as_i64()
+                .unwrap(),
+            peak
+        );
+    }
+}
+
+#[test]
+fn diff_gates_on_the_peak() {
+    let a = fixture("profiler/tb/worker0.pt.trace.json.gz");
+    let b = fixture("profiler/tb/worker1.pt.trace.json.gz");
+    let (pa, _) = own_peak(&trace_json("profiler/tb/worker0.pt.trace.json.gz"));
+    let (pb, _) = own_peak(&trace_json("profiler/tb/worker1.pt.trace.json.gz"));
+    assert!(pb > pa);
+    let (code, out, _) = run(&[
+        "diff",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--fail-over",
+        "10%",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 1);
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["devices"][0]["before"].as_i64().unwrap(), pa);
+    assert_eq!(j["devices"][0]["after"].as_i64().unwrap(), pb);
+    // the other way round it shrank: passes
+    let (code, _, _) = run(&[
+        "diff",
+        b.to_str().unwrap(),
+        a.to_str().unwrap(),
+        "--fail-over",
+        "0%",
+    ]);
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn export_has_every_memory_event() {
+    let t = trace_json("profiler/tb/worker1.pt.trace.json.gz");
+    let own: Vec<i64> = t["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "[memory]")
+        .map(|e| e["args"]["Bytes"].as_i64().unwrap())
+        .collect();
+    let j = json_out(&[
+        "export",
+        fixture("profiler/tb/worker1.pt.trace.json.gz")
+            .to_str()
+            .unwrap(),
+    ]);
+    let ours: Vec<i64> = j["memory_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["bytes"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ours, own);
+}
+
+#[test]
+fn plot_marks_the_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.svg");
+    let (code, _, err) = run(&[
+        "plot",
+        fixture("profiler/tb/worker0.pt.trace.json.gz")
+            .to_str()
+            .unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let svg = std::fs::read_to_string(&out).unwrap();
+    // the scheduled profile's two active steps
+    assert!(
+        svg.contains("step #2") && svg.contains("step #3"),
+        "{svg:.300}"
+    );
+}
+
+#[test]
+fn bad_inputs_say_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |path: &std::path::Path, needle: &str| {
+        let (code, _, err) = run(&["summary", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(needle), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
+    };
+    check(&fixture("profiler/no_memory.json"), "profile_memory=True");
+    let full = std::fs::read(fixture("profiler/export_chrome_trace.json")).unwrap();
+    let cut = common::write_temp(dir.path(), "cut.json", &full[..full.len() / 2]);
+    check(&cut, "cut short");
+    let other = common::write_temp(dir.path(), "other.json", br#"{"loss": [1, 2]}"#);
+    check(&other, "no `traceEvents`");
+    let broken = common::write_temp(dir.path(), "broken.json", br#"{"traceEvents": [{"ph" 1}]}"#);
+    check(&broken, "not valid JSON at byte");
+    let gz = std::fs::read(fixture("profiler/tb/worker0.pt.trace.json.gz")).unwrap();
+    let gz_cut = common::write_temp(dir.path(), "cut.json.gz", &gz[..gz.len() / 2]);
+    check(&gz_cut, "cut short");
+}
