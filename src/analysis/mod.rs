@@ -1,6 +1,7 @@
 //! Computations over the model: no I/O, no formatting.
 
 pub mod allocator;
+pub mod annotation_usage;
 pub mod caching_allocator;
 pub mod cycles;
 pub mod decimate;

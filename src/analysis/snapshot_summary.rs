@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::model::snapshot::{Action, Layout, SizeClass, Snapshot};
 
+use super::annotation_usage::{AnnotationUsage, DeviceTimes};
 use super::leaks::{leak_suspects, AllocTimes, Leaks};
 use super::timeline::{OomMark, Point, Timelines};
 
@@ -98,6 +99,14 @@ pub struct DeviceSummary {
     /// has no steps to compare (fewer than three `Optimizer.step` annotations).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leak_suspects: Option<Leaks>,
+    /// Allocated bytes at each `external_annotations` start and end within the trace, in
+    /// time order (`analysis::annotation_usage`); empty without annotations.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub annotation_usage: Vec<AnnotationUsage>,
+    /// Bytes allocated before the trace's first event, where the trace adds up (the start of
+    /// the annotations' running total).
+    #[serde(skip)]
+    initial_allocated: Option<i64>,
 }
 
 /// By how many bytes a trace that frees more than it allocated falls short of the final
@@ -180,6 +189,34 @@ impl SnapshotSummary {
     /// Whether `add_simulate_suggestions` has devices to replay (and so needs the events).
     pub fn wants_suggestions(&self) -> bool {
         self.devices.iter().any(|d| d.wants_suggestion())
+    }
+}
+
+impl SnapshotSummary {
+    /// What `UsageAtTimes` must measure: per device index, its annotations' times and the
+    /// bytes allocated before its first event; None when it has no annotations, or no known
+    /// start (a trace that does not add up). None overall when no device has any.
+    pub fn annotation_times(&self) -> Option<Vec<Option<DeviceTimes>>> {
+        let len = self.devices.iter().map(|d| d.device as usize + 1).max()?;
+        let mut out = vec![None; len];
+        for d in &self.devices {
+            if let (false, Some(initial)) = (d.annotation_usage.is_empty(), d.initial_allocated) {
+                let times = d.annotation_usage.iter().map(|u| u.time_us).collect();
+                out[d.device as usize] = Some(DeviceTimes { times, initial });
+            }
+        }
+        out.iter().any(Option::is_some).then_some(out)
+    }
+
+    /// Take what `UsageAtTimes::finish` measured (in `annotation_times`' order).
+    pub fn set_annotation_usage(&mut self, measured: Vec<Vec<i64>>) {
+        for d in &mut self.devices {
+            if let Some(bytes) = measured.get(d.device as usize) {
+                for (u, &b) in d.annotation_usage.iter_mut().zip(bytes) {
+                    u.allocated_bytes = Some(b);
+                }
+            }
+        }
     }
 }
 
@@ -322,6 +359,16 @@ fn device_summary(snap: &Snapshot, device: u32, timelines: &mut Timelines) -> De
         d.peak_reserved = tl.peak_reserved;
         d.reserved_at_peak_allocated_bytes = tl.reserved_at_peak_allocated_bytes;
         d.ooms = tl.ooms;
+        d.initial_allocated = (a >= 0 && r >= 0).then_some(a);
+        d.annotation_usage = (tl.annotations.into_iter())
+            .map(|m| AnnotationUsage {
+                name: m.name,
+                stage: m.stage,
+                time_us: m.time_us,
+                seconds: m.x,
+                allocated_bytes: None,
+            })
+            .collect();
     }
     d
 }

@@ -1,6 +1,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::analysis::annotation_usage::UsageAtTimes;
 use crate::analysis::leaks::{has_steps, AllocTimes};
 use crate::analysis::ranks::{figures, rank_table};
 use crate::analysis::snapshot_summary::{
@@ -64,6 +65,14 @@ pub fn run(a: SummaryArgs) -> Result<()> {
                     (kept.feed(&mut times, snap.traces.len()))
                         .map_err(super::spool_error("summary"))?;
                     add_leak_suspects(&mut s, &snap, &times);
+                }
+                if let Some(times) = s.annotation_times() {
+                    // allocated at each annotation: its times come after the trace in the
+                    // file, so the events kept are replayed past them
+                    let mut usage = UsageAtTimes::new(times);
+                    (kept.feed(&mut usage, snap.traces.len()))
+                        .map_err(super::spool_error("summary"))?;
+                    s.set_annotation_usage(usage.finish());
                 }
                 if s.wants_suggestions() {
                     // the replays need the events: those kept, in memory or on disk

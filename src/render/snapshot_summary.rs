@@ -294,6 +294,23 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
             }
             doc.table(&t);
         }
+        if !d.annotation_usage.is_empty() {
+            doc.heading(
+                "Usage by annotation (allocated when each range started and ended; the trace's \
+                 external_annotations)",
+            );
+            let mut t = Table::new(&[">at", "annotation", "stage", ">allocated"]);
+            for u in &d.annotation_usage {
+                t.row(vec![
+                    format!("{:.6}s", u.seconds),
+                    u.name.clone(),
+                    u.stage.to_lowercase(),
+                    u.allocated_bytes
+                        .map_or_else(|| "-".into(), |b| format_bytes(b as f64, units)),
+                ]);
+            }
+            doc.table(&t);
+        }
         if let Some(l) = &d.leak_suspects {
             if l.suspects.is_empty() {
                 doc.para(&format!(
