@@ -251,6 +251,12 @@ pub struct SegmentsArgs {
     /// Units for byte amounts in text and Markdown (JSON and CSV always give bytes)
     #[arg(long, default_value = "auto", value_name = "auto|B|KiB|MiB|GiB")]
     pub units: Units,
+    /// The segments as they stood at a moment of the trace (default: the end): peak, oom
+    /// (oom@N), an event index as `memtrack trace` prints it, a time since the trace's first
+    /// event (5.2s), or an annotation boundary (NAME:start, NAME:end@2); rebuilt from the end
+    /// by undoing the events after it
+    #[arg(long, value_name = "MOMENT")]
+    pub at: Option<crate::analysis::moment::Moment>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

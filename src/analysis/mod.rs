@@ -15,6 +15,7 @@ pub mod moment;
 pub mod profile_diff;
 pub mod profile_summary;
 pub mod ranks;
+pub mod rewind;
 pub mod segments;
 pub mod simulate;
 pub mod sites;

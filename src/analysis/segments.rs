@@ -21,6 +21,26 @@ pub struct SegmentMap {
     pub segments: Vec<SegmentRow>,
     /// Sums over `segments`.
     pub totals: Totals,
+    /// The moment shown when it is not the end (`segments --at`); absent at the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<SegmentsAt>,
+}
+
+/// The moment a map shows (`segments --at`): as asked, and the event it fell on per device.
+#[derive(Debug, Serialize)]
+pub struct SegmentsAt {
+    /// The moment as `--at` took it (`peak`, `event 500`, `NAME:end@2`).
+    pub moment: String,
+    /// Per device shown, the trace event (0-based, as `trace` numbers them) the state is
+    /// right after.
+    pub events: Vec<DeviceEvent>,
+}
+
+/// A device and one of its trace events.
+#[derive(Debug, Serialize)]
+pub struct DeviceEvent {
+    pub device: u32,
+    pub event_index: usize,
 }
 
 /// Totals over the segments shown, in bytes.
@@ -185,6 +205,7 @@ pub fn segment_map(snap: &Snapshot, devices: &[u32]) -> SegmentMap {
         page_size: PAGE_SIZE,
         segments: rows,
         totals,
+        at: None,
     }
 }
 

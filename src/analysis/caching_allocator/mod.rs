@@ -33,6 +33,6 @@ pub use blocks::BlockId;
 pub use conf::{DivisionsError, SettingError};
 pub use settings::Settings;
 pub use sizes::{
-    allocation_size, LARGE_BUFFER, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUNDUP_INTERVALS, ROUND_LARGE,
-    SMALL_BUFFER, SMALL_SIZE,
+    allocation_size, round_size, LARGE_BUFFER, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, ROUNDUP_INTERVALS,
+    ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE,
 };

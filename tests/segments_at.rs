@@ -1,0 +1,88 @@
+//! `segments --at`: the segments as they stood at a moment, rebuilt from the end by undoing
+//! the events after it, checked against tests/py/state_at.py, which runs the totals back with
+//! Python's own reading of the pickle.
+
+mod common;
+
+use serde_json::Value;
+
+fn expected(rel: &str, device: u32, index: u64) -> Value {
+    let py = common::python_with_torch().expect("python to replay the fixture");
+    let out = std::process::Command::new(py)
+        .arg(common::root().join("tests/py/state_at.py"))
+        .arg(common::fixture(rel))
+        .args([device.to_string(), index.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_segments_at_a_moment_add_up_to_what_the_trace_says() {
+    for (rel, moments) in [
+        (
+            "snapshots/h100_gpt2_train_exit.pickle",
+            &["peak", "0", "500", "Optimizer.step#AdamW.step:end@2"][..],
+        ),
+        (
+            "snapshots/h100/gpt_expandable_segments.pickle",
+            &["peak", "1000"][..],
+        ),
+        ("snapshots/h100/oom_default.pickle", &["oom"][..]),
+    ] {
+        let file = common::fixture(rel);
+        for at in moments {
+            let got = common::json_out(&[
+                "segments",
+                file.to_str().unwrap(),
+                "--at",
+                at,
+                "--device",
+                "0",
+                "--format",
+                "json",
+            ]);
+            // the event the moment fell on
+            let index = got["at"]["events"][0]["event_index"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{rel} --at {at}: {}", got["at"]));
+            assert_eq!(got["at"]["events"][0]["device"], 0);
+            let want = expected(rel, 0, index);
+            let totals = &got["totals"];
+            assert_eq!(
+                totals["allocated_bytes"], want["allocated"],
+                "{rel} --at {at}"
+            );
+            assert_eq!(
+                totals["reserved_bytes"], want["reserved"],
+                "{rel} --at {at}"
+            );
+            let whole = got["segments"].as_array().unwrap().len();
+            if !rel.contains("expandable") {
+                assert_eq!(
+                    whole as i64,
+                    want["segments"].as_i64().unwrap(),
+                    "{rel} --at {at}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_moment_the_trace_lacks_is_refused_with_what_it_has() {
+    let file = common::fixture("snapshots/h100_gpt2_train_exit.pickle");
+    let (code, _, stderr) = common::run(&["segments", file.to_str().unwrap(), "--at", "oom"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("no oom event"), "{stderr}");
+    // a snapshot without a trace has only its end
+    let bare = common::fixture("snapshots/verl_mem_no_trace_multi_pool.pickle");
+    let (code, _, stderr) = common::run(&["segments", bare.to_str().unwrap(), "--at", "peak"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("only the end"), "{stderr}");
+}
