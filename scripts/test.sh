@@ -27,7 +27,7 @@ trap 'rm -f "$log"' EXIT
 status=0
 # --no-fail-fast: a failing test binary must not hide the results of the ones after it
 cargo test --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
-passed=$(grep -oE '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
-failed=$(grep -oE '; [0-9]+ failed' "$log" | awk '{s += $2} END {print s + 0}')
+passed=$(grep -aoE '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
+failed=$(grep -aoE '; [0-9]+ failed' "$log" | awk '{s += $2} END {print s + 0}')
 echo "memtrack tests: $passed passed, $failed failed"
 exit "$status"

@@ -17,6 +17,12 @@ pub fn any_trace(paths: &[PathBuf]) -> bool {
     paths.iter().any(|p| profiler_trace::sniff(p))
 }
 
+/// Whether every path is a trace (or a folder of them): `summary` of several files compares
+/// files of one kind, and a JSON beside snapshots is a summary of one, read back.
+pub fn all_traces(paths: &[PathBuf]) -> bool {
+    !paths.is_empty() && paths.iter().all(|p| profiler_trace::sniff(p))
+}
+
 fn no_device(device: Option<u32>) -> Result<()> {
     match device {
         Some(_) => Err(Error::Usage(

@@ -29,7 +29,7 @@ const MIXED: &str = "`summary` of several files compares files of one kind: the 
 const SUGGESTION_EVENTS: usize = 2 << 20;
 
 pub fn run(a: SummaryArgs) -> Result<()> {
-    if super::profile::any_trace(&a.files) {
+    if super::profile::all_traces(&a.files) {
         return super::profile::summary(a);
     }
     let (format, units) = (a.common.format, a.common.units);

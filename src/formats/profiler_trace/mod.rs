@@ -53,11 +53,23 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> usize {
     n
 }
 
+/// JSON that may be a trace: an object or array, and not memtrack's own output (`summary
+/// --format json` of snapshots, read back for the table of ranks, starts with its `kind`).
 fn starts_as_json(text: &[u8]) -> bool {
     let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
-    text.iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|&b| b == b'{' || b == b'[')
+    let mut rest = text.iter().skip_while(|b| b.is_ascii_whitespace());
+    match rest.next() {
+        Some(b'[') => true,
+        Some(b'{') => {
+            let first_key: Vec<u8> = rest
+                .skip_while(|b| b.is_ascii_whitespace())
+                .take(6)
+                .copied()
+                .collect();
+            first_key != b"\"kind\""
+        }
+        _ => false,
+    }
 }
 
 /// The traces a path names: the file itself, or a folder's `*.json` and `*.json.gz` files in
