@@ -194,3 +194,49 @@ fn python_reference_of_the_rules_is_reproduced() {
     assert_eq!(sim.memory_limit_bytes, Some(400 << 20));
     assert_eq!(sim.scenarios[0].ooms.len(), 1);
 }
+
+/// The recorded segment events of a trace, independently of the model: (action, size).
+fn recorded_segment_events(snap: &memtrack::model::Snapshot, device: u32) -> Vec<(String, u64)> {
+    snap.trace(device)
+        .map(|t| {
+            t.events
+                .iter()
+                .filter(|e| e.action.name().starts_with("segment_"))
+                .map(|e| (e.action.name().to_string(), e.size))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A trace recorded mid-run (kkaitlyn111/cs336-a2-systems): it opens with an `empty_cache()`
+/// giving back 459 segments made before recording began, then a new segment. Replayed from the
+/// state the trace implies at its start, with that release as `empty_cache()` (its stack says
+/// so), every recorded segment event is reproduced, and no limit is inferred from it.
+#[test]
+fn trace_starting_mid_run_with_empty_cache_reproduces_every_segment_event() {
+    let file = "fixtures/snapshots/cs336_ctx256_forward_empty_cache_start.pickle";
+    let snap = load(file);
+    let recorded = recorded_segment_events(&snap, 0);
+    let frees = recorded
+        .iter()
+        .take_while(|e| e.0 == "segment_free")
+        .count();
+    assert_eq!((recorded.len(), frees), (1057, 459));
+    let sim = own(file);
+    let v = &sim.validation;
+    assert_reproduced(file, v);
+    assert_eq!(v.segment_events_recorded, recorded.len());
+    assert_eq!(sim.memory_limit_bytes, None, "{:?}", sim.notes);
+    assert!(sim.scenarios[0].ooms.is_empty());
+    assert!(
+        sim.notes.iter().any(|n| matches!(n,
+            Note::StartState { segments, .. } if *segments >= frees)),
+        "{:?}",
+        sim.notes
+    );
+    for n in &sim.notes {
+        if let Note::LimitRange { lower, upper, .. } = n {
+            assert!(*lower as i64 <= *upper, "{n}");
+        }
+    }
+}

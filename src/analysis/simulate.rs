@@ -43,6 +43,21 @@ pub struct InitialState {
     pub segments: Vec<InitialSegment>,
     /// Live blocks of the rewound state that lie in no segment (the file disagrees with itself).
     pub unplaced_blocks: usize,
+    /// Live blocks before the trace that the final state does not have (freed in the trace but
+    /// never allocated in it): their sizes are assumed, the request rounded.
+    pub assumed_block_sizes: usize,
+}
+
+impl InitialState {
+    /// What the replay assumed to start where the trace starts, when it did not start empty.
+    pub fn note(&self) -> Option<Note> {
+        (!self.segments.is_empty()).then(|| Note::StartState {
+            segments: self.segments.len(),
+            bytes: self.segments.iter().map(|s| s.size).sum(),
+            live_blocks: self.segments.iter().map(|s| s.blocks.len()).sum(),
+            assumed_block_sizes: self.assumed_block_sizes,
+        })
+    }
 }
 
 /// A live block while rewinding: size when the final state has it, requested, pending free.
@@ -120,6 +135,7 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
         let mut placed = Vec::with_capacity(mine.len());
         for (k, &(a, (known, req, pending))) in mine.iter().enumerate() {
             let next = mine.get(k + 1).map_or(end, |b| b.0);
+            out.assumed_block_sizes += usize::from(known.is_none());
             let size = known.unwrap_or_else(|| {
                 let rounded = settings.round_size(req).min(next - a);
                 let gap = next - a - rounded;
@@ -301,6 +317,26 @@ pub enum Note {
         /// An OOM left device memory free: the cap was `set_per_process_memory_fraction`'s.
         capped: bool,
     },
+    /// The recorded failures contradict each other: the run reserved `lower` bytes, yet a
+    /// failure says the limit was below `upper` (< `lower`); the replay uses `lower`.
+    LimitContradiction {
+        /// The most the recorded run reserved, in bytes.
+        lower: u64,
+        /// Below this, by a recorded failure, in bytes.
+        upper: i64,
+    },
+    /// The trace starts with segments (and live blocks) made before it: the state it starts
+    /// from, rebuilt from the final state with every trace event undone.
+    StartState {
+        /// Segments before the first event.
+        segments: usize,
+        /// Their bytes.
+        bytes: u64,
+        /// Live blocks in them.
+        live_blocks: usize,
+        /// Of those, blocks whose size is assumed (freed in the trace, never allocated in it).
+        assumed_block_sizes: usize,
+    },
     /// Live blocks of the state before the trace that lie in no segment (left out).
     UnplacedBlocks(usize),
     /// A scenario sets `garbage_collection_threshold`, which does nothing without a limit.
@@ -327,6 +363,30 @@ impl std::fmt::Display for Note {
                     ""
                 }
             ),
+            Note::LimitContradiction { lower, upper } => write!(
+                f,
+                "no fixed limit explains the recording: the run reserved {lower} bytes, yet a \
+                 failed allocation says the limit was at most {upper}; the replay uses {lower}"
+            ),
+            Note::StartState {
+                segments,
+                bytes,
+                live_blocks,
+                assumed_block_sizes,
+            } => write!(
+                f,
+                "the trace starts with {segments} segment(s) of {bytes} bytes and {live_blocks} \
+                 live block(s) made before it, rebuilt from the final state with the trace \
+                 undone; assumed: free space in them merged as the allocator merges it{}",
+                if *assumed_block_sizes > 0 {
+                    format!(
+                        ", and the size of {assumed_block_sizes} block(s) freed but never \
+                         allocated in the trace (their request, rounded)"
+                    )
+                } else {
+                    String::new()
+                }
+            ),
             Note::UnplacedBlocks(n) => {
                 write!(
                     f,
@@ -344,6 +404,61 @@ impl std::fmt::Display for Note {
     }
 }
 
+/// Why the allocator gave a run of segments back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseCause {
+    /// `torch.cuda.empty_cache()`: no allocation asked for it.
+    EmptyCache,
+    /// The allocator's free-and-retry path after a `cudaMalloc` failed (or the garbage
+    /// collector), inside an allocation.
+    Allocation,
+}
+
+/// Each run of `segment_free` / `segment_unmap` events in `events`, as (first index, index
+/// after the last, cause). The run's stack says the cause when the file has one: `emptyCache`
+/// (C++) or `empty_cache` (Python) for `torch.cuda.empty_cache()`, the allocator's `malloc` for
+/// its own release. Without a telling stack, a run followed directly by a new segment or an OOM
+/// is taken for the free-and-retry path, any other for `empty_cache()`.
+pub fn release_runs(snap: &Snapshot, events: &[TraceEvent]) -> Vec<(usize, usize, ReleaseCause)> {
+    let releases = |e: &TraceEvent| matches!(e.action, Action::SegmentFree | Action::SegmentUnmap);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < events.len() {
+        if !releases(&events[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < events.len() && releases(&events[i]) {
+            i += 1;
+        }
+        let said = events[start..i]
+            .iter()
+            .find_map(|e| stack_release_cause(snap, e.stack));
+        let cause = said.unwrap_or_else(|| match events.get(i).map(|e| e.action) {
+            Some(Action::SegmentAlloc | Action::SegmentMap | Action::Oom) => ReleaseCause::Allocation,
+            _ => ReleaseCause::EmptyCache,
+        });
+        out.push((start, i, cause));
+    }
+    out
+}
+
+/// What a release's stack says caused it, innermost telling frame first; None when it says
+/// nothing (no stack, or Python frames of the program only).
+fn stack_release_cause(snap: &Snapshot, stack: StackId) -> Option<ReleaseCause> {
+    snap.stacks.stack(stack).iter().find_map(|&f| {
+        let name = snap.stacks.str(snap.stacks.frame(f).name);
+        if name.contains("emptyCache") || name == "empty_cache" {
+            Some(ReleaseCause::EmptyCache)
+        } else if name.contains("CachingAllocator") && name.contains("malloc") {
+            Some(ReleaseCause::Allocation)
+        } else {
+            None
+        }
+    })
+}
+
 /// Where the memory limit comes from, in order: the caller's `given`; what the recorded
 /// failures imply; none.
 ///
@@ -358,6 +473,7 @@ fn memory_limit(
     snap: &Snapshot,
     device: u32,
     events: &[TraceEvent],
+    runs: &[(usize, usize, ReleaseCause)],
     given: Option<u64>,
 ) -> (Option<u64>, LimitSource, Vec<Note>) {
     if let Some(m) = given {
@@ -379,10 +495,17 @@ fn memory_limit(
     let mut device_size: Option<i64> = None;
     let mut capped = false;
     let tighten = |b: &mut Option<i64>, v: i64| *b = Some(b.map_or(v, |x| x.min(v)));
+    let mut forced = vec![false; events.len()];
+    for &(start, end, cause) in runs {
+        forced[start..end].fill(cause == ReleaseCause::Allocation);
+    }
     for (i, e) in events.iter().enumerate() {
         match e.action {
             Action::SegmentFree | Action::SegmentUnmap => {
-                release_from.get_or_insert(reserved);
+                // an empty_cache() release says nothing about the limit
+                if forced[i] {
+                    release_from.get_or_insert(reserved);
+                }
                 reserved -= e.size as i64;
             }
             Action::SegmentAlloc | Action::SegmentMap => {
@@ -427,6 +550,11 @@ fn memory_limit(
         return (None, LimitSource::NoFailure, notes);
     };
     let lower = most.max(0) as u64;
+    if upper < lower as i64 {
+        // no fixed limit explains both: the run held more than a failure says it could
+        notes.push(Note::LimitContradiction { lower, upper });
+        return (Some(lower), LimitSource::SmallestAllowed, notes);
+    }
     notes.push(Note::LimitRange {
         lower,
         upper,
@@ -472,24 +600,26 @@ pub fn simulate(
 ) -> DeviceSimulation {
     let empty = DeviceTrace::default();
     let trace = snap.trace(device).unwrap_or(&empty);
-    let (limit, source, mut notes) = memory_limit(snap, device, &trace.events, memory);
+    let runs = release_runs(snap, &trace.events);
+    let (limit, source, mut notes) = memory_limit(snap, device, &trace.events, &runs, memory);
     // the scenarios are independent replays of one trace: one a core
     let replays = each_on_all_cores(scenarios.len(), |k| {
         let settings = &scenarios[k];
         let init = initial_state(snap, device, settings);
-        let mut run = Replay::new(settings.clone(), limit, &init, &trace.events, k == 0);
+        let mut run = Replay::new(settings.clone(), limit, &init, &trace.events, &runs, k == 0);
         for (i, e) in trace.events.iter().enumerate() {
             run.event(i, e, trace.stream(e));
         }
-        let (scenario, log) = run.finish();
+        let (scenario, log) = run.finish(trace.events.len());
         let validation = (k == 0).then(|| validate(snap, device, &trace.events, &log));
-        (scenario, validation, init.unplaced_blocks)
+        (scenario, validation, init.note(), init.unplaced_blocks)
     });
     let mut out_scenarios = Vec::with_capacity(scenarios.len());
     let mut validation = Validation::default();
-    for (scenario, checked, unplaced_blocks) in replays {
+    for (scenario, checked, start, unplaced_blocks) in replays {
         if let Some(checked) = checked {
             validation = checked;
+            notes.extend(start.filter(|_| !trace.events.is_empty()));
             if unplaced_blocks > 0 {
                 notes.push(Note::UnplacedBlocks(unplaced_blocks));
             }
@@ -566,7 +696,9 @@ pub struct Replay {
     blocks: FxHashMap<u64, BlockId>,
     /// Whether `free_requested` also completes the free: traces without `free_completed`.
     free_completes: bool,
-    in_release_run: bool,
+    /// Indices of the program events that an `empty_cache()` release came just before.
+    empty_cache_before: Vec<usize>,
+    next_empty_cache: usize,
     /// The scenario's figures so far.
     report: Scenario,
     peak_requested: u64,
@@ -585,6 +717,7 @@ impl Replay {
         limit: Option<u64>,
         init: &InitialState,
         events: &[TraceEvent],
+        runs: &[(usize, usize, ReleaseCause)],
         recorded_addresses: bool,
     ) -> Replay {
         let mut alloc = Allocator::new(settings.clone(), limit);
@@ -597,6 +730,17 @@ impl Replay {
             }
         }
         let free_completes = !events.iter().any(|e| e.action == Action::FreeCompleted);
+        // the model empties its cache at the program event after the release (segment events
+        // between are the recording's answers, not the program's), where validation counts it
+        let empty_cache_before = runs
+            .iter()
+            .filter(|r| r.2 == ReleaseCause::EmptyCache)
+            .map(|r| {
+                (r.1..events.len())
+                    .find(|&i| recorded_action(events[i].action).is_none())
+                    .unwrap_or(events.len())
+            })
+            .collect();
         let report = Scenario {
             settings: settings.describe(),
             settings_detail: settings,
@@ -615,7 +759,8 @@ impl Replay {
             alloc,
             blocks,
             free_completes,
-            in_release_run: false,
+            empty_cache_before,
+            next_empty_cache: 0,
             peak_requested: 0,
             report,
             log: Vec::new(),
@@ -651,18 +796,19 @@ impl Replay {
 
     /// Replay event `i`, `e`, made on `stream`.
     pub fn event(&mut self, i: usize, e: &TraceEvent, stream: i64) {
-        let releases = matches!(e.action, Action::SegmentFree | Action::SegmentUnmap);
-        if self.in_release_run && !releases {
-            self.in_release_run = false;
-            if !matches!(
-                e.action,
-                Action::SegmentAlloc | Action::SegmentMap | Action::Oom
-            ) {
-                // segments given back with no allocation asking: torch.cuda.empty_cache()
-                self.alloc.release_cached_blocks();
-            }
+        let mut emptied = false;
+        while self
+            .empty_cache_before
+            .get(self.next_empty_cache)
+            .is_some_and(|&at| at <= i)
+        {
+            self.next_empty_cache += 1;
+            emptied = true;
         }
-        self.in_release_run |= releases;
+        if emptied {
+            // segments given back with no allocation asking: torch.cuda.empty_cache()
+            self.alloc.release_cached_blocks();
+        }
         while self.hints.get(self.next_hint).is_some_and(|h| h.0 < i) {
             self.next_hint += 1;
         }
@@ -723,7 +869,13 @@ impl Replay {
     }
 
     /// The scenario's report, and the segment log validation compares with the recording.
-    pub fn finish(mut self) -> (Scenario, SegmentLog) {
+    pub fn finish(mut self, events: usize) -> (Scenario, SegmentLog) {
+        if self.next_empty_cache < self.empty_cache_before.len() {
+            // an empty_cache() after the last program event
+            self.alloc.release_cached_blocks();
+            let released = self.alloc.take_segment_events();
+            self.log.extend(released.map(|s| (s.action, s.size, events)));
+        }
         self.report.end_reserved_bytes = self.alloc.reserved;
         self.report.peak_allocated_bytes = self.peak_requested;
         self.report.segments_created = self.alloc.segments_created;
