@@ -436,7 +436,9 @@ pub fn release_runs(snap: &Snapshot, events: &[TraceEvent]) -> Vec<(usize, usize
             .iter()
             .find_map(|e| stack_release_cause(snap, e.stack));
         let cause = said.unwrap_or_else(|| match events.get(i).map(|e| e.action) {
-            Some(Action::SegmentAlloc | Action::SegmentMap | Action::Oom) => ReleaseCause::Allocation,
+            Some(Action::SegmentAlloc | Action::SegmentMap | Action::Oom) => {
+                ReleaseCause::Allocation
+            }
             _ => ReleaseCause::EmptyCache,
         });
         out.push((start, i, cause));
@@ -874,7 +876,8 @@ impl Replay {
             // an empty_cache() after the last program event
             self.alloc.release_cached_blocks();
             let released = self.alloc.take_segment_events();
-            self.log.extend(released.map(|s| (s.action, s.size, events)));
+            self.log
+                .extend(released.map(|s| (s.action, s.size, events)));
         }
         self.report.end_reserved_bytes = self.alloc.reserved;
         self.report.peak_allocated_bytes = self.peak_requested;

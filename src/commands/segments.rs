@@ -7,6 +7,11 @@ use crate::{formats, output, render};
 pub fn run(a: SegmentsArgs) -> Result<()> {
     // the map needs no trace events
     let snap = formats::load_snapshot_parts(&a.file, formats::SnapshotParts::SegmentsOnly)?;
+    super::warn_inconsistent(
+        &a.file,
+        &snap,
+        matches!(a.format, crate::render::Format::Json),
+    );
     let devices = super::snapshot_devices(&a.file, &snap, a.device)?;
     let map = segment_map(&snap, &devices);
     let title = super::display_name(&a.file);
