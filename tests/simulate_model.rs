@@ -240,3 +240,22 @@ fn trace_starting_mid_run_with_empty_cache_reproduces_every_segment_event() {
         }
     }
 }
+
+/// The same capture read as if recorded without stacks (`context=None`): nothing says the
+/// opening release was `empty_cache()`, and a new segment follows it, as after the allocator's
+/// free-and-retry. A retry would mean a limit below 24.3 GB, under the 28.8 GB the run reserved
+/// later: no limit allows it, so it is replayed as `empty_cache()` and every event reproduces.
+#[test]
+fn empty_cache_without_stacks_is_told_from_a_retry_by_what_the_run_reserved() {
+    let file = "fixtures/snapshots/cs336_ctx256_forward_empty_cache_start.pickle";
+    let mut snap = load(file);
+    for t in &mut snap.traces {
+        for e in &mut t.events {
+            e.stack = memtrack::model::snapshot::StackId::MISSING;
+        }
+    }
+    let settings = Settings::from_recorded(snap.allocator_settings.as_deref().unwrap());
+    let sim = simulate(&snap, 0, &[settings], None);
+    assert_reproduced(file, &sim.validation);
+    assert_eq!(sim.memory_limit_bytes, None, "{:?}", sim.notes);
+}

@@ -418,9 +418,29 @@ pub enum ReleaseCause {
 /// after the last, cause). The run's stack says the cause when the file has one: `emptyCache`
 /// (C++) or `empty_cache` (Python) for `torch.cuda.empty_cache()`, the allocator's `malloc` for
 /// its own release. Without a telling stack, a run followed directly by a new segment or an OOM
-/// is taken for the free-and-retry path, any other for `empty_cache()`.
-pub fn release_runs(snap: &Snapshot, events: &[TraceEvent]) -> Vec<(usize, usize, ReleaseCause)> {
+/// is taken for the free-and-retry path, any other for `empty_cache()`, unless no limit allows
+/// it: a retry says the limit was below what was reserved before the release plus the segment
+/// made after it, and the limit is at least the most the run ever reserved (`initial_reserved`
+/// is the bytes held before the first event).
+pub fn release_runs(
+    snap: &Snapshot,
+    events: &[TraceEvent],
+    initial_reserved: i64,
+) -> Vec<(usize, usize, ReleaseCause)> {
     let releases = |e: &TraceEvent| matches!(e.action, Action::SegmentFree | Action::SegmentUnmap);
+    // reserved before each event, and the most ever reserved
+    let mut reserved_before = Vec::with_capacity(events.len());
+    let mut reserved = initial_reserved;
+    let mut most = reserved;
+    for e in events {
+        reserved_before.push(reserved);
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => reserved += e.size as i64,
+            Action::SegmentFree | Action::SegmentUnmap => reserved -= e.size as i64,
+            _ => {}
+        }
+        most = most.max(reserved);
+    }
     let mut out = Vec::new();
     let mut i = 0;
     while i < events.len() {
@@ -435,8 +455,12 @@ pub fn release_runs(snap: &Snapshot, events: &[TraceEvent]) -> Vec<(usize, usize
         let said = events[start..i]
             .iter()
             .find_map(|e| stack_release_cause(snap, e.stack));
-        let cause = said.unwrap_or_else(|| match events.get(i).map(|e| e.action) {
-            Some(Action::SegmentAlloc | Action::SegmentMap | Action::Oom) => {
+        let cause = said.unwrap_or_else(|| match events.get(i) {
+            Some(e) if e.action == Action::Oom => ReleaseCause::Allocation,
+            Some(e)
+                if matches!(e.action, Action::SegmentAlloc | Action::SegmentMap)
+                    && reserved_before[start] + retry_need(&events[i..]) > most =>
+            {
                 ReleaseCause::Allocation
             }
             _ => ReleaseCause::EmptyCache,
@@ -444,6 +468,21 @@ pub fn release_runs(snap: &Snapshot, events: &[TraceEvent]) -> Vec<(usize, usize
         out.push((start, i, cause));
     }
     out
+}
+
+/// What a retry after a release starting `events[0]` (a new segment) asked for: the segment, or
+/// for an expandable segment's map, the allocation it maps for when that is larger (the limit
+/// check counts the request, the map may be smaller).
+fn retry_need(events: &[TraceEvent]) -> i64 {
+    let first = events[0].size;
+    let request = match events[0].action {
+        Action::SegmentMap => events
+            .iter()
+            .find(|e| e.action == Action::Alloc)
+            .map_or(0, |e| e.size),
+        _ => 0,
+    };
+    first.max(request) as i64
 }
 
 /// What a release's stack says caused it, innermost telling frame first; None when it says
@@ -602,7 +641,8 @@ pub fn simulate(
 ) -> DeviceSimulation {
     let empty = DeviceTrace::default();
     let trace = snap.trace(device).unwrap_or(&empty);
-    let runs = release_runs(snap, &trace.events);
+    let initial_reserved = timeline(snap, device, false).initial_reserved_bytes;
+    let runs = release_runs(snap, &trace.events, initial_reserved);
     let (limit, source, mut notes) = memory_limit(snap, device, &trace.events, &runs, memory);
     // the scenarios are independent replays of one trace: one a core
     let replays = each_on_all_cores(scenarios.len(), |k| {
