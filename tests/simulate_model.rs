@@ -259,3 +259,48 @@ fn empty_cache_without_stacks_is_told_from_a_retry_by_what_the_run_reserved() {
     assert_reproduced(file, &sim.validation);
     assert_eq!(sim.memory_limit_bytes, None, "{:?}", sim.notes);
 }
+
+/// Expandable segments with an OOM (Constructor-Sun/code_location, device 1 of three): the
+/// trace maps ranges inside segments the final state lists as one mapped range each, and
+/// unmaps some. Undoing those maps page by page gives the empty start the trace implies (its
+/// maps less its unmaps are the final segments' bytes): every recorded segment event is
+/// reproduced, and the one OOM is the recorded one.
+#[test]
+fn expandable_segments_mapped_inside_final_ranges_reproduce_with_the_recorded_oom_only() {
+    let file = "fixtures/snapshots/code_location_expandable_oom_device1.pickle";
+    let snap = load(file);
+    let trace = snap.trace(1).unwrap();
+    let net: i64 = trace
+        .events
+        .iter()
+        .map(|e| match e.action.name() {
+            "segment_map" => e.size as i64,
+            "segment_unmap" => -(e.size as i64),
+            _ => 0,
+        })
+        .sum();
+    let final_bytes: u64 = snap.segments_on(1).map(|s| s.total_size).sum();
+    assert_eq!(net, final_bytes as i64, "the trace starts from nothing");
+    let recorded_oom = trace
+        .events
+        .iter()
+        .position(|e| e.action.name() == "oom")
+        .unwrap();
+    let settings = Settings::from_recorded(snap.allocator_settings.as_deref().unwrap());
+    let sim = simulate(&snap, 1, &[settings], None);
+    assert_reproduced(file, &sim.validation);
+    assert_eq!(recorded_segment_events(&snap, 1).len(), 46);
+    let ooms: Vec<(usize, bool)> = sim.scenarios[0]
+        .ooms
+        .iter()
+        .map(|o| (o.index, o.recorded))
+        .collect();
+    assert_eq!(ooms, vec![(recorded_oom, true)]);
+    assert!(
+        !sim.notes
+            .iter()
+            .any(|n| matches!(n, Note::StartState { .. })),
+        "{:?}",
+        sim.notes
+    );
+}

@@ -97,11 +97,18 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
     }
     for e in events.iter().rev() {
         match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => {
+            Action::SegmentAlloc => {
                 segs.remove(&e.addr);
             }
-            Action::SegmentFree | Action::SegmentUnmap => {
+            Action::SegmentFree => {
                 segs.insert(e.addr, (e.size, trace.stream(e), e.size == SMALL_BUFFER));
+            }
+            // pages of an expandable segment: the file lists each mapped range as a segment,
+            // so a map undone takes its pages out of whatever range holds them, an unmap
+            // undone puts them back, joined to the ranges they touch
+            Action::SegmentMap => unmap_range(&mut segs, e.addr, e.size),
+            Action::SegmentUnmap => {
+                map_range(&mut segs, e.addr, e.size, trace.stream(e));
             }
             Action::Alloc => {
                 live.remove(&e.addr);
@@ -162,6 +169,56 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
     }
     out.unplaced_blocks += blocks.len() - bi;
     out
+}
+
+/// Take `[addr, addr + size)` out of the mapped ranges (address -> (size, stream, small)) that
+/// hold it, keeping what is left of them on either side.
+fn unmap_range(segs: &mut FxHashMap<u64, (u64, i64, bool)>, addr: u64, size: u64) {
+    let end = addr + size;
+    let hit: Vec<u64> = segs
+        .iter()
+        .filter(|(&a, &(s, _, _))| a < end && a + s > addr)
+        .map(|(&a, _)| a)
+        .collect();
+    for a in hit {
+        let Some((s, stream, small)) = segs.remove(&a) else {
+            continue;
+        };
+        if a < addr {
+            segs.insert(a, (addr - a, stream, small));
+        }
+        if a + s > end {
+            segs.insert(end, (a + s - end, stream, small));
+        }
+    }
+}
+
+/// Put `[addr, addr + size)` back among the mapped ranges, joined to a range that ends where it
+/// starts or starts where it ends (one expandable segment's mapped pages are one range).
+fn map_range(segs: &mut FxHashMap<u64, (u64, i64, bool)>, addr: u64, size: u64, stream: i64) {
+    let mut start = addr;
+    let mut len = size;
+    // a neighbour's pool is this range's (a 2 MiB map of a large segment is not small)
+    let mut small = None;
+    if let Some(&(s, st, sm)) = segs.get(&(addr + size)) {
+        if st == stream {
+            segs.remove(&(addr + size));
+            len += s;
+            small = Some(sm);
+        }
+    }
+    let before = segs
+        .iter()
+        .find(|(&a, &(s, st, _))| a + s == addr && st == stream)
+        .map(|(&a, &(s, _, sm))| (a, s, sm));
+    if let Some((a, s, sm)) = before {
+        segs.remove(&a);
+        start = a;
+        len += s;
+        small = Some(sm);
+    }
+    let small = small.unwrap_or(size == SMALL_BUFFER);
+    segs.insert(start, (len, stream, small));
 }
 
 /// An allocation the replay could not serve under a scenario's settings.
