@@ -194,3 +194,113 @@ fn python_reference_of_the_rules_is_reproduced() {
     assert_eq!(sim.memory_limit_bytes, Some(400 << 20));
     assert_eq!(sim.scenarios[0].ooms.len(), 1);
 }
+
+/// The recorded segment events of a trace, independently of the model: (action, size).
+fn recorded_segment_events(snap: &memtrack::model::Snapshot, device: u32) -> Vec<(String, u64)> {
+    snap.trace(device)
+        .map(|t| {
+            t.events
+                .iter()
+                .filter(|e| e.action.name().starts_with("segment_"))
+                .map(|e| (e.action.name().to_string(), e.size))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A trace recorded mid-run (kkaitlyn111/cs336-a2-systems): it opens with an `empty_cache()`
+/// giving back 459 segments made before recording began, then a new segment. Replayed from the
+/// state the trace implies at its start, with that release as `empty_cache()` (its stack says
+/// so), every recorded segment event is reproduced, and no limit is inferred from it.
+#[test]
+fn trace_starting_mid_run_with_empty_cache_reproduces_every_segment_event() {
+    let file = "fixtures/snapshots/cs336_ctx256_forward_empty_cache_start.pickle";
+    let snap = load(file);
+    let recorded = recorded_segment_events(&snap, 0);
+    let frees = recorded
+        .iter()
+        .take_while(|e| e.0 == "segment_free")
+        .count();
+    assert_eq!((recorded.len(), frees), (1057, 459));
+    let sim = own(file);
+    let v = &sim.validation;
+    assert_reproduced(file, v);
+    assert_eq!(v.segment_events_recorded, recorded.len());
+    assert_eq!(sim.memory_limit_bytes, None, "{:?}", sim.notes);
+    assert!(sim.scenarios[0].ooms.is_empty());
+    assert!(
+        sim.notes.iter().any(|n| matches!(n,
+            Note::StartState { segments, .. } if *segments >= frees)),
+        "{:?}",
+        sim.notes
+    );
+    for n in &sim.notes {
+        if let Note::LimitRange { lower, upper, .. } = n {
+            assert!(*lower as i64 <= *upper, "{n}");
+        }
+    }
+}
+
+/// The same capture read as if recorded without stacks (`context=None`): nothing says the
+/// opening release was `empty_cache()`, and a new segment follows it, as after the allocator's
+/// free-and-retry. A retry would mean a limit below 24.3 GB, under the 28.8 GB the run reserved
+/// later: no limit allows it, so it is replayed as `empty_cache()` and every event reproduces.
+#[test]
+fn empty_cache_without_stacks_is_told_from_a_retry_by_what_the_run_reserved() {
+    let file = "fixtures/snapshots/cs336_ctx256_forward_empty_cache_start.pickle";
+    let mut snap = load(file);
+    for t in &mut snap.traces {
+        for e in &mut t.events {
+            e.stack = memtrack::model::snapshot::StackId::MISSING;
+        }
+    }
+    let settings = Settings::from_recorded(snap.allocator_settings.as_deref().unwrap());
+    let sim = simulate(&snap, 0, &[settings], None);
+    assert_reproduced(file, &sim.validation);
+    assert_eq!(sim.memory_limit_bytes, None, "{:?}", sim.notes);
+}
+
+/// Expandable segments with an OOM (Constructor-Sun/code_location, device 1 of three): the
+/// trace maps ranges inside segments the final state lists as one mapped range each, and
+/// unmaps some. Undoing those maps page by page gives the empty start the trace implies (its
+/// maps less its unmaps are the final segments' bytes): every recorded segment event is
+/// reproduced, and the one OOM is the recorded one.
+#[test]
+fn expandable_segments_mapped_inside_final_ranges_reproduce_with_the_recorded_oom_only() {
+    let file = "fixtures/snapshots/code_location_expandable_oom_device1.pickle";
+    let snap = load(file);
+    let trace = snap.trace(1).unwrap();
+    let net: i64 = trace
+        .events
+        .iter()
+        .map(|e| match e.action.name() {
+            "segment_map" => e.size as i64,
+            "segment_unmap" => -(e.size as i64),
+            _ => 0,
+        })
+        .sum();
+    let final_bytes: u64 = snap.segments_on(1).map(|s| s.total_size).sum();
+    assert_eq!(net, final_bytes as i64, "the trace starts from nothing");
+    let recorded_oom = trace
+        .events
+        .iter()
+        .position(|e| e.action.name() == "oom")
+        .unwrap();
+    let settings = Settings::from_recorded(snap.allocator_settings.as_deref().unwrap());
+    let sim = simulate(&snap, 1, &[settings], None);
+    assert_reproduced(file, &sim.validation);
+    assert_eq!(recorded_segment_events(&snap, 1).len(), 46);
+    let ooms: Vec<(usize, bool)> = sim.scenarios[0]
+        .ooms
+        .iter()
+        .map(|o| (o.index, o.recorded))
+        .collect();
+    assert_eq!(ooms, vec![(recorded_oom, true)]);
+    assert!(
+        !sim.notes
+            .iter()
+            .any(|n| matches!(n, Note::StartState { .. })),
+        "{:?}",
+        sim.notes
+    );
+}

@@ -3,6 +3,7 @@
 pub mod allocator;
 pub mod annotation_usage;
 pub mod caching_allocator;
+pub mod consistency;
 pub mod cycles;
 pub mod decimate;
 pub mod diff;

@@ -43,6 +43,21 @@ pub struct InitialState {
     pub segments: Vec<InitialSegment>,
     /// Live blocks of the rewound state that lie in no segment (the file disagrees with itself).
     pub unplaced_blocks: usize,
+    /// Live blocks before the trace that the final state does not have (freed in the trace but
+    /// never allocated in it): their sizes are assumed, the request rounded.
+    pub assumed_block_sizes: usize,
+}
+
+impl InitialState {
+    /// What the replay assumed to start where the trace starts, when it did not start empty.
+    pub fn note(&self) -> Option<Note> {
+        (!self.segments.is_empty()).then(|| Note::StartState {
+            segments: self.segments.len(),
+            bytes: self.segments.iter().map(|s| s.size).sum(),
+            live_blocks: self.segments.iter().map(|s| s.blocks.len()).sum(),
+            assumed_block_sizes: self.assumed_block_sizes,
+        })
+    }
 }
 
 /// A live block while rewinding: size when the final state has it, requested, pending free.
@@ -82,11 +97,18 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
     }
     for e in events.iter().rev() {
         match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => {
+            Action::SegmentAlloc => {
                 segs.remove(&e.addr);
             }
-            Action::SegmentFree | Action::SegmentUnmap => {
+            Action::SegmentFree => {
                 segs.insert(e.addr, (e.size, trace.stream(e), e.size == SMALL_BUFFER));
+            }
+            // pages of an expandable segment: the file lists each mapped range as a segment,
+            // so a map undone takes its pages out of whatever range holds them, an unmap
+            // undone puts them back, joined to the ranges they touch
+            Action::SegmentMap => unmap_range(&mut segs, e.addr, e.size),
+            Action::SegmentUnmap => {
+                map_range(&mut segs, e.addr, e.size, trace.stream(e));
             }
             Action::Alloc => {
                 live.remove(&e.addr);
@@ -120,6 +142,7 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
         let mut placed = Vec::with_capacity(mine.len());
         for (k, &(a, (known, req, pending))) in mine.iter().enumerate() {
             let next = mine.get(k + 1).map_or(end, |b| b.0);
+            out.assumed_block_sizes += usize::from(known.is_none());
             let size = known.unwrap_or_else(|| {
                 let rounded = settings.round_size(req).min(next - a);
                 let gap = next - a - rounded;
@@ -146,6 +169,56 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
     }
     out.unplaced_blocks += blocks.len() - bi;
     out
+}
+
+/// Take `[addr, addr + size)` out of the mapped ranges (address -> (size, stream, small)) that
+/// hold it, keeping what is left of them on either side.
+fn unmap_range(segs: &mut FxHashMap<u64, (u64, i64, bool)>, addr: u64, size: u64) {
+    let end = addr + size;
+    let hit: Vec<u64> = segs
+        .iter()
+        .filter(|(&a, &(s, _, _))| a < end && a + s > addr)
+        .map(|(&a, _)| a)
+        .collect();
+    for a in hit {
+        let Some((s, stream, small)) = segs.remove(&a) else {
+            continue;
+        };
+        if a < addr {
+            segs.insert(a, (addr - a, stream, small));
+        }
+        if a + s > end {
+            segs.insert(end, (a + s - end, stream, small));
+        }
+    }
+}
+
+/// Put `[addr, addr + size)` back among the mapped ranges, joined to a range that ends where it
+/// starts or starts where it ends (one expandable segment's mapped pages are one range).
+fn map_range(segs: &mut FxHashMap<u64, (u64, i64, bool)>, addr: u64, size: u64, stream: i64) {
+    let mut start = addr;
+    let mut len = size;
+    // a neighbour's pool is this range's (a 2 MiB map of a large segment is not small)
+    let mut small = None;
+    if let Some(&(s, st, sm)) = segs.get(&(addr + size)) {
+        if st == stream {
+            segs.remove(&(addr + size));
+            len += s;
+            small = Some(sm);
+        }
+    }
+    let before = segs
+        .iter()
+        .find(|(&a, &(s, st, _))| a + s == addr && st == stream)
+        .map(|(&a, &(s, _, sm))| (a, s, sm));
+    if let Some((a, s, sm)) = before {
+        segs.remove(&a);
+        start = a;
+        len += s;
+        small = Some(sm);
+    }
+    let small = small.unwrap_or(size == SMALL_BUFFER);
+    segs.insert(start, (len, stream, small));
 }
 
 /// An allocation the replay could not serve under a scenario's settings.
@@ -301,6 +374,26 @@ pub enum Note {
         /// An OOM left device memory free: the cap was `set_per_process_memory_fraction`'s.
         capped: bool,
     },
+    /// The recorded failures contradict each other: the run reserved `lower` bytes, yet a
+    /// failure says the limit was below `upper` (< `lower`); the replay uses `lower`.
+    LimitContradiction {
+        /// The most the recorded run reserved, in bytes.
+        lower: u64,
+        /// Below this, by a recorded failure, in bytes.
+        upper: i64,
+    },
+    /// The trace starts with segments (and live blocks) made before it: the state it starts
+    /// from, rebuilt from the final state with every trace event undone.
+    StartState {
+        /// Segments before the first event.
+        segments: usize,
+        /// Their bytes.
+        bytes: u64,
+        /// Live blocks in them.
+        live_blocks: usize,
+        /// Of those, blocks whose size is assumed (freed in the trace, never allocated in it).
+        assumed_block_sizes: usize,
+    },
     /// Live blocks of the state before the trace that lie in no segment (left out).
     UnplacedBlocks(usize),
     /// A scenario sets `garbage_collection_threshold`, which does nothing without a limit.
@@ -327,6 +420,30 @@ impl std::fmt::Display for Note {
                     ""
                 }
             ),
+            Note::LimitContradiction { lower, upper } => write!(
+                f,
+                "no fixed limit explains the recording: the run reserved {lower} bytes, yet a \
+                 failed allocation says the limit was at most {upper}; the replay uses {lower}"
+            ),
+            Note::StartState {
+                segments,
+                bytes,
+                live_blocks,
+                assumed_block_sizes,
+            } => write!(
+                f,
+                "the trace starts with {segments} segment(s) of {bytes} bytes and {live_blocks} \
+                 live block(s) made before it, rebuilt from the final state with the trace \
+                 undone; assumed: free space in them merged as the allocator merges it{}",
+                if *assumed_block_sizes > 0 {
+                    format!(
+                        ", and the size of {assumed_block_sizes} block(s) freed but never \
+                         allocated in the trace (their request, rounded)"
+                    )
+                } else {
+                    String::new()
+                }
+            ),
             Note::UnplacedBlocks(n) => {
                 write!(
                     f,
@@ -344,6 +461,102 @@ impl std::fmt::Display for Note {
     }
 }
 
+/// Why the allocator gave a run of segments back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseCause {
+    /// `torch.cuda.empty_cache()`: no allocation asked for it.
+    EmptyCache,
+    /// The allocator's free-and-retry path after a `cudaMalloc` failed (or the garbage
+    /// collector), inside an allocation.
+    Allocation,
+}
+
+/// Each run of `segment_free` / `segment_unmap` events in `events`, as (first index, index
+/// after the last, cause). The run's stack says the cause when the file has one: `emptyCache`
+/// (C++) or `empty_cache` (Python) for `torch.cuda.empty_cache()`, the allocator's `malloc` for
+/// its own release. Without a telling stack, a run followed directly by a new segment or an OOM
+/// is taken for the free-and-retry path, any other for `empty_cache()`, unless no limit allows
+/// it: a retry says the limit was below what was reserved before the release plus the segment
+/// made after it, and the limit is at least the most the run ever reserved (`initial_reserved`
+/// is the bytes held before the first event).
+pub fn release_runs(
+    snap: &Snapshot,
+    events: &[TraceEvent],
+    initial_reserved: i64,
+) -> Vec<(usize, usize, ReleaseCause)> {
+    let releases = |e: &TraceEvent| matches!(e.action, Action::SegmentFree | Action::SegmentUnmap);
+    // reserved before each event, and the most ever reserved
+    let mut reserved_before = Vec::with_capacity(events.len());
+    let mut reserved = initial_reserved;
+    let mut most = reserved;
+    for e in events {
+        reserved_before.push(reserved);
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => reserved += e.size as i64,
+            Action::SegmentFree | Action::SegmentUnmap => reserved -= e.size as i64,
+            _ => {}
+        }
+        most = most.max(reserved);
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < events.len() {
+        if !releases(&events[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < events.len() && releases(&events[i]) {
+            i += 1;
+        }
+        let said = events[start..i]
+            .iter()
+            .find_map(|e| stack_release_cause(snap, e.stack));
+        let cause = said.unwrap_or_else(|| match events.get(i) {
+            Some(e) if e.action == Action::Oom => ReleaseCause::Allocation,
+            Some(e)
+                if matches!(e.action, Action::SegmentAlloc | Action::SegmentMap)
+                    && reserved_before[start] + retry_need(&events[i..]) > most =>
+            {
+                ReleaseCause::Allocation
+            }
+            _ => ReleaseCause::EmptyCache,
+        });
+        out.push((start, i, cause));
+    }
+    out
+}
+
+/// What a retry after a release starting `events[0]` (a new segment) asked for: the segment, or
+/// for an expandable segment's map, the allocation it maps for when that is larger (the limit
+/// check counts the request, the map may be smaller).
+fn retry_need(events: &[TraceEvent]) -> i64 {
+    let first = events[0].size;
+    let request = match events[0].action {
+        Action::SegmentMap => events
+            .iter()
+            .find(|e| e.action == Action::Alloc)
+            .map_or(0, |e| e.size),
+        _ => 0,
+    };
+    first.max(request) as i64
+}
+
+/// What a release's stack says caused it, innermost telling frame first; None when it says
+/// nothing (no stack, or Python frames of the program only).
+fn stack_release_cause(snap: &Snapshot, stack: StackId) -> Option<ReleaseCause> {
+    snap.stacks.stack(stack).iter().find_map(|&f| {
+        let name = snap.stacks.str(snap.stacks.frame(f).name);
+        if name.contains("emptyCache") || name == "empty_cache" {
+            Some(ReleaseCause::EmptyCache)
+        } else if name.contains("CachingAllocator") && name.contains("malloc") {
+            Some(ReleaseCause::Allocation)
+        } else {
+            None
+        }
+    })
+}
+
 /// Where the memory limit comes from, in order: the caller's `given`; what the recorded
 /// failures imply; none.
 ///
@@ -358,6 +571,7 @@ fn memory_limit(
     snap: &Snapshot,
     device: u32,
     events: &[TraceEvent],
+    runs: &[(usize, usize, ReleaseCause)],
     given: Option<u64>,
 ) -> (Option<u64>, LimitSource, Vec<Note>) {
     if let Some(m) = given {
@@ -379,10 +593,17 @@ fn memory_limit(
     let mut device_size: Option<i64> = None;
     let mut capped = false;
     let tighten = |b: &mut Option<i64>, v: i64| *b = Some(b.map_or(v, |x| x.min(v)));
+    let mut forced = vec![false; events.len()];
+    for &(start, end, cause) in runs {
+        forced[start..end].fill(cause == ReleaseCause::Allocation);
+    }
     for (i, e) in events.iter().enumerate() {
         match e.action {
             Action::SegmentFree | Action::SegmentUnmap => {
-                release_from.get_or_insert(reserved);
+                // an empty_cache() release says nothing about the limit
+                if forced[i] {
+                    release_from.get_or_insert(reserved);
+                }
                 reserved -= e.size as i64;
             }
             Action::SegmentAlloc | Action::SegmentMap => {
@@ -427,6 +648,11 @@ fn memory_limit(
         return (None, LimitSource::NoFailure, notes);
     };
     let lower = most.max(0) as u64;
+    if upper < lower as i64 {
+        // no fixed limit explains both: the run held more than a failure says it could
+        notes.push(Note::LimitContradiction { lower, upper });
+        return (Some(lower), LimitSource::SmallestAllowed, notes);
+    }
     notes.push(Note::LimitRange {
         lower,
         upper,
@@ -472,24 +698,27 @@ pub fn simulate(
 ) -> DeviceSimulation {
     let empty = DeviceTrace::default();
     let trace = snap.trace(device).unwrap_or(&empty);
-    let (limit, source, mut notes) = memory_limit(snap, device, &trace.events, memory);
+    let initial_reserved = timeline(snap, device, false).initial_reserved_bytes;
+    let runs = release_runs(snap, &trace.events, initial_reserved);
+    let (limit, source, mut notes) = memory_limit(snap, device, &trace.events, &runs, memory);
     // the scenarios are independent replays of one trace: one a core
     let replays = each_on_all_cores(scenarios.len(), |k| {
         let settings = &scenarios[k];
         let init = initial_state(snap, device, settings);
-        let mut run = Replay::new(settings.clone(), limit, &init, &trace.events, k == 0);
+        let mut run = Replay::new(settings.clone(), limit, &init, &trace.events, &runs, k == 0);
         for (i, e) in trace.events.iter().enumerate() {
             run.event(i, e, trace.stream(e));
         }
-        let (scenario, log) = run.finish();
+        let (scenario, log) = run.finish(trace.events.len());
         let validation = (k == 0).then(|| validate(snap, device, &trace.events, &log));
-        (scenario, validation, init.unplaced_blocks)
+        (scenario, validation, init.note(), init.unplaced_blocks)
     });
     let mut out_scenarios = Vec::with_capacity(scenarios.len());
     let mut validation = Validation::default();
-    for (scenario, checked, unplaced_blocks) in replays {
+    for (scenario, checked, start, unplaced_blocks) in replays {
         if let Some(checked) = checked {
             validation = checked;
+            notes.extend(start.filter(|_| !trace.events.is_empty()));
             if unplaced_blocks > 0 {
                 notes.push(Note::UnplacedBlocks(unplaced_blocks));
             }
@@ -566,7 +795,9 @@ pub struct Replay {
     blocks: FxHashMap<u64, BlockId>,
     /// Whether `free_requested` also completes the free: traces without `free_completed`.
     free_completes: bool,
-    in_release_run: bool,
+    /// Indices of the program events that an `empty_cache()` release came just before.
+    empty_cache_before: Vec<usize>,
+    next_empty_cache: usize,
     /// The scenario's figures so far.
     report: Scenario,
     peak_requested: u64,
@@ -585,6 +816,7 @@ impl Replay {
         limit: Option<u64>,
         init: &InitialState,
         events: &[TraceEvent],
+        runs: &[(usize, usize, ReleaseCause)],
         recorded_addresses: bool,
     ) -> Replay {
         let mut alloc = Allocator::new(settings.clone(), limit);
@@ -597,6 +829,17 @@ impl Replay {
             }
         }
         let free_completes = !events.iter().any(|e| e.action == Action::FreeCompleted);
+        // the model empties its cache at the program event after the release (segment events
+        // between are the recording's answers, not the program's), where validation counts it
+        let empty_cache_before = runs
+            .iter()
+            .filter(|r| r.2 == ReleaseCause::EmptyCache)
+            .map(|r| {
+                (r.1..events.len())
+                    .find(|&i| recorded_action(events[i].action).is_none())
+                    .unwrap_or(events.len())
+            })
+            .collect();
         let report = Scenario {
             settings: settings.describe(),
             settings_detail: settings,
@@ -615,7 +858,8 @@ impl Replay {
             alloc,
             blocks,
             free_completes,
-            in_release_run: false,
+            empty_cache_before,
+            next_empty_cache: 0,
             peak_requested: 0,
             report,
             log: Vec::new(),
@@ -651,18 +895,19 @@ impl Replay {
 
     /// Replay event `i`, `e`, made on `stream`.
     pub fn event(&mut self, i: usize, e: &TraceEvent, stream: i64) {
-        let releases = matches!(e.action, Action::SegmentFree | Action::SegmentUnmap);
-        if self.in_release_run && !releases {
-            self.in_release_run = false;
-            if !matches!(
-                e.action,
-                Action::SegmentAlloc | Action::SegmentMap | Action::Oom
-            ) {
-                // segments given back with no allocation asking: torch.cuda.empty_cache()
-                self.alloc.release_cached_blocks();
-            }
+        let mut emptied = false;
+        while self
+            .empty_cache_before
+            .get(self.next_empty_cache)
+            .is_some_and(|&at| at <= i)
+        {
+            self.next_empty_cache += 1;
+            emptied = true;
         }
-        self.in_release_run |= releases;
+        if emptied {
+            // segments given back with no allocation asking: torch.cuda.empty_cache()
+            self.alloc.release_cached_blocks();
+        }
         while self.hints.get(self.next_hint).is_some_and(|h| h.0 < i) {
             self.next_hint += 1;
         }
@@ -723,7 +968,14 @@ impl Replay {
     }
 
     /// The scenario's report, and the segment log validation compares with the recording.
-    pub fn finish(mut self) -> (Scenario, SegmentLog) {
+    pub fn finish(mut self, events: usize) -> (Scenario, SegmentLog) {
+        if self.next_empty_cache < self.empty_cache_before.len() {
+            // an empty_cache() after the last program event
+            self.alloc.release_cached_blocks();
+            let released = self.alloc.take_segment_events();
+            self.log
+                .extend(released.map(|s| (s.action, s.size, events)));
+        }
         self.report.end_reserved_bytes = self.alloc.reserved;
         self.report.peak_allocated_bytes = self.peak_requested;
         self.report.segments_created = self.alloc.segments_created;

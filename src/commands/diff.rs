@@ -19,13 +19,19 @@ enum Side {
 /// Read `path` and keep what `diff` compares; a snapshot is let go of before the next read,
 /// and its trace events as they are read (its totals and what was live at its peak are
 /// gathered from them as they go by).
-fn read_side(path: &Path, device: Option<u32>, by: &GroupBy) -> Result<(Side, &'static str)> {
+fn read_side(
+    path: &Path,
+    device: Option<u32>,
+    by: &GroupBy,
+    json: bool,
+) -> Result<(Side, &'static str)> {
     let mut peaks = LiveAtMoments::new(LiveConfig {
         extra: by.extra(&[], 0),
         freed_by: by.needs_lifetimes(),
         ..LiveConfig::default()
     });
     let input = formats::load_streaming(path, formats::SnapshotParts::All, &mut peaks)?;
+    super::warn_inconsistent_input(path, &input, json);
     let kind = input.kind();
     Ok(match input {
         Input::Snapshot(s) => {
@@ -49,8 +55,9 @@ pub fn run(a: DiffArgs) -> Result<()> {
                 .into(),
         ));
     }
-    let (before, before_kind) = read_side(&a.before, a.device, &by)?;
-    let (after, after_kind) = read_side(&a.after, a.device, &by)?;
+    let json = matches!(a.common.format, crate::render::Format::Json);
+    let (before, before_kind) = read_side(&a.before, a.device, &by, json)?;
+    let (after, after_kind) = read_side(&a.after, a.device, &by, json)?;
     let title = format!(
         "{} → {}",
         super::display_name(&a.before),

@@ -15,6 +15,7 @@ pub fn run(a: ExportArgs) -> Result<()> {
     // there: the JSON, as large as the file or larger, is written as it is made
     let mut spool = EventSpool::new().map_err(super::spool_error("export"))?;
     let input = formats::load_streaming(&a.file, SnapshotParts::All, &mut spool)?;
+    super::warn_inconsistent_input(&a.file, &input, true);
     spool.finish().map_err(super::spool_error("export"))?;
     // (a spinner only when the JSON goes to a file: on stdout it would mix with it)
     let _writing = (a.output.as_os_str() != "-").then(|| Stage::new("writing JSON"));

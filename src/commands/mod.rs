@@ -226,3 +226,46 @@ pub(crate) fn live_at(
     }
     Ok((snap, devices, gathered))
 }
+
+/// Say, once per file read, where a snapshot contradicts itself (`analysis::consistency`):
+/// a warning on stderr, one JSON line there under `--format json` (stdout keeps the command's
+/// own document). The command goes on with the figures the file gives.
+pub(crate) fn warn_inconsistent(path: &std::path::Path, snap: &crate::model::Snapshot, json: bool) {
+    let found = crate::analysis::consistency::check(snap);
+    if found.is_empty() {
+        return;
+    }
+    if json {
+        let doc = serde_json::json!({
+            "kind": "warning",
+            "warning": "inconsistent_snapshot",
+            "file": path.display().to_string(),
+            "segments": found,
+        });
+        eprintln!("{doc}");
+        return;
+    }
+    const SHOWN: usize = 3;
+    let mut said: Vec<String> = found.iter().take(SHOWN).map(|d| d.describe()).collect();
+    if found.len() > SHOWN {
+        said.push(format!("and {} more", found.len() - SHOWN));
+    }
+    eprintln!(
+        "memtrack: warning: {}: the capture contradicts itself in {} segment(s); the figures \
+         shown are the file's: {}",
+        display_name(path),
+        found.len(),
+        said.join("; ")
+    );
+}
+
+/// `warn_inconsistent` for any input read (a snapshot is checked; tracker stats are not).
+pub(crate) fn warn_inconsistent_input(
+    path: &std::path::Path,
+    input: &crate::formats::Input,
+    json: bool,
+) {
+    if let crate::formats::Input::Snapshot(s) = input {
+        warn_inconsistent(path, s, json);
+    }
+}

@@ -39,7 +39,9 @@ pub fn run(a: PlotArgs) -> Result<()> {
     if a.stacked {
         let spool = EventSpool::new().map_err(super::spool_error("plot"))?;
         let mut sink = (Timelines::new(true), spool);
-        return match formats::load_streaming(&a.file, formats::SnapshotParts::All, &mut sink)? {
+        let input = formats::load_streaming(&a.file, formats::SnapshotParts::All, &mut sink)?;
+        super::warn_inconsistent_input(&a.file, &input, false);
+        return match input {
             formats::Input::Tracker(_) => Err(Error::input(
                 &a.file,
                 "--stacked draws the allocations of an allocator snapshot (torch.cuda.memory._dump_snapshot); a stats file has only totals per op: plot it without --stacked",
@@ -57,6 +59,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
         formats::SnapshotParts::EventsWithoutStacks,
         &mut timelines,
     )?;
+    super::warn_inconsistent_input(&a.file, &input, false);
     let stats = match input {
         formats::Input::Tracker(t) => t,
         formats::Input::Snapshot(s) => return snapshot(&a, &s, timelines, &out, kind),

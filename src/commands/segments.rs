@@ -15,6 +15,11 @@ pub fn run(a: SegmentsArgs) -> Result<()> {
         Some(_) => formats::SnapshotParts::All,
     };
     let mut snap = formats::load_snapshot_parts(&a.file, parts)?;
+    super::warn_inconsistent(
+        &a.file,
+        &snap,
+        matches!(a.format, crate::render::Format::Json),
+    );
     let devices = super::snapshot_devices(&a.file, &snap, a.device)?;
     let mut title = super::display_name(&a.file);
     let mut at = None;

@@ -7,6 +7,11 @@ pub fn run(a: SimulateArgs) -> Result<()> {
     // the replay needs the events (it walks them back and forth); their stacks name where OOMs
     // would happen: read with them, once (the file is not read again for them)
     let snap = formats::load_snapshot(&a.file)?;
+    super::warn_inconsistent(
+        &a.file,
+        &snap,
+        matches!(a.common.format, crate::render::Format::Json),
+    );
     let devices = super::devices_with_trace_events(&a.file, &snap, a.device)?;
     if devices.is_empty() {
         return Err(super::no_trace_events(&a.file, "no trace events to replay"));

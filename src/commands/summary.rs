@@ -41,8 +41,10 @@ pub fn run(a: SummaryArgs) -> Result<()> {
             Timelines::new(false),
             SpillingTraces::keeping(SUGGESTION_EVENTS),
         );
-        match formats::load_streaming(file, formats::SnapshotParts::EventsWithoutStacks, &mut sink)?
-        {
+        let input =
+            formats::load_streaming(file, formats::SnapshotParts::EventsWithoutStacks, &mut sink)?;
+        super::warn_inconsistent_input(file, &input, format == crate::render::Format::Json);
+        match input {
             Input::Tracker(stats) => {
                 if a.device.is_some() {
                     return Err(Error::Usage(
@@ -106,7 +108,7 @@ enum Kept {
 /// JSON summaries of snapshots) as one table of ranks.
 fn several(a: &SummaryArgs) -> Result<String> {
     let (format, units) = (a.common.format, a.common.units);
-    let kept = read_all(&a.files, a.device)?;
+    let kept = read_all(&a.files, a.device, format == crate::render::Format::Json)?;
     if kept.iter().all(|k| matches!(k, Kept::Stats(_))) {
         let loaded: Vec<(String, TrackerStats)> = (a.files.iter().zip(kept))
             .filter_map(|(f, k)| match k {
@@ -140,7 +142,7 @@ fn several(a: &SummaryArgs) -> Result<String> {
 
 /// Every file read on the local cores, each by one thread at a time; the first error in the
 /// files' order is the one given (reading stops at the first).
-fn read_all(files: &[PathBuf], device: Option<u32>) -> Result<Vec<Kept>> {
+fn read_all(files: &[PathBuf], device: Option<u32>, json: bool) -> Result<Vec<Kept>> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, files.len().max(1));
@@ -152,7 +154,7 @@ fn read_all(files: &[PathBuf], device: Option<u32>) -> Result<Vec<Kept>> {
             while !failed.load(Ordering::Relaxed) {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(f) = files.get(i) else { break };
-                let r = read_one(f, device);
+                let r = read_one(f, device, json);
                 failed.fetch_or(r.is_err(), Ordering::Relaxed);
                 mine.push((i, r));
             }
@@ -177,16 +179,18 @@ fn read_all(files: &[PathBuf], device: Option<u32>) -> Result<Vec<Kept>> {
 }
 
 /// One file of several: a stats file, a snapshot's figures, or the figures in a JSON summary.
-fn read_one(path: &Path, device: Option<u32>) -> Result<Kept> {
+fn read_one(path: &Path, device: Option<u32>, json: bool) -> Result<Kept> {
     if summary_json::is_json(path) {
         return summary_json::read_figures(path).map(Kept::Figures);
     }
     let mut timelines = Timelines::new(false);
-    match formats::load_streaming(
+    let input = formats::load_streaming(
         path,
         formats::SnapshotParts::EventsWithoutStacks,
         &mut timelines,
-    )? {
+    )?;
+    super::warn_inconsistent_input(path, &input, json);
+    match input {
         Input::Tracker(stats) => Ok(Kept::Stats(stats)),
         Input::Snapshot(snap) => {
             let devices = super::snapshot_devices(path, &snap, device)?;

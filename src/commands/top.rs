@@ -19,6 +19,7 @@ pub fn run(a: TopArgs) -> Result<()> {
     if a.folded && moment == Moment::End {
         // what is live at the end is in the segments: no trace events needed
         let snap = formats::load_snapshot_parts(&a.file, SnapshotParts::SegmentsOnly)?;
+        super::warn_inconsistent(&a.file, &snap, false);
         let devices = super::snapshot_devices(&a.file, &snap, a.device)?;
         let several = devices.len() > 1;
         let mut out = String::new();
@@ -29,6 +30,11 @@ pub fn run(a: TopArgs) -> Result<()> {
         return output::emit(&a.common.output, out.as_bytes());
     }
     let (snap, devices, gathered) = super::live_at(&a.file, a.device, &moment, &group, asked)?;
+    super::warn_inconsistent(
+        &a.file,
+        &snap,
+        matches!(a.common.format, crate::render::Format::Json),
+    );
     if a.folded {
         let several = devices.len() > 1;
         let mut out = String::new();

@@ -16,6 +16,11 @@ pub fn run(a: TraceArgs) -> Result<()> {
     let mut sink = (ListingTotals::default(), spool);
     let snap =
         formats::load_snapshot_streaming(&a.file, SnapshotParts::EventsWithoutStacks, &mut sink)?;
+    super::warn_inconsistent(
+        &a.file,
+        &snap,
+        matches!(a.common.format, crate::render::Format::Json),
+    );
     let (mut totals, mut spool) = sink;
     spool.finish().map_err(spool_error)?;
     // as `_memory_viz trace`: every device whose trace has entries

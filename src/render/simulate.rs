@@ -34,9 +34,11 @@ fn limit_source(source: LimitSource) -> String {
 /// A note as the user reads it: with how to set the memory limit where that helps.
 fn note(n: &Note) -> String {
     match n {
-        Note::LimitRange { .. } => format!("{n}; pass --memory to set it"),
+        Note::LimitRange { .. } | Note::LimitContradiction { .. } => {
+            format!("{n}; pass --memory to set it")
+        }
         Note::GcWithoutLimit => format!("{n}: pass --memory to see it work"),
-        Note::UnplacedBlocks(_) | Note::PrivatePools => n.to_string(),
+        Note::StartState { .. } | Note::UnplacedBlocks(_) | Note::PrivatePools => n.to_string(),
     }
 }
 
