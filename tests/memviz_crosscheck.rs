@@ -31,6 +31,9 @@ fn memviz_crosscheck() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
+        // a capture that contradicts itself stops _memory_viz ("Segment size mismatch");
+        // tests/snapshot_consistency.rs checks what memtrack says of it
+        .filter(|p| !p.to_string_lossy().contains("inconsistent"))
         .collect();
     files.sort();
     assert!(files.len() >= 7);

@@ -24,17 +24,32 @@ fn expected(rel: &str, device: u32, index: u64) -> Value {
 
 #[test]
 fn the_segments_at_a_moment_add_up_to_what_the_trace_says() {
-    for (rel, moments) in [
+    for (rel, device, moments) in [
         (
             "snapshots/h100_gpt2_train_exit.pickle",
+            0,
             &["peak", "0", "500", "Optimizer.step#AdamW.step:end@2"][..],
         ),
         (
             "snapshots/h100/gpt_expandable_segments.pickle",
+            0,
             &["peak", "1000"][..],
         ),
-        ("snapshots/h100/oom_default.pickle", &["oom"][..]),
+        ("snapshots/h100/oom_default.pickle", 0, &["oom"][..]),
+        // a trace that starts mid-run with an empty_cache() (459 segment frees first)
+        (
+            "snapshots/cs336_ctx256_forward_empty_cache_start.pickle",
+            0,
+            &["0", "459", "peak"][..],
+        ),
+        // expandable segments and an OOM (Constructor-Sun/code_location, device 1 only)
+        (
+            "snapshots/code_location_expandable_oom_device1.pickle",
+            1,
+            &["oom", "peak", "10"][..],
+        ),
     ] {
+        let dev = device.to_string();
         let file = common::fixture(rel);
         for at in moments {
             let got = common::json_out(&[
@@ -43,7 +58,7 @@ fn the_segments_at_a_moment_add_up_to_what_the_trace_says() {
                 "--at",
                 at,
                 "--device",
-                "0",
+                &dev,
                 "--format",
                 "json",
             ]);
@@ -51,8 +66,8 @@ fn the_segments_at_a_moment_add_up_to_what_the_trace_says() {
             let index = got["at"]["events"][0]["event_index"]
                 .as_u64()
                 .unwrap_or_else(|| panic!("{rel} --at {at}: {}", got["at"]));
-            assert_eq!(got["at"]["events"][0]["device"], 0);
-            let want = expected(rel, 0, index);
+            assert_eq!(got["at"]["events"][0]["device"], device);
+            let want = expected(rel, device, index);
             let totals = &got["totals"];
             assert_eq!(
                 totals["allocated_bytes"], want["allocated"],
