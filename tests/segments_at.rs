@@ -7,19 +7,13 @@ mod common;
 use serde_json::Value;
 
 fn expected(rel: &str, device: u32, index: u64) -> Value {
-    let py = common::python_with_torch().expect("python to replay the fixture");
-    let out = std::process::Command::new(py)
-        .arg(common::root().join("tests/py/state_at.py"))
-        .arg(common::fixture(rel))
-        .args([device.to_string(), index.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let file = common::fixture(rel);
+    let args = [
+        file.to_string_lossy().into_owned(),
+        device.to_string(),
+        index.to_string(),
+    ];
+    common::python_json("state_at.py", &args)
 }
 
 #[test]

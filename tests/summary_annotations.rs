@@ -9,18 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 fn replay(file: &Path) -> Value {
-    let py = common::python_with_torch().expect("python to replay the fixture");
-    let out = std::process::Command::new(py)
-        .arg(common::root().join("tests/py/annotation_usage.py"))
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::python_json("annotation_usage.py", &[file])
 }
 
 #[test]

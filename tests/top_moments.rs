@@ -9,19 +9,12 @@ use common::{fixture, json_out, run};
 use serde_json::Value;
 
 fn replay(file: &Path, device: u32, seconds: &str, name: &str, stage: &str, nth: u32) -> Value {
-    let py = common::python_with_torch().expect("python to replay the fixture");
-    let out = std::process::Command::new(py)
-        .arg(common::root().join("tests/py/live_at.py"))
-        .arg(file)
-        .args([&device.to_string(), seconds, name, stage, &nth.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let file = file.to_string_lossy().into_owned();
+    let (device, nth) = (device.to_string(), nth.to_string());
+    common::python_json(
+        "live_at.py",
+        &[file.as_str(), &device, seconds, name, stage, &nth],
+    )
 }
 
 fn top(file: &Path, extra: &[&str]) -> Value {

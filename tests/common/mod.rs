@@ -172,3 +172,20 @@ pub fn example(name: &str) -> String {
 pub fn script(name: &str) -> String {
     root().join("tests/py").join(name).display().to_string()
 }
+
+/// `tests/py/SCRIPT ARGS` run by the Python with torch (an independent reading of a fixture):
+/// its stdout as JSON.
+pub fn python_json<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> serde_json::Value {
+    let py = python_with_torch().expect("python to replay the fixture");
+    let out = Command::new(py)
+        .arg(root().join("tests/py").join(script))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
