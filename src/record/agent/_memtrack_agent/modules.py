@@ -266,10 +266,11 @@ class ModuleTracker:
                 return out
         return self.tree_flatten(x)[0]
 
-    def io_mem(self, x):
+    def io_mem(self, leaves):
+        """The bytes of the storages under flat(x)'s leaves."""
         total = 0
         Tensor = self.Tensor
-        for t in self.flat(x):
+        for t in leaves:
             if isinstance(t, Tensor):
                 try:
                     for st in ops.storages(t):
@@ -280,9 +281,9 @@ class ModuleTracker:
                     pass
         return total
 
-    def grad_tensors(self, x):
+    def grad_tensors(self, leaves):
         Tensor = self.Tensor
-        return [a for a in self.flat(x) if isinstance(a, Tensor) and a.requires_grad]
+        return [a for a in leaves if isinstance(a, Tensor) and a.requires_grad]
 
     @staticmethod
     def passes_through(outputs, inputs):
@@ -428,6 +429,7 @@ class ModuleTracker:
     # -- MemTracker's user hooks, fed by the ModTracker emulation below
 
     def mt_pre_fw(self, mod, info, inputs, bw):
+        """inputs: flat() of the call's inputs."""
         mk = info.mk
         tracked = self.tracked
         parents = self.parents
@@ -463,6 +465,7 @@ class ModuleTracker:
         ext((SNAP, mk, PRE_FW))
 
     def mt_post_fw(self, mod, info, output, bw):
+        """output: flat() of the call's output."""
         mk = info.mk
         if mk in self.tracked:
             if bw:
@@ -478,7 +481,7 @@ class ModuleTracker:
             ext((MARK, 1))
 
     def backward_starts(self, wmod, info, how, *args):
-        """A multi-grad hook on the module's outputs: its backward starts. `how` is
+        """The pre-hook on the module's outputs' nodes (on_grads, "any"): its backward starts. `how` is
         PUSH_PASS_THROUGH for a module whose outputs are its inputs: it runs no node, and its
         outputs' and inputs' hooks fire together, the end first, so it stays active (for
         MemTracker's peaks, as in ModTracker) to the end of backward; the collector names no
@@ -495,8 +498,8 @@ class ModuleTracker:
             internal_error(e)
 
     def backward_ends(self, wmod, info, *args):
-        """A multi-grad hook on the module's inputs (or the end of backward): its backward
-        ended."""
+        """The pre-hook on the module's inputs' nodes (on_grads, "all"), or the end of
+        backward: its backward ended."""
         if not state.active:
             return
         try:
@@ -588,9 +591,10 @@ class ModuleTracker:
             info = mod_info(mod)
             bw = self.gtid() != -1
             self.add_parent(info, PUSH_FORWARD)
-            self.mt_pre_fw(mod, info, inputs, bw)
+            leaves = self.flat(inputs)  # once for both uses
+            self.mt_pre_fw(mod, info, leaves, bw)
             if not bw:
-                tensors = self.grad_tensors(inputs)
+                tensors = self.grad_tensors(leaves)
                 info.fw_inputs.append([(id(t), t._version) for t in tensors])
                 ends = functools.partial(self.backward_ends, info.wmod, info)
                 if tensors:
@@ -613,11 +617,12 @@ class ModuleTracker:
                 self.leave_inner(w)
             info = mod_info(mod)
             bw = self.gtid() != -1
-            self.mt_post_fw(mod, info, output, bw)
+            leaves = () if bw else self.flat(output)  # read only outside backward
+            self.mt_post_fw(mod, info, leaves, bw)
             self.remove_parent(info)
             if not bw:
                 inputs_seen = info.fw_inputs.pop() if info.fw_inputs else None
-                tensors = self.grad_tensors(output)
+                tensors = self.grad_tensors(leaves)
                 if tensors:
                     how = (
                         PUSH_PASS_THROUGH
