@@ -219,13 +219,13 @@ class ModuleTracker:
     checkpointing."""
 
     def __init__(self, torch):
-        from torch.autograd.graph import register_multi_grad_hook
+        from torch.autograd.graph import _get_grad_fn_or_grad_acc
         from torch.utils._pytree import tree_flatten
 
         self.Tensor = torch.Tensor
         self.gtid = torch._C._current_graph_task_id
         self.engine = torch.autograd.Variable._execution_engine
-        self.register_multi_grad_hook = register_multi_grad_hook
+        self.grad_acc = _get_grad_fn_or_grad_acc
         self.tree_flatten = tree_flatten
         self.parents = {}  # name -> active count (ModTracker.parents without "Global")
         self.tracked = {}  # mk -> True: modules with stats in this iteration
@@ -518,50 +518,66 @@ class ModuleTracker:
         the order registered), so the moment is the same; a pre-hook is one C call to
         register and one Python call when it fires, against the multi-grad hook's Python
         machinery (handles, locks, a buffer of gradients): about a third of the module hooks'
-        cost on a loop of small modules."""
+        cost on a loop of small modules. Every hook on a non-leaf is a node pre-hook, so
+        that those of different modules on one node keep the order they were registered in
+        (a node runs its tensor hooks before its pre-hooks)."""
         nodes = []
+        leaves = None
         for t in tensors:
             g = t.grad_fn
             if g is None:
-                self.on_leaf_grads(tensors, fn, mode)
-                return
+                if leaves is None:
+                    leaves = [t]
+                elif all(t is not x for x in leaves):
+                    leaves.append(t)
+                continue
             for n in nodes:
                 if n is g:
                     break
             else:
                 nodes.append(g)
-        if len(nodes) == 1:
+        if leaves is not None:
+            self.on_leaf_grads(nodes, leaves, fn, mode)
+        elif len(nodes) == 1:
             # one node runs once per backward: its pre-hook is both "any" and "all"
             nodes[0].register_prehook(_every(fn))
-        elif mode == "any":
-            hook = _first(fn, self.gtid)
-            for n in nodes:
-                n.register_prehook(hook)
         else:
-            hook = _last(fn, self.gtid, nodes)
+            hook = _first(fn, self.gtid) if mode == "any" else _last(fn, self.gtid, nodes)
             for n in nodes:
                 n.register_prehook(hook)
 
-    def on_leaf_grads(self, tensors, fn, mode):
-        """on_grads where a tensor is a leaf (a parametrization's forward reads the parameter
-        itself): a leaf keeps its hooks for good, so a hook per forward call would fire once
-        more each iteration (ModTracker's Post-Backward calls pile up: 2, 3, 4...). This one
-        fires once and is removed at the end of that backward (engine_callback; not inside
-        the hook, while autograd walks the hooks)."""
-        handle = [None]
+    def on_leaf_grads(self, nodes, leaves, fn, mode):
+        """on_grads where some tensors are leaves (a parametrization's forward reads the
+        parameter itself): a leaf keeps its hooks for good, so a hook per forward call would
+        fire once more each iteration (ModTracker's Post-Backward calls pile up: 2, 3, 4...).
+        The leaves get tensor hooks that fire once and are removed at the end of that
+        backward (engine_callback; not inside the hook, while autograd walks the hooks); the
+        other tensors, node pre-hooks as in on_grads. For "all", a leaf counts by its
+        gradient accumulator, found as register_multi_grad_hook finds it (a view of it)."""
+        handles = [None]  # the leaves' hook handles, until fn ran
 
-        def once(*args):
-            h = handle[0]
+        def once():
+            h = handles[0]
             if h is None:
                 return
-            handle[0] = None
-            self.spent_hooks.append(h)
-            fn(*args)
+            handles[0] = None
+            self.spent_hooks.extend(h)
+            fn()
 
-        if len(tensors) == 1:
-            handle[0] = tensors[0].register_hook(once)
+        if len(nodes) + len(leaves) == 1:
+            hook = _every(once)
+        elif mode == "any":
+            hook = _first(once, self.gtid)
         else:
-            handle[0] = self.register_multi_grad_hook(tensors, once, mode=mode)
+            accs = [self.grad_acc(t) for t in leaves]
+            hook = _last(once, self.gtid, nodes + accs)
+        for n in nodes:
+            n.register_prehook(hook)
+
+        def tensor_hook(grad):
+            hook(None)
+
+        handles[0] = [t.register_hook(tensor_hook) for t in leaves]
 
     # -- compiled calls run under the hooks of the module they belong to
 
