@@ -46,10 +46,11 @@ tracker = None  # the ModuleTracker, once installed
 class ModInfo:
     """What the agent keeps on a module (in its __dict__): its key and its name."""
 
-    __slots__ = ("obj_id", "mk", "name", "name_id", "seen", "root", "fw_inputs")
+    __slots__ = ("obj_id", "wmod", "mk", "name", "name_id", "seen", "root", "fw_inputs")
 
-    def __init__(self, obj_id, mk, name):
-        self.obj_id = obj_id
+    def __init__(self, mod, mk, name):
+        self.obj_id = id(mod)
+        self.wmod = weakref.ref(mod)  # what the backward hooks are given
         self.mk = mk
         self.name = name
         self.name_id = name_id(name)
@@ -69,7 +70,7 @@ def _info(mod):
     info = d.get("_memtrack_info")
     if info is None or info.obj_id != id(mod):
         _mod_count[0] += 1
-        info = d["_memtrack_info"] = ModInfo(id(mod), _mod_count[0], type(wrapped(mod)).__name__)
+        info = d["_memtrack_info"] = ModInfo(mod, _mod_count[0], type(wrapped(mod)).__name__)
     return info
 
 
@@ -149,6 +150,66 @@ def _leaves(seq, out):
     return True
 
 
+# ---- pre-hooks on autograd nodes (ModuleTracker.on_grads); fn (backward_starts, _ends)
+# reports its own failures
+
+
+def _every(fn):
+    def hook(grad_outputs):
+        fn()
+
+    return hook
+
+
+def _first(fn, gtid):
+    """The first of several nodes to run in each backward (graph task)."""
+    ran = set()
+
+    def hook(grad_outputs):
+        try:
+            k = gtid()
+            if k in ran:
+                return
+            ran.add(k)
+        except Exception as e:
+            internal_error(e)
+            return
+        fn()
+
+    return hook
+
+
+def _last(fn, gtid, nodes):
+    """The last of several nodes to run in each backward, counting only those this backward
+    runs (register_multi_grad_hook's "all")."""
+    left = {}
+    will_run = _will_engine_execute_node
+
+    def hook(grad_outputs):
+        try:
+            k = gtid()
+            n = left.get(k)
+            if n is None:
+                n = 0
+                for node in nodes:
+                    if will_run(node):
+                        n += 1
+            n -= 1
+            if n > 0:
+                left[k] = n
+                return
+            left.pop(k, None)
+        except Exception as e:
+            internal_error(e)
+            return
+        fn()
+
+    return hook
+
+
+_will_engine_execute_node = None  # bound by install()
+
+
 # ---- the hooks
 
 
@@ -158,13 +219,13 @@ class ModuleTracker:
     checkpointing."""
 
     def __init__(self, torch):
-        from torch.autograd.graph import register_multi_grad_hook
+        from torch.autograd.graph import _get_grad_fn_or_grad_acc
         from torch.utils._pytree import tree_flatten
 
         self.Tensor = torch.Tensor
         self.gtid = torch._C._current_graph_task_id
         self.engine = torch.autograd.Variable._execution_engine
-        self.register_multi_grad_hook = register_multi_grad_hook
+        self.grad_acc = _get_grad_fn_or_grad_acc
         self.tree_flatten = tree_flatten
         self.parents = {}  # name -> active count (ModTracker.parents without "Global")
         self.tracked = {}  # mk -> True: modules with stats in this iteration
@@ -205,10 +266,11 @@ class ModuleTracker:
                 return out
         return self.tree_flatten(x)[0]
 
-    def io_mem(self, x):
+    def io_mem(self, leaves):
+        """The bytes of the storages under flat(x)'s leaves."""
         total = 0
         Tensor = self.Tensor
-        for t in self.flat(x):
+        for t in leaves:
             if isinstance(t, Tensor):
                 try:
                     for st in ops.storages(t):
@@ -219,9 +281,9 @@ class ModuleTracker:
                     pass
         return total
 
-    def grad_tensors(self, x):
+    def grad_tensors(self, leaves):
         Tensor = self.Tensor
-        return [a for a in self.flat(x) if isinstance(a, Tensor) and a.requires_grad]
+        return [a for a in leaves if isinstance(a, Tensor) and a.requires_grad]
 
     @staticmethod
     def passes_through(outputs, inputs):
@@ -367,6 +429,7 @@ class ModuleTracker:
     # -- MemTracker's user hooks, fed by the ModTracker emulation below
 
     def mt_pre_fw(self, mod, info, inputs, bw):
+        """inputs: flat() of the call's inputs."""
         mk = info.mk
         tracked = self.tracked
         parents = self.parents
@@ -402,6 +465,7 @@ class ModuleTracker:
         ext((SNAP, mk, PRE_FW))
 
     def mt_post_fw(self, mod, info, output, bw):
+        """output: flat() of the call's output."""
         mk = info.mk
         if mk in self.tracked:
             if bw:
@@ -417,7 +481,7 @@ class ModuleTracker:
             ext((MARK, 1))
 
     def backward_starts(self, wmod, info, how, *args):
-        """A multi-grad hook on the module's outputs: its backward starts. `how` is
+        """The pre-hook on the module's outputs' nodes (on_grads, "any"): its backward starts. `how` is
         PUSH_PASS_THROUGH for a module whose outputs are its inputs: it runs no node, and its
         outputs' and inputs' hooks fire together, the end first, so it stays active (for
         MemTracker's peaks, as in ModTracker) to the end of backward; the collector names no
@@ -434,8 +498,8 @@ class ModuleTracker:
             internal_error(e)
 
     def backward_ends(self, wmod, info, *args):
-        """A multi-grad hook on the module's inputs (or the end of backward): its backward
-        ended."""
+        """The pre-hook on the module's inputs' nodes (on_grads, "all"), or the end of
+        backward: its backward ended."""
         if not state.active:
             return
         try:
@@ -447,35 +511,73 @@ class ModuleTracker:
             internal_error(e)
 
     def on_grads(self, tensors, fn, mode):
+        """Call fn() once the gradients of `tensors` are being computed in a backward: when
+        the first is ("any", a module's backward starts) or all of them are ("all", it ended),
+        as register_multi_grad_hook, by a pre-hook on each distinct node producing them. A
+        tensor hook of a non-leaf runs just before its node, as the node's pre-hooks do (in
+        the order registered), so the moment is the same; a pre-hook is one C call to
+        register and one Python call when it fires, against the multi-grad hook's Python
+        machinery (handles, locks, a buffer of gradients): about a third of the module hooks'
+        cost on a loop of small modules. Every hook on a non-leaf is a node pre-hook, so
+        that those of different modules on one node keep the order they were registered in
+        (a node runs its tensor hooks before its pre-hooks)."""
+        nodes = []
+        leaves = None
         for t in tensors:
-            if t.grad_fn is None:
-                self.on_leaf_grads(tensors, fn, mode)
-                return
-        if len(tensors) == 1:
-            tensors[0].register_hook(lambda g: fn(g))
+            g = t.grad_fn
+            if g is None:
+                if leaves is None:
+                    leaves = [t]
+                elif all(t is not x for x in leaves):
+                    leaves.append(t)
+                continue
+            for n in nodes:
+                if n is g:
+                    break
+            else:
+                nodes.append(g)
+        if leaves is not None:
+            self.on_leaf_grads(nodes, leaves, fn, mode)
+        elif len(nodes) == 1:
+            # one node runs once per backward: its pre-hook is both "any" and "all"
+            nodes[0].register_prehook(_every(fn))
         else:
-            self.register_multi_grad_hook(tensors, fn, mode=mode)
+            hook = _first(fn, self.gtid) if mode == "any" else _last(fn, self.gtid, nodes)
+            for n in nodes:
+                n.register_prehook(hook)
 
-    def on_leaf_grads(self, tensors, fn, mode):
-        """on_grads where a tensor is a leaf (a parametrization's forward reads the parameter
-        itself): a leaf keeps its hooks for good, so a hook per forward call would fire once
-        more each iteration (ModTracker's Post-Backward calls pile up: 2, 3, 4...). This one
-        fires once and is removed at the end of that backward (engine_callback; not inside
-        the hook, while autograd walks the hooks)."""
-        handle = [None]
+    def on_leaf_grads(self, nodes, leaves, fn, mode):
+        """on_grads where some tensors are leaves (a parametrization's forward reads the
+        parameter itself): a leaf keeps its hooks for good, so a hook per forward call would
+        fire once more each iteration (ModTracker's Post-Backward calls pile up: 2, 3, 4...).
+        The leaves get tensor hooks that fire once and are removed at the end of that
+        backward (engine_callback; not inside the hook, while autograd walks the hooks); the
+        other tensors, node pre-hooks as in on_grads. For "all", a leaf counts by its
+        gradient accumulator, found as register_multi_grad_hook finds it (a view of it)."""
+        handles = [None]  # the leaves' hook handles, until fn ran
 
-        def once(*args):
-            h = handle[0]
+        def once():
+            h = handles[0]
             if h is None:
                 return
-            handle[0] = None
-            self.spent_hooks.append(h)
-            fn(*args)
+            handles[0] = None
+            self.spent_hooks.extend(h)
+            fn()
 
-        if len(tensors) == 1:
-            handle[0] = tensors[0].register_hook(once)
+        if len(nodes) + len(leaves) == 1:
+            hook = _every(once)
+        elif mode == "any":
+            hook = _first(once, self.gtid)
         else:
-            handle[0] = self.register_multi_grad_hook(tensors, once, mode=mode)
+            accs = [self.grad_acc(t) for t in leaves]
+            hook = _last(once, self.gtid, nodes + accs)
+        for n in nodes:
+            n.register_prehook(hook)
+
+        def tensor_hook(grad):
+            hook(None)
+
+        handles[0] = [t.register_hook(tensor_hook) for t in leaves]
 
     # -- compiled calls run under the hooks of the module they belong to
 
@@ -505,11 +607,12 @@ class ModuleTracker:
             info = mod_info(mod)
             bw = self.gtid() != -1
             self.add_parent(info, PUSH_FORWARD)
-            self.mt_pre_fw(mod, info, inputs, bw)
+            leaves = self.flat(inputs)  # once for both uses
+            self.mt_pre_fw(mod, info, leaves, bw)
             if not bw:
-                tensors = self.grad_tensors(inputs)
+                tensors = self.grad_tensors(leaves)
                 info.fw_inputs.append([(id(t), t._version) for t in tensors])
-                ends = functools.partial(self.backward_ends, weakref.ref(mod), info)
+                ends = functools.partial(self.backward_ends, info.wmod, info)
                 if tensors:
                     self.on_grads(tensors, ends, "all")
                 else:
@@ -530,18 +633,19 @@ class ModuleTracker:
                 self.leave_inner(w)
             info = mod_info(mod)
             bw = self.gtid() != -1
-            self.mt_post_fw(mod, info, output, bw)
+            leaves = () if bw else self.flat(output)  # read only outside backward
+            self.mt_post_fw(mod, info, leaves, bw)
             self.remove_parent(info)
             if not bw:
                 inputs_seen = info.fw_inputs.pop() if info.fw_inputs else None
-                tensors = self.grad_tensors(output)
+                tensors = self.grad_tensors(leaves)
                 if tensors:
                     how = (
                         PUSH_PASS_THROUGH
                         if self.passes_through(tensors, inputs_seen)
                         else PUSH_BACKWARD
                     )
-                    starts = functools.partial(self.backward_starts, weakref.ref(mod), info, how)
+                    starts = functools.partial(self.backward_starts, info.wmod, info, how)
                     self.on_grads(tensors, starts, "any")
         except Exception as e:
             internal_error(e)
@@ -569,13 +673,14 @@ def fw_post_hook(mod, inputs, output):
 
 def install(torch):
     """Register the global module hooks; returns the tracker."""
-    global tracker, _is_compiling
+    global tracker, _is_compiling, _will_engine_execute_node
     from torch.nn.modules.module import (
         register_module_forward_hook,
         register_module_forward_pre_hook,
     )
 
     _is_compiling = torch.compiler.is_compiling
+    _will_engine_execute_node = torch._C._will_engine_execute_node
     tracker = ModuleTracker(torch)
     skip_code = skipper()
     if skip_code is not None:
