@@ -2,8 +2,8 @@
 //! the same point of every iteration, after warm-up, and (for `memtrack record` files) the
 //! memory categories that hold them.
 //!
-//! Iterations are the summary's ([`super::summary::Phase`]): growth follows however they are
-//! delimited. Each iteration is measured where it starts (allocated before its first op):
+//! Iterations are the summary's (their first ops, as `analysis::summary` delimits them):
+//! growth follows however they are delimited. Each iteration is measured where it starts (allocated before its first op):
 //! that is the same point of the loop every time, where an iteration's end may be cut short by
 //! the program's. The first iteration is warm-up (the optimizer's state and the gradients are
 //! made in it), so the comparison starts at the second.
@@ -11,8 +11,6 @@
 use serde::Serialize;
 
 use crate::model::{ModState, Retained, TrackerStats, CATEGORIES};
-
-use super::summary::Phase;
 
 /// Iterations left out at the start before growth is measured.
 pub const WARMUP_ITERATIONS: usize = 1;
@@ -87,19 +85,11 @@ pub struct CategoryGrowth {
     pub bytes_per_iteration: f64,
 }
 
-/// Growth of `stats` across the iterations `phases` delimits.
-pub fn growth(stats: &TrackerStats, phases: &[Phase]) -> Growth {
+/// Growth of `stats` across its iterations, given by each one's first op (0-based, iteration
+/// 1 first).
+pub fn growth(stats: &TrackerStats, first_ops: &[usize]) -> Growth {
     let retained = stats.record.as_ref().and_then(|r| r.retained.as_ref());
-    // each iteration's first op, iteration 1 first (setup, iteration 0, is none)
-    let mut firsts: Vec<(usize, usize)> = Vec::new();
-    for p in phases.iter().filter(|p| p.iteration > 0) {
-        match firsts.iter_mut().find(|(i, _)| *i == p.iteration) {
-            Some((_, first)) => *first = (*first).min(p.first_op),
-            None => firsts.push((p.iteration, p.first_op)),
-        }
-    }
-    firsts.sort_unstable();
-    let iterations = firsts.len();
+    let iterations = first_ops.len();
     let at = |op: usize| {
         if op == 0 {
             0.0
@@ -107,8 +97,8 @@ pub fn growth(stats: &TrackerStats, phases: &[Phase]) -> Growth {
             stats.allocated[op - 1]
         }
     };
-    let starts: Vec<f64> = (firsts.iter().skip(WARMUP_ITERATIONS))
-        .map(|&(_, op)| at(op))
+    let starts: Vec<f64> = (first_ops.iter().skip(WARMUP_ITERATIONS))
+        .map(|&op| at(op))
         .collect();
     let steps = starts.len().saturating_sub(1);
     let rising_steps = starts.windows(2).filter(|w| w[1] > w[0]).count();
@@ -118,7 +108,7 @@ pub fn growth(stats: &TrackerStats, phases: &[Phase]) -> Growth {
         None => "unknown",
         Some(per) => {
             // the highest allocated over the iterations measured: the scale of "small"
-            let from = firsts.get(WARMUP_ITERATIONS).map_or(0, |f| f.1);
+            let from = first_ops.get(WARMUP_ITERATIONS).copied().unwrap_or(0);
             let peak = (stats.allocated[from..].iter())
                 .copied()
                 .filter(|x| !x.is_nan())

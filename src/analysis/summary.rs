@@ -395,7 +395,7 @@ pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
         ops: n,
         op_index: stats.op_index,
         num_alloc_retries: stats.num_alloc_retries,
-        growth: super::growth::growth(stats, &phases),
+        growth: super::growth::growth(stats, &iteration_first_ops(&phases)),
         iterations: iterations(stats, &phases),
         phases,
         top_ops: top_ops(stats, top),
@@ -784,6 +784,20 @@ fn iterations(stats: &TrackerStats, phases: &[Phase]) -> Vec<Iteration> {
         k = run_end;
     }
     out
+}
+
+/// Each iteration's first op, iteration 1 first (setup, iteration 0, is none): where the
+/// iterations `phases` delimits begin.
+fn iteration_first_ops(phases: &[Phase]) -> Vec<usize> {
+    let mut firsts: Vec<(usize, usize)> = Vec::new();
+    for p in phases.iter().filter(|p| p.iteration > 0) {
+        match firsts.iter_mut().find(|(i, _)| *i == p.iteration) {
+            Some((_, first)) => *first = (*first).min(p.first_op),
+            None => firsts.push((p.iteration, p.first_op)),
+        }
+    }
+    firsts.sort_unstable();
+    firsts.into_iter().map(|(_, op)| op).collect()
 }
 
 #[cfg(test)]
