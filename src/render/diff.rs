@@ -2,7 +2,7 @@
 //! files (peaks, growth per op and per module), with the `--fail-over` gate; as text,
 //! Markdown, CSV or JSON.
 
-use crate::analysis::diff::{Gate, SnapshotDiff, StatsDiff, Threshold};
+use crate::analysis::diff::{Gate, Metric, SnapshotDiff, StatsDiff, Threshold};
 use crate::model::{format_bytes, Units};
 
 use super::document::Document;
@@ -63,16 +63,7 @@ pub fn snapshot_diff(d: &SnapshotDiff, title: &str, format: Format, units: Units
     }
     let mut doc = Document::new(format);
     doc.title(title);
-    let mut t = Table::new(&["", ">before", ">after", ">growth"]);
-    for m in &d.metrics {
-        t.row(vec![
-            m.name.into(),
-            format_bytes(m.before_bytes, units),
-            format_bytes(m.after_bytes, units),
-            signed(m.growth_bytes, units),
-        ]);
-    }
-    doc.table(&t);
+    doc.table(&metric_table(&d.metrics, units));
     doc.heading("Segments (matched by address and size)");
     doc.para(&format!(
         "only before: {} ({}); only after: {} ({})",
@@ -169,16 +160,7 @@ pub fn stats_diff(d: &StatsDiff, title: &str, format: Format, units: Units) -> S
         thousands(d.ops_before),
         thousands(d.ops_after)
     ));
-    let mut t = Table::new(&["", ">before", ">after", ">growth"]);
-    for m in &d.peaks {
-        t.row(vec![
-            m.name.into(),
-            format_bytes(m.before_bytes, units),
-            format_bytes(m.after_bytes, units),
-            signed(m.growth_bytes, units),
-        ]);
-    }
-    doc.table(&t);
+    doc.table(&metric_table(&d.peaks, units));
     doc.heading(&format!(
         "Growth of memory generated per op ({} of {} ops that changed; {} only before, {} only after)",
         d.ops.len(),
@@ -226,4 +208,18 @@ pub fn stats_diff(d: &StatsDiff, title: &str, format: Format, units: Units) -> S
         doc.para(&gate_line(g, units));
     }
     doc.finish()
+}
+
+/// Totals of A and B side by side (snapshots' and stats files' diffs alike).
+fn metric_table(metrics: &[Metric], units: Units) -> Table {
+    let mut t = Table::new(&["", ">before", ">after", ">growth"]);
+    for m in metrics {
+        t.row(vec![
+            m.name.into(),
+            format_bytes(m.before_bytes, units),
+            format_bytes(m.after_bytes, units),
+            signed(m.growth_bytes, units),
+        ]);
+    }
+    t
 }
