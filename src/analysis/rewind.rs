@@ -26,20 +26,18 @@ use crate::model::snapshot::{
 
 use super::caching_allocator::{round_size, ROUNDUP_INTERVALS};
 use super::sites::{Capture, MomentFinder};
-use super::timeline::allocated_delta;
+use super::timeline::timeline;
 
-/// The index of the trace event that is `capture`'s moment (the peak: the first event after
-/// which allocated bytes were highest); None when no event is (the end, an OOM the trace does
-/// not have).
-pub fn moment_index(trace: &DeviceTrace, capture: Capture) -> Option<usize> {
+/// The index of device `device`'s trace event that is `capture`'s moment (the peak is the
+/// timeline's); None when no event is (the end, an OOM the trace does not have).
+pub fn moment_index(snap: &Snapshot, device: u32, capture: Capture) -> Option<usize> {
+    let trace = snap.trace(device)?;
+    let peak = timeline(snap, device, false)
+        .peak_allocated
+        .map(|p| p.index);
     let mut finder = MomentFinder::new(capture);
-    let (mut allocated, mut best, mut peak) = (0i64, i64::MIN, None);
     let mut found = None;
     for (i, e) in trace.events.iter().enumerate() {
-        allocated += allocated_delta(e);
-        if allocated > best {
-            (best, peak) = (allocated, Some(i));
-        }
         if finder.at(i, e, peak) {
             found = Some(i);
         }

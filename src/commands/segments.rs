@@ -29,10 +29,8 @@ pub fn run(a: SegmentsArgs) -> Result<()> {
             let capture = m
                 .capture(&snap.annotations, d)
                 .map_err(|why| Error::input(&a.file, why))?;
-            let trace = snap.traces.get(d as usize);
-            let index = trace.and_then(|t| moment_index(t, capture));
-            let Some(index) = index else {
-                let (events, ooms) = trace.map_or((0, 0), |t| {
+            let Some(index) = moment_index(&snap, d, capture) else {
+                let (events, ooms) = snap.trace(d).map_or((0, 0), |t| {
                     let ooms = t.events.iter().filter(|e| e.action == Action::Oom).count();
                     (t.events.len(), ooms)
                 });
