@@ -61,19 +61,22 @@ pub fn run(a: SummaryArgs) -> Result<()> {
                 let devices = super::snapshot_devices(file, &snap, a.device)?;
                 let (mut timelines, mut kept) = sink;
                 let mut s = snapshot_summary(&snap, &devices, &mut timelines);
-                if has_steps(&snap, &devices) {
-                    // when each live allocation was made, from the events kept
-                    let mut times = AllocTimes::default();
-                    (kept.feed(&mut times, snap.traces.len()))
+                // what needs the annotations, which come after the trace in the file, replays
+                // the events kept, once for both: when each live allocation was made (leak
+                // suspects, where there are steps) and allocated at each annotation
+                let mut wanted = (
+                    has_steps(&snap, &devices).then(AllocTimes::default),
+                    s.annotation_times().map(UsageAtTimes::new),
+                );
+                if wanted.0.is_some() || wanted.1.is_some() {
+                    (kept.feed(&mut wanted, snap.traces.len()))
                         .map_err(super::spool_error("summary"))?;
-                    add_leak_suspects(&mut s, &snap, &times);
                 }
-                if let Some(times) = s.annotation_times() {
-                    // allocated at each annotation: its times come after the trace in the
-                    // file, so the events kept are replayed past them
-                    let mut usage = UsageAtTimes::new(times);
-                    (kept.feed(&mut usage, snap.traces.len()))
-                        .map_err(super::spool_error("summary"))?;
+                let (alloc_times, usage) = wanted;
+                if let Some(times) = &alloc_times {
+                    add_leak_suspects(&mut s, &snap, times);
+                }
+                if let Some(usage) = usage {
                     s.set_annotation_usage(usage.finish());
                 }
                 if s.wants_suggestions() {

@@ -40,6 +40,27 @@ impl<A: TraceSink, B: TraceSink> TraceSink for (A, B) {
     }
 }
 
+/// A sink that may not be wanted: `None` takes nothing.
+impl<T: TraceSink> TraceSink for Option<T> {
+    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+        if let Some(s) = self {
+            s.event(device, e, stream, aux);
+        }
+    }
+
+    fn restart(&mut self) {
+        if let Some(s) = self {
+            s.restart();
+        }
+    }
+
+    fn renumber_stacks(&mut self, ids: &[StackId]) {
+        if let Some(s) = self {
+            s.renumber_stacks(ids);
+        }
+    }
+}
+
 /// What [`TraceEvents::visit`] gives each event to: its index, the event, its stream and
 /// what only some events carry.
 pub type EventVisitor<'v> =
