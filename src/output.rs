@@ -58,10 +58,12 @@ pub fn write_atomically_with(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    // a random name, created exclusively: a link planted at a predictable name is not followed
+    // a random name, created exclusively: a link planted at a predictable name is not followed;
+    // a new file gets the mode `>` would give it (0666 less the umask), not a temporary's 0600
     let tmp = tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(dir)?;
     let mut w = io::BufWriter::with_capacity(1 << 16, tmp);
     write(&mut w)?;

@@ -124,6 +124,20 @@ fn a_directory_is_refused_with_exit_2() {
 }
 
 #[test]
+fn a_new_file_gets_the_mode_the_shell_would_give_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shell = dir.path().join("by_create.json");
+    std::fs::File::create(&shell).unwrap();
+    let out = dir.path().join("out.json");
+    assert_eq!(export_to(&out).0, 0);
+    assert_eq!(
+        std::fs::metadata(&out).unwrap().mode() & 0o7777,
+        std::fs::metadata(&shell).unwrap().mode() & 0o7777,
+        "0666 less the umask, as File::create (and `>`) give"
+    );
+}
+
+#[test]
 fn a_replaced_file_keeps_its_mode_and_owner() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.json");
