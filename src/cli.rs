@@ -164,8 +164,9 @@ pub struct PlotArgs {
     /// (allocations as bands, the top edge allocated memory) instead of total lines
     #[arg(long)]
     pub stacked: bool,
-    /// With --stacked: one band per allocation (the largest) or per allocation site
-    #[arg(long, value_enum, default_value_t = BandByArg::Allocation, requires = "stacked")]
+    /// With --stacked: one band per allocation site (the sites that held the most at once) or
+    /// per allocation (the largest, bytes × time live)
+    #[arg(long, value_enum, default_value_t = BandByArg::Site, requires = "stacked")]
     pub by: BandByArg,
     /// With --stacked: how many bands; everything else is one grey band
     #[arg(long, default_value_t = 20, value_name = "N", requires = "stacked")]

@@ -61,12 +61,16 @@ impl Frame {
 /// The chart as an SVG document.
 pub fn svg(chart: &StackedChart) -> String {
     let d = chart.data;
-    let legend_rows = d.bands.len() + 1;
-    let height = TOP + PLOT_H + AXIS_H + 10.0 + LEGEND_LINE * legend_rows as f64 + 10.0;
     let (x0, mut x1) = d.x_range;
     if x1 <= x0 {
         x1 = x0 + 1.0;
     }
+    let plot_w = WIDTH - LEFT - RIGHT;
+    let px_of = |x: f64| LEFT + (x - x0) / (x1 - x0) * plot_w;
+    let (marks, keys) = marks(d, px_of);
+    let keyed = marks.iter().any(|m| !m.full_fits);
+    let legend_rows = d.bands.len() + 1 + usize::from(keyed);
+    let height = TOP + PLOT_H + AXIS_H + 10.0 + LEGEND_LINE * legend_rows as f64 + 10.0;
     let peak = d.samples.iter().map(|s| s.total).max().unwrap_or(0).max(1) as f64;
     let units = chart.units.resolve(peak);
     let y_ticks = nice_ticks(0.0, units.scale(peak), 6);
@@ -78,7 +82,7 @@ pub fn svg(chart: &StackedChart) -> String {
         x0,
         x1,
         y_max: y_top,
-        plot_w: WIDTH - LEFT - RIGHT,
+        plot_w,
     };
     let mut s = String::with_capacity(64 * 1024);
     let _ = write!(
@@ -150,44 +154,24 @@ pub fn svg(chart: &StackedChart) -> String {
         r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{PLOT_H}" fill="none" stroke="#888888"/>"##,
         pw = f.plot_w
     );
-    // labels in the strip above the plot (TOP-26 .. TOP-4): OOMs, annotations, the peak
+    // labels in the strip above the plot: every OOM and annotation line has one (see `marks`)
     s.push_str("<g id=\"marks\">\n");
-    for (i, o) in d.ooms.iter().enumerate() {
-        let x = f.px(o.x);
+    for m in &marks {
+        let (row, text) = (MARK_ROWS[m.row], m.text());
+        let tx = if m.left { m.px - 2.0 } else { m.px + 2.0 };
+        let anchor = if m.left { "end" } else { "start" };
         let _ = writeln!(
             s,
-            r##"<text class="mark" data-x="{xv}" x="{x:.1}" y="{y}" text-anchor="middle" fill="#d62728" font-weight="bold">OOM{n}</text>"##,
-            xv = o.x,
-            y = TOP - 18.0 + (i % 2) as f64 * 11.0,
-            n = if d.ooms.len() > 1 {
-                format!(" {}", i + 1)
-            } else {
-                String::new()
-            },
-        );
-    }
-    // annotations come in START/END pairs and in every iteration: label one where there is room
-    let mut last_label = f64::NEG_INFINITY;
-    for a in &d.annotations {
-        let x = f.px(a.x);
-        let label = format!("{} {}", a.name, a.stage.to_ascii_lowercase());
-        let room = x - last_label > 7.0 * label.chars().count() as f64
-            && x + 6.0 * label.chars().count() as f64 <= WIDTH;
-        let label = if room {
-            last_label = x;
-            label
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            s,
-            r##"<g class="mark" data-x="{xv}"><line x1="{x:.1}" x2="{x:.1}" y1="{y1}" y2="{y2}" stroke="#9467bd" stroke-dasharray="2 2"/><text x="{tx:.1}" y="{ty}" fill="#9467bd" font-size="10">{label}</text></g>"##,
-            xv = a.x,
-            y1 = TOP - 12.0,
-            y2 = TOP + PLOT_H,
-            tx = x + 2.0,
-            ty = TOP - 4.0,
-            label = esc(&label),
+            r##"<g class="mark" data-x="{xv}"><title>{title}</title><line x1="{x:.1}" x2="{x:.1}" y1="{y1}" y2="{y2}" stroke="{color}" stroke-dasharray="2 2"/><text class="mark-label" x="{tx:.1}" y="{row}" text-anchor="{anchor}" fill="{color}" font-size="{size}"{weight}>{text}</text></g>"##,
+            xv = m.x,
+            x = m.px,
+            title = esc(&m.title),
+            y1 = row - m.size,
+            y2 = if m.through { TOP + PLOT_H } else { TOP },
+            color = m.color,
+            size = m.size,
+            weight = if m.bold { r#" font-weight="bold""# } else { "" },
+            text = esc(text),
         );
     }
     // the moment `--at` asked for: a line through the data, labelled with its allocated bytes
@@ -226,8 +210,8 @@ pub fn svg(chart: &StackedChart) -> String {
             s,
             r##"<g class="mark" data-x="{xv}"><line x1="{x:.1}" x2="{x:.1}" y1="{ly}" y2="{y:.1}" stroke="#222222" stroke-dasharray="1 2"/><circle cx="{x:.1}" cy="{y:.1}" r="3.5" fill="#222222"/><text x="{x:.1}" y="{ty}" text-anchor="{anchor}" font-weight="bold">{text}</text></g>"##,
             xv = p.x,
-            ly = TOP - 30.0,
-            ty = TOP - 34.0,
+            ly = TOP - 34.0,
+            ty = TOP - 38.0,
         );
     }
     s.push_str("</g>\n");
@@ -276,6 +260,7 @@ pub fn svg(chart: &StackedChart) -> String {
         y = TOP + PLOT_H + 40.0,
     );
     // legend
+    let names = band_names(d);
     let mut y = TOP + PLOT_H + AXIS_H + 14.0;
     for (k, b) in d.bands.iter().enumerate() {
         let what = match d.by {
@@ -287,7 +272,7 @@ pub fn svg(chart: &StackedChart) -> String {
                 if b.allocations == 1 { "" } else { "s" }
             ),
         };
-        legend_row(&mut s, y, color(k), &what, &b.site, d.by);
+        legend_row(&mut s, y, color(k), &what, &names[k], d.by);
         y += LEGEND_LINE;
     }
     let rest = d.other_allocations;
@@ -303,14 +288,59 @@ pub fn svg(chart: &StackedChart) -> String {
         ),
     };
     legend_row(&mut s, y, OTHER, "other", &what, d.by);
+    if keyed {
+        // where a full name had no room its line is labelled with the name's letter
+        let list: Vec<String> = keys
+            .iter()
+            .enumerate()
+            .map(|(k, name)| format!("{} {name}", key(k)))
+            .collect();
+        let _ = writeln!(
+            s,
+            r##"<text id="annotation-keys" x="{LEFT}" y="{y}" fill="#9467bd">annotations (▸ start, ◂ end): {}</text>"##,
+            esc(&list.join(", ")),
+            y = y + LEGEND_LINE,
+        );
+    }
     s.push_str("</svg>\n");
     s
 }
 
+/// What the legend calls each band: its site, or where several bands (allocations) share a
+/// site, the site and when the allocation was made, so no two rows read the same.
+fn band_names(d: &Stacked) -> Vec<String> {
+    let shared = |site: &str| d.bands.iter().filter(|b| b.site == site).count() > 1;
+    let mut names: Vec<String> = (d.bands.iter())
+        .map(|b| match (shared(&b.site), b.alloc_x) {
+            (false, _) => b.site.clone(),
+            (true, Some(x)) if d.x_is_time => format!("{}, allocated at {x:.6} s", b.site),
+            (true, Some(x)) => format!(
+                "{}, allocated at event {}",
+                b.site,
+                super::thousands(x.max(0.0) as usize)
+            ),
+            (true, None) => format!("{}, allocated before the trace", b.site),
+        })
+        .collect();
+    // several allocated before the trace at one site: number them
+    for k in 0..names.len() {
+        let same: Vec<usize> = (k..names.len()).filter(|&j| names[j] == names[k]).collect();
+        if same.len() > 1 {
+            for (n, &j) in same.iter().enumerate() {
+                names[j] = format!("{} ({} of {})", names[j], n + 1, same.len());
+            }
+        }
+    }
+    names
+}
+
 fn legend_row(s: &mut String, y: f64, color: &str, what: &str, site: &str, by: BandBy) {
-    let site = if site.chars().count() > 110 {
-        let cut: String = site.chars().take(109).collect();
-        format!("{cut}…")
+    // the middle goes: a long site's end (line, function, when) tells bands apart
+    let n = site.chars().count();
+    let site = if n > 110 {
+        let head: String = site.chars().take(50).collect();
+        let tail: String = site.chars().skip(n - 59).collect();
+        format!("{head}…{tail}")
     } else {
         site.to_string()
     };
@@ -327,6 +357,164 @@ fn legend_row(s: &mut String, y: f64, color: &str, what: &str, site: &str, by: B
         what = esc(what),
         site = esc(&site),
     );
+}
+
+/// Baselines of the label rows in the strip above the plot, nearest the plot first (the peak's
+/// label sits above them).
+const MARK_ROWS: [f64; 3] = [TOP - 4.0, TOP - 15.0, TOP - 26.0];
+
+/// The label of one marker line (an OOM or an annotation) in the strip above the plot.
+struct MarkLabel {
+    /// x in data units (the page's zoom moves it) and in pixels.
+    x: f64,
+    px: f64,
+    /// The whole label, and the short one used where the whole has no room.
+    full: String,
+    short: String,
+    /// What a tooltip says: the whole label and where the line is.
+    title: String,
+    full_fits: bool,
+    row: usize,
+    /// Written left of its line (near the right edge).
+    left: bool,
+    color: &'static str,
+    size: f64,
+    bold: bool,
+    /// The line runs through the plot (annotations); an OOM's own line is drawn in the data.
+    through: bool,
+}
+
+impl MarkLabel {
+    fn text(&self) -> &str {
+        if self.full_fits {
+            &self.full
+        } else {
+            &self.short
+        }
+    }
+}
+
+/// Width of `text` in pixels at `size`, DejaVu Sans: about 0.62 em a character (0.7 bold),
+/// a little over, so labels placed apart are apart.
+fn text_width(text: &str, size: f64, bold: bool) -> f64 {
+    text.chars().count() as f64 * size * if bold { 0.7 } else { 0.62 } + 2.0
+}
+
+/// `A`, `B`, … `Z`, `AA`, …: the letter an annotation name goes by where its name has no room.
+fn key(k: usize) -> String {
+    let mut s = String::new();
+    let mut k = k + 1;
+    while k > 0 {
+        k -= 1;
+        s.insert(0, (b'A' + (k % 26) as u8) as char);
+        k /= 26;
+    }
+    s
+}
+
+/// Every OOM and annotation line's label, each in a row of the strip where it touches no other:
+/// whole labels where every one has room, else short ones (`A▸`: the name's letter, explained
+/// in the legend, and the whole label in the line's tooltip). Where even a short one has no
+/// room (hundreds of lines) it goes in the row it overlaps least; zooming the page spreads
+/// them. Also the annotation names in letter order.
+fn marks(d: &Stacked, px_of: impl Fn(f64) -> f64) -> (Vec<MarkLabel>, Vec<String>) {
+    let mut keys: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    let where_ = |index: Option<usize>, x: f64| match index {
+        Some(i) => format!("event {}", super::thousands(i)),
+        None if d.x_is_time => format!("{x:.6} s"),
+        None => format!("event {}", super::thousands(x.max(0.0) as usize)),
+    };
+    for (i, o) in d.ooms.iter().enumerate() {
+        let n = if d.ooms.len() > 1 {
+            format!(" {}", i + 1)
+        } else {
+            String::new()
+        };
+        out.push(MarkLabel {
+            x: o.x,
+            px: px_of(o.x),
+            full: format!("OOM{n}"),
+            short: format!("OOM{n}"),
+            title: format!(
+                "OOM{n} at {}: {} requested",
+                where_(Some(o.index), o.x),
+                format_size(o.requested_bytes as i64)
+            ),
+            full_fits: true,
+            row: 0,
+            left: false,
+            color: "#d62728",
+            size: 12.0,
+            bold: true,
+            through: false,
+        });
+    }
+    for a in &d.annotations {
+        let k = match keys.iter().position(|n| *n == a.name) {
+            Some(k) => k,
+            None => {
+                keys.push(a.name.clone());
+                keys.len() - 1
+            }
+        };
+        let start = a.stage.eq_ignore_ascii_case("START");
+        let stage = a.stage.to_ascii_lowercase();
+        out.push(MarkLabel {
+            x: a.x,
+            px: px_of(a.x),
+            full: format!("{} {stage}", a.name),
+            short: format!("{}{}", key(k), if start { "▸" } else { "◂" }),
+            title: format!("{} {stage} at {}", a.name, where_(None, a.x)),
+            full_fits: true,
+            row: 0,
+            left: false,
+            color: "#9467bd",
+            size: 10.0,
+            bold: false,
+            through: true,
+        });
+    }
+    // OOMs first (they come first in `out`), then annotations left to right
+    let ooms = d.ooms.len();
+    out[ooms..].sort_by(|a, b| a.px.total_cmp(&b.px));
+    let span = |m: &MarkLabel, text: &str, left: bool| {
+        let w = text_width(text, m.size, m.bold);
+        if left {
+            (m.px - 2.0 - w, m.px - 2.0)
+        } else {
+            (m.px + 2.0, m.px + 2.0 + w)
+        }
+    };
+    let overlap = |row: &[(f64, f64)], (a, b): (f64, f64)| -> f64 {
+        row.iter()
+            .map(|&(p, q)| (b.min(q) - a.max(p)).max(0.0))
+            .sum()
+    };
+    // every label whole if all have room, else every one short: one picture, one kind of label
+    for full in [true, false] {
+        let mut taken: Vec<Vec<(f64, f64)>> = vec![Vec::new(); MARK_ROWS.len()];
+        let mut all_fit = true;
+        for m in &mut out {
+            let text = if full { &m.full } else { &m.short };
+            // right of its line, or left of it where the right runs off the picture
+            let left = span(m, text, false).1 > WIDTH - 2.0;
+            let ab = span(m, text, left);
+            let free = (0..taken.len()).find(|&r| overlap(&taken[r], ab) == 0.0);
+            let r = free.unwrap_or_else(|| {
+                all_fit = false;
+                (0..taken.len())
+                    .min_by(|&p, &q| overlap(&taken[p], ab).total_cmp(&overlap(&taken[q], ab)))
+                    .unwrap_or(0)
+            });
+            taken[r].push(ab);
+            (m.row, m.full_fits, m.left) = (r, full, left);
+        }
+        if all_fit {
+            break;
+        }
+    }
+    (out, keys)
 }
 
 fn subtitle(d: &Stacked) -> String {
@@ -443,6 +631,33 @@ fn top_edge(d: &Stacked, f: &Frame) -> String {
     out
 }
 
+/// Whether a kept frame (`file:line:function`) is Python's: its file is a `.py`. (A C++ frame's
+/// function has colons of its own, but its file never ends in `.py`.)
+fn is_python(frame: &str) -> bool {
+    frame_file(frame).is_some_and(|f| f.ends_with(".py"))
+}
+
+fn frame_file(frame: &str) -> Option<&str> {
+    frame.rsplitn(3, ':').nth(2)
+}
+
+/// The Python frames of a stack, innermost first, from below `memtrack record`'s agent (its
+/// `__torch_dispatch__` and the op call it makes are in every recorded stack: the site is the
+/// frame under them, as `analysis::sites` takes it).
+fn program_frames(stack: &[String]) -> Vec<&str> {
+    let python: Vec<&str> = (stack.iter())
+        .filter(|f| is_python(f))
+        .map(String::as_str)
+        .collect();
+    let agent = python
+        .iter()
+        .rposition(|f| frame_file(f).is_some_and(crate::model::is_agent_file));
+    match agent {
+        Some(i) if i + 1 < python.len() => python[i + 1..].to_vec(),
+        _ => python,
+    }
+}
+
 /// The page: the SVG inline, the bands as JSON, hover and zoom.
 pub fn html(chart: &StackedChart) -> String {
     #[derive(serde::Serialize)]
@@ -460,7 +675,10 @@ pub fn html(chart: &StackedChart) -> String {
         size: String,
         site: &'a str,
         allocations: u64,
-        stack: &'a [String],
+        /// The stack's Python frames, innermost first; its other (C++) frames only counted:
+        /// the hover box shows a few of the first and the count.
+        python: Vec<&'a str>,
+        native: usize,
         alloc: String,
         free: String,
     }
@@ -486,18 +704,27 @@ pub fn html(chart: &StackedChart) -> String {
                 },
                 site: &b.site,
                 allocations: b.allocations,
-                stack: &b.stack,
+                python: program_frames(&b.stack),
+                native: b.stack.iter().filter(|f| !is_python(f)).count(),
                 alloc: match d.by {
-                    BandBy::Allocation => when(b.alloc_x, "before the trace began"),
+                    BandBy::Allocation => when(b.alloc_x, "before the trace"),
                     BandBy::Site => String::new(),
                 },
                 free: match d.by {
-                    BandBy::Allocation => when(b.free_x, "still allocated at the end"),
+                    BandBy::Allocation => when(b.free_x, "the end (never freed)"),
                     BandBy::Site => String::new(),
                 },
             })
             .collect(),
-        other: "smaller allocations, and memory allocated before the trace began".into(),
+        other: match d.by {
+            BandBy::Allocation => {
+                "smaller allocations, and memory allocated before the trace began"
+            }
+            BandBy::Site => {
+                "allocations at other sites, and memory allocated before the trace began"
+            }
+        }
+        .into(),
     };
     // `</` cannot end the script early: JSON escapes it
     let json = serde_json::to_string(&details)
@@ -509,7 +736,8 @@ pub fn html(chart: &StackedChart) -> String {
 <style>
 body {{ margin: 0; font-family: 'DejaVu Sans', Helvetica, Arial, sans-serif; }}
 #help {{ margin: 6px 12px; color: #555; font-size: 12px; }}
-#tip {{ position: fixed; display: none; max-width: 90ch; pointer-events: none; background: #fffff0; border: 1px solid #999; padding: 6px 8px; font: 11px 'DejaVu Sans Mono', Menlo, Consolas, monospace; white-space: pre; box-shadow: 2px 2px 6px rgba(0,0,0,.2); }}
+svg {{ user-select: none; -webkit-user-select: none; cursor: default; }}
+#tip {{ position: fixed; display: none; max-width: calc(100vw - 16px); overflow: hidden; pointer-events: none; background: #fffff0; border: 1px solid #999; padding: 6px 8px; font: 11px 'DejaVu Sans Mono', Menlo, Consolas, monospace; white-space: pre; box-shadow: 2px 2px 6px rgba(0,0,0,.2); }}
 path.band:hover {{ stroke: #000; stroke-width: 1px; vector-effect: non-scaling-stroke; }}
 </style></head>
 <body>
@@ -532,22 +760,41 @@ const D = JSON.parse(document.getElementById('details').textContent);
 const svg = document.querySelector('svg');
 const data = document.getElementById('data');
 const tip = document.getElementById('tip');
+// the box goes right of and below the pointer, or left of / above it where it would leave
+// the window, so size and site (its first line) are always in view
 function show(ev, text) {
   tip.textContent = text;
   tip.style.display = 'block';
-  const w = tip.offsetWidth, h = tip.offsetHeight;
-  tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - w - 4) + 'px';
-  tip.style.top = Math.min(ev.clientY + 14, window.innerHeight - h - 4) + 'px';
+  const w = tip.offsetWidth, h = tip.offsetHeight, gap = 14, m = 4;
+  let x = ev.clientX + gap, y = ev.clientY + gap;
+  if (x + w > window.innerWidth - m) x = ev.clientX - gap - w;
+  if (y + h > window.innerHeight - m) y = ev.clientY - gap - h;
+  tip.style.left = Math.max(m, x) + 'px';
+  tip.style.top = Math.max(m, y) + 'px';
 }
+// a frame as `dir/file.py:line:function`: the last folder is enough to tell files apart
+function short(frame) {
+  const m = frame.match(/^(.*):(\d+):([^:]*)$/);
+  let s = m ? m[1].split(/[\\/]/).slice(-2).join('/') + ':' + m[2] + ':' + m[3] : frame;
+  return s.length > 100 ? s.slice(0, 99) + '\u2026' : s;
+}
+// size and site first, then lifetime, a few Python frames (innermost three and the outermost)
+// and how many C++ frames are left out
 function describe(k) {
   if (k === 'other') return 'other: ' + D.other;
   const b = D.bands[+k];
-  const lines = [b.size + '  ' + b.site];
+  const lines = [b.size + '  ' + short(b.site)];
   if (b.allocations > 1) lines.push(b.allocations + ' allocations at this site');
-  if (b.alloc) lines.push('allocated: ' + b.alloc + '    freed: ' + b.free);
-  lines.push('');
-  for (const f of b.stack) lines.push('  ' + f);
-  if (!b.stack.length) lines.push('  (no Python stack recorded)');
+  if (b.alloc) lines.push('live ' + b.alloc + ' \u2192 ' + b.free);
+  const py = b.python;
+  const shown = py.length > 5 ? py.slice(0, 3) : py;
+  for (const f of shown) lines.push('  ' + short(f));
+  if (py.length > 5) {
+    lines.push('  \u2026 ' + (py.length - 4) + ' more Python frames');
+    lines.push('  ' + short(py[py.length - 1]));
+  }
+  if (!py.length) lines.push('  (no Python frames recorded)');
+  if (b.native) lines.push('  + ' + b.native + ' C++ frame' + (b.native === 1 ? '' : 's') + ' not shown');
   return lines.join('\n');
 }
 svg.addEventListener('mousemove', ev => {
@@ -607,7 +854,7 @@ svg.addEventListener('wheel', ev => {
   a = na; b = nb; redraw();
 }, { passive: false });
 let drag = null;
-svg.addEventListener('mousedown', ev => { drag = [svgX(ev), a, b]; });
+svg.addEventListener('mousedown', ev => { ev.preventDefault(); drag = [svgX(ev), a, b]; });
 window.addEventListener('mouseup', () => { drag = null; });
 window.addEventListener('mousemove', ev => {
   if (!drag) return;
