@@ -1,6 +1,8 @@
 //! Line charts as SVG (plotters), for memory traces: one or more panels sharing an x axis,
 //! vertical markers, a legend, and the peak of the first series annotated.
 
+use std::fmt::Write as _;
+
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
@@ -99,6 +101,7 @@ pub fn svg(chart: &Chart) -> Result<String, DrawError> {
     };
     let height = per_panel * chart.panels.len().max(1) as u32 + 40;
     let mut out = String::new();
+    let mut overlay = String::new();
     {
         let root = SVGBackend::with_string(&mut out, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE)
@@ -112,9 +115,14 @@ pub fn svg(chart: &Chart) -> Result<String, DrawError> {
         let areas = root.split_evenly((chart.panels.len().max(1), 1));
         for (k, (panel, area)) in chart.panels.iter().zip(areas.iter()).enumerate() {
             let last = k + 1 == chart.panels.len();
-            draw_panel(chart, panel, area, last).map_err(|e| DrawError::Plot(e.to_string()))?;
+            draw_panel(chart, panel, area, last, &mut overlay)
+                .map_err(|e| DrawError::Plot(e.to_string()))?;
         }
         root.present().map_err(|e| DrawError::Plot(e.to_string()))?;
+    }
+    // what plotters cannot write (a tooltip per label) goes on top, before the end
+    if let Some(end) = out.rfind("</svg>") {
+        out.insert_str(end, &overlay);
     }
     Ok(out)
 }
@@ -126,6 +134,7 @@ fn draw_panel(
     panel: &Panel,
     area: &Area,
     show_x_label: bool,
+    overlay: &mut String,
 ) -> Result<(), Box<dyn std::error::Error + 'static>> {
     let (ymin, ymax) = y_range(panel);
     let unit = chart.units.resolve(ymax.abs().max(ymin.abs()));
@@ -221,18 +230,6 @@ fn draw_panel(
                     Rectangle::new([(x, y - 6), (x + 22, y + 6)], color.mix(0.3).filled())
                 });
         }
-        if few_spans && !sp.label.is_empty() {
-            c.draw_series(std::iter::once(Text::new(
-                format!(" {}", sp.label),
-                (x0, y1 - (y1 - y0) * 0.01),
-                ("sans-serif", 12).into_font().color(&sp.color).pos(
-                    plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Left,
-                        plotters::style::text_anchor::VPos::Top,
-                    ),
-                ),
-            )))?;
-        }
     }
     let all_markers: Vec<&VLine> = chart.markers.iter().chain(panel.markers.iter()).collect();
     let mut labelled: Vec<String> = Vec::new();
@@ -288,6 +285,43 @@ fn draw_panel(
                 plotters::style::text_anchor::Pos::new(h, plotters::style::text_anchor::VPos::Top),
             ),
         )))?;
+    }
+
+    // the spans' names, in the rows of the headroom the marker labels leave free
+    let to_px = |x: f64, y: f64| {
+        let (px, py) = c.backend_coord(&(x, y));
+        (f64::from(px), f64::from(py))
+    };
+    let (left_px, top_px) = to_px(x0, y1);
+    let right_px = to_px(x1, y1).0;
+    let taken_row0: Vec<(f64, f64)> = taken
+        .iter()
+        .map(|&(a, b)| (to_px(a, y1).0, to_px(b, y1).0))
+        .collect();
+    // the peak's label hangs from 6% of the height under the top
+    let peak_label_top = to_px(x0, y1 - (y1 - y0) * 0.06).1;
+    let spans: Vec<(f64, f64, &str, RGBColor)> = (panel.spans.iter())
+        .filter(|sp| !sp.label.is_empty())
+        .map(|sp| {
+            let (a, b) = (sp.x0.max(x0), sp.x1.min(x1).max(sp.x0.max(x0)));
+            (to_px(a, y1).0, to_px(b, y1).0, sp.label.as_str(), sp.color)
+        })
+        .collect();
+    for l in span_labels(&spans, (left_px, right_px), taken_row0) {
+        // row 0 beside the markers' labels (which hang 1% under the top), row 1 under it
+        let baseline = top_px + 12.0 + 12.0 * l.row as f64;
+        if baseline + 3.0 > peak_label_top && l.row > 0 {
+            continue; // a short panel has one row above the peak's label
+        }
+        let (r, g, b) = (l.color.0, l.color.1, l.color.2);
+        let _ = write!(
+            overlay,
+            r##"<g class="span-label"><title>{title}</title><text x="{x:.1}" y="{baseline:.1}" font-family="sans-serif" font-size="{LABEL_PX}" fill="#{r:02x}{g:02x}{b:02x}">{text}</text></g>
+"##,
+            title = super::xml_escape(l.full),
+            x = l.x,
+            text = super::xml_escape(&l.text),
+        );
     }
 
     // the first line last, on top, thinnest: series that coincide (allocated = active =
@@ -355,6 +389,95 @@ fn draw_panel(
         .label_font(("sans-serif", 13))
         .draw()?;
     Ok(())
+}
+
+/// A span's name placed in the headroom.
+struct SpanLabel<'a> {
+    x: f64,
+    row: usize,
+    text: String,
+    full: &'a str,
+    color: RGBColor,
+}
+
+/// Rows of span labels under the top of the plot.
+const SPAN_ROWS: usize = 2;
+
+/// Font size of span labels: what plotters writes for its size 12 (it scales by 0.806), as
+/// the markers' labels beside them.
+const LABEL_PX: f64 = 9.7;
+
+/// Width in pixels of `chars` characters of the labels' sans-serif (DejaVu Sans: about
+/// 0.62 em; a little over, so labels placed apart stay apart whatever sans-serif the viewer
+/// has).
+fn label_width(chars: usize) -> f64 {
+    chars as f64 * LABEL_PX * 0.66 + 4.0
+}
+
+/// Names of spans `(x0, x1, name, colour)` in pixels, laid out so that no two overlap: each at
+/// its span's start, in the first row with room (row 0 shares `taken` with the marker labels),
+/// cut short with `…` to the room there is when the whole name has none, dropped when not
+/// even a few letters fit. Repeated names (one per iteration) are common: the first ones
+/// placed keep the whole name.
+fn span_labels<'a>(
+    spans: &[(f64, f64, &'a str, RGBColor)],
+    (left, right): (f64, f64),
+    taken_row0: Vec<(f64, f64)>,
+) -> Vec<SpanLabel<'a>> {
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by(|&a, &b| spans[a].0.total_cmp(&spans[b].0));
+    let mut taken = vec![taken_row0];
+    taken.resize(SPAN_ROWS, Vec::new());
+    let mut out = Vec::new();
+    for k in order {
+        let (x0, _, name, color) = spans[k];
+        let x = x0.max(left) + 3.0;
+        let chars = name.chars().count();
+        // the room from x to the first label (or the edge) to its right in each row, if x is
+        // itself free
+        let room = |row: &[(f64, f64)]| -> Option<f64> {
+            if row.iter().any(|&(a, b)| a <= x && x < b) {
+                return None;
+            }
+            let next = (row.iter())
+                .filter(|&&(a, _)| a >= x)
+                .map(|&(a, _)| a)
+                .fold(right, f64::min);
+            Some(next - x - 4.0)
+        };
+        let rooms: Vec<Option<f64>> = taken.iter().map(|r| room(r)).collect();
+        let whole = rooms
+            .iter()
+            .position(|r| r.is_some_and(|w| w >= label_width(chars)));
+        let (row, text) = match whole {
+            Some(row) => (row, name.to_string()),
+            None => {
+                // the widest room, cut to it: at least three letters and the ellipsis
+                let Some((row, w)) = (rooms.iter().enumerate())
+                    .filter_map(|(r, w)| w.map(|w| (r, w)))
+                    .max_by(|a, b| a.1.total_cmp(&b.1))
+                else {
+                    continue;
+                };
+                let fit = ((w - 4.0) / (LABEL_PX * 0.66)).floor() as usize;
+                if fit < 4 {
+                    continue;
+                }
+                let cut: String = name.chars().take(fit - 1).collect();
+                (row, format!("{cut}…"))
+            }
+        };
+        let w = label_width(text.chars().count());
+        taken[row].push((x, x + w));
+        out.push(SpanLabel {
+            x,
+            row,
+            text,
+            full: name,
+            color,
+        });
+    }
+    out
 }
 
 /// The corner whose legend-sized box covers the fewest data points.
