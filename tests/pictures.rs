@@ -162,7 +162,9 @@ fn stacked_html_is_self_contained() {
     assert!(!text.contains("<script src") && !text.contains("<link"));
     // the bands' details are in the page, with their stacks
     assert!(text.contains(r#"<script id="details" type="application/json">"#));
-    assert!(text.contains(r#""stack":["#));
+    // Python frames listed, C++ frames only counted (the hover box folds them)
+    assert!(text.contains(r#""python":["#));
+    assert!(text.contains(r#""native":"#));
 }
 
 /// A Chromium-family browser: `MEMTRACK_BROWSER`, else the usual names on PATH.
@@ -326,4 +328,241 @@ fn segments_picture_labels_its_rows_at_400_segments() {
         .filter_map(|r| r.rsplit(" × ").next()?.parse::<usize>().ok())
         .sum();
     assert!((300..=400).contains(&counted), "{runs:?}");
+}
+
+/// `plot --stacked` of `name` (a snapshot fixture) with `extra` arguments into `dir/out`.
+fn stacked_of(dir: &Path, name: &str, extra: &[&str], out: &str) -> PathBuf {
+    let out = dir.join(out);
+    memtrack()
+        .args(["plot", p(&snapshot(name)), "--stacked", "-o", p(&out)])
+        .args(extra)
+        .assert()
+        .success();
+    out
+}
+
+/// The legend names every band once (the default bands are sites; bands of allocations made
+/// at one site say when each was made), the grey rest is a few allocations, and every OOM and
+/// annotation line has a label and a tooltip with its whole text. A real GPT-2 capture: its
+/// nine largest allocations come from one line (module.py:1097:<lambda>) and its optimizer
+/// steps are annotated.
+#[test]
+fn stacked_legend_is_distinct_and_every_marker_is_labelled() {
+    let dir = tempfile::tempdir().unwrap();
+    for (extra, name) in [
+        (&[][..], "site.svg"),
+        (&["--by", "allocation"][..], "alloc.svg"),
+    ] {
+        let svg = stacked_of(dir.path(), "h100_gpt2_train_exit", extra, name);
+        let text = std::fs::read_to_string(&svg).unwrap();
+        let doc = roxmltree::Document::parse(&text).unwrap();
+        let sites: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("legend-site"))
+            .filter_map(|n| n.text())
+            .collect();
+        assert_eq!(sites.len(), 21, "{name}: 20 bands and the rest: {sites:?}");
+        let mut unique = sites.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), sites.len(), "{name}: repeated: {sites:?}");
+        let marks: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("mark"))
+            .filter(|n| n.children().any(|c| c.has_tag_name("line")))
+            .collect();
+        assert!(marks.len() >= 10, "{name}: {} marker lines", marks.len());
+        for m in &marks {
+            let label = m
+                .descendants()
+                .find(|c| c.has_tag_name("text"))
+                .and_then(|t| t.text())
+                .unwrap_or("");
+            let title = m
+                .children()
+                .find(|c| c.has_tag_name("title"))
+                .and_then(|t| t.text())
+                .unwrap_or("");
+            assert!(!label.trim().is_empty(), "{name}: a marker without a label");
+            assert!(!title.is_empty(), "{name}: {label:?} has no tooltip");
+        }
+        let annotations = marks
+            .iter()
+            .filter(|m| {
+                m.children()
+                    .any(|c| c.text().is_some_and(|t| t.contains("Optimizer.")))
+            })
+            .count();
+        assert!(annotations >= 10, "{name}: {annotations} annotation lines");
+        if extra.is_empty() {
+            // by site the grey band is a handful of allocations, not most of the picture
+            let other = sites.last().unwrap();
+            let n: usize = other.split(' ').next().unwrap().parse().unwrap();
+            assert!(n < 100, "{other}");
+        } else {
+            assert!(sites.iter().any(|s| s.contains("allocated at event")));
+        }
+    }
+}
+
+/// Runs `probe` (JavaScript that fills `<pre id="probe">`) in `page` (HTML; an SVG file is
+/// inlined into a page) in the headless browser; its text, or None without a browser.
+fn probe_in_browser(page: &Path, probe: &str, dir: &Path) -> Option<String> {
+    let Some(browser) = browser() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs a headless browser for this test: scripts/test.sh installs chromium"
+        );
+        eprintln!("\n*** SKIPPED a browser check: no chromium on PATH (or MEMTRACK_BROWSER) ***\n");
+        return None;
+    };
+    let text = std::fs::read_to_string(page).unwrap();
+    // in a scope of its own: the page's script has top-level names too
+    let script = format!("<script>\n(() => {{\n{probe}\n}})();\n</script>");
+    let html = if text.starts_with("<!DOCTYPE html>") {
+        text.replace("</body>", &format!("{script}</body>"))
+    } else {
+        let svg = &text[text.find("<svg").unwrap()..];
+        format!("<!DOCTYPE html><html><body style=\"margin:0\">{svg}{script}</body></html>")
+    };
+    let probed = dir.join("probed.html");
+    std::fs::write(&probed, html).unwrap();
+    let out = Command::new(&browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--window-size=1300,1100",
+            "--virtual-time-budget=5000",
+            "--enable-logging=stderr",
+            "--v=0",
+            &format!("--user-data-dir={}", dir.join("profile").display()),
+            "--dump-dom",
+            &format!("file://{}", probed.display()),
+        ])
+        .output()
+        .expect("the browser runs");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!log.contains("Uncaught"), "a script error:\n{log}");
+    let start = dom
+        .find(r#"<pre id="probe">"#)
+        .unwrap_or_else(|| panic!("the probe did not run to its end:\n{log}"));
+    let report = &dom[start + r#"<pre id="probe">"#.len()..];
+    Some(report[..report.find("</pre>").unwrap()].replace("&amp;", "&"))
+}
+
+/// Hovered near the right edge, the box with a band's details stays in the window, is short
+/// (size and site first, a few Python frames, C++ frames counted) and names no C++ frame;
+/// the chart's text cannot be selected, a double-click undoes a zoom, and no two labels of
+/// marker lines overlap as the browser lays them out.
+#[test]
+fn stacked_html_hover_box_is_compact_and_on_screen() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = stacked_of(dir.path(), "h100_gpt2_train_exit", &[], "t.html");
+    let probe = r#"
+const out = document.createElement('pre'); out.id = 'probe';
+const tip = document.getElementById('tip'), svg = document.querySelector('svg');
+const report = [];
+// a point of a band 160 px or less from the window's right edge
+let hit = null;
+for (const band of document.querySelectorAll('path.band')) {
+  if (band.dataset.band === 'other') continue;
+  const r = band.getBoundingClientRect();
+  for (let i = 79; i >= 1 && !hit; i--) for (let j = 1; j < 40 && !hit; j++) {
+    const x = r.left + r.width * i / 80, y = r.top + r.height * j / 40;
+    if (x > window.innerWidth - 160 && document.elementFromPoint(x, y) === band) hit = [band, x, y];
+  }
+  if (hit) break;
+}
+if (!hit) report.push('FAIL no band near the right edge');
+else {
+  hit[0].dispatchEvent(new MouseEvent('mousemove', { clientX: hit[1], clientY: hit[2], bubbles: true }));
+  const t = tip.getBoundingClientRect();
+  if (t.left < 0 || t.top < 0 || t.right > window.innerWidth || t.bottom > window.innerHeight)
+    report.push('FAIL tip off screen: ' + JSON.stringify([t.left, t.top, t.right, t.bottom, window.innerWidth, window.innerHeight]));
+  const lines = tip.textContent.split('\n');
+  if (lines.length > 12) report.push('FAIL ' + lines.length + ' lines');
+  if (!/iB/.test(lines[0]) || !/\.py:\d+:/.test(lines[0])) report.push('FAIL first line ' + lines[0]);
+  if (/::|\.cpp:/.test(tip.textContent)) report.push('FAIL a C++ frame shown');
+  if (!/C\+\+ frames not shown/.test(tip.textContent)) report.push('FAIL C++ frames not counted');
+  report.push('tip:\n' + tip.textContent);
+}
+if (getComputedStyle(svg).userSelect !== 'none') report.push('FAIL the chart text is selectable');
+// zoom with the wheel, then a double-click resets it
+const data = document.getElementById('data');
+const r = svg.getBoundingClientRect();
+svg.dispatchEvent(new WheelEvent('wheel', { deltaY: -100, clientX: r.left + r.width / 2, clientY: r.top + 300, bubbles: true, cancelable: true }));
+const zoomed = data.getAttribute('transform') || '';
+svg.dispatchEvent(new MouseEvent('dblclick', { bubbles: true }));
+const reset = data.getAttribute('transform') || '';
+if (!/scale\((?!1 )/.test(zoomed)) report.push('FAIL the wheel did not zoom: ' + zoomed);
+if (!/scale\(1 1\)/.test(reset)) report.push('FAIL double-click did not reset: ' + reset);
+// marker labels: laid out apart
+const boxes = [...document.querySelectorAll('.mark-label')].map(t => t.getBoundingClientRect());
+if (boxes.length < 10) report.push('FAIL ' + boxes.length + ' marker labels');
+for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+  const a = boxes[i], b = boxes[j];
+  if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) report.push('FAIL labels ' + i + ' and ' + j + ' overlap');
+}
+out.textContent = report.join('\n');
+document.body.appendChild(out);
+"#;
+    let Some(report) = probe_in_browser(&html, probe, dir.path()) else {
+        return;
+    };
+    assert!(!report.contains("FAIL"), "{report}");
+    assert!(report.contains("tip:"), "{report}");
+}
+
+/// A snapshot's plot names its annotation ranges without two names overlapping each other or
+/// any other text, as the browser draws them, and keeps each whole name in a tooltip.
+#[test]
+fn snapshot_plot_annotation_labels_do_not_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "h100_gpt2_train_exit",
+        "cs336_medium_512_training",
+        "synthetic_step_leak",
+    ] {
+        let out = dir.path().join(format!("{name}.svg"));
+        memtrack()
+            .args(["plot", p(&snapshot(name)), "-o", p(&out)])
+            .assert()
+            .success();
+        let text = std::fs::read_to_string(&out).unwrap();
+        let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
+        let labels: Vec<_> = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some("span-label"))
+            .collect();
+        assert!(!labels.is_empty(), "{name}: no annotation named");
+        for l in &labels {
+            let title = l.children().find(|c| c.has_tag_name("title")).unwrap();
+            let shown = l.children().find(|c| c.has_tag_name("text")).unwrap();
+            let (title, shown) = (title.text().unwrap(), shown.text().unwrap());
+            let kept = shown.trim_end_matches('…');
+            assert!(title.starts_with(kept), "{name}: {shown:?} of {title:?}");
+        }
+        let probe = r#"
+const out = document.createElement('pre'); out.id = 'probe';
+const report = [];
+const labels = [...document.querySelectorAll('.span-label text')];
+const others = [...document.querySelectorAll('text')].filter(t => !t.closest('.span-label') && t.textContent.trim());
+const box = t => t.getBoundingClientRect();
+const meet = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+labels.forEach((l, i) => {
+  for (const o of labels.slice(i + 1).concat(others))
+    if (meet(box(l), box(o))) report.push('FAIL ' + JSON.stringify(l.textContent) + ' overlaps ' + JSON.stringify(o.textContent.trim()));
+});
+report.push(labels.length + ' labels');
+out.textContent = report.join('\n');
+document.body.appendChild(out);
+"#;
+        let Some(report) = probe_in_browser(&out, probe, dir.path()) else {
+            return;
+        };
+        assert!(!report.contains("FAIL"), "{name}: {report}");
+    }
 }

@@ -314,10 +314,9 @@ fn draw_panel(
             continue; // a short panel has one row above the peak's label
         }
         let (r, g, b) = (l.color.0, l.color.1, l.color.2);
-        let _ = write!(
+        let _ = writeln!(
             overlay,
-            r##"<g class="span-label"><title>{title}</title><text x="{x:.1}" y="{baseline:.1}" font-family="sans-serif" font-size="{LABEL_PX}" fill="#{r:02x}{g:02x}{b:02x}">{text}</text></g>
-"##,
+            r##"<g class="span-label"><title>{title}</title><text x="{x:.1}" y="{baseline:.1}" font-family="sans-serif" font-size="{LABEL_PX}" fill="#{r:02x}{g:02x}{b:02x}">{text}</text></g>"##,
             title = super::xml_escape(l.full),
             x = l.x,
             text = super::xml_escape(&l.text),

@@ -185,7 +185,7 @@ pub fn svg(chart: &StackedChart) -> String {
         };
         let _ = writeln!(
             s,
-            r##"<g class="mark" id="moment" data-x="{xv}" data-index="{index}"><line x1="{x:.1}" x2="{x:.1}" y1="{y1}" y2="{y2}" stroke="#1f77b4" stroke-width="1.5" vector-effect="non-scaling-stroke"/><text x="{tx:.1}" y="{ty}" text-anchor="{anchor}" fill="#1f77b4" font-weight="bold">{label}</text></g>"##,
+            r##"<g class="mark" id="moment" data-x="{xv}" data-index="{index}"><title>{label} (event {index})</title><line x1="{x:.1}" x2="{x:.1}" y1="{y1}" y2="{y2}" stroke="#1f77b4" stroke-width="1.5" vector-effect="non-scaling-stroke"/><text x="{tx:.1}" y="{ty}" text-anchor="{anchor}" fill="#1f77b4" font-weight="bold">{label}</text></g>"##,
             xv = m.x,
             index = m.index,
             y1 = TOP - 12.0,
@@ -208,8 +208,13 @@ pub fn svg(chart: &StackedChart) -> String {
         };
         let _ = writeln!(
             s,
-            r##"<g class="mark" data-x="{xv}"><line x1="{x:.1}" x2="{x:.1}" y1="{ly}" y2="{y:.1}" stroke="#222222" stroke-dasharray="1 2"/><circle cx="{x:.1}" cy="{y:.1}" r="3.5" fill="#222222"/><text x="{x:.1}" y="{ty}" text-anchor="{anchor}" font-weight="bold">{text}</text></g>"##,
+            r##"<g class="mark" data-x="{xv}"><title>{text} at {at}</title><line x1="{x:.1}" x2="{x:.1}" y1="{ly}" y2="{y:.1}" stroke="#222222" stroke-dasharray="1 2"/><circle cx="{x:.1}" cy="{y:.1}" r="3.5" fill="#222222"/><text x="{x:.1}" y="{ty}" text-anchor="{anchor}" font-weight="bold">{text}</text></g>"##,
             xv = p.x,
+            at = if d.x_is_time {
+                format!("{:.6} s", p.x)
+            } else {
+                format!("event {}", super::thousands(p.index))
+            },
             ly = TOP - 34.0,
             ty = TOP - 38.0,
         );
@@ -346,7 +351,7 @@ fn legend_row(s: &mut String, y: f64, color: &str, what: &str, site: &str, by: B
     };
     let _ = writeln!(
         s,
-        r##"<rect x="{LEFT}" y="{ry}" width="12" height="12" fill="{color}" stroke="#666666" stroke-width="0.5"/><text x="{tx}" y="{y}">{what}</text><text x="{sx}" y="{y}" fill="#444444">{site}</text>"##,
+        r##"<rect x="{LEFT}" y="{ry}" width="12" height="12" fill="{color}" stroke="#666666" stroke-width="0.5"/><text x="{tx}" y="{y}">{what}</text><text class="legend-site" x="{sx}" y="{y}" fill="#444444">{site}</text>"##,
         ry = y - 10.0,
         tx = LEFT + 18.0,
         sx = LEFT
