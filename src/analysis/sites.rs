@@ -1,9 +1,9 @@
 //! Bytes by allocation site: live at the end of the snapshot, and live at the peak of the trace.
 //!
 //! A stack is the frames `_memory_viz` keeps (its `_frame_filter`); a site is the stack's
-//! innermost kept Python frame (`*.py`), or its innermost kept frame when it has no Python
-//! frame, or `<non-python>` for an empty stack and `<no-context>` for a missing one (the labels
-//! `_memory_viz` uses). Bytes are what the program requested (trace sizes, `requested_size`).
+//! innermost kept Python frame (`*.py`); a stack with no Python frame is named by its autograd
+//! node (`<backward MmBackward0>`) or ATen op (`<aten::mm>`), else its innermost frame; an empty
+//! stack is `<non-python>` and a missing one `<no-context>` (the labels `_memory_viz` uses). Bytes are what the program requested (trace sizes, `requested_size`).
 //!
 //! The live set at the peak is rebuilt by replaying the trace: allocations made in the trace
 //! and not yet freed, plus allocations older than the trace that it frees after the peak, plus
@@ -23,8 +23,11 @@ use super::timeline::{Timeline, TimelineBuilder};
 /// Where an allocation was made: its first frame `_memory_viz` shows, or why there is none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SiteKey {
-    /// The site's frame: the innermost kept Python frame, else the innermost kept frame.
+    /// The site's frame: the innermost kept Python frame.
     Frame(FrameId),
+    /// A stack with no Python frame (the autograd engine's threads, C++ callers): the frame
+    /// that says what allocated, named as [`native_label`] names it.
+    Native(FrameId),
     /// A stack with no kept frame (`<non-python>`).
     NonPython,
     /// An allocation recorded without a stack (`<no-context>`).
@@ -580,9 +583,10 @@ impl<'s> Sites<'s> {
                 _ => &kept[..],
             };
             let py = program.iter().copied().find(|&f| file(f).ends_with(".py"));
-            match py.or(program.first().copied()) {
+            let name = |f: FrameId| self.snap.stacks.str(self.snap.stacks.frame(f).name);
+            match py {
                 Some(f) => SiteKey::Frame(f),
-                None => SiteKey::NonPython,
+                None => native_site(program, name),
             }
         };
         self.site_of.insert(stack, k);
@@ -594,6 +598,9 @@ impl<'s> Sites<'s> {
     pub fn label(&self, k: SiteKey, full_filename: bool) -> String {
         match k {
             SiteKey::Frame(f) => self.snap.frame_label(f, full_filename),
+            SiteKey::Native(f) => {
+                native_label(self.snap.stacks.str(self.snap.stacks.frame(f).name))
+            }
             SiteKey::NonPython => "<non-python>".into(),
             SiteKey::NoContext => "<no-context>".into(),
         }
@@ -623,6 +630,50 @@ impl<'s> Sites<'s> {
             .map(|&f| self.snap.frame_label(f, true))
             .collect()
     }
+}
+
+/// The site of a stack with no Python frame (`frames` innermost first). Its innermost frame
+/// is plumbing (`??:0:PyMethod_New`, a dispatcher wrapper) that names nothing a user wrote;
+/// what does is the autograd node that ran (`MmBackward0::apply`: a backward allocation in the
+/// engine's thread), else the ATen op that was called (`at::_ops::mm::call`), else the
+/// innermost frame.
+fn native_site<'n>(frames: &[FrameId], name: impl Fn(FrameId) -> &'n str) -> SiteKey {
+    let node = frames
+        .iter()
+        .copied()
+        .find(|&f| autograd_node(name(f)).is_some());
+    let op = || frames.iter().copied().find(|&f| aten_op(name(f)).is_some());
+    match node.or_else(op).or(frames.first().copied()) {
+        Some(f) => SiteKey::Native(f),
+        None => SiteKey::NonPython,
+    }
+}
+
+/// `MmBackward0` of `torch::autograd::generated::MmBackward0::apply(...)`.
+fn autograd_node(name: &str) -> Option<&str> {
+    let rest = name.split_once("torch::autograd::generated::")?.1;
+    let (node, after) = rest.split_once("::")?;
+    after.starts_with("apply(").then_some(node)
+}
+
+/// `mm` of `at::_ops::mm::call(...)`.
+fn aten_op(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix("at::_ops::")?;
+    let (op, after) = rest.split_once("::")?;
+    after.starts_with("call(").then_some(op)
+}
+
+/// How a native site reads: `<backward MmBackward0>`, `<aten::mm>`, or the function's name
+/// without its argument list.
+pub fn native_label(name: &str) -> String {
+    if let Some(node) = autograd_node(name) {
+        return format!("<backward {node}>");
+    }
+    if let Some(op) = aten_op(name) {
+        return format!("<aten::{op}>");
+    }
+    let bare = name.split_once('(').map_or(name, |(head, _)| head);
+    format!("<{bare}>")
 }
 
 /// Folded stacks (`frame;frame;... bytes`, root first) of the allocations `live` (those live
@@ -661,6 +712,23 @@ mod tests {
     use super::*;
     use crate::analysis::timeline::timeline;
     use crate::model::snapshot::DeviceTrace;
+
+    #[test]
+    fn native_sites_read_as_the_autograd_node_or_aten_op() {
+        let node = "torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor, \
+                    std::allocator<at::Tensor> >&&)";
+        assert_eq!(native_label(node), "<backward MmBackward0>");
+        assert_eq!(
+            native_label("at::_ops::mm::call(at::Tensor const&, at::Tensor const&)"),
+            "<aten::mm>"
+        );
+        // a helper of the node (`MmBackward0_apply_functional`) is not the node
+        assert_eq!(
+            native_label("torch::autograd::generated::MmBackward0_apply_functional(int)"),
+            "<torch::autograd::generated::MmBackward0_apply_functional>"
+        );
+        assert_eq!(native_label("PyMethod_New"), "<PyMethod_New>");
+    }
 
     /// The live set after event `at` the plain way: replay to it, copy the live blocks, and
     /// count older blocks freed after it (by the freeing stack).

@@ -1,8 +1,8 @@
 //! The Active Memory Timeline of `pytorch.org/memory_viz`, pre-aggregated for a fixed width.
 //!
 //! Every allocation in a device's trace is an interval (its `alloc` to its `free_requested`).
-//! The N largest allocations (bytes times the time they stay live: the N one can see; or the N
-//! sites that held the most at once) become bands; all
+//! The N largest allocations or sites (bytes times the time they stay live: the N one can see)
+//! become bands; all
 //! other live bytes (smaller allocations, and what was live before the trace and never touched
 //! by it) form one "other" band on top, so the top edge is the timeline's exact allocated bytes.
 //!
@@ -268,22 +268,26 @@ pub fn stacked(
     // band of each interval, and the bands themselves
     let mut band_of: Vec<u32> = vec![u32::MAX; intervals.len()];
     let mut bands: Vec<Band> = Vec::new();
+    // "largest" on the picture: bytes times the x span they stay live, so a band is
+    // something one can see (the biggest allocations of a step are often its
+    // shortest-lived temporaries, a hairline at any width)
+    let area_of = |iv: &Interval| -> f64 {
+        let x0 = iv
+            .start()
+            .map_or(tl.x.first().copied().unwrap_or(0.0), |i| tl.x[i]);
+        let x1 = iv
+            .end()
+            .map_or(tl.x.last().copied().unwrap_or(0.0), |i| tl.x[i]);
+        let span = if event_count > 1 {
+            (x1 - x0).max(0.0)
+        } else {
+            1.0
+        };
+        iv.size as f64 * span.max(f64::MIN_POSITIVE)
+    };
     match by {
         BandBy::Allocation => {
-            // "largest" on the picture: bytes times the x span they stay live, so a band is
-            // something one can see (the biggest allocations of a step are often its
-            // shortest-lived temporaries, a hairline at any width)
-            let last = event_count;
-            let area = |iv: &Interval| -> f64 {
-                let x0 = iv
-                    .start()
-                    .map_or(tl.x.first().copied().unwrap_or(0.0), |i| tl.x[i]);
-                let x1 = iv
-                    .end()
-                    .map_or(tl.x.last().copied().unwrap_or(0.0), |i| tl.x[i]);
-                let span = if last > 1 { (x1 - x0).max(0.0) } else { 1.0 };
-                iv.size as f64 * span.max(f64::MIN_POSITIVE)
-            };
+            let area = area_of;
             // the n largest (the earlier first among equals), kept in a heap whose top is
             // the least of them: millions of intervals, a few hundred bands
             let mut largest: BinaryHeap<Reverse<Largest>> = BinaryHeap::with_capacity(n + 1);
@@ -362,8 +366,21 @@ pub fn stacked(
                     e.0 -= iv.size as i64;
                 }
             }
+            // ranked as allocations are: by the area they cover (bytes times the x span each
+            // allocation stays live), so the bands are the sites one can see and the grey rest
+            // is as small as n bands can make it (the most held at once would pick a site whose
+            // one large temporary is a hairline)
+            let mut area: FxHashMap<u32, f64> = FxHashMap::default();
+            for (k, iv) in intervals.iter().enumerate() {
+                *area.entry(site_of[k]).or_insert(0.0) += area_of(iv);
+            }
             let mut ranked: Vec<(u32, (i64, i64, u64, usize))> = live.into_iter().collect();
-            ranked.sort_by_key(|(_, v)| (std::cmp::Reverse(v.1), v.3));
+            ranked.sort_by(|(a, va), (b, vb)| {
+                let (a, b) = (area.get(a).copied(), area.get(b).copied());
+                b.partial_cmp(&a)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(va.3.cmp(&vb.3))
+            });
             ranked.truncate(n);
             ranked.sort_by_key(|(_, v)| v.3);
             let mut index: FxHashMap<u32, u32> = FxHashMap::default();

@@ -868,11 +868,14 @@ window.addEventListener('mousemove', ev => {
   a = Math.min(Math.max(drag[1] + shift, full[0]), full[1] - w); b = a + w; redraw();
 });
 svg.addEventListener('dblclick', () => { a = full[0]; b = full[1]; redraw(); });
-// `#selftest`: hover the first band through the browser's own hit testing, report in the DOM
+// `#selftest`: hover the tallest band through the browser's own hit testing, report in the DOM
 if (location.hash === '#selftest') {
   const out = document.createElement('pre');
   out.id = 'selftest';
-  const band = document.querySelector('path.band[data-band="0"]') || document.querySelector('path.band');
+  const height = p => p.getBoundingClientRect().height;
+  const band = [...document.querySelectorAll('path.band:not([data-band="other"])')]
+    .reduce((best, p) => (best && height(best) >= height(p) ? best : p), null)
+    || document.querySelector('path.band');
   const r = band.getBoundingClientRect();
   let hit = null;
   for (let i = 1; i < 40 && !hit; i++) for (let j = 1; j < 40 && !hit; j++) {

@@ -128,8 +128,9 @@ pub fn top(reports: &[GroupReport], title: &str, format: Format, units: Units) -
     }
     doc.text_note(match group_by {
         "site" => {
-            "site: innermost Python frame kept by _memory_viz's frame filter (file:line:function); \
-             bytes as requested"
+            "site: innermost Python frame kept by _memory_viz's frame filter (file:line:function), \
+             else the autograd node or ATen op in the C++ frames (<backward MmBackward0>, \
+             <aten::mm>); bytes as requested"
         }
         "user" => {
             "user: innermost frame of the program's own code (not torch, site-/dist-packages, \
