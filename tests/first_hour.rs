@@ -131,3 +131,41 @@ fn summary_phases_and_modules_of_a_real_recording() {
     assert!(text.starts_with("== Iteration 2 of 2"), "{text}");
     assert!(text.contains(" KiB") || text.contains(" MiB"), "{text}");
 }
+
+/// `record` under a torch the agent does not support: exit 2 before the program runs, saying
+/// the version found and the range. The torch is a stand-in package with only a
+/// `__version__` (any python3 runs it): the agent must stop before it touches anything else.
+#[test]
+fn record_refuses_a_torch_outside_the_supported_range() {
+    for (version, why) in [("2.1.2", "older than"), ("3.0.0", "newer than")] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("torch")).unwrap();
+        std::fs::write(
+            dir.path().join("torch/__init__.py"),
+            format!("__version__ = '{version}'\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("train.py"),
+            "import torch\nprint('the program ran')\n",
+        )
+        .unwrap();
+        let o = common::memtrack_process()
+            .current_dir(dir.path())
+            .env("PYTHONPATH", dir.path())
+            .env_remove("MEMTRACK_ANY_TORCH")
+            .args(["record", "-o", "run.pkl", "--", "python3", "train.py"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("torch {version} is not supported ({why}")),
+            "{err}"
+        );
+        assert!(err.contains("memtrack records torch 2.3 to 2.15"), "{err}");
+        assert!(err.contains("MEMTRACK_ANY_TORCH=1"), "{err}");
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("the program ran"));
+        assert!(!dir.path().join("run.pkl").exists());
+    }
+}
