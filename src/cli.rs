@@ -54,6 +54,16 @@ pub fn parse_from<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> Cli {
     }
 }
 
+/// A count of rows (`--top N`): 1 or more. Negative numbers reach this parser (rather than
+/// clap's "unexpected argument '-3'" and its advice to write `-- -3`, which then fails).
+fn count(s: &str) -> Result<usize, String> {
+    match s.parse::<i64>() {
+        Ok(n) if n >= 1 => Ok(n as usize),
+        Ok(_) => Err("how many rows to list: a count of 1 or more".into()),
+        Err(_) => Err("how many rows to list: a whole number, 1 or more".into()),
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Peaks, forward/backward split and the top ops that generate memory
@@ -115,7 +125,7 @@ pub struct SummaryArgs {
     #[arg(required = true, num_args = 1.., value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// How many of the ops that generate the most memory to list
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     pub top: usize,
     /// Allocator snapshots: only this CUDA device
     #[arg(long, value_name = "N")]
@@ -287,7 +297,7 @@ pub struct TopArgs {
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// How many groups to list
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     pub top: usize,
     /// When live memory is counted: peak, end, oom (oom@N: the N-th), an event index as
     /// `memtrack trace` prints it, a time since the trace's first event (5.2s, 300ms), or an
@@ -331,7 +341,7 @@ pub struct DiffArgs {
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// How many sites (snapshots) or ops (stats) to list
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     pub top: usize,
     /// Exit with code 1 when the peak of allocated bytes grew by more than this: bytes
     /// (`104857600`, `100MiB`, `1.5GiB`) or a share of the baseline's peak (`5%`)
@@ -477,7 +487,7 @@ pub struct CyclesArgs {
     #[arg(long, value_name = "N")]
     pub cycle: Option<usize>,
     /// How many cycles to list or draw, most bytes first
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     pub top: usize,
     /// Output format of the listing; JSON is the stable contract for scripts and CI
     #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -169,3 +169,21 @@ fn record_refuses_a_torch_outside_the_supported_range() {
         assert!(!dir.path().join("run.pkl").exists());
     }
 }
+
+/// `--top` is a count of rows: a negative one or 0 is refused with what it must be, not with
+/// clap's advice to write `-- -3` (which then fails) or an empty table.
+#[test]
+fn top_must_be_a_positive_count() {
+    let stats = fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl");
+    let snap = fixture("snapshots/cs336_small_mem_snapshot.pickle");
+    for (cmd, file) in [("summary", &stats), ("top", &snap), ("summary", &snap)] {
+        for n in ["-3", "0"] {
+            let (code, out, err) = run(&[cmd, file.to_str().unwrap(), "--top", n]);
+            assert_eq!(code, 2, "{cmd} --top {n}: {out}");
+            assert!(err.contains("a count of 1 or more"), "{cmd} --top {n}: {err}");
+            assert!(!err.contains("-- -3"), "{err}");
+        }
+    }
+    let (code, _, err) = run(&["summary", stats.to_str().unwrap(), "--top", "1"]);
+    assert_eq!(code, 0, "{err}");
+}
