@@ -187,3 +187,52 @@ fn top_must_be_a_positive_count() {
     let (code, _, err) = run(&["summary", stats.to_str().unwrap(), "--top", "1"]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// `--help` starts where a user starts (`record`), each one-line description names the inputs
+/// the command reads, and every command's long help ends with examples.
+#[test]
+fn help_leads_with_record_and_every_command_has_examples() {
+    let (_, top, _) = run(&["--help"]);
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(commands.first(), Some(&"record"), "{top}");
+    let line = |name: &str| -> String {
+        let mut lines = top.lines().skip_while(|l| !l.starts_with(&format!("  {name} ")));
+        let first = lines.next().unwrap().to_string();
+        let rest = lines.take_while(|l| l.starts_with("      "));
+        std::iter::once(first.as_str())
+            .chain(rest)
+            .flat_map(str::split_whitespace)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for (name, inputs) in [
+        ("summary", &["`record` file", "MemoryTracker", "snapshot", "profiler"][..]),
+        ("plot", &["stats file", "snapshot", "profiler"]),
+        ("top", &["snapshot", "profiler"]),
+        ("diff", &["snapshots", "stats files", "profiler"]),
+        ("export", &["stats file", "snapshot", "profiler"]),
+        ("modules", &["`record` file"]),
+        ("allocator", &["`record` file"]),
+        ("cycles", &["`record --cycles` file"]),
+    ] {
+        let l = line(name);
+        for input in inputs {
+            assert!(l.contains(input), "{name}: `{l}` does not name {input}");
+        }
+    }
+    for name in commands.iter().filter(|c| **c != "help") {
+        let (code, help, err) = run(&[name, "--help"]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert!(
+            help.contains("Examples:") || help.contains("Example:") || help.contains("Install:"),
+            "{name} --help has no examples:\n{help}"
+        );
+    }
+}
