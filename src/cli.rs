@@ -342,9 +342,7 @@ pub struct TopArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(
-    after_long_help = "Example:\n  memtrack trace snap.pickle | less"
-)]
+#[command(after_long_help = "Example:\n  memtrack trace snap.pickle | less")]
 pub struct TraceArgs {
     /// An allocator snapshot recorded with `_record_memory_history()`
     pub file: PathBuf,

@@ -180,7 +180,10 @@ fn top_must_be_a_positive_count() {
         for n in ["-3", "0"] {
             let (code, out, err) = run(&[cmd, file.to_str().unwrap(), "--top", n]);
             assert_eq!(code, 2, "{cmd} --top {n}: {out}");
-            assert!(err.contains("a count of 1 or more"), "{cmd} --top {n}: {err}");
+            assert!(
+                err.contains("a count of 1 or more"),
+                "{cmd} --top {n}: {err}"
+            );
             assert!(!err.contains("-- -3"), "{err}");
         }
     }
@@ -203,7 +206,9 @@ fn help_leads_with_record_and_every_command_has_examples() {
         .collect();
     assert_eq!(commands.first(), Some(&"record"), "{top}");
     let line = |name: &str| -> String {
-        let mut lines = top.lines().skip_while(|l| !l.starts_with(&format!("  {name} ")));
+        let mut lines = top
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("  {name} ")));
         let first = lines.next().unwrap().to_string();
         let rest = lines.take_while(|l| l.starts_with("      "));
         std::iter::once(first.as_str())
@@ -213,7 +218,10 @@ fn help_leads_with_record_and_every_command_has_examples() {
             .join(" ")
     };
     for (name, inputs) in [
-        ("summary", &["`record` file", "MemoryTracker", "snapshot", "profiler"][..]),
+        (
+            "summary",
+            &["`record` file", "MemoryTracker", "snapshot", "profiler"][..],
+        ),
         ("plot", &["stats file", "snapshot", "profiler"]),
         ("top", &["snapshot", "profiler"]),
         ("diff", &["snapshots", "stats files", "profiler"]),
@@ -235,4 +243,55 @@ fn help_leads_with_record_and_every_command_has_examples() {
             "{name} --help has no examples:\n{help}"
         );
     }
+}
+
+/// `simulate --memory` below what the recording used: the warning says the limit is why the
+/// replay differs, and OOM lines give times since the trace's first event, as `summary` does.
+#[test]
+fn simulate_below_the_recordings_peak_names_the_limit_and_relative_times() {
+    let snap = fixture("snapshots/h100_gpt2_train_exit.pickle");
+    let (code, out, err) = run(&["simulate", snap.to_str().unwrap(), "--memory", "512MB"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("differs from the recording because of --memory 488.28 MiB"),
+        "{err}"
+    );
+    assert!(err.contains("below what the program used"), "{err}");
+    let oom = out.lines().find(|l| l.contains("OOM under")).expect(&out);
+    assert!(!out.contains("time_us"), "{out}");
+    assert!(oom.contains(" (+0."), "{oom}");
+    // under its own settings and no limit the replay matches: no warning at all
+    let (code, _, err) = run(&["simulate", snap.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(!err.contains("differs"), "{err}");
+}
+
+/// A snapshot's `summary`: no line about where counters came from when they simply came from
+/// the file, pools named (not `(0, 0)`), and no row wider than a terminal's 120 columns.
+#[test]
+fn snapshot_summary_says_what_its_rows_are() {
+    for name in [
+        "snapshots/h100/oom_default.pickle",
+        "snapshots/verl_mem_no_trace_multi_pool.pickle",
+    ] {
+        let (code, out, err) = run(&["summary", fixture(name).to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        assert!(!out.contains("counters from the file"), "{out}");
+        assert!(!out.contains(" (0, 0) "), "{out}");
+        assert!(out.contains("\n default "), "{out}");
+        for line in out.lines().filter(|l| !l.starts_with("Trace: none")) {
+            assert!(line.chars().count() <= 120, "{name}: {line}");
+        }
+    }
+    let (_, out, _) = run(&[
+        "summary",
+        fixture("snapshots/verl_mem_no_trace_multi_pool.pickle")
+            .to_str()
+            .unwrap(),
+    ]);
+    assert!(out.contains(" private (0, 1) "), "{out}");
+    assert!(
+        out.contains("a CUDA graph's or torch.cuda.MemPool's own pool"),
+        "{out}"
+    );
 }
