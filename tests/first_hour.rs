@@ -117,6 +117,20 @@ fn summary_phases_and_modules_of_a_real_recording() {
             "no {iter} {phase} in {phases:?}\n{text}"
         );
     }
+    // module peaks: the category column says it is all memory in use at the module's peak,
+    // not what the module holds (CrossEntropyLoss holds no optimizer state)
+    let peaks = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Module peaks"))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        peaks.contains("all memory in use while the module ran, its own or not"),
+        "{peaks}"
+    );
+    assert!(peaks.contains("at its peak, most memory is"), "{peaks}");
+    assert!(!text.contains("largest category at peak"), "{text}");
     // plot: the three identical CPU series are one line that says so; every iteration's
     // markers are named where there is room
     let svg = dir.path().join("mlp.svg");
