@@ -309,3 +309,30 @@ fn snapshot_summary_says_what_its_rows_are() {
         "{out}"
     );
 }
+
+/// `plot -o link.svg` (and `.png`, and `segments -o`) where the link points elsewhere writes
+/// the file the link names and keeps the link (issue 21 fixed it in src/output.rs; pictures
+/// go through the same path as text).
+#[test]
+fn a_picture_written_through_a_symlink_keeps_the_link() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+    let stats = fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl");
+    let snap = fixture("snapshots/cs336_small_mem_snapshot.pickle");
+    for (cmd, input, name) in [
+        ("plot", &stats, "plot.svg"),
+        ("plot", &stats, "plot.png"),
+        ("segments", &snap, "segments.svg"),
+    ] {
+        let target = dir.path().join("elsewhere").join(name);
+        std::fs::write(&target, b"old").unwrap();
+        let link = dir.path().join(format!("link-{name}"));
+        std::os::unix::fs::symlink(format!("elsewhere/{name}"), &link).unwrap();
+        let (code, _, err) = run(&[cmd, input.to_str().unwrap(), "-o", link.to_str().unwrap()]);
+        assert_eq!(code, 0, "{cmd} {name}: {err}");
+        let meta = std::fs::symlink_metadata(&link).unwrap();
+        assert!(meta.file_type().is_symlink(), "{name}: the link was replaced");
+        let written = std::fs::read(&target).unwrap();
+        assert!(written.len() > 100, "{name}: the link's target was not written");
+    }
+}
