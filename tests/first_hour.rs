@@ -317,7 +317,7 @@ fn snapshot_summary_says_what_its_rows_are() {
 fn a_picture_written_through_a_symlink_keeps_the_link() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
-    let stats = fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl");
+    let stats = fixture("tracker/synthetic_2000_ops.pkl");
     let snap = fixture("snapshots/cs336_small_mem_snapshot.pickle");
     for (cmd, input, name) in [
         ("plot", &stats, "plot.svg"),
