@@ -336,3 +336,117 @@ fn a_picture_written_through_a_symlink_keeps_the_link() {
         assert!(written.len() > 100, "{name}: the link's target was not written");
     }
 }
+
+/// The README's commands work as written after `scripts/demo.sh`, from the checkout: every
+/// `memtrack …` line of its `sh` blocks is run by the shell (the user's own `train.py` and its
+/// `run*.pkl` aside). The demo's `demo/mlp.pkl` is recorded here as the demo records it; with no
+/// torch, only the lines on fixtures run (loudly).
+#[test]
+fn readme_commands_work_as_written() {
+    let readme = std::fs::read_to_string(common::root().join("README.md")).unwrap();
+    let mut lines = Vec::new();
+    let mut in_sh = false;
+    for l in readme.lines() {
+        if l.starts_with("```") {
+            in_sh = l == "```sh";
+            continue;
+        }
+        if in_sh && (l.starts_with("memtrack ") || l.starts_with("py=")) {
+            lines.push(l.to_string());
+        }
+    }
+    assert!(lines.len() > 10, "{lines:?}");
+    let dir = tempfile::tempdir().unwrap();
+    for d in ["fixtures", "examples", "scripts"] {
+        std::os::unix::fs::symlink(common::root().join(d), dir.path().join(d)).unwrap();
+    }
+    let py = common::python();
+    if let Some(py) = &py {
+        std::fs::create_dir(dir.path().join("demo")).unwrap();
+        let (code, _) = common::record(
+            &dir.path().join("demo"),
+            "mlp.pkl",
+            &["--backend", "cpu"],
+            py,
+            &[&common::example("mlp_batchnorm.py")],
+        );
+        assert_eq!(code, 0);
+    } else {
+        eprintln!("NO TORCH: README lines on the demo's recording not run");
+    }
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_memtrack"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut ran = 0;
+    for line in &lines {
+        if line.contains("train.py") || line.contains(" run.") {
+            continue; // the user's own program
+        }
+        let needs_torch = line.contains("demo/") || line.contains("tf.pkl") || line.starts_with("py=");
+        if needs_torch && py.is_none() {
+            continue;
+        }
+        let line = match &py {
+            // the demo's Python is the one tests use (scripts/setup-python.sh would install one)
+            Some(py) if line.starts_with("py=") => format!("py='{}'", py.display()),
+            _ => line.clone(),
+        };
+        // one shell for the block's `py=` and the lines after it
+        let script = format!(
+            "py='{}'; {line}",
+            py.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+        );
+        let o = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .current_dir(dir.path())
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        let code = o.status.code();
+        let ok = code == Some(0) || (line.contains("--fail-over") && code == Some(1));
+        assert!(
+            ok,
+            "README line failed ({code:?}): {line}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        ran += 1;
+    }
+    assert!(ran >= 11, "only {ran} README lines ran");
+}
+
+/// The set-up scripts say one size (the README's), show their progress (no `--quiet`: a first
+/// run takes minutes), and the demo ends with commands to try next.
+#[test]
+fn demo_and_setup_say_one_size_and_show_progress() {
+    let read = |p: &str| std::fs::read_to_string(common::root().join(p)).unwrap();
+    let sizes = |text: &str| -> Vec<String> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        words
+            .windows(3)
+            .filter(|w| w[0] == "about" && w[2].trim_end_matches([',', ')']) == "GB")
+            .map(|w| w[1].to_string())
+            .collect()
+    };
+    let (readme, setup, demo) = (
+        read("README.md"),
+        read("scripts/setup-python.sh"),
+        read("scripts/demo.sh"),
+    );
+    let mut all = sizes(&readme);
+    all.extend(sizes(&setup));
+    all.extend(sizes(&demo));
+    assert!(!sizes(&setup).is_empty(), "setup-python.sh says no size");
+    assert!(all.iter().all(|s| *s == all[0]), "sizes differ: {all:?}");
+    for (name, text) in [("setup-python.sh", &setup), ("demo.sh", &demo)] {
+        assert!(!text.contains("--quiet"), "{name} is silent for minutes");
+    }
+    assert!(demo.contains("== demo step 1/4") || demo.contains("step \"1/4"), "{demo}");
+    assert!(demo.contains("next, try"), "{demo}");
+}
