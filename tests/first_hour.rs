@@ -331,9 +331,15 @@ fn a_picture_written_through_a_symlink_keeps_the_link() {
         let (code, _, err) = run(&[cmd, input.to_str().unwrap(), "-o", link.to_str().unwrap()]);
         assert_eq!(code, 0, "{cmd} {name}: {err}");
         let meta = std::fs::symlink_metadata(&link).unwrap();
-        assert!(meta.file_type().is_symlink(), "{name}: the link was replaced");
+        assert!(
+            meta.file_type().is_symlink(),
+            "{name}: the link was replaced"
+        );
         let written = std::fs::read(&target).unwrap();
-        assert!(written.len() > 100, "{name}: the link's target was not written");
+        assert!(
+            written.len() > 100,
+            "{name}: the link's target was not written"
+        );
     }
 }
 
@@ -388,7 +394,8 @@ fn readme_commands_work_as_written() {
         if line.contains("train.py") || line.contains(" run.") {
             continue; // the user's own program
         }
-        let needs_torch = line.contains("demo/") || line.contains("tf.pkl") || line.starts_with("py=");
+        let needs_torch =
+            line.contains("demo/") || line.contains("tf.pkl") || line.starts_with("py=");
         if needs_torch && py.is_none() {
             continue;
         }
@@ -400,7 +407,9 @@ fn readme_commands_work_as_written() {
         // one shell for the block's `py=` and the lines after it
         let script = format!(
             "py='{}'; {line}",
-            py.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+            py.as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
         );
         let o = std::process::Command::new("sh")
             .arg("-c")
@@ -447,6 +456,9 @@ fn demo_and_setup_say_one_size_and_show_progress() {
     for (name, text) in [("setup-python.sh", &setup), ("demo.sh", &demo)] {
         assert!(!text.contains("--quiet"), "{name} is silent for minutes");
     }
-    assert!(demo.contains("== demo step 1/4") || demo.contains("step \"1/4"), "{demo}");
+    assert!(
+        demo.contains("== demo step 1/4") || demo.contains("step \"1/4"),
+        "{demo}"
+    );
     assert!(demo.contains("next, try"), "{demo}");
 }
