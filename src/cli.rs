@@ -54,37 +54,53 @@ pub fn parse_from<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> Cli {
     }
 }
 
+/// A count of rows (`--top N`): 1 or more. Negative numbers reach this parser (rather than
+/// clap's "unexpected argument '-3'" and its advice to write `-- -3`, which then fails).
+fn count(s: &str) -> Result<usize, String> {
+    match s.parse::<i64>() {
+        Ok(n) if n >= 1 => Ok(n as usize),
+        Ok(_) => Err("how many rows to list: a count of 1 or more".into()),
+        Err(_) => Err("how many rows to list: a whole number, 1 or more".into()),
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Peaks, forward/backward split and the top ops that generate memory
+    /// Step one: run a PyTorch program (`-- python train.py`) and record its memory after every
+    /// op, per module and category, in a stats file (one per rank)
+    Record(RecordArgs),
+    /// Peaks, forward/backward split and top ops of a `record` file, a MemoryTracker stats file,
+    /// allocator snapshots or torch.profiler traces (several: one table of ranks)
     Summary(SummaryArgs),
-    /// Draw memory over time (SVG, PNG or HTML): per operator from stats files, over the trace
-    /// of an allocator snapshot, or (--stacked) the snapshot's Active Memory Timeline
+    /// Per-module memory of a `record` file by category and state, as PyTorch's MemTracker
+    /// tabulates it
+    Modules(ModulesArgs),
+    /// Draw memory over time (SVG, PNG or HTML) from a stats file (per op), an allocator
+    /// snapshot (over its trace; --stacked: its Active Memory Timeline) or a profiler trace
     Plot(PlotArgs),
-    /// Write the whole file as JSON, for scripts
-    Export(ExportArgs),
+    /// Allocator snapshot or profiler trace: bytes by allocation site (or user line,
+    /// category, annotation, …) live at a moment (the peak, an event, a time, an OOM) and at the end
+    Top(TopArgs),
     /// Allocator snapshot: the per-segment map of `_memory_viz stats`, or an SVG of segments
     Segments(SegmentsArgs),
-    /// Allocator snapshot: bytes by allocation site (or user line, category, annotation, …),
-    /// live at a moment (the peak, an event, a time, an OOM, an annotation) and at the end
-    Top(TopArgs),
     /// Allocator snapshot: the event listing of `_memory_viz trace`, with correct totals
     Trace(TraceArgs),
-    /// Compare two snapshots or two stats files; `--fail-over` makes it a CI gate
+    /// Compare two snapshots, two stats files or two profiler traces; `--fail-over` makes it a
+    /// CI gate
     Diff(DiffArgs),
-    /// Run a PyTorch program and record its memory per op and per module (every rank)
-    Record(RecordArgs),
-    /// Per-module memory by category and state, as PyTorch's MemTracker tabulates it
-    Modules(ModulesArgs),
-    /// NVIDIA GPUs: memory and the processes using it, through NVML (no CUDA context)
-    Gpus(GpusArgs),
-    /// The CUDA caching allocator's counters, as torch.cuda.memory_summary() prints them
-    Allocator(AllocatorArgs),
-    /// Reference cycles that held tensors (`record --cycles`): listed by bytes, or drawn
-    Cycles(CyclesArgs),
     /// Allocator snapshot: replay its trace under other allocator settings (would
     /// expandable_segments, max_split_size_mb, ... have avoided the OOM?)
     Simulate(SimulateArgs),
+    /// Write a stats file, an allocator snapshot or a profiler trace whole as JSON, for scripts
+    Export(ExportArgs),
+    /// The CUDA caching allocator's counters kept in a `record` file (recorded on CUDA), as
+    /// torch.cuda.memory_summary() prints them
+    Allocator(AllocatorArgs),
+    /// Reference cycles that held tensors, from a `record --cycles` file: listed by bytes, or
+    /// drawn
+    Cycles(CyclesArgs),
+    /// NVIDIA GPUs now: memory and the processes using it, through NVML (no CUDA context)
+    Gpus(GpusArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell)
     Completions(CompletionsArgs),
     /// Print the man page (roff), generated from the command-line definition
@@ -105,6 +121,9 @@ pub struct Common {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_long_help = "Examples:\n  memtrack summary demo/mlp.pkl --top 10              scripts/demo.sh writes demo/mlp.pkl\n  memtrack summary run.rank0.pkl run.rank1.pkl        ranks side by side\n  memtrack summary snap.pickle --format json          an allocator snapshot\n  memtrack summary rank*.pickle                       one row per rank\n  memtrack summary trace.pt.trace.json.gz             a torch.profiler trace"
+)]
 pub struct SummaryArgs {
     /// A MemoryTracker stats file (save_stats), a `memtrack record` file or an allocator
     /// snapshot; several stats files (one per rank: `run.rank*.pkl`) add a cross-rank
@@ -115,7 +134,7 @@ pub struct SummaryArgs {
     #[arg(required = true, num_args = 1.., value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// How many of the ops that generate the most memory to list
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     pub top: usize,
     /// Allocator snapshots: only this CUDA device
     #[arg(long, value_name = "N")]
@@ -152,6 +171,9 @@ impl SeriesArg {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_long_help = "Examples:\n  memtrack plot demo/mlp.pkl -o mlp.svg\n  memtrack plot demo/mlp.pkl --series allocated,reserved --split -o mlp.png\n  memtrack plot snap.pickle -o timeline.svg\n  memtrack plot snap.pickle --stacked --group-by category -o timeline.html"
+)]
 pub struct PlotArgs {
     /// A MemoryTracker stats file (save_stats), a `memtrack record` file, or an allocator
     /// snapshot (`torch.cuda.memory._dump_snapshot`)
@@ -224,6 +246,9 @@ pub enum ExportFormat {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_long_help = "Examples:\n  memtrack export demo/mlp.pkl > mlp.json\n  memtrack export snap.pickle -o snap.json"
+)]
 pub struct ExportArgs {
     /// A MemoryTracker stats file, a `memtrack record` file or an allocator snapshot
     pub file: PathBuf,
@@ -236,6 +261,9 @@ pub struct ExportArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_long_help = "Examples:\n  memtrack segments snap.pickle\n  memtrack segments snap.pickle --at peak -o segments.svg"
+)]
 pub struct SegmentsArgs {
     /// An allocator snapshot (`torch.cuda.memory._dump_snapshot()` or `memory_snapshot()`)
     pub file: PathBuf,
@@ -280,6 +308,9 @@ pub enum GroupByArg {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_long_help = "Examples:\n  memtrack top snap.pickle                          by allocation site, at the peak\n  memtrack top snap.pickle --group-by user --at oom\n  memtrack top snap.pickle --at 5.2s --group-by category\n  memtrack top snap.pickle --folded > stacks.folded   for flamegraph.pl or speedscope"
+)]
 pub struct TopArgs {
     /// An allocator snapshot, or a torch.profiler trace (bytes by op, Python function and
     /// annotation)
@@ -288,7 +319,7 @@ pub struct TopArgs {
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// How many groups to list
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     pub top: usize,
     /// When live memory is counted: peak, end, oom (oom@N: the N-th), an event index as
     /// `memtrack trace` prints it, a time since the trace's first event (5.2s, 300ms), or an
@@ -312,6 +343,7 @@ pub struct TopArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(after_long_help = "Example:\n  memtrack trace snap.pickle | less")]
 pub struct TraceArgs {
     /// An allocator snapshot recorded with `_record_memory_history()`
     pub file: PathBuf,
@@ -323,6 +355,9 @@ pub struct TraceArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_long_help = "Examples:\n  memtrack diff before.pkl after.pkl\n  memtrack diff before.pickle after.pickle --fail-over 5%     exit 1 past 5% more peak"
+)]
 pub struct DiffArgs {
     /// The baseline: an allocator snapshot or a stats file
     pub before: PathBuf,
@@ -332,7 +367,7 @@ pub struct DiffArgs {
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// How many sites (snapshots) or ops (stats) to list
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     pub top: usize,
     /// Exit with code 1 when the peak of allocated bytes grew by more than this: bytes
     /// (`104857600`, `100MiB`, `1.5GiB`) or a share of the baseline's peak (`5%`)
@@ -398,6 +433,9 @@ pub struct RecordArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_long_help = "Examples:\n  memtrack modules demo/mlp.pkl\n  memtrack modules demo/mlp.pkl --depth 3 --iteration all --units KiB\n  memtrack modules run.pkl --state pre-forward-ac,post-forward-ac,peak-backward"
+)]
 pub struct ModulesArgs {
     /// A `memtrack record` file
     pub file: PathBuf,
@@ -451,6 +489,9 @@ pub enum StatsMoment {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    after_long_help = "Examples:\n  memtrack allocator run.pkl\n  memtrack allocator run.pkl --at oom --abbreviated"
+)]
 pub struct AllocatorArgs {
     /// A `memtrack record` file recorded on CUDA
     pub file: PathBuf,
@@ -478,7 +519,7 @@ pub struct CyclesArgs {
     #[arg(long, value_name = "N")]
     pub cycle: Option<usize>,
     /// How many cycles to list or draw, most bytes first
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     pub top: usize,
     /// Output format of the listing; JSON is the stable contract for scripts and CI
     #[arg(long, value_enum, default_value_t = Format::Text)]

@@ -320,6 +320,8 @@ pub struct DeviceSimulation {
     pub device: u32,
     /// Events in the device's trace (0 without one).
     pub trace_events: usize,
+    /// The first trace event's `time_us`: times are shown relative to it, as `summary` does.
+    pub first_time_us: Option<i64>,
     /// The memory limit the replay enforced, in bytes (`None`: unlimited).
     pub memory_limit_bytes: Option<u64>,
     /// Where `memory_limit_bytes` came from.
@@ -741,6 +743,7 @@ pub fn simulate(
     DeviceSimulation {
         device,
         trace_events: trace.events.len(),
+        first_time_us: trace.events.iter().find_map(|e| e.time()),
         memory_limit_bytes: limit,
         memory_limit_source: source,
         notes,

@@ -22,13 +22,8 @@ pub fn run(a: SimulateArgs) -> Result<()> {
         label_oom_sites(&mut sim, &snap);
     }
     for d in &sim.devices {
-        if d.validation.first_mismatch.is_some() || !d.validation.final_segments_match {
-            eprintln!(
-                "memtrack: warning: device {}: the replay under the file's own settings differs \
-                 from the recording: {}",
-                d.device,
-                render::simulate::validation_line(d, a.common.units)
-            );
+        if let Some(warning) = render::simulate::mismatch_warning(d, a.common.units) {
+            eprintln!("memtrack: warning: {warning}");
         }
     }
     let title = super::display_name(&a.file);

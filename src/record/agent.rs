@@ -14,7 +14,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 16] = [
+pub const FILES: [(&str, &str); 17] = [
     ("sitecustomize.py", include_str!("agent/sitecustomize.py")),
     agent_file!("__init__.py"),
     agent_file!("activate.py"),
@@ -31,6 +31,7 @@ pub const FILES: [(&str, &str); 16] = [
     agent_file!("protocol.py"),
     agent_file!("state.py"),
     agent_file!("transport.py"),
+    agent_file!("versions.py"),
 ];
 
 pub fn write_to(dir: &Path) -> std::io::Result<()> {

@@ -35,6 +35,16 @@ impl Report {
                     device; the program was stopped (exit 2)"
                 .into();
         }
+        if let Some(Note::TorchUnsupported { torch, supported }) = self
+            .notes
+            .iter()
+            .find(|n| matches!(n, Note::TorchUnsupported { .. }))
+        {
+            return format!(
+                "nothing recorded: the program's torch is {torch}, and memtrack records torch \
+                 {supported}; the program was stopped (exit 2)"
+            );
+        }
         if let Some(Note::NoTorch { python }) = self
             .notes
             .iter()

@@ -57,6 +57,7 @@ pub const MSG_BYE: &str = "bye";
 pub const MSG_NO_TORCH: &str = "no_torch";
 pub const MSG_TORCH_NOT_IMPORTED: &str = "torch_not_imported";
 pub const MSG_CUDA_UNAVAILABLE: &str = "cuda_unavailable";
+pub const MSG_TORCH_UNSUPPORTED: &str = "torch_unsupported";
 
 /// The agent's pseudo-op sampled after each compiled graph call (its name in files).
 pub const COMPILED_GRAPH: &str = "compiled_graph";

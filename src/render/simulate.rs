@@ -103,6 +103,40 @@ fn event_ref(r: &Option<SegmentEventRef>, units: Units) -> String {
     }
 }
 
+/// The warning `simulate` prints when the replay under the file's own settings does not
+/// reproduce the recording; None when it does. A `--memory` below what the recording used is
+/// named as the cause: the replay ran out where the program did not.
+pub fn mismatch_warning(d: &DeviceSimulation, units: Units) -> Option<String> {
+    let v = &d.validation;
+    if v.first_mismatch.is_none() && v.final_segments_match {
+        return None;
+    }
+    let own = d.scenarios.first();
+    let limit_caused = d.memory_limit_source == LimitSource::Given
+        && own.is_some_and(|sc| sc.ooms.iter().any(|o| !o.recorded));
+    let mut line = format!(
+        "device {}: the replay under the file's own settings differs from the recording",
+        d.device
+    );
+    if let (true, Some(limit)) = (limit_caused, d.memory_limit_bytes) {
+        let _ = write!(
+            line,
+            " because of --memory {}: below what the program used{}, the replayed allocator ran \
+             out of memory where the recorded one did not (drop --memory to check the model \
+             against the file)",
+            format_bytes(limit as f64, units),
+            v.recorded_peak_reserved_bytes
+                .filter(|p| *p > 0)
+                .map_or(String::new(), |p| format!(
+                    " (peak reserved {})",
+                    format_bytes(p as f64, units)
+                ))
+        );
+    }
+    let _ = write!(line, ": {}", validation_line(d, units));
+    Some(line)
+}
+
 /// The validation line (also the warning `simulate` prints on a mismatch).
 pub fn validation_line(d: &DeviceSimulation, units: Units) -> String {
     let v = &d.validation;
@@ -222,8 +256,10 @@ fn text(s: &Simulation, title: &str, format: Format, units: Units) -> String {
                     "OOM under {}: event {}{}, {} requested with {} reserved{}{}",
                     sc.settings,
                     thousands(o.index),
-                    o.time_us
-                        .map_or(String::new(), |t| format!(" (time_us {t})")),
+                    match (o.time_us, d.first_time_us) {
+                        (Some(t), Some(t0)) => format!(" (+{:.3} s)", (t - t0) as f64 / 1e6),
+                        _ => String::new(),
+                    },
                     b(o.requested_bytes),
                     b(o.reserved_bytes),
                     o.site

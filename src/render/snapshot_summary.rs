@@ -24,6 +24,56 @@ fn when(index: usize, time_us: Option<i64>, t0: Option<i64>) -> String {
     }
 }
 
+/// The pool id of the allocator's ordinary pool (`segment_pool_id`).
+const DEFAULT_POOL: &str = "(0, 0)";
+
+/// A pool as the table says it: `default` for the allocator's ordinary pool, `private (id)`
+/// for one made by CUDA graph capture or `torch.cuda.MemPool` (JSON keeps the id).
+fn pool_name(id: &str) -> String {
+    if id == DEFAULT_POOL {
+        "default".into()
+    } else {
+        format!("private {id}")
+    }
+}
+
+/// A setting's value, short enough for a table row: `roundup_power2_divisions` (a map of
+/// size in MiB to divisions, 16 entries) as runs of sizes with the same value, in size order.
+fn short_setting(key: &str, value: String) -> String {
+    if key != "roundup_power2_divisions" {
+        return value;
+    }
+    let Ok(map) = serde_json::from_str::<std::collections::BTreeMap<String, i64>>(&value) else {
+        return value;
+    };
+    let Ok(mut sizes) = map
+        .iter()
+        .map(|(k, v)| k.parse::<u64>().map(|k| (k, *v)))
+        .collect::<Result<Vec<_>, _>>()
+    else {
+        return value;
+    };
+    sizes.sort_unstable();
+    let mut runs: Vec<(u64, u64, i64)> = Vec::new();
+    for (size, v) in sizes {
+        match runs.last_mut() {
+            Some(run) if run.2 == v => run.1 = size,
+            _ => runs.push((size, size, v)),
+        }
+    }
+    let runs: Vec<String> = runs
+        .iter()
+        .map(|&(a, b, v)| {
+            if a == b {
+                format!("{a} MiB: {v}")
+            } else {
+                format!("{a}-{b} MiB: {v}")
+            }
+        })
+        .collect();
+    format!("{} (size: divisions)", runs.join(", "))
+}
+
 // ---- summary ----
 
 /// An allocator snapshot's `summary` in `format` (`title`: the file's name).
@@ -179,20 +229,25 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
             ]);
         }
         doc.table(&t);
+        // where the counters came from is worth a line only when it is not simply the file
         let counters = match d.counters {
-            "file" => "counters from the file".to_string(),
-            "derived" => "counters derived from blocks (the file has none)".to_string(),
-            _ => "counters from the file where present, else derived from blocks".to_string(),
+            "file" => None,
+            "derived" => Some("counters derived from blocks (the file has none)"),
+            _ => Some("counters from the file where present, else derived from blocks"),
         };
-        if d.counter_mismatches > 0 {
-            doc.para(&format!(
-                "{counters}; {} segment(s) whose counters disagree with their blocks",
-                d.counter_mismatches
-            ));
-        } else if !doc.is_markdown() {
-            doc.para(&counters);
-        } else {
-            doc.para(&format!("_{counters}_"));
+        let counters = match (counters, d.counter_mismatches) {
+            (c, 0) => c.map(str::to_string),
+            (c, n) => Some(format!(
+                "{}{n} segment(s) whose counters disagree with their blocks",
+                c.map_or(String::new(), |c| format!("{c}; "))
+            )),
+        };
+        if let Some(counters) = counters {
+            if doc.is_markdown() {
+                doc.para(&format!("_{counters}_"));
+            } else {
+                doc.para(&counters);
+            }
         }
 
         doc.heading("Segments by pool and size class");
@@ -208,7 +263,7 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
         ]);
         for p in &d.pools {
             t.row(vec![
-                p.pool.clone(),
+                pool_name(&p.pool),
                 if p.size_class_derived {
                     format!("{}*", p.size_class.name())
                 } else {
@@ -223,6 +278,12 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
             ]);
         }
         doc.table(&t);
+        if d.pools.iter().any(|p| p.pool != DEFAULT_POOL) {
+            doc.para(
+                "private (segment_pool_id): a CUDA graph's or torch.cuda.MemPool's own pool; \
+                 nothing else allocates from it",
+            );
+        }
         if d.pools.iter().any(|p| p.size_class_derived) {
             doc.para("* size class derived from the segment size (the file has no segment_type)");
         }
@@ -346,7 +407,7 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
                     serde_json::Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
-                t.row(vec![k.clone(), v]);
+                t.row(vec![k.clone(), short_setting(k, v)]);
             }
             doc.table(&t);
         }

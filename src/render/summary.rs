@@ -157,7 +157,7 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
             ">parameters",
             ">peak forward",
             ">peak backward",
-            "largest category at peak",
+            "at its peak, most memory is",
         ]);
         for m in &mp.modules {
             let opt = |b: Option<i64>| {
@@ -174,7 +174,7 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
             ]);
         }
         doc.heading(&format!(
-            "Module peaks (iteration {} of {}, depth <= {}; memory in use while the module ran: `memtrack modules` for all)",
+            "Module peaks (iteration {} of {}, depth <= {}): all memory in use while the module ran, its own or not, and the category with the most of it then; `memtrack modules` for all",
             mp.iteration, mp.iterations, mp.max_depth
         ));
         doc.table(&t);

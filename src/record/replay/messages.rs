@@ -8,7 +8,7 @@ use crate::model::{Cycle, CycleEdge, CycleNode, CycleTensor};
 use crate::record::protocol::{
     MSG_AGENT_ERROR, MSG_BYE, MSG_CUDA_UNAVAILABLE, MSG_CYCLES, MSG_DEVICE, MSG_EXCEPTION,
     MSG_HELLO, MSG_NAME, MSG_NO_TORCH, MSG_OOM, MSG_OP, MSG_SIGNAL, MSG_SNAPSHOT,
-    MSG_TORCH_NOT_IMPORTED,
+    MSG_TORCH_NOT_IMPORTED, MSG_TORCH_UNSUPPORTED,
 };
 
 use super::{Note, Replay};
@@ -103,6 +103,12 @@ impl Replay {
                 })
             }
             MSG_CUDA_UNAVAILABLE => self.note = Some(Note::CudaUnavailable),
+            MSG_TORCH_UNSUPPORTED => {
+                self.note = Some(Note::TorchUnsupported {
+                    torch: as_string(&m["torch"]).unwrap_or_default(),
+                    supported: as_string(&m["supported"]).unwrap_or_default(),
+                })
+            }
             MSG_TORCH_NOT_IMPORTED => {
                 self.note = Some(Note::TorchNotImported {
                     argv: m["argv"]

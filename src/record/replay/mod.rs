@@ -42,6 +42,9 @@ pub enum Note {
     TorchNotImported { argv: Vec<String> },
     /// `--backend cuda` where torch sees no CUDA: the agent stopped the program (exit 2).
     CudaUnavailable,
+    /// A torch outside the versions the agent supports: the agent stopped the program
+    /// (exit 2). `supported` is the agent's range, as it says it.
+    TorchUnsupported { torch: String, supported: String },
 }
 
 /// One process's recording, decoded.

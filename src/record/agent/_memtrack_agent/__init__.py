@@ -5,6 +5,7 @@ TorchDispatchMode plus global module and optimizer hooks.
 
 Modules, each owning one part (imports go one way, down this list):
   protocol   the constants shared with the collector (src/record/protocol.rs checks them)
+  versions   the torch versions the agent supports
   state      whether this process records, its torch and backend, its environment
   transport  socket, spool, JSON messages, the flusher thread
   importhook code run right after a module is imported

@@ -6,9 +6,9 @@ exit handling, CUDA setup, --cycles) and enter the dispatch mode.
 import os
 import sys
 
-from . import compiled, cuda, cycles, modules, ops, optim, process, state, transport
+from . import compiled, cuda, cycles, modules, ops, optim, process, state, transport, versions
 from .importhook import after_import
-from .protocol import FRAME_JSON, MSG_CUDA_UNAVAILABLE, MSG_HELLO
+from .protocol import FRAME_JSON, MSG_CUDA_UNAVAILABLE, MSG_HELLO, MSG_TORCH_UNSUPPORTED
 
 
 def activate(torch):
@@ -21,6 +21,20 @@ def activate(torch):
         return
     if not connected:
         return
+    version = getattr(torch, "__version__", "?")
+    why = versions.unsupported(version, os.environ.get("MEMTRACK_ANY_TORCH"))
+    if why is not None:
+        # a torch without the internals the agent calls would record half a run, or fail in
+        # the middle of it: stop the program before it runs, as for --backend cuda below
+        sys.stderr.write(f"memtrack: {why}\n")
+        stop(
+            {
+                "t": MSG_TORCH_UNSUPPORTED,
+                "pid": os.getpid(),
+                "torch": version,
+                "supported": versions.supported_range(),
+            }
+        )
     transport.open_spool(os.environ.get("MEMTRACK_SPOOL"))
     state.torch = torch
     want = os.environ.get("MEMTRACK_BACKEND", "auto")
@@ -35,12 +49,7 @@ def activate(torch):
             "memtrack: --backend cuda, but torch.cuda.is_available() is False in this process "
             f"(torch {getattr(torch, '__version__', '?')}); use --backend cpu or auto\n"
         )
-        try:
-            msg = {"t": MSG_CUDA_UNAVAILABLE, "pid": os.getpid()}
-            transport.send_frame(FRAME_JSON, transport.encode_json(msg))
-            transport.sock.close()
-        finally:
-            os._exit(2)
+        stop({"t": MSG_CUDA_UNAVAILABLE, "pid": os.getpid()})
     if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
         ops.min_alloc = 1
 
@@ -80,3 +89,13 @@ def activate(torch):
             cycles.watch(torch)
         except Exception as e:
             transport.internal_error(e)
+
+
+def stop(msg):
+    """Tell the collector why this process records nothing, and end it with exit code 2
+    before the program runs (the only way the agent ends a program)."""
+    try:
+        transport.send_frame(FRAME_JSON, transport.encode_json(msg))
+        transport.sock.close()
+    finally:
+        os._exit(2)

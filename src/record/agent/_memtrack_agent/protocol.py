@@ -77,6 +77,7 @@ MSG_BYE = "bye"
 MSG_NO_TORCH = "no_torch"
 MSG_TORCH_NOT_IMPORTED = "torch_not_imported"
 MSG_CUDA_UNAVAILABLE = "cuda_unavailable"
+MSG_TORCH_UNSUPPORTED = "torch_unsupported"
 
 # The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
 COMPILED_GRAPH = "compiled_graph"
