@@ -85,6 +85,9 @@ pub enum Command {
     /// Allocator snapshot: replay its trace under other allocator settings (would
     /// expandable_segments, max_split_size_mb, ... have avoided the OOM?)
     Simulate(SimulateArgs),
+    /// Every allocation in the browser: a local web UI (Active Memory Timeline at any zoom,
+    /// allocator state at a moment), served from 127.0.0.1 until Ctrl-C
+    View(ViewArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell)
     Completions(CompletionsArgs),
     /// Print the man page (roff), generated from the command-line definition
@@ -257,6 +260,26 @@ pub struct SegmentsArgs {
     /// by undoing the events after it
     #[arg(long, value_name = "MOMENT")]
     pub at: Option<crate::analysis::moment::Moment>,
+}
+
+#[derive(Args, Debug)]
+pub struct ViewArgs {
+    /// An allocator snapshot (`torch.cuda.memory._dump_snapshot()`), a MemoryTracker stats
+    /// file or a `memtrack record` file
+    pub file: PathBuf,
+    /// The CUDA device whose trace to show (default: the first with trace events)
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// TCP port to listen on; 0 picks a free one
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Address to listen on. Anything but 127.0.0.1 lets other machines ask for the stack
+    /// traces (they still need the URL's token)
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Print the URL only; do not open a browser
+    #[arg(long)]
+    pub no_browser: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
