@@ -50,7 +50,7 @@ pub fn run(a: ViewArgs) -> Result<()> {
             drop(stage);
             Content::Snapshot {
                 snap,
-                index,
+                index: Box::new(index),
                 events: Box::new(spool),
                 devices,
             }

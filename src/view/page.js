@@ -167,7 +167,8 @@ function draw() {
   const L = state.layout, tile = state.tile;
   if (!L) return;
   const top = L.top;
-  const column = (j) => [L.px[j], Math.max(0.5, L.px[j + 1] - L.px[j])];
+  // whole pixels: columns that meet leave no hairline seams between them
+  const column = (j) => { const x = Math.floor(L.px[j]); return [x, Math.max(1, Math.ceil(L.px[j + 1]) - x)]; };
   const fill = (j, bottom, amount) => {
     if (amount <= 0) return;
     const [x, cw] = column(j);
@@ -177,7 +178,14 @@ function draw() {
   for (const { d, bottom } of L.drawn) {
     ctx.globalAlpha = matches(d.site, d.stack) ? 1 : 0.15;
     ctx.fillStyle = allocColor(d.id, d.site);
-    for (let j = d.j0; j < d.j1; j++) fill(j, bottom[j - d.j0], d.size);
+    // one rectangle per run of samples where it sits at the same height
+    for (let j = d.j0; j < d.j1;) {
+      let k = j + 1;
+      while (k < d.j1 && bottom[k - d.j0] === bottom[j - d.j0]) k++;
+      const x = Math.floor(L.px[j]), y0 = yToPx(bottom[j - d.j0], top), y1 = yToPx(bottom[j - d.j0] + d.size, top);
+      ctx.fillRect(x, y1, Math.max(1, Math.ceil(L.px[k]) - x), Math.max(0.5, y0 - y1));
+      j = k;
+    }
   }
   for (const { b, bottom } of L.bands) {
     ctx.globalAlpha = matches(b.site) ? 0.9 : 0.15;

@@ -31,7 +31,7 @@ pub enum Content {
         /// Segments, blocks, stacks and annotations.
         snap: Box<Snapshot>,
         /// Every allocation of the device shown.
-        index: AllocIndex,
+        index: Box<AllocIndex>,
         /// The trace's events, replayed for moments.
         events: Box<dyn TraceEvents>,
         /// Devices with trace events (the one shown is `index.device`).
