@@ -101,6 +101,9 @@ pub enum Command {
     Cycles(CyclesArgs),
     /// NVIDIA GPUs now: memory and the processes using it, through NVML (no CUDA context)
     Gpus(GpusArgs),
+    /// Allocator snapshot, record or stats file in the browser: a local web UI (every
+    /// allocation at any zoom, allocator state at a moment), served from 127.0.0.1 until Ctrl-C
+    View(ViewArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell)
     Completions(CompletionsArgs),
     /// Print the man page (roff), generated from the command-line definition
@@ -286,6 +289,29 @@ pub struct SegmentsArgs {
     /// by undoing the events after it
     #[arg(long, value_name = "MOMENT")]
     pub at: Option<crate::analysis::moment::Moment>,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_long_help = "Examples:\n  memtrack view snap.pickle                  prints the URL, opens the browser\n  memtrack view snap.pickle --no-browser --port 8123\n  memtrack view demo/mlp.pkl                 a record or stats file: its per-op series"
+)]
+pub struct ViewArgs {
+    /// An allocator snapshot (`torch.cuda.memory._dump_snapshot()`), a MemoryTracker stats
+    /// file or a `memtrack record` file
+    pub file: PathBuf,
+    /// The CUDA device whose trace to show (default: the first with trace events)
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// TCP port to listen on; 0 picks a free one
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// Address to listen on. Anything but 127.0.0.1 lets other machines ask for the stack
+    /// traces (they still need the URL's token)
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Print the URL only; do not open a browser
+    #[arg(long)]
+    pub no_browser: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -1,7 +1,7 @@
 //! memtrack: a profiler for PyTorch GPU memory.
 //!
 //! Data flows one way: bytes → [`pickle`] values → [`formats`] → [`model`] → [`analysis`] →
-//! [`render`]; [`commands`] wire them, one file per subcommand.
+//! [`render`]; [`view`] serves analyses to a browser; [`commands`] wire them, one file per subcommand.
 
 pub mod analysis;
 pub mod cli;
@@ -16,3 +16,4 @@ pub mod pickle;
 pub mod progress;
 pub mod record;
 pub mod render;
+pub mod view;

@@ -394,6 +394,9 @@ fn readme_commands_work_as_written() {
         if line.contains("train.py") || line.contains(" run.") {
             continue; // the user's own program
         }
+        if line.starts_with("memtrack view ") {
+            continue; // a server that runs until Ctrl-C: tests/view_server.rs drives it
+        }
         let needs_torch =
             line.contains("demo/") || line.contains("tf.pkl") || line.starts_with("py=");
         if needs_torch && py.is_none() {

@@ -64,9 +64,17 @@ struct Seg {
 /// Replace device `device`'s segments and blocks in `snap` by those right after its trace's
 /// event `index` (0-based, as `trace` numbers them). Other devices are left as they are.
 pub fn rewind_to(snap: &mut Snapshot, device: u32, index: usize) {
-    let Some(trace) = snap.traces.get(device as usize) else {
+    let Some(trace) = snap.traces.get_mut(device as usize).map(std::mem::take) else {
         return;
     };
+    rewind_undoing(snap, device, &trace, index + 1);
+    snap.traces[device as usize] = trace;
+}
+
+/// Replace device `device`'s segments and blocks in `snap` by those before `trace.events[from..]`
+/// happened: the final state with those events undone. `trace` is the device's trace, or (a
+/// snapshot whose events were put aside, as `memtrack view` keeps them) only its last events.
+pub fn rewind_undoing(snap: &mut Snapshot, device: u32, trace: &DeviceTrace, from: usize) {
     let mut segs: BTreeMap<u64, Seg> = BTreeMap::new();
     for s in snap.segments.iter().filter(|s| s.device == device) {
         let live = s
@@ -93,7 +101,7 @@ pub fn rewind_to(snap: &mut Snapshot, device: u32, index: usize) {
         };
         segs.insert(s.address, seg);
     }
-    for e in trace.events.iter().skip(index + 1).rev() {
+    for e in trace.events.iter().skip(from).rev() {
         undo(&mut segs, trace, e, device);
     }
     // the device's segments and blocks replaced, in address order

@@ -16,6 +16,7 @@ mod simulate;
 mod summary;
 mod top;
 mod trace;
+mod view;
 
 use crate::cli::{Cli, Command};
 use crate::error::Result;
@@ -35,6 +36,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Allocator(a) => allocator::run(a),
         Command::Cycles(a) => cycles::run(a),
         Command::Simulate(a) => simulate::run(a),
+        Command::View(a) => view::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),
     }

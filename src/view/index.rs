@@ -1,0 +1,506 @@
+//! Every allocation of one device's trace, indexed once when `memtrack view` starts, and the
+//! tiles of the Active Memory Timeline cut from it for any window and pixel width.
+//!
+//! The index keeps per allocation its start and end event, size, stack and site (32 bytes),
+//! and per event its x and the allocated bytes after it (the device's [`Timeline`]): never the
+//! decoded events, which stay where the reading put them aside (`formats::event_spool`).
+//!
+//! A tile is what a view `width` pixels wide can show of `[x0, x1]`: one sample per pixel
+//! column (its event of most allocated bytes, as `analysis::stacked` keeps a column's
+//! extremes, so every peak shows); the allocations at least a pixel tall and live at a sample
+//! are sent one by one (the largest by area when more than [`MAX_DRAWN`]); every other
+//! allocation live at a sample is summed into its site's band, or the "other" band past
+//! [`MAX_BANDS`] sites. Nothing is dropped: at each sample the drawn allocations, the bands and
+//! the rest (allocations older than the trace that it never frees) add up to the timeline's
+//! allocated bytes.
+
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+use crate::analysis::sites::Sites;
+use crate::analysis::timeline::{AnnotationMark, OomMark, Point, Timeline};
+use crate::model::snapshot::{Action, Snapshot, StackId};
+use crate::model::trace::TraceEvents;
+
+/// At most this many allocations are sent one by one in a tile.
+pub const MAX_DRAWN: usize = 6000;
+/// At most this many site bands in a tile; the rest of the small allocations is one band.
+pub const MAX_BANDS: usize = 12;
+/// The widest tile asked for, in pixels (a request's bound).
+pub const MAX_WIDTH: usize = 8192;
+
+/// One allocation as the trace shows it. `NONE`: before the trace began / still live at its end.
+#[derive(Clone, Copy, Debug)]
+pub struct Alloc {
+    /// The event that allocated it.
+    pub start: u32,
+    /// The event that freed it (`free_requested`).
+    pub end: u32,
+    /// Bytes requested.
+    pub size: u64,
+    /// The allocating stack.
+    pub stack: StackId,
+    /// The freeing stack (`MISSING` while live at the end).
+    pub free_stack: StackId,
+    /// Index into [`AllocIndex::sites`].
+    pub site: u32,
+}
+
+impl Alloc {
+    /// Neither started nor ended in the trace.
+    pub const NONE: u32 = u32::MAX;
+
+    /// The allocating event, if in the trace.
+    pub fn start(&self) -> Option<usize> {
+        (self.start != Alloc::NONE).then_some(self.start as usize)
+    }
+
+    /// The freeing event, if in the trace.
+    pub fn end(&self) -> Option<usize> {
+        (self.end != Alloc::NONE).then_some(self.end as usize)
+    }
+}
+
+/// Every allocation of one device's trace, in stacking order (those older than the trace
+/// first, then by allocating event), with the device's timeline.
+pub struct AllocIndex {
+    /// The device.
+    pub device: u32,
+    /// The allocations, in stacking order: an allocation's id is its place here.
+    pub allocs: Vec<Alloc>,
+    /// Site labels (`file:line:function`), as `_memory_viz` and `top` name sites.
+    pub sites: Vec<String>,
+    /// x of each event (seconds since the first, or the event index), allocated bytes after
+    /// it, peak, OOMs and annotations.
+    pub timeline: Timeline,
+}
+
+/// The whole of a device's events seen once: alloc paired with free by address.
+pub fn build(
+    snap: &Snapshot,
+    device: u32,
+    mut timeline: Timeline,
+    events: &mut dyn TraceEvents,
+) -> std::io::Result<AllocIndex> {
+    timeline.reserved = Vec::new(); // the Active Memory Timeline is allocated memory only
+    let mut allocs: Vec<Alloc> = Vec::new();
+    let mut open: FxHashMap<u64, u32> = FxHashMap::default();
+    events.visit(device, &mut |i, e, _, _| {
+        match e.action {
+            Action::Alloc => {
+                open.insert(e.addr, allocs.len() as u32);
+                allocs.push(Alloc {
+                    start: i as u32,
+                    end: Alloc::NONE,
+                    size: e.size,
+                    stack: e.stack,
+                    free_stack: StackId::MISSING,
+                    site: 0,
+                });
+            }
+            Action::FreeRequested => match open.remove(&e.addr) {
+                Some(id) => {
+                    let a = &mut allocs[id as usize];
+                    a.end = i as u32;
+                    a.free_stack = e.stack;
+                }
+                // allocated before the trace began: its free says where, not its stack
+                None => allocs.push(Alloc {
+                    start: Alloc::NONE,
+                    end: i as u32,
+                    size: e.size,
+                    stack: StackId::MISSING,
+                    free_stack: e.stack,
+                    site: 0,
+                }),
+            },
+            _ => {}
+        }
+        Ok(())
+    })?;
+    // older than the trace at the bottom, as `_memory_viz` stacks them; the sort is stable
+    allocs.sort_by_key(|a| a.start().map_or(0, |s| s as u64 + 1));
+    let mut sites = Sites::new(snap);
+    let mut labels: Vec<String> = Vec::new();
+    let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
+    let mut by_stack: FxHashMap<StackId, u32> = FxHashMap::default();
+    for a in &mut allocs {
+        let stack = if a.start().is_some() {
+            a.stack
+        } else {
+            a.free_stack
+        };
+        a.site = *by_stack.entry(stack).or_insert_with(|| {
+            let key = sites.site(stack);
+            let mut label = sites.label(key, false);
+            if a.start().is_none() {
+                label = format!("freed at {label} (allocated before the trace)");
+            }
+            *label_id.entry(label.clone()).or_insert_with(|| {
+                labels.push(label);
+                labels.len() as u32 - 1
+            })
+        });
+    }
+    Ok(AllocIndex {
+        device,
+        allocs,
+        sites: labels,
+        timeline,
+    })
+}
+
+/// The samples of a tile: one event per pixel column that has any.
+#[derive(Debug, Default, Serialize)]
+pub struct Samples {
+    /// x of each sample's event.
+    pub x: Vec<f64>,
+    /// The event index.
+    pub event: Vec<u32>,
+    /// Allocated bytes right after it (the top edge).
+    pub total: Vec<i64>,
+}
+
+/// An allocation drawn on its own: its id, and the samples it is live at.
+#[derive(Debug, Serialize)]
+pub struct Drawn {
+    /// Its id (place in the index: the stacking order).
+    pub id: u32,
+    /// Bytes requested.
+    pub size: u64,
+    /// Index into the tile's `sites`.
+    pub site: u32,
+    /// The stack id (search results name stacks).
+    pub stack: u32,
+    /// x of its allocation; None: before the trace.
+    pub t0: Option<f64>,
+    /// x of its free; None: live at the end.
+    pub t1: Option<f64>,
+    /// The first sample it is live at.
+    pub j0: u32,
+    /// The sample after the last it is live at.
+    pub j1: u32,
+}
+
+/// Small allocations of one site (or of many: `site` None) summed, at each sample.
+#[derive(Debug, Serialize)]
+pub struct Band {
+    /// Index into the tile's `sites`; None for the band of every other small allocation.
+    pub site: Option<u32>,
+    /// Allocations it sums over the window.
+    pub allocations: u64,
+    /// Bytes at each sample.
+    pub bytes: Vec<i64>,
+}
+
+/// What a view of `[x0, x1]` at `width` pixels shows.
+#[derive(Debug, Serialize)]
+pub struct Tile {
+    /// The window asked for.
+    pub x0: f64,
+    /// Its end.
+    pub x1: f64,
+    /// Events in the window.
+    pub events: usize,
+    /// The samples.
+    pub samples: Samples,
+    /// Bytes an allocation needs to be drawn on its own (a pixel at the tile's height).
+    pub min_bytes: u64,
+    /// Allocations live at a sample, in all.
+    pub live_allocations: usize,
+    /// The drawn allocations, in stacking order (bottom first).
+    pub drawn: Vec<Drawn>,
+    /// The bands over the drawn ones, bottom first; the last is every other small allocation.
+    pub bands: Vec<Band>,
+    /// Bytes at each sample that no allocation of the trace accounts for (older than the
+    /// trace and never freed in it), drawn at the top.
+    pub untracked: Vec<i64>,
+    /// Site labels the tile uses.
+    pub sites: Vec<String>,
+}
+
+impl AllocIndex {
+    /// The events of the trace.
+    pub fn events(&self) -> usize {
+        self.timeline.x.len()
+    }
+
+    /// The event range whose x falls in `[x0, x1]`, widened by the event before (the state
+    /// the window starts in).
+    fn event_range(&self, x0: f64, x1: f64) -> (usize, usize) {
+        let x = &self.timeline.x;
+        let lo = x.partition_point(|&v| v < x0).saturating_sub(1);
+        let hi = x.partition_point(|&v| v <= x1).max(lo + 1).min(x.len());
+        (lo, hi)
+    }
+
+    /// The tile of `[x0, x1]` at `width` pixel columns and `height` pixels.
+    pub fn tile(&self, x0: f64, x1: f64, width: usize, height: usize) -> Tile {
+        let width = width.clamp(1, MAX_WIDTH);
+        let height = height.clamp(1, MAX_WIDTH);
+        let tl = &self.timeline;
+        let (x0, x1) = if x1 > x0 { (x0, x1) } else { (x0, x0 + 1e-9) };
+        let mut samples = Samples::default();
+        if tl.x.is_empty() {
+            return self.empty_tile(x0, x1, samples);
+        }
+        let (lo, hi) = self.event_range(x0, x1);
+        // one sample per column: its event of most allocated bytes
+        let col = |v: f64| {
+            let c = ((v - x0) / (x1 - x0) * width as f64).floor();
+            c.clamp(-1.0, width as f64) as i64
+        };
+        let mut i = lo;
+        while i < hi {
+            let c = col(tl.x[i]);
+            let mut best = i;
+            let mut j = i + 1;
+            while j < hi && col(tl.x[j]) == c {
+                if tl.allocated[j] > tl.allocated[best] {
+                    best = j;
+                }
+                j += 1;
+            }
+            samples.x.push(tl.x[best]);
+            samples.event.push(best as u32);
+            samples.total.push(tl.allocated[best]);
+            i = j;
+        }
+        let n = samples.event.len();
+        let top = samples.total.iter().copied().max().unwrap_or(0).max(1) as u64;
+        let min_bytes = top.div_ceil(height as u64).max(1);
+        // the samples each allocation is live at: from its first sample at or after its
+        // allocating event to the first at or after its free
+        let first_at = |e: Option<usize>, none: usize| {
+            e.map_or(none, |e| {
+                samples.event.partition_point(|&s| (s as usize) < e)
+            })
+        };
+        let mut candidates: Vec<(f64, u32, u32, u32)> = Vec::new();
+        let mut small: Vec<(u32, u32, u32)> = Vec::new();
+        let mut live_allocations = 0;
+        for (id, a) in self.allocs.iter().enumerate() {
+            let j0 = first_at(a.start(), 0);
+            let j1 = first_at(a.end(), n);
+            if j0 >= j1 {
+                continue;
+            }
+            live_allocations += 1;
+            if a.size >= min_bytes {
+                let area = a.size as f64 * (j1 - j0) as f64;
+                candidates.push((area, id as u32, j0 as u32, j1 as u32));
+            } else {
+                small.push((id as u32, j0 as u32, j1 as u32));
+            }
+        }
+        if candidates.len() > MAX_DRAWN {
+            candidates.select_nth_unstable_by(MAX_DRAWN, |a, b| b.0.total_cmp(&a.0));
+            for &(_, id, j0, j1) in &candidates[MAX_DRAWN..] {
+                small.push((id, j0, j1));
+            }
+            candidates.truncate(MAX_DRAWN);
+        }
+        candidates.sort_unstable_by_key(|c| c.1);
+        let mut tile_site: FxHashMap<u32, u32> = FxHashMap::default();
+        let mut sites: Vec<String> = Vec::new();
+        let mut site_in_tile = |s: u32| {
+            *tile_site.entry(s).or_insert_with(|| {
+                sites.push(self.sites[s as usize].clone());
+                sites.len() as u32 - 1
+            })
+        };
+        let drawn: Vec<Drawn> = candidates
+            .iter()
+            .map(|&(_, id, j0, j1)| {
+                let a = &self.allocs[id as usize];
+                Drawn {
+                    id,
+                    size: a.size,
+                    site: site_in_tile(a.site),
+                    stack: a.stack.0,
+                    t0: a.start().map(|i| tl.x[i]),
+                    t1: a.end().map(|i| tl.x[i]),
+                    j0,
+                    j1,
+                }
+            })
+            .collect();
+        // the sites of the small allocations that cover the most (bytes x samples) get bands
+        let mut area: FxHashMap<u32, (f64, u64)> = FxHashMap::default();
+        for &(id, j0, j1) in &small {
+            let a = &self.allocs[id as usize];
+            let e = area.entry(a.site).or_default();
+            e.0 += a.size as f64 * (j1 - j0) as f64;
+            e.1 += 1;
+        }
+        let mut ranked: Vec<(u32, f64, u64)> =
+            area.into_iter().map(|(s, (a, c))| (s, a, c)).collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let banded = ranked.len().min(if ranked.len() > MAX_BANDS {
+            MAX_BANDS - 1
+        } else {
+            MAX_BANDS
+        });
+        let mut band_of: FxHashMap<u32, usize> = FxHashMap::default();
+        let mut bands: Vec<Band> = Vec::new();
+        for &(s, _, count) in &ranked[..banded] {
+            band_of.insert(s, bands.len());
+            bands.push(Band {
+                site: Some(site_in_tile(s)),
+                allocations: count,
+                bytes: vec![0; n + 1],
+            });
+        }
+        if ranked.len() > banded {
+            bands.push(Band {
+                site: None,
+                allocations: ranked[banded..].iter().map(|r| r.2).sum(),
+                bytes: vec![0; n + 1],
+            });
+        }
+        let rest = bands.len().saturating_sub(1);
+        for &(id, j0, j1) in &small {
+            let a = &self.allocs[id as usize];
+            let b = band_of.get(&a.site).copied().unwrap_or(rest);
+            bands[b].bytes[j0 as usize] += a.size as i64;
+            bands[b].bytes[j1 as usize] -= a.size as i64;
+        }
+        let mut accounted = vec![0i64; n + 1];
+        for d in &drawn {
+            accounted[d.j0 as usize] += d.size as i64;
+            accounted[d.j1 as usize] -= d.size as i64;
+        }
+        for b in &mut bands {
+            let mut level = 0;
+            for v in b.bytes.iter_mut() {
+                level += *v;
+                *v = level;
+            }
+            b.bytes.truncate(n);
+        }
+        let mut level = 0;
+        let untracked: Vec<i64> = (0..n)
+            .map(|j| {
+                level += accounted[j];
+                let banded: i64 = bands.iter().map(|b| b.bytes[j]).sum();
+                (samples.total[j] - level - banded).max(0)
+            })
+            .collect();
+        Tile {
+            x0,
+            x1,
+            events: hi - lo,
+            samples,
+            min_bytes,
+            live_allocations,
+            drawn,
+            bands,
+            untracked,
+            sites,
+        }
+    }
+
+    fn empty_tile(&self, x0: f64, x1: f64, samples: Samples) -> Tile {
+        Tile {
+            x0,
+            x1,
+            events: 0,
+            samples,
+            min_bytes: 1,
+            live_allocations: 0,
+            drawn: Vec::new(),
+            bands: Vec::new(),
+            untracked: Vec::new(),
+            sites: Vec::new(),
+        }
+    }
+}
+
+/// What the page needs first: the device, the x range, the peak and the marks.
+#[derive(Debug, Serialize)]
+pub struct Overview<'a> {
+    /// The device.
+    pub device: u32,
+    /// Trace events.
+    pub events: usize,
+    /// Allocations the trace shows.
+    pub allocations: usize,
+    /// Whether x is seconds (else the event index).
+    pub x_is_time: bool,
+    /// x of the first and last event.
+    pub x_range: (f64, f64),
+    /// The peak of allocated bytes.
+    pub peak: Option<&'a Point>,
+    /// OOM events.
+    pub ooms: &'a [OomMark],
+    /// Annotation marks (at most the first 2000).
+    pub annotations: &'a [AnnotationMark],
+}
+
+impl AllocIndex {
+    /// The page's first facts.
+    pub fn overview(&self) -> Overview<'_> {
+        let tl = &self.timeline;
+        Overview {
+            device: self.device,
+            events: tl.x.len(),
+            allocations: self.allocs.len(),
+            x_is_time: tl.x_is_time,
+            x_range: (
+                tl.x.first().copied().unwrap_or(0.0),
+                tl.x.last().copied().unwrap_or(0.0),
+            ),
+            peak: tl.peak_allocated.as_ref(),
+            ooms: &tl.ooms,
+            annotations: &tl.annotations[..tl.annotations.len().min(2000)],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::timeline::timeline;
+
+    fn fixture(name: &str) -> Snapshot {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/snapshots")
+            .join(name);
+        match crate::formats::load(&path).unwrap() {
+            crate::formats::Input::Snapshot(s) => *s,
+            _ => panic!("{name} is a snapshot"),
+        }
+    }
+
+    #[test]
+    fn every_sample_adds_up_to_allocated_and_zooming_in_draws_more() {
+        let snap = fixture("cs336_medium_512_training.pickle");
+        let index = build(&snap, 0, timeline(&snap, 0, true), &mut &snap).unwrap();
+        let (a, b) = index.overview().x_range;
+        let whole = index.tile(a, b, 800, 400);
+        let narrow = index.tile(a + (b - a) * 0.4, a + (b - a) * 0.45, 800, 400);
+        for t in [&whole, &narrow] {
+            assert!(!t.samples.x.is_empty());
+            for j in 0..t.samples.x.len() {
+                let drawn: i64 = (t.drawn.iter())
+                    .filter(|d| (d.j0 as usize..d.j1 as usize).contains(&j))
+                    .map(|d| d.size as i64)
+                    .sum();
+                let banded: i64 = t.bands.iter().map(|b| b.bytes[j]).sum();
+                assert_eq!(
+                    drawn + banded + t.untracked[j],
+                    t.samples.total[j],
+                    "sample {j}"
+                );
+            }
+        }
+        // the peak is a sample of the whole view
+        let peak = index.timeline.peak_allocated.as_ref().unwrap();
+        assert_eq!(whole.samples.total.iter().max(), Some(&peak.bytes));
+        // a narrower window resolves smaller allocations: its threshold is no higher and
+        // its samples are closer together
+        assert!(narrow.events < whole.events);
+        let step = |t: &Tile| (t.x1 - t.x0) / t.samples.x.len() as f64;
+        assert!(step(&narrow) < step(&whole));
+    }
+}

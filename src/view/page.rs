@@ -1,0 +1,34 @@
+//! The page of `memtrack view`: one HTML file and one script, embedded in the binary
+//! (`include_str!`), the script inlined into the page when it is served. No CDN, no front-end
+//! build: what is in `page.html` and `page.js` is what the browser runs.
+
+const HTML: &str = include_str!("page.html");
+const SCRIPT: &str = include_str!("page.js");
+
+/// The page for a capture named `title` of `kind` (`snapshot` or `stats`).
+pub fn html(title: &str, kind: &str) -> String {
+    HTML.replace("{{TITLE}}", &escape(title))
+        .replace("{{KIND}}", kind)
+        .replace("{{SCRIPT}}", &SCRIPT.replace("</", "<\\/"))
+}
+
+/// Text safe inside HTML elements and attributes.
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_page_is_self_contained_and_the_title_escaped() {
+        let page = super::html("a<b>.pickle", "snapshot");
+        assert!(page.contains("a&lt;b&gt;.pickle"));
+        assert!(!page.contains("{{"));
+        assert!(!page.contains("<script src") && !page.contains("<link"));
+        assert!(!page.contains("http://") && !page.contains("https://"));
+    }
+}

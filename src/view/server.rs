@@ -1,0 +1,393 @@
+//! The HTTP side of `memtrack view`: a listener, a random token every request must carry, and
+//! the routes (the page, then JSON), answered one at a time until Ctrl-C.
+//!
+//! Safe by default: the command binds 127.0.0.1; stack traces name local paths, so even there a
+//! request without the URL's token is refused (403). Only GET; no request body; the URL and
+//! every parameter bounded (a wider tile than [`MAX_WIDTH`], a longer search than
+//! [`MAX_QUERY`] are refused).
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::model::trace::TraceEvents;
+use crate::model::{Snapshot, TrackerStats};
+
+use super::index::{AllocIndex, MAX_WIDTH};
+use super::{details, page, series};
+
+/// Longest URL answered.
+pub const MAX_URL: usize = 4096;
+/// Longest search.
+pub const MAX_QUERY: usize = 200;
+
+/// What is served.
+pub enum Content {
+    /// An allocator snapshot: its model (no trace events), one device's allocation index, and
+    /// the events where the reading put them aside.
+    Snapshot {
+        /// Segments, blocks, stacks and annotations.
+        snap: Box<Snapshot>,
+        /// Every allocation of the device shown.
+        index: Box<AllocIndex>,
+        /// The trace's events, replayed for moments.
+        events: Box<dyn TraceEvents>,
+        /// Devices with trace events (the one shown is `index.device`).
+        devices: Vec<u32>,
+    },
+    /// A stats file: series per op.
+    Stats(Box<TrackerStats>),
+}
+
+/// A listening server and its token.
+pub struct Server {
+    http: tiny_http::Server,
+    token: String,
+    addr: SocketAddr,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Binding the address failed (in use, not ours).
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No random token could be made.
+    #[error("cannot read random bytes for the access token: {0}")]
+    Random(std::io::Error),
+    /// tiny_http refused the listener.
+    #[error("cannot serve HTTP: {0}")]
+    Http(String),
+}
+
+impl Server {
+    /// Listen on `addr` (port 0: a free one) with a fresh random token.
+    pub fn bind(addr: SocketAddr) -> Result<Server, StartError> {
+        let listener =
+            TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| StartError::Bind { addr, source })?;
+        let mut bytes = [0u8; 16];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open("/dev/urandom").map_err(StartError::Random)?,
+            &mut bytes,
+        )
+        .map_err(StartError::Random)?;
+        let token = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let http = tiny_http::Server::from_listener(listener, None)
+            .map_err(|e| StartError::Http(e.to_string()))?;
+        Ok(Server { http, token, addr })
+    }
+
+    /// The URL of the page, token included.
+    pub fn url(&self) -> String {
+        let host = match self.addr {
+            SocketAddr::V6(a) => format!("[{}]", a.ip()),
+            SocketAddr::V4(a) => a.ip().to_string(),
+        };
+        format!("http://{host}:{}/?token={}", self.addr.port(), self.token)
+    }
+
+    /// Answer requests until SIGINT or SIGTERM; `title` names the capture on the page.
+    pub fn run(self, title: &str, mut content: Content) -> std::io::Result<()> {
+        let stop = stop_on_signals();
+        while !stop.load(Ordering::SeqCst) {
+            let Some(request) = self.http.recv_timeout(Duration::from_millis(200))? else {
+                continue;
+            };
+            let (status, kind, body) = self.answer(&request, title, &mut content);
+            let response = tiny_http::Response::from_data(body)
+                .with_status_code(status)
+                .with_header(header("Content-Type", kind))
+                .with_header(header("Cache-Control", "no-store"))
+                .with_header(header("X-Content-Type-Options", "nosniff"))
+                .with_header(header("Referrer-Policy", "no-referrer"))
+                .with_header(header(
+                    "Content-Security-Policy",
+                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:",
+                ));
+            // a browser that went away is no reason to stop
+            let _ = request.respond(response);
+        }
+        Ok(())
+    }
+
+    /// Status, content type and body for one request.
+    fn answer(
+        &self,
+        request: &tiny_http::Request,
+        title: &str,
+        content: &mut Content,
+    ) -> (u16, &'static str, Vec<u8>) {
+        const TEXT: &str = "text/plain; charset=utf-8";
+        let url = request.url();
+        if url.len() > MAX_URL {
+            return (414, TEXT, b"URL too long".to_vec());
+        }
+        if *request.method() != tiny_http::Method::Get {
+            return (405, TEXT, b"read only: GET only".to_vec());
+        }
+        if request.body_length().is_some_and(|n| n > 0) {
+            return (413, TEXT, b"no request body is read".to_vec());
+        }
+        let (path, query) = url.split_once('?').unwrap_or((url, ""));
+        let params = Params::parse(query);
+        if !params
+            .get("token")
+            .is_some_and(|t| same(t.as_bytes(), self.token.as_bytes()))
+        {
+            return (
+                403,
+                TEXT,
+                b"forbidden: the URL's token is required".to_vec(),
+            );
+        }
+        let answer = match path {
+            "/" => {
+                let kind = match content {
+                    Content::Snapshot { .. } => "snapshot",
+                    Content::Stats(_) => "stats",
+                };
+                return (
+                    200,
+                    "text/html; charset=utf-8",
+                    page::html(title, kind).into_bytes(),
+                );
+            }
+            _ => route(path, &params, content),
+        };
+        match answer {
+            Ok(body) => (200, "application/json", body),
+            Err(Failure(status, why)) => (status, TEXT, why.into_bytes()),
+        }
+    }
+}
+
+/// An API answer that is not 200: status and why.
+struct Failure(u16, String);
+
+fn bad(why: impl Into<String>) -> Failure {
+    Failure(400, why.into())
+}
+
+fn json(value: &impl Serialize) -> Result<Vec<u8>, Failure> {
+    serde_json::to_vec(value).map_err(|e| Failure(500, e.to_string()))
+}
+
+fn io(e: std::io::Error) -> Failure {
+    Failure(500, format!("reading the trace events back: {e}"))
+}
+
+/// The JSON routes.
+fn route(path: &str, p: &Params, content: &mut Content) -> Result<Vec<u8>, Failure> {
+    match (path, content) {
+        (
+            "/api/overview",
+            Content::Snapshot {
+                snap,
+                index,
+                devices,
+                ..
+            },
+        ) => json(&serde_json::json!({
+            "kind": "snapshot",
+            "devices": devices,
+            "timeline": index.overview(),
+            "stacks": snap.stacks.stack_count(),
+        })),
+        ("/api/tile", Content::Snapshot { index, .. }) => {
+            let (x0, x1) = (p.number("x0")?, p.number("x1")?);
+            let width = p.count("width", MAX_WIDTH)?;
+            let height = p.count("height", MAX_WIDTH)?;
+            json(&index.tile(x0, x1, width, height))
+        }
+        ("/api/alloc", Content::Snapshot { snap, index, .. }) => {
+            let id = p.count("id", usize::MAX)?;
+            match details::alloc(snap, index, id) {
+                Some(d) => json(&d),
+                None => Err(Failure(404, format!("no allocation {id}"))),
+            }
+        }
+        (
+            "/api/live",
+            Content::Snapshot {
+                snap,
+                index,
+                events,
+                ..
+            },
+        ) => {
+            let event = p.event(index)?;
+            json(&details::live_at(snap, index.device, events.as_mut(), event).map_err(io)?)
+        }
+        (
+            "/api/segments",
+            Content::Snapshot {
+                snap,
+                index,
+                events,
+                ..
+            },
+        ) => {
+            let event = p.event(index)?;
+            json(&details::state_at(snap, index.device, events.as_mut(), event).map_err(io)?)
+        }
+        ("/api/search", Content::Snapshot { snap, index, .. }) => {
+            let q = p.get("q").unwrap_or("");
+            if q.is_empty() || q.len() > MAX_QUERY {
+                return Err(bad(format!("q: 1 to {MAX_QUERY} characters")));
+            }
+            json(&details::search(snap, index, q))
+        }
+        ("/api/overview", Content::Stats(stats)) => json(&serde_json::json!({
+            "kind": "stats",
+            "series": series::overview(stats),
+        })),
+        ("/api/series", Content::Stats(stats)) => {
+            let (x0, x1) = (p.number("x0")?, p.number("x1")?);
+            json(&series::tile(stats, x0, x1, p.count("width", MAX_WIDTH)?))
+        }
+        ("/api/op", Content::Stats(stats)) => {
+            let i = p.count("i", usize::MAX)?;
+            if i >= stats.op_count() {
+                return Err(Failure(404, format!("no op {i}")));
+            }
+            json(&serde_json::json!({
+                "op": i,
+                "name": stats.names.get(i),
+                "allocated": stats.allocated.get(i),
+                "active": stats.active.get(i),
+                "reserved": stats.reserved.get(i),
+            }))
+        }
+        _ => Err(Failure(404, format!("no such path: {path}"))),
+    }
+}
+
+/// A query string's parameters, percent-decoded.
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn parse(query: &str) -> Params {
+        Params(
+            query
+                .split('&')
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                    (decode(k), decode(v))
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn number(&self, key: &str) -> Result<f64, Failure> {
+        let v = self.get(key).ok_or_else(|| bad(format!("{key} missing")))?;
+        v.parse::<f64>()
+            .ok()
+            .filter(|n| n.is_finite())
+            .ok_or_else(|| bad(format!("{key}: not a finite number")))
+    }
+
+    fn count(&self, key: &str, most: usize) -> Result<usize, Failure> {
+        let v = self.get(key).ok_or_else(|| bad(format!("{key} missing")))?;
+        v.parse::<usize>()
+            .ok()
+            .filter(|&n| n <= most)
+            .ok_or_else(|| bad(format!("{key}: a whole number up to {most}")))
+    }
+
+    fn event(&self, index: &AllocIndex) -> Result<usize, Failure> {
+        let n = index.events();
+        let e = self.count("event", usize::MAX)?;
+        if e >= n {
+            return Err(Failure(404, format!("no event {e}: the trace has {n}")));
+        }
+        Ok(e)
+    }
+}
+
+/// `%XX` and `+` decoded; invalid sequences kept as they are.
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(b[i + 1]), hex(b[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Equal, in time independent of where they differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+fn header(name: &str, value: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("ASCII header")
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// A flag SIGINT and SIGTERM raise (the serving loop checks it between requests).
+fn stop_on_signals() -> &'static AtomicBool {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a plain sigaction whose handler only stores an atomic
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+    &STOP
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_decode_and_tokens_compare() {
+        let p = Params::parse("token=ab&q=model.py%3A12+fwd&x0=1.5&bad=%zz&end=%4");
+        assert_eq!(p.get("q"), Some("model.py:12 fwd"));
+        assert_eq!(p.get("bad"), Some("%zz"));
+        assert_eq!(p.get("end"), Some("%4"));
+        assert_eq!(p.number("x0").ok(), Some(1.5));
+        assert!(p.count("x0", 10).is_err());
+        assert!(same(b"ab", b"ab") && !same(b"ab", b"ac") && !same(b"ab", b"abc"));
+    }
+}

@@ -1,0 +1,369 @@
+//! `memtrack view`: the server started as a user starts it, asked over real HTTP, and its page
+//! driven in a real headless browser.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use common::{fixture, json_out};
+
+/// A running `memtrack view --no-browser --port 0 FILE`, stopped with SIGINT when dropped.
+struct Viewer {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    base: String,
+    token: String,
+    url: String,
+}
+
+impl Viewer {
+    fn start(file: &Path) -> Viewer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_memtrack"))
+            .args(["view", "--no-browser", "--port", "0"])
+            .arg(file)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("memtrack runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line.trim().to_string();
+        assert!(
+            url.starts_with("http://127.0.0.1:") && url.contains("/?token="),
+            "the first line is the URL: {url:?}"
+        );
+        let (base, token) = url.split_once("/?token=").unwrap();
+        Viewer {
+            base: base.to_string(),
+            token: token.to_string(),
+            url: url.clone(),
+            child,
+        }
+    }
+
+    /// Status and body of `GET path` (`token` added unless `path` says `notoken`).
+    fn get(&self, path: &str) -> (u16, String) {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        self.raw("GET", &format!("{path}{sep}token={}", self.token))
+    }
+
+    fn raw(&self, method: &str, target: &str) -> (u16, String) {
+        let host = self.base.trim_start_matches("http://");
+        let mut s = TcpStream::connect(host).unwrap();
+        write!(
+            s,
+            "{method} {target} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let status: u16 = text
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("an HTTP answer: {text:?}"));
+        let body = text
+            .split_once("\r\n\r\n")
+            .map_or("", |(_, b)| b)
+            .to_string();
+        (status, body)
+    }
+
+    fn json(&self, path: &str) -> serde_json::Value {
+        let (status, body) = self.get(path);
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
+    }
+
+    /// Ctrl-C: the server stops and exits 0.
+    fn interrupt(mut self) -> i32 {
+        // SAFETY: a signal to our own child
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().unwrap();
+        status.code().unwrap_or(-1)
+    }
+}
+
+impl Drop for Viewer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn snapshot() -> PathBuf {
+    fixture("snapshots/cs336_medium_512_training.pickle")
+}
+
+/// Bytes of allocations at sample `j`: drawn, in bands, and older than the trace.
+fn sample_sum(tile: &serde_json::Value, j: usize) -> i64 {
+    let drawn: i64 = (tile["drawn"].as_array().unwrap().iter())
+        .filter(|d| {
+            d["j0"].as_u64().unwrap() as usize <= j && j < d["j1"].as_u64().unwrap() as usize
+        })
+        .map(|d| d["size"].as_i64().unwrap())
+        .sum();
+    let banded: i64 = (tile["bands"].as_array().unwrap().iter())
+        .map(|b| b["bytes"][j].as_i64().unwrap())
+        .sum();
+    drawn + banded + tile["untracked"][j].as_i64().unwrap()
+}
+
+#[test]
+fn the_token_is_required_and_the_server_is_read_only() {
+    let v = Viewer::start(&snapshot());
+    assert_eq!(v.raw("GET", "/").0, 403);
+    assert_eq!(v.raw("GET", "/api/overview").0, 403);
+    assert_eq!(v.raw("GET", "/api/overview?token=00").0, 403);
+    let (status, page) = v.get("/");
+    assert_eq!(status, 200);
+    assert!(page.contains("<canvas id=\"chart\"") && !page.contains("<script src"));
+    assert_eq!(v.get("/api/overview").0, 200);
+    let tok = format!("/api/overview?token={}", v.token);
+    assert_eq!(v.raw("POST", &tok).0, 405);
+    // bounded parameters
+    assert_eq!(v.get("/api/tile?x0=0&x1=1&width=100000&height=10").0, 400);
+    assert_eq!(v.get("/api/tile?x0=nan&x1=1&width=10&height=10").0, 400);
+    assert_eq!(v.get(&format!("/api/search?q={}", "a".repeat(500))).0, 400);
+    assert_eq!(v.get("/api/alloc?id=99999999").0, 404);
+    assert_eq!(v.get("/nothing").0, 404);
+    assert_eq!(v.interrupt(), 0, "Ctrl-C is a clean exit");
+}
+
+#[test]
+fn tiles_add_up_zoom_is_finer_and_moments_match_top_and_segments() {
+    let file = snapshot();
+    let v = Viewer::start(&file);
+    let ov = v.json("/api/overview");
+    let tl = &ov["timeline"];
+    let (a, b) = (
+        tl["x_range"][0].as_f64().unwrap(),
+        tl["x_range"][1].as_f64().unwrap(),
+    );
+    let whole = v.json(&format!("/api/tile?x0={a}&x1={b}&width=1000&height=500"));
+    let (na, nb) = (a + (b - a) * 0.30, a + (b - a) * 0.32);
+    let narrow = v.json(&format!("/api/tile?x0={na}&x1={nb}&width=1000&height=500"));
+    let step = |t: &serde_json::Value| {
+        let n = t["samples"]["x"].as_array().unwrap().len() as f64;
+        (t["x1"].as_f64().unwrap() - t["x0"].as_f64().unwrap()) / n
+    };
+    assert!(
+        step(&narrow) < step(&whole) / 5.0,
+        "a narrower window is sampled finer"
+    );
+    assert!(narrow["events"].as_u64() < whole["events"].as_u64());
+    for t in [&whole, &narrow] {
+        let totals = t["samples"]["total"].as_array().unwrap();
+        assert!(!totals.is_empty());
+        for (j, total) in totals.iter().enumerate() {
+            assert_eq!(
+                sample_sum(t, j),
+                total.as_i64().unwrap(),
+                "sample {j}: nothing dropped"
+            );
+        }
+    }
+    // the peak is a sample of the whole view, and it is summary's peak
+    let peak = tl["peak"]["bytes"].as_i64().unwrap();
+    let most = (whole["samples"]["total"].as_array().unwrap().iter())
+        .map(|t| t.as_i64().unwrap())
+        .max();
+    assert_eq!(most, Some(peak));
+    let path = file.to_str().unwrap();
+    let summary = json_out(&["summary", path, "--format", "json"]);
+    let text = summary.to_string();
+    assert!(
+        text.contains(&peak.to_string()),
+        "summary names the peak {peak}"
+    );
+
+    // what is live at a moment is `top --at`'s table, the state `segments --at`'s
+    let event = narrow["samples"]["event"][0].as_u64().unwrap();
+    let live = v.json(&format!("/api/live?event={event}"));
+    let top = json_out(&["top", path, "--at", &event.to_string(), "--format", "json"]);
+    assert_eq!(live["at_bytes"], top[0]["at_bytes"]);
+    assert_eq!(live["at_count"], top[0]["at_count"]);
+    assert_eq!(live["rows"][0]["group"], top[0]["rows"][0]["group"]);
+    // and the tile's top edge there is the same figure
+    assert_eq!(
+        narrow["samples"]["total"][0].as_u64(),
+        live["at_bytes"].as_u64()
+    );
+    let state = v.json(&format!("/api/segments?event={event}"));
+    let segs = json_out(&[
+        "segments",
+        path,
+        "--at",
+        &event.to_string(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(state["reserved"], segs["totals"]["reserved_bytes"]);
+    assert_eq!(
+        state["segments"].as_array().unwrap().len() as u64,
+        segs["totals"]["segments"].as_u64().unwrap()
+    );
+
+    // an allocation's details: Python frames apart from C++ ones
+    let id = whole["drawn"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["t0"].is_number())
+        .unwrap()["id"]
+        .as_u64()
+        .unwrap();
+    let d = v.json(&format!("/api/alloc?id={id}"));
+    assert!(d["python"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f.as_str().unwrap().contains(".py:")));
+    assert!(d["category"].is_string());
+    // search: a site's file names its allocations
+    let hits = v.json("/api/search?q=nn_utils.py");
+    assert!(hits["allocations"].as_u64().unwrap() > 0);
+    let none = v.json("/api/search?q=no_such_file_anywhere");
+    assert_eq!(none["allocations"], 0);
+    assert_eq!(v.interrupt(), 0);
+}
+
+#[test]
+fn a_stats_file_shows_its_series() {
+    let v = Viewer::start(&fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl"));
+    let ov = v.json("/api/overview");
+    assert_eq!(ov["kind"], "stats");
+    let ops = ov["series"]["ops"].as_u64().unwrap();
+    assert!(ops > 0);
+    let tile = v.json(&format!("/api/series?x0=0&x1={ops}&width=300"));
+    let lines = tile["lines"].as_array().unwrap();
+    assert!(!lines.is_empty());
+    assert!(lines[0]["op"].as_array().unwrap().len() <= 4 * 300);
+    let op = v.json("/api/op?i=0");
+    assert!(op["name"].is_string());
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// A Chromium-family browser: `MEMTRACK_BROWSER`, else the usual names on PATH.
+fn browser() -> Option<PathBuf> {
+    if let Some(b) = std::env::var_os("MEMTRACK_BROWSER") {
+        return Some(PathBuf::from(b));
+    }
+    ["chromium", "chromium-browser", "google-chrome", "chrome"]
+        .iter()
+        .find_map(|name| {
+            let out = Command::new("sh")
+                .args(["-c", &format!("command -v {name}")])
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+        })
+}
+
+fn headless(browser: &Path, profile: &Path, extra: &str, url: &str) -> std::process::Output {
+    Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--window-size=1300,1100",
+            "--virtual-time-budget=10000",
+            "--enable-logging=stderr",
+            "--v=0",
+            &format!("--user-data-dir={}", profile.display()),
+            extra,
+            url,
+        ])
+        .output()
+        .expect("the browser runs")
+}
+
+/// The page in a real browser: it loads without a script error, a wheel zoom fetches a finer
+/// tile, clicking a drawn allocation (through the page's own hit testing: `#selftest`) shows
+/// its Python stack and what is live then, the same bytes as `top --at`. A screenshot is kept
+/// as target/tmp/view_server.png.
+#[test]
+fn the_page_zooms_and_shows_a_stack_in_a_headless_browser() {
+    let Some(browser) = browser() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs a headless browser for this test: scripts/test.sh installs chromium"
+        );
+        eprintln!(
+            "\n*** SKIPPED the_page_zooms_and_shows_a_stack_in_a_headless_browser: no chromium \
+             on PATH (apt-get install chromium, or set MEMTRACK_BROWSER) ***\n"
+        );
+        return;
+    };
+    let file = snapshot();
+    let v = Viewer::start(&file);
+    let dir = tempfile::tempdir().unwrap();
+    let out = headless(
+        &browser,
+        &dir.path().join("profile"),
+        "--dump-dom",
+        &format!("{}#selftest", v.url),
+    );
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !log.contains("Uncaught") && !log.contains("CONSOLE"),
+        "the page logged an error:\n{log}"
+    );
+    let start = dom
+        .find(r#"<pre id="selftest">"#)
+        .unwrap_or_else(|| panic!("the page's self test did not finish:\n{log}"));
+    let report = &dom[start + r#"<pre id="selftest">"#.len()..];
+    let report = &report[..report.find("</pre>").unwrap()];
+    let report = report
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let r: serde_json::Value =
+        serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+    assert!(r["error"].is_null(), "{r}");
+    assert!(r["requests_for_zoom"].as_u64() >= Some(1), "{r}");
+    assert!(
+        r["zoomed"]["step"].as_f64() < r["first"]["step"].as_f64(),
+        "the zoom fetched finer data: {r}"
+    );
+    assert!(r["zoomed"]["span"].as_f64() < r["first"]["span"].as_f64());
+    // the hover box names size and site; the click shows the Python stack
+    let tip = r["tip"].as_str().unwrap();
+    assert!(tip.contains("iB") && tip.contains(".py:"), "{tip}");
+    assert!(r["stack"].as_str().unwrap().contains(".py:"), "{r}");
+    // the moment clicked: its live bytes are `top --at`'s
+    let event = r["moment_event"].as_u64().unwrap().to_string();
+    let top = json_out(&[
+        "top",
+        file.to_str().unwrap(),
+        "--at",
+        &event,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(r["live_bytes"], top[0]["at_bytes"], "{r}");
+    assert!(r["segments"].as_u64() > Some(0));
+    assert!(r["search_allocations"].as_u64() > Some(0));
+
+    // a screenshot of the page after the same steps, kept as the test's artifact
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("view_server.png");
+    let _ = std::fs::remove_file(&shot);
+    headless(
+        &browser,
+        &dir.path().join("profile2"),
+        &format!("--screenshot={}", shot.display()),
+        &format!("{}#selftest", v.url),
+    );
+    let png = std::fs::read(&shot).expect("the browser wrote the screenshot");
+    assert!(png.starts_with(b"\x89PNG"));
+    assert_eq!(v.interrupt(), 0);
+}
