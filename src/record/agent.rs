@@ -16,7 +16,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 16] = [
+pub const FILES: [(&str, &str); 17] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
@@ -28,6 +28,7 @@ pub const FILES: [(&str, &str); 16] = [
     agent_file!("cycles.py"),
     agent_file!("dynamo.py"),
     agent_file!("importhook.py"),
+    agent_file!("inprocess.py"),
     agent_file!("modules.py"),
     agent_file!("names.py"),
     agent_file!("ops.py"),

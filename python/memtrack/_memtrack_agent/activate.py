@@ -41,9 +41,21 @@ def activate(torch):
             transport.sock.close()
         finally:
             os._exit(2)
-    if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
-        ops.min_alloc = 1
+    begin(torch, backend)
+    transport.start_flusher()
+    process.install()
+    if backend == "cuda":
+        cuda.setup(torch)
+    if os.environ.get("MEMTRACK_CYCLES"):
+        try:
+            cycles.watch(torch)
+        except Exception as e:
+            transport.internal_error(e)
 
+
+def begin(torch, backend):
+    """Say hello and install what samples ops and follows modules and optimizers, the dispatch
+    mode entered last; `memtrack record` and the in-process recording (inprocess.py) alike."""
     hello = {
         "t": MSG_HELLO,
         "pid": os.getpid(),
@@ -57,6 +69,8 @@ def activate(torch):
         "local_rank": state.int_env("LOCAL_RANK"),
         "cycles": bool(os.environ.get("MEMTRACK_CYCLES")),
     }
+    if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
+        ops.min_alloc = 1
     transport.message(hello)
     state.active = state.started = True
     transport.time_mark()
@@ -70,13 +84,7 @@ def activate(torch):
     optim.install(torch)
     compiled.install(torch)
     mode.__enter__()
-    after_import("torch._inductor.output_code", compiled.watch_compiled_graphs)
-    transport.start_flusher()
-    process.install()
-    if backend == "cuda":
-        cuda.setup(torch)
-    if os.environ.get("MEMTRACK_CYCLES"):
-        try:
-            cycles.watch(torch)
-        except Exception as e:
-            transport.internal_error(e)
+    state.undo.append(ops.leave_dispatch_stack)
+    waiting = after_import("torch._inductor.output_code", compiled.watch_compiled_graphs)
+    if waiting is not None:
+        state.undo.append(lambda: waiting in sys.meta_path and sys.meta_path.remove(waiting))

@@ -50,6 +50,7 @@ def watch_compiled_graphs(output_code):
         return out
 
     cls.__call__ = __call__
+    state.undo.append(lambda: setattr(cls, "__call__", orig))
 
 
 def install(torch):
@@ -65,6 +66,16 @@ def install(torch):
     warnings.filterwarnings(
         "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks"
     )
+    ours = warnings.filters[0]
+
+    def undo():
+        try:
+            warnings.filters.remove(ours)
+            warnings._filters_mutated()
+        except (ValueError, AttributeError):
+            pass
+
+    state.undo.append(undo)
 
 
 def _patch_module_compile(torch):
@@ -82,6 +93,7 @@ def _patch_module_compile(torch):
         self._compiled_call_impl = _HookedCompiledCall(wmod, compiled)
 
     torch.nn.Module.compile = compile
+    state.undo.append(lambda: setattr(torch.nn.Module, "compile", orig_compile))
 
 
 class _HookedCompiledCall:
