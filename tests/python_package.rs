@@ -156,6 +156,9 @@ fn wheel_installs_the_command_and_the_in_process_api_records() {
     // the agent's mode was on the stack in the block, and nothing of it is left after
     assert_eq!(facts["modes_inside"], 1);
     assert_eq!(facts["modes_after"], 0);
+    // the methods it wrapped and the warning filters are the program's again
+    assert_eq!(facts["patched_inside"], true);
+    assert_eq!(facts["restored"], true);
     assert_eq!(facts["global_hooks_after"], 0);
     assert_eq!(facts["param_hooks_after"], 0);
     assert!(facts["loss_after"].as_f64().unwrap().is_finite());

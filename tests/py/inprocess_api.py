@@ -25,10 +25,18 @@ model, opt, loss_fn, x, y = mlp_batchnorm.build(width=64, blocks=2, batch=16)
 path = os.path.join(out_dir, "inproc.pkl")
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
+    patched = (torch.nn.Module, "compile"), (torch.optim.Optimizer, "__init__"), (
+        torch.UntypedStorage,
+        "resize_",
+    )
+    before = [getattr(o, n) for o, n in patched], list(warnings.filters), warnings._showwarnmsg
     with memtrack.record(path) as rec:
         for _ in range(3):
             mlp_batchnorm.step(model, opt, loss_fn, x, y)
         facts["modes_inside"] = len(_get_current_dispatch_mode_stack())
+        facts["patched_inside"] = [getattr(o, n) for o, n in patched] != before[0]
+    after = [getattr(o, n) for o, n in patched], list(warnings.filters), warnings._showwarnmsg
+    facts["restored"] = after == before
 facts["record_warnings"] = [str(w.message) for w in caught]
 facts["ok"] = rec.ok
 facts["journal_left"] = [n for n in os.listdir(out_dir) if ".journal-" in n]

@@ -63,16 +63,18 @@ def install(torch):
 
     # torch.compile(module) warns at every call that global hooks (ours) fire once more for
     # the OptimizedModule: the agent counts that module as the one it wraps (modules.wrapped)
-    warnings.filterwarnings(
-        "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks"
-    )
-    ours = warnings.filters[0]
+    pattern = r"Using `torch\.compile\(module\)` when there are global hooks"
+    warnings.filterwarnings("ignore", message=pattern)
 
     def undo():
+        # by its pattern: the agent's own "always" filter is kept first (ops.py), so ours is
+        # not necessarily filters[0]
+        for f in list(warnings.filters):
+            if f[0] == "ignore" and getattr(f[1], "pattern", None) == pattern:
+                warnings.filters.remove(f)
         try:
-            warnings.filters.remove(ours)
             warnings._filters_mutated()
-        except (ValueError, AttributeError):
+        except AttributeError:
             pass
 
     state.undo.append(undo)
