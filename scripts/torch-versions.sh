@@ -2,7 +2,7 @@
 # Record examples/mlp_batchnorm.py under several torch versions and check each result: `record`
 # exits 0, `memtrack summary` reads the file, and that torch's own MemoryTracker().load() loads
 # it with the same op count. The agent uses torch internals; this is how the supported range in
-# src/record/agent/_memtrack_agent/versions.py (docs/record.md, "Torch versions") is checked.
+# python/memtrack/_memtrack_agent/versions.py (docs/record.md, "Torch versions") is checked.
 #
 #   scripts/torch-versions.sh                 the oldest and newest supported (versions.py)
 #   scripts/torch-versions.sh 2.5 2.11.0      these versions (2.5 = the newest 2.5.x)
@@ -13,7 +13,7 @@
 # (with CUDA: about 5 GB each). Exits 1 when a version fails, naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-versions_py=src/record/agent/_memtrack_agent/versions.py
+versions_py=python/memtrack/_memtrack_agent/versions.py
 if [ $# -eq 0 ]; then
     oldest=$(sed -n 's/^OLDEST = (\([0-9]*\), \([0-9]*\))$/\1.\2/p' "$versions_py")
     newest=$(sed -n 's/^NEWEST = (\([0-9]*\), \([0-9]*\))$/\1.\2/p' "$versions_py")

@@ -1,5 +1,7 @@
 //! The Python agent, embedded in the binary and written into a private folder per run: the
-//! bootstrap `sitecustomize.py` and the agent package (`crate::model::AGENT_PACKAGE`).
+//! bootstrap `sitecustomize.py` and the agent package (`crate::model::AGENT_PACKAGE`). Their
+//! one copy is in the Python package `python/memtrack/` (what a wheel installs beside the
+//! binary, where `memtrack.record` imports the same agent in-process).
 
 use std::path::Path;
 
@@ -8,14 +10,17 @@ macro_rules! agent_file {
     ($name:literal) => {
         (
             concat!("_memtrack_agent/", $name),
-            include_str!(concat!("agent/_memtrack_agent/", $name)),
+            include_str!(concat!("../../python/memtrack/_memtrack_agent/", $name)),
         )
     };
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 17] = [
-    ("sitecustomize.py", include_str!("agent/sitecustomize.py")),
+pub const FILES: [(&str, &str); 18] = [
+    (
+        "sitecustomize.py",
+        include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
+    ),
     agent_file!("__init__.py"),
     agent_file!("activate.py"),
     agent_file!("compiled.py"),
@@ -23,6 +28,7 @@ pub const FILES: [(&str, &str); 17] = [
     agent_file!("cycles.py"),
     agent_file!("dynamo.py"),
     agent_file!("importhook.py"),
+    agent_file!("inprocess.py"),
     agent_file!("modules.py"),
     agent_file!("names.py"),
     agent_file!("ops.py"),
@@ -52,7 +58,7 @@ mod tests {
     #[test]
     fn every_file_of_the_package_is_embedded() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("src/record/agent")
+            .join("python/memtrack")
             .join(crate::model::AGENT_PACKAGE);
         let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
             .unwrap()

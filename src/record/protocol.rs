@@ -1,6 +1,6 @@
 //! The wire protocol between the agent and the collector (docs/record.md, "Wire format"): every
-//! constant both sides share. The agent's copy is `agent/_memtrack_agent/protocol.py`; the tests
-//! below read both files and fail when they differ.
+//! constant both sides share. The agent's copy is `python/memtrack/_memtrack_agent/protocol.py`;
+//! the tests below read both files and fail when they differ.
 
 // ---- record codes (i64 stream); an op is any value >= 0: (func id << 2) | mutable << 1 | bw
 pub const ADD: i64 = -1;
@@ -71,7 +71,7 @@ mod tests {
 
     use crate::model::{ModState, CATEGORIES};
 
-    const PYTHON: &str = include_str!("agent/_memtrack_agent/protocol.py");
+    const PYTHON: &str = include_str!("../../python/memtrack/_memtrack_agent/protocol.py");
     const RUST: &str = include_str!("protocol.rs");
 
     /// `NAME = value` lines at the top level of protocol.py (comments dropped).

@@ -166,6 +166,15 @@ def install(torch):
             internal_error(e)
 
     Optimizer.__init__ = __init__
-    register_optimizer_step_pre_hook(pre_step_hook)
-    register_optimizer_step_post_hook(post_step_hook)
+    handles = [
+        register_optimizer_step_pre_hook(pre_step_hook),
+        register_optimizer_step_post_hook(post_step_hook),
+    ]
+
+    def undo():
+        Optimizer.__init__ = orig_init
+        for h in handles:
+            h.remove()
+
+    state.undo.append(undo)
     return hooks

@@ -42,7 +42,11 @@ class AfterImport:
 
 
 def after_import(name, then):
+    """Call then(module) now if `name` is imported, else right after it is; returns the
+    finder waiting for it (None if it ran now)."""
     if name in sys.modules:
         then(sys.modules[name])
-    else:
-        sys.meta_path.insert(0, AfterImport(name, then))
+        return None
+    finder = AfterImport(name, then)
+    sys.meta_path.insert(0, finder)
+    return finder

@@ -50,9 +50,23 @@ def activate(torch):
             f"(torch {getattr(torch, '__version__', '?')}); use --backend cpu or auto\n"
         )
         stop({"t": MSG_CUDA_UNAVAILABLE, "pid": os.getpid()})
+    begin(torch, backend)
+    transport.start_flusher()
+    process.install()
+    if backend == "cuda":
+        cuda.setup(torch)
+    if os.environ.get("MEMTRACK_CYCLES"):
+        try:
+            cycles.watch(torch)
+        except Exception as e:
+            transport.internal_error(e)
+
+
+def begin(torch, backend):
+    """Say hello and install what samples ops and follows modules and optimizers, the dispatch
+    mode entered last; `memtrack record` and the in-process recording (inprocess.py) alike."""
     if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
         ops.min_alloc = 1
-
     hello = {
         "t": MSG_HELLO,
         "pid": os.getpid(),
@@ -79,17 +93,10 @@ def activate(torch):
     optim.install(torch)
     compiled.install(torch)
     mode.__enter__()
-    after_import("torch._inductor.output_code", compiled.watch_compiled_graphs)
-    transport.start_flusher()
-    process.install()
-    if backend == "cuda":
-        cuda.setup(torch)
-    if os.environ.get("MEMTRACK_CYCLES"):
-        try:
-            cycles.watch(torch)
-        except Exception as e:
-            transport.internal_error(e)
-
+    state.undo.append(ops.leave_dispatch_stack)
+    waiting = after_import("torch._inductor.output_code", compiled.watch_compiled_graphs)
+    if waiting is not None:
+        state.undo.append(lambda: waiting in sys.meta_path and sys.meta_path.remove(waiting))
 
 def stop(msg):
     """Tell the collector why this process records nothing, and end it with exit code 2

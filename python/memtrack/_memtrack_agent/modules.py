@@ -243,6 +243,7 @@ class ModuleTracker:
         self.has_callback = False
         self.post_bw_to_enqueue = []
         self.hooked_params = {}  # id(param) -> weakref: hooks installed once per parameter
+        self.param_hooks = []  # their handles, for an in-process recording to remove
         self.spent_hooks = []  # handles of one-shot hooks on leaves that fired (on_leaf_grads)
         self.ac_mod = None  # the module whose forward is recomputed in backward (AC)
         # Modules whose compiled call is running under hooks that already ran for them,
@@ -377,8 +378,10 @@ class ModuleTracker:
             h = hooked_params.get(pid)
             if h is None or h() is not p:
                 try:
-                    p.register_hook(self.grad_hook)
-                    p.register_post_accumulate_grad_hook(self.post_acc_hook)
+                    self.param_hooks.append(p.register_hook(self.grad_hook))
+                    self.param_hooks.append(
+                        p.register_post_accumulate_grad_hook(self.post_acc_hook)
+                    )
                 except RuntimeError:
                     pass  # a parameter that does not require grad
                 hooked_params[pid] = weakref.ref(p)
@@ -686,6 +689,15 @@ def install(torch):
     if skip_code is not None:
         for f in (fw_pre_hook, fw_post_hook, ModuleTracker.pre_forward, ModuleTracker.post_forward):
             skip_code(f.__code__)
-    register_module_forward_pre_hook(fw_pre_hook)
-    register_module_forward_hook(fw_post_hook, always_call=True)
+    handles = [
+        register_module_forward_pre_hook(fw_pre_hook),
+        register_module_forward_hook(fw_post_hook, always_call=True),
+    ]
+
+    def undo():
+        for h in handles + tracker.param_hooks:
+            h.remove()
+        tracker.param_hooks.clear()
+
+    state.undo.append(undo)
     return tracker

@@ -1,5 +1,6 @@
 """memtrack's recording agent. `memtrack record` writes this package (embedded in the binary)
-into a private folder; sitecustomize.py calls install(), which arms a one-shot import hook;
+into a private folder (the wheel also installs it as memtrack._memtrack_agent, for
+memtrack.record); sitecustomize.py calls install(), which arms a one-shot import hook;
 when the program imports torch, activate.activate() connects to the collector and starts a
 TorchDispatchMode plus global module and optimizer hooks.
 
@@ -19,6 +20,7 @@ Modules, each owning one part (imports go one way, down this list):
   cycles     --cycles: reference cycles that hold tensors
   process    exit, signals, exceptions, fork
   activate   starting all of the above when torch is imported
+  inprocess  memtrack.record: starting it inside a running program, and taking it all off
 
 The wire format is documented in docs/record.md and decoded by src/record/replay/.
 """

@@ -23,7 +23,7 @@ and lets the program go on; a try costs nothing in CPython 3.11 while nothing ra
 import sys
 import weakref
 
-from . import transport
+from . import state, transport
 from .dynamo import skipper
 from .protocol import (
     ACT,
@@ -278,7 +278,29 @@ def install(torch, backend):
     mode = MemtrackMode()
     _install_resize(torch)
     _skip_dispatch_rule_lookup(MemtrackMode)
+    state.undo.append(_forget_storages)
     return mode
+
+
+def _forget_storages():
+    """Drop every storage's weakref (its callback would report a free nobody reads)."""
+    _known.clear()
+    _noted.clear()
+
+
+def leave_dispatch_stack():
+    """Take the agent's mode off torch's dispatch stack, wherever it is, keeping the others in
+    their order (a forked child, or the end of an in-process recording)."""
+    from torch.utils._python_dispatch import _pop_mode, _push_mode
+
+    C = state.torch._C
+    others = []
+    while C._len_torch_dispatch_stack() > 0:
+        m = _pop_mode()
+        if m is not mode:
+            others.append(m)
+    for m in reversed(others):
+        _push_mode(m)
 
 
 def _skip_dispatch_rule_lookup(mode_class):
@@ -303,6 +325,7 @@ def _skip_dispatch_rule_lookup(mode_class):
 
     find_torch_dispatch_rule.__wrapped__ = find
     registry.find_torch_dispatch_rule = find_torch_dispatch_rule
+    state.undo.append(lambda: setattr(registry, "find_torch_dispatch_rule", find))
     if _skip_code is not None:
         _skip_code(find_torch_dispatch_rule.__code__)
 
@@ -384,6 +407,19 @@ def keep_warning_locations():
     first()
     if orig_mutated is not None:
         orig_mutated()
+
+    def undo():
+        warnings._showwarnmsg = orig_show
+        if orig_mutated is not None:
+            warnings._filters_mutated = orig_mutated
+        try:
+            warnings.filters.remove(ours)
+        except ValueError:
+            pass
+        if orig_mutated is not None:
+            orig_mutated()
+
+    state.undo.append(undo)
 
 
 def track_as(t, cat):
@@ -595,3 +631,4 @@ def _install_resize(torch):
         return r
 
     torch.UntypedStorage.resize_ = resize_
+    state.undo.append(lambda: setattr(torch.UntypedStorage, "resize_", orig))

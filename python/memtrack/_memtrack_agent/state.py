@@ -11,6 +11,10 @@ active = False  # recording now
 started = False  # the agent ran in this process (even if it has stopped since)
 torch = None
 backend = "cpu"
+# What each part installed, as functions that take it off again, in the order installed. Only
+# the in-process recording (inprocess.py) runs them, backwards, when its block ends; under
+# `memtrack record` the agent stays until the process ends.
+undo = []
 
 
 def int_env(name):

@@ -50,6 +50,7 @@ def watch_compiled_graphs(output_code):
         return out
 
     cls.__call__ = __call__
+    state.undo.append(lambda: setattr(cls, "__call__", orig))
 
 
 def install(torch):
@@ -62,9 +63,21 @@ def install(torch):
 
     # torch.compile(module) warns at every call that global hooks (ours) fire once more for
     # the OptimizedModule: the agent counts that module as the one it wraps (modules.wrapped)
-    warnings.filterwarnings(
-        "ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks"
-    )
+    pattern = r"Using `torch\.compile\(module\)` when there are global hooks"
+    warnings.filterwarnings("ignore", message=pattern)
+
+    def undo():
+        # by its pattern: the agent's own "always" filter is kept first (ops.py), so ours is
+        # not necessarily filters[0]
+        for f in list(warnings.filters):
+            if f[0] == "ignore" and getattr(f[1], "pattern", None) == pattern:
+                warnings.filters.remove(f)
+        try:
+            warnings._filters_mutated()
+        except AttributeError:
+            pass
+
+    state.undo.append(undo)
 
 
 def _patch_module_compile(torch):
@@ -82,6 +95,7 @@ def _patch_module_compile(torch):
         self._compiled_call_impl = _HookedCompiledCall(wmod, compiled)
 
     torch.nn.Module.compile = compile
+    state.undo.append(lambda: setattr(torch.nn.Module, "compile", orig_compile))
 
 
 class _HookedCompiledCall:

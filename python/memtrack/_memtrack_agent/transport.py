@@ -104,6 +104,19 @@ def forget_spool():
     _spool[3] = None
 
 
+def close_spool():
+    """The end of an in-process recording: nothing more is written, the mappings go (the
+    files keep what was written; a record another thread writes now is dropped)."""
+    _spool_state["dir"] = None
+    forget_spool()
+    mms, _spool_state["mm"] = _spool_state["mm"], []
+    for mm in mms:
+        try:
+            mm.close()
+        except Exception:
+            pass  # still exported by a view in use: the mapping goes with it
+
+
 def _open_segment(need):
     """A fresh segment for a record of `need` slots; False where nothing may be written (a
     forked child, no spool, or the file cannot be made): the record is dropped."""

@@ -30,14 +30,7 @@ def after_fork_in_child():
     transport.drop_socket()
     cycles.stop()  # nothing to report to: no collections kept for it either
     try:
-        C = state.torch._C
-        others = []
-        while C._len_torch_dispatch_stack() > 0:
-            m = C._pop_torch_dispatch_stack()
-            if m is not ops.mode:
-                others.append(m)
-        for m in reversed(others):
-            C._push_on_torch_dispatch_stack(m)
+        ops.leave_dispatch_stack()
     except Exception:
         pass
     # the spool's pages are shared with the parent: never write there again
