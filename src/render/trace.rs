@@ -116,7 +116,8 @@ pub fn write_trace_text(
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<()> {
     const BATCH: usize = 4096;
-    type Named = (TraceEvent, Option<EventAux>, Line);
+    // (what only some events carry is boxed: most events carry nothing)
+    type Named = (TraceEvent, Option<Box<EventAux>>, Line);
     let mut head = String::new();
     for l in listings {
         let _ = writeln!(head, "Device {} ----------------", l.device);
@@ -132,7 +133,7 @@ pub fn write_trace_text(
                 for batch in batches {
                     let mut out = String::with_capacity(BATCH * 40);
                     for (e, aux, line) in &batch {
-                        push_line(&mut out, e, aux.as_ref(), *line);
+                        push_line(&mut out, e, aux.as_deref(), *line);
                     }
                     if to_write.send(out).is_err() {
                         return;
@@ -150,7 +151,7 @@ pub fn write_trace_text(
             };
             events.visit(l.device, &mut |_, e, _, aux| {
                 let line = namer.line(e, aux);
-                batch.push((*e, aux.cloned(), line));
+                batch.push((*e, aux.map(|a| Box::new(a.clone())), line));
                 if batch.len() == BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                     // (the writer only stops early when this side has gone)
