@@ -169,8 +169,9 @@ struct Pairing {
 
 /// What an event did to the allocations.
 enum Paired {
-    /// Allocation `id` begins.
-    Alloc(u32),
+    /// Allocation `id` begins; an allocation still open at the same address (a file that
+    /// never freed it) is displaced: never freed, live to the end.
+    Alloc(u32, Option<Open>),
     /// An allocation ends: the open one it was (`Some`), or one from before the trace
     /// (`None`), numbered `id`.
     Free(u32, Option<Open>),
@@ -192,8 +193,7 @@ impl Pairing {
                     extra: extra(),
                     x,
                 };
-                self.open.insert(e.addr, open);
-                Paired::Alloc(id)
+                Paired::Alloc(id, self.open.insert(e.addr, open))
             }
             Action::FreeRequested => match self.open.remove(&e.addr) {
                 Some(o) => Paired::Free(o.id, Some(o)),
@@ -400,7 +400,11 @@ pub fn stacked(
             }
         }
         match pairing.event(i, e, x, || tagger.tag(e, aux)) {
-            Paired::Alloc(_) => {}
+            Paired::Alloc(_, displaced) => {
+                if let Some(o) = displaced {
+                    close(o.id, Some(o), o.size, None);
+                }
+            }
             Paired::Free(id, open) => {
                 let size = open.map_or(e.size, |o| o.size);
                 close(id, open, size, Some((e.stack, x)));
@@ -484,7 +488,7 @@ pub fn stacked(
             let mut pairing = Pairing::default();
             events.visit(device, &mut |i, e, _, _| {
                 match pairing.event(i, e, 0.0, || 0) {
-                    Paired::Alloc(id) => {
+                    Paired::Alloc(id, _) => {
                         let v = live.entry(site_of(id)).or_insert((0, 0, 0, id as usize));
                         v.0 += e.size as i64;
                         v.1 = v.1.max(v.0);
@@ -543,7 +547,7 @@ pub fn stacked(
     events.visit(device, &mut |i, e, _, _| {
         let (x, allocated) = walk.step(i, e);
         match pairing.event(i, e, x, || 0) {
-            Paired::Alloc(id) => {
+            Paired::Alloc(id, _) => {
                 let b = band_of(id);
                 if b != u32::MAX {
                     banded += 1;
@@ -737,6 +741,39 @@ mod tests {
         let last = s.samples.last().unwrap();
         for (b, &bytes) in s.bands.iter().zip(&last.bands) {
             assert_eq!(bytes != 0, b.free_x.is_none(), "{}", b.site);
+        }
+    }
+
+    /// An address allocated twice without a free between (a file that contradicts itself):
+    /// the first allocation is never freed, live to the end, in both kinds of bands.
+    #[test]
+    fn an_allocation_displaced_at_its_address_stays_live() {
+        use crate::model::snapshot::{DeviceTrace, TraceEvent};
+        let ev = |action, addr, size| TraceEvent {
+            addr,
+            size,
+            action,
+            ..TraceEvent::default()
+        };
+        let mut snap = Snapshot::default();
+        let mut t = DeviceTrace::default();
+        t.stream_index(0).unwrap();
+        for e in [
+            ev(Action::Alloc, 0x1000, 512),
+            ev(Action::Alloc, 0x1000, 1024),
+            ev(Action::FreeRequested, 0x1000, 1024),
+            ev(Action::Alloc, 0x2000, 2048),
+        ] {
+            t.events.push(e);
+        }
+        snap.traces.push(t);
+        for by in [BandBy::Allocation, BandBy::Site] {
+            let tl = timeline(&snap, 0, false);
+            let s = stacked(&snap, 5, by, Grouping::sites(), 10, true, tl, &mut &snap).unwrap();
+            assert_eq!(s.allocations, 3, "{by:?}");
+            let last = s.samples.last().unwrap();
+            assert_eq!(last.total - s.initial_bytes, 512 + 2048, "{by:?}");
+            assert_eq!(last.bands.iter().sum::<i64>(), 512 + 2048, "{by:?}");
         }
     }
 
