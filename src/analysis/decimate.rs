@@ -67,38 +67,90 @@ pub fn min_max_envelope_xy(
     columns: usize,
 ) -> Vec<(f64, f64)> {
     let n = xs.len().min(ys.len());
-    let columns = columns.max(1);
-    if n <= columns * 4 {
-        return (0..n).map(|i| (xs[i], ys[i])).collect();
+    let mut env = EnvelopeXy::new(n, x0, x1, columns);
+    for i in 0..n {
+        env.push(xs[i], ys[i]);
     }
-    let span = if x1 > x0 { x1 - x0 } else { 1.0 };
-    let col = |x: f64| (((x - x0) / span * columns as f64) as usize).min(columns - 1);
-    let mut out = Vec::with_capacity(columns * 4);
-    let mut i = 0;
-    while i < n {
-        let c = col(xs[i]);
-        let start = i;
-        let (mut min, mut max) = (i, i);
-        while i < n && col(xs[i]) == c {
-            if ys[i] < ys[min] {
-                min = i;
-            }
-            if ys[i] > ys[max] {
-                max = i;
-            }
-            i += 1;
+    env.finish()
+}
+
+/// A point and its index: (index, x, y).
+type Indexed = (usize, f64, f64);
+
+/// [`min_max_envelope_xy`] fed one point at a time (a series that is never whole in memory):
+/// memory is bounded by the columns, not the points.
+pub struct EnvelopeXy {
+    /// Every point is kept (there are few).
+    whole: bool,
+    x0: f64,
+    span: f64,
+    columns: usize,
+    out: Vec<(f64, f64)>,
+    /// The current column and its first, lowest, highest and last point.
+    column: Option<(usize, [Indexed; 4])>,
+    next: usize,
+}
+
+impl EnvelopeXy {
+    /// For `n` points over `[x0, x1]` at `columns` buckets.
+    pub fn new(n: usize, x0: f64, x1: f64, columns: usize) -> EnvelopeXy {
+        let columns = columns.max(1);
+        EnvelopeXy {
+            whole: n <= columns * 4,
+            x0,
+            span: if x1 > x0 { x1 - x0 } else { 1.0 },
+            columns,
+            out: Vec::with_capacity(columns * 4),
+            column: None,
+            next: 0,
         }
-        let mut keep = [start, min, max, i - 1];
-        keep.sort_unstable();
-        let mut last = usize::MAX;
-        for k in keep {
-            if k != last {
-                out.push((xs[k], ys[k]));
-                last = k;
+    }
+
+    /// The next point.
+    #[inline]
+    pub fn push(&mut self, x: f64, y: f64) {
+        let i = self.next;
+        self.next += 1;
+        if self.whole {
+            self.out.push((x, y));
+            return;
+        }
+        let c = (((x - self.x0) / self.span * self.columns as f64) as usize).min(self.columns - 1);
+        match &mut self.column {
+            Some((col, [_, min, max, last])) if *col == c => {
+                if y < min.2 {
+                    *min = (i, x, y);
+                }
+                if y > max.2 {
+                    *max = (i, x, y);
+                }
+                *last = (i, x, y);
+            }
+            _ => {
+                self.flush();
+                self.column = Some((c, [(i, x, y); 4]));
             }
         }
     }
-    out
+
+    fn flush(&mut self) {
+        if let Some((_, mut keep)) = self.column.take() {
+            keep.sort_unstable_by_key(|p| p.0);
+            let mut last = usize::MAX;
+            for (k, x, y) in keep {
+                if k != last {
+                    self.out.push((x, y));
+                    last = k;
+                }
+            }
+        }
+    }
+
+    /// The points to draw, in order.
+    pub fn finish(mut self) -> Vec<(f64, f64)> {
+        self.flush();
+        self.out
+    }
 }
 
 #[cfg(test)]

@@ -21,28 +21,31 @@
 use std::collections::BTreeMap;
 
 use crate::model::snapshot::{
-    Action, Block, BlockState, DeviceTrace, Segment, SizeClass, Snapshot, StackId, TraceEvent,
+    Action, Block, BlockState, Segment, SizeClass, Snapshot, StackId, TraceEvent,
 };
 
 use super::caching_allocator::{round_size, ROUNDUP_INTERVALS};
 use super::sites::{Capture, MomentFinder};
-use super::timeline::timeline;
+use crate::model::trace::TraceEvents;
 
-/// The index of device `device`'s trace event that is `capture`'s moment (the peak is the
-/// timeline's); None when no event is (the end, an OOM the trace does not have).
-pub fn moment_index(snap: &Snapshot, device: u32, capture: Capture) -> Option<usize> {
-    let trace = snap.trace(device)?;
-    let peak = timeline(snap, device, false)
-        .peak_allocated
-        .map(|p| p.index);
+/// The index of device `device`'s event among `events` (wherever they are) that is
+/// `capture`'s moment, the peak being at event `peak` (the timeline's); None when no event is
+/// (the end, an OOM the trace does not have).
+pub fn find_moment(
+    events: &mut dyn TraceEvents,
+    device: u32,
+    capture: Capture,
+    peak: Option<usize>,
+) -> std::io::Result<Option<usize>> {
     let mut finder = MomentFinder::new(capture);
     let mut found = None;
-    for (i, e) in trace.events.iter().enumerate() {
+    events.visit(device, &mut |i, e, _, _| {
         if finder.at(i, e, peak) {
             found = Some(i);
         }
-    }
-    found
+        Ok(())
+    })?;
+    Ok(found)
 }
 
 /// A live block of the rewound state.
@@ -64,17 +67,27 @@ struct Seg {
 /// Replace device `device`'s segments and blocks in `snap` by those right after its trace's
 /// event `index` (0-based, as `trace` numbers them). Other devices are left as they are.
 pub fn rewind_to(snap: &mut Snapshot, device: u32, index: usize) {
-    let Some(trace) = snap.traces.get_mut(device as usize).map(std::mem::take) else {
+    if snap.trace(device).is_none() {
         return;
+    }
+    // (the traces are lent out while the state they undo changes)
+    let kept = Snapshot {
+        traces: std::mem::take(&mut snap.traces),
+        ..Snapshot::default()
     };
-    rewind_undoing(snap, device, &trace, index + 1);
-    snap.traces[device as usize] = trace;
+    // (a kept trace cannot fail to be read)
+    let _ = rewind_with(snap, device, index, &mut &kept);
+    snap.traces = kept.traces;
 }
 
-/// Replace device `device`'s segments and blocks in `snap` by those before `trace.events[from..]`
-/// happened: the final state with those events undone. `trace` is the device's trace, or (a
-/// snapshot whose events were put aside, as `memtrack view` keeps them) only its last events.
-pub fn rewind_undoing(snap: &mut Snapshot, device: u32, trace: &DeviceTrace, from: usize) {
+/// [`rewind_to`] undoing the events of `events` (wherever they are: kept, or put aside on
+/// disk as they were read, and then read back from the end without being held).
+pub fn rewind_with(
+    snap: &mut Snapshot,
+    device: u32,
+    index: usize,
+    events: &mut dyn TraceEvents,
+) -> std::io::Result<()> {
     let mut segs: BTreeMap<u64, Seg> = BTreeMap::new();
     for s in snap.segments.iter().filter(|s| s.device == device) {
         let live = s
@@ -101,9 +114,10 @@ pub fn rewind_undoing(snap: &mut Snapshot, device: u32, trace: &DeviceTrace, fro
         };
         segs.insert(s.address, seg);
     }
-    for e in trace.events.iter().skip(from).rev() {
-        undo(&mut segs, trace, e, device);
-    }
+    events.visit_back(device, index, &mut |_, e, stream, _| {
+        undo(&mut segs, stream, e, device);
+        Ok(())
+    })?;
     // the device's segments and blocks replaced, in address order
     let mut segments: Vec<Segment> = Vec::new();
     let mut blocks: Vec<Block> = Vec::new();
@@ -156,10 +170,11 @@ pub fn rewind_undoing(snap: &mut Snapshot, device: u32, trace: &DeviceTrace, fro
     // legacy `history` ranges index the old block list: blocks brought here keep none
     snap.segments = segments;
     snap.blocks = blocks;
+    Ok(())
 }
 
 /// Undo one event of device `device`'s trace on the state.
-fn undo(segs: &mut BTreeMap<u64, Seg>, trace: &DeviceTrace, e: &TraceEvent, device: u32) {
+fn undo(segs: &mut BTreeMap<u64, Seg>, stream: i64, e: &TraceEvent, device: u32) {
     let containing = |segs: &mut BTreeMap<u64, Seg>, addr: u64| -> Option<u64> {
         let (&base, s) = segs.range(..=addr).next_back()?;
         (addr < base + s.size).then_some(base)
@@ -194,12 +209,12 @@ fn undo(segs: &mut BTreeMap<u64, Seg>, trace: &DeviceTrace, e: &TraceEvent, devi
         }
         Action::SegmentFree => {
             segs.entry(e.addr)
-                .or_insert_with(|| new_segment(trace, e, device, false));
+                .or_insert_with(|| new_segment(stream, e, device, false));
         }
         Action::SegmentMap => unmap(segs, e.addr, e.size),
         Action::SegmentUnmap => {
             segs.entry(e.addr)
-                .or_insert_with(|| new_segment(trace, e, device, true));
+                .or_insert_with(|| new_segment(stream, e, device, true));
             merge_touching(segs);
         }
         _ => {}
@@ -207,14 +222,14 @@ fn undo(segs: &mut BTreeMap<u64, Seg>, trace: &DeviceTrace, e: &TraceEvent, devi
 }
 
 /// A segment that the trace freed (or unmapped) and that stood before: what the event says.
-fn new_segment(trace: &DeviceTrace, e: &TraceEvent, device: u32, expandable: bool) -> Seg {
+fn new_segment(stream: i64, e: &TraceEvent, device: u32, expandable: bool) -> Seg {
     Seg {
         size: e.size,
         template: Segment {
             device,
             address: e.addr,
             total_size: e.size,
-            stream: trace.stream(e),
+            stream,
             size_class: if e.size <= 2 << 20 && !expandable {
                 SizeClass::Small
             } else {
@@ -338,7 +353,7 @@ mod tests {
         s.blocks.push(block(0x1000, 512, BlockState::Inactive));
         s.blocks
             .push(block(0x1200, (2 << 20) - 512, BlockState::ActiveAllocated));
-        let mut t = DeviceTrace::default();
+        let mut t = crate::model::snapshot::DeviceTrace::default();
         for e in [
             event(Action::SegmentAlloc, 0x1000, 2 << 20),
             event(Action::Alloc, 0x1000, 512),

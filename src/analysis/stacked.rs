@@ -11,9 +11,10 @@
 //! event (as `decimate::min_max_envelope` does for lines): every spike the pixel grid can show
 //! survives, and the peak drawn is the data's.
 //!
-//! It takes the device's timeline and reads the events once, from wherever they are (a kept
-//! trace, or where the reading put them aside: `TraceEvents`), keeping the intervals, not
-//! the events.
+//! It takes the device's timeline (its totals, not its series) and reads the events two or
+//! three times, from wherever they are (a kept trace, or where the reading put them aside:
+//! `TraceEvents`), keeping neither the events nor the allocations, only those live at once:
+//! a 10 GB capture draws in bounded memory.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -21,12 +22,12 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, Snapshot, StackId};
+use crate::model::snapshot::{Action, Snapshot, StackId, TraceEvent, NO_TIME};
 use crate::model::trace::TraceEvents;
 
 use super::groups::{GroupBy, Grouper};
 use super::sites::{Capture, Extra, MomentFinder, Origin, Sites, Tagger};
-use super::timeline::{AnnotationMark, OomMark, Point, Timeline};
+use super::timeline::{allocated_delta, AnnotationMark, Clock, OomMark, Point, Timeline};
 
 /// What one band of the stacked timeline stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -142,36 +143,116 @@ impl Grouping {
     }
 }
 
-/// One allocation as the trace shows it: the events that start and end it (`NONE`: before or
-/// after the trace). 24 bytes: a long trace has millions.
-struct Interval {
+/// An allocation still open while the events are read (its `alloc` seen, its free not yet).
+#[derive(Clone, Copy)]
+struct Open {
+    /// Its id: allocations are numbered in the order the trace shows them (an `alloc`, or a
+    /// free of one allocated before the trace began).
+    id: u32,
     start: u32,
-    end: u32,
     size: u64,
     stack: StackId,
     /// What the grouping keeps of it (`Tagger`'s id).
     extra: u32,
-    /// The stack of its `free_requested` (when `end` is an event).
-    free_stack: StackId,
+    /// x of its `alloc`.
+    x: f64,
 }
 
-impl Interval {
-    const NONE: u32 = u32::MAX;
+/// Pairs each `alloc` with its `free_requested` by address, numbering the allocations the
+/// same way on every pass over the events; a free without an alloc was allocated before the
+/// trace began. Holds only the allocations open, never all of them.
+#[derive(Default)]
+struct Pairing {
+    open: FxHashMap<u64, Open>,
+    next: u32,
+}
 
-    fn start(&self) -> Option<usize> {
-        (self.start != Interval::NONE).then_some(self.start as usize)
+/// What an event did to the allocations.
+enum Paired {
+    /// Allocation `id` begins; an allocation still open at the same address (a file that
+    /// never freed it) is displaced: never freed, live to the end.
+    Alloc(u32, Option<Open>),
+    /// An allocation ends: the open one it was (`Some`), or one from before the trace
+    /// (`None`), numbered `id`.
+    Free(u32, Option<Open>),
+    Neither,
+}
+
+impl Pairing {
+    /// Event `i`, `e`, at `x`; `extra` tags a new allocation.
+    fn event(&mut self, i: usize, e: &TraceEvent, x: f64, extra: impl FnOnce() -> u32) -> Paired {
+        match e.action {
+            Action::Alloc => {
+                let id = self.next;
+                self.next += 1;
+                let open = Open {
+                    id,
+                    start: i as u32,
+                    size: e.size,
+                    stack: e.stack,
+                    extra: extra(),
+                    x,
+                };
+                Paired::Alloc(id, self.open.insert(e.addr, open))
+            }
+            Action::FreeRequested => match self.open.remove(&e.addr) {
+                Some(o) => Paired::Free(o.id, Some(o)),
+                None => {
+                    let id = self.next;
+                    self.next += 1;
+                    Paired::Free(id, None)
+                }
+            },
+            _ => Paired::Neither,
+        }
+    }
+}
+
+/// One pass over a device's events, with each event's x and the allocated bytes after it.
+struct Walk {
+    clock: Clock,
+    carried: i64,
+    allocated: i64,
+}
+
+impl Walk {
+    fn new(tl: &Timeline, x_is_time: bool) -> Walk {
+        Walk {
+            clock: Clock::new(if x_is_time { tl.t0_us } else { None }),
+            carried: NO_TIME,
+            allocated: tl.initial_allocated_bytes,
+        }
     }
 
-    fn end(&self) -> Option<usize> {
-        (self.end != Interval::NONE).then_some(self.end as usize)
+    /// Event `i`'s (x, allocated after it).
+    #[inline]
+    fn step(&mut self, i: usize, e: &TraceEvent) -> (f64, i64) {
+        if e.time_us != NO_TIME {
+            self.carried = e.time_us;
+        }
+        self.allocated += allocated_delta(e);
+        (self.clock.x(i, self.carried), self.allocated)
     }
+}
+
+/// An allocation chosen as a band (by allocation).
+#[derive(Clone, Copy)]
+struct Chosen {
+    start: Option<usize>,
+    size: u64,
+    stack: StackId,
+    alloc_x: Option<f64>,
+    free_x: Option<f64>,
 }
 
 /// The stacked timeline of a device with `n` bands over `columns` pixel columns, from its
-/// timeline `tl` (with series) and its events in `events` (with the snapshot's stacks).
+/// timeline `tl` (series not needed) and its events in `events` (with the snapshot's stacks).
 ///
 /// With `by_event` x is the event index (as `_memory_viz` draws it: idle stretches take no
 /// room), else time when the trace has it.
+///
+/// The events are read two or three times (once more for bands by site) and never held:
+/// memory is bounded by the allocations live at once and, by site, 4 bytes an allocation.
 #[allow(clippy::too_many_arguments)]
 pub fn stacked(
     snap: &Snapshot,
@@ -186,16 +267,24 @@ pub fn stacked(
     let device = tl.device;
     let group_by = grouping.by.name();
     let moment_label = grouping.moment.as_ref().map(|(l, _)| l.clone());
-    tl.reserved = Vec::new(); // the stacked picture draws allocated memory only
+    tl.series = Default::default(); // (not read: x and allocated come with the events)
     let has_time = tl.x_is_time;
     let event_count = events.count(device);
+    let x_is_time = tl.x_is_time && !by_event;
+    // x of the first and last event
+    let x_range = match (event_count, x_is_time) {
+        (0, _) => (0.0, 0.0),
+        (_, true) => (
+            0.0,
+            Clock::new(tl.t0_us).x(event_count - 1, tl.last_time_us.unwrap_or(NO_TIME)),
+        ),
+        (_, false) => (0.0, (event_count - 1) as f64),
+    };
+    // annotations carry only a time: by event, each is placed at the first event at or after it
+    let mut annotation_order: Vec<usize> = Vec::new();
     if by_event && tl.x_is_time {
-        // annotations carry only a time: place each at the first event at or after it
-        let times = std::mem::take(&mut tl.x);
-        for an in &mut tl.annotations {
-            an.x = times.partition_point(|&t| t < an.x) as f64;
-        }
-        tl.x = (0..event_count).map(|i| i as f64).collect();
+        annotation_order = (0..tl.annotations.len()).collect();
+        annotation_order.sort_by(|&a, &b| tl.annotations[a].x.total_cmp(&tl.annotations[b].x));
         tl.x_is_time = false;
         for o in &mut tl.ooms {
             o.x = o.index as f64;
@@ -205,131 +294,184 @@ pub fn stacked(
         }
     }
 
-    // Pair each alloc with its free_requested by address; a free without an alloc was
-    // allocated before the trace began.
-    let mut intervals: Vec<Interval> = Vec::new();
-    let mut interval_of_event: Vec<u32> = vec![u32::MAX; event_count];
-    let mut open: FxHashMap<u64, u32> = FxHashMap::default();
+    // pass 1: pair the allocations, pick the events to sample (first, min, max and last of
+    // each pixel column), find the moment; by allocation, keep the n largest; by site, note
+    // where each allocation came from
+    let mut pairing = Pairing::default();
+    let mut picks = ColumnPicks::new(x_range, columns.max(1));
     let mut tagger = Tagger::new(grouping.extra);
     let peak_index = tl.peak_allocated.as_ref().map(|p| p.index);
     let mut finder = grouping.moment.as_ref().map(|(_, c)| MomentFinder::new(*c));
-    let mut moment_index = None;
-    events.visit(device, &mut |i, e, _, aux| {
-        if let Some(f) = finder.as_mut() {
-            if f.at(i, e, peak_index) {
-                moment_index = Some(i);
-            }
-        }
-        match e.action {
-            Action::Alloc => {
-                let id = intervals.len() as u32;
-                intervals.push(Interval {
-                    start: i as u32,
-                    end: Interval::NONE,
-                    size: e.size,
-                    stack: e.stack,
-                    extra: tagger.tag(e, aux),
-                    free_stack: StackId::MISSING,
-                });
-                open.insert(e.addr, id);
-                interval_of_event[i] = id;
-            }
-            Action::FreeRequested => {
-                let id = match open.remove(&e.addr) {
-                    Some(id) => id,
-                    None => {
-                        intervals.push(Interval {
-                            start: Interval::NONE,
-                            end: Interval::NONE,
-                            size: e.size,
-                            stack: e.stack,
-                            extra: 0,
-                            free_stack: StackId::MISSING,
-                        });
-                        (intervals.len() - 1) as u32
-                    }
+    let mut moment = None;
+    let mut walk = Walk::new(&tl, x_is_time);
+    let mut time_walk = Walk::new(&tl, true);
+    let mut placed = 0; // annotations placed (by event)
+                        // the n largest (the earlier first among equals), kept in a heap whose top is the least
+    let mut largest: BinaryHeap<Reverse<Largest>> = BinaryHeap::with_capacity(n + 1);
+    let mut chosen: FxHashMap<u32, Chosen> = FxHashMap::default();
+    // by site: each allocation's origin (an id of `origins`), and those from before the trace
+    let mut origin_of: Vec<u32> = Vec::new();
+    let mut origins: Vec<(StackId, u32, Option<StackId>)> = Vec::new();
+    let mut origin_ids: FxHashMap<(StackId, u32, Option<StackId>), u32> = FxHashMap::default();
+    let mut before: Vec<(u32, u64)> = Vec::new();
+    // by site: the area (below) each origin's allocations cover, to rank sites as allocations
+    let mut origin_area: Vec<f64> = Vec::new();
+    let last = event_count;
+    // "largest" on the picture: bytes times the x span they stay live, so a band is something
+    // one can see (the biggest allocations of a step are often its shortest-lived
+    // temporaries, a hairline at any width)
+    let area = |size: u64, x0: Option<f64>, x1: Option<f64>| -> f64 {
+        let x0 = x0.unwrap_or(x_range.0);
+        let x1 = x1.unwrap_or(x_range.1);
+        let span = if last > 1 { (x1 - x0).max(0.0) } else { 1.0 };
+        size as f64 * span.max(f64::MIN_POSITIVE)
+    };
+    // allocation `id` (`open` unless from before the trace), `size` bytes, ends (freed by a
+    // stack at x, or still live at the end)
+    let mut close = |id: u32, open: Option<Open>, size: u64, free: Option<(StackId, f64)>| {
+        let start_x = open.map(|o| o.x);
+        match by {
+            BandBy::Allocation => {
+                let free_x = free.map(|(_, x)| x);
+                let candidate = Largest(area(size, start_x, free_x), id);
+                let keep = match largest.peek() {
+                    _ if largest.len() < n => true,
+                    Some(Reverse(least)) => candidate > *least,
+                    None => false,
                 };
-                intervals[id as usize].end = i as u32;
-                intervals[id as usize].free_stack = e.stack;
-                interval_of_event[i] = id;
-            }
-            Action::Annotate => {
-                if let (Some(tag), Some(&id)) = (tagger.retag(aux), open.get(&e.addr)) {
-                    intervals[id as usize].extra = tag;
+                if keep {
+                    if largest.len() >= n {
+                        if let Some(Reverse(out)) = largest.pop() {
+                            chosen.remove(&out.1);
+                        }
+                    }
+                    largest.push(Reverse(candidate));
+                    let stack = match (open, free) {
+                        (Some(o), _) => o.stack,
+                        (None, Some((s, _))) => s,
+                        (None, None) => StackId::MISSING,
+                    };
+                    chosen.insert(
+                        id,
+                        Chosen {
+                            start: open.map(|o| o.start as usize),
+                            size,
+                            stack,
+                            alloc_x: start_x,
+                            free_x,
+                        },
+                    );
                 }
             }
-            _ => {}
+            BandBy::Site => {
+                let key = match open {
+                    Some(o) => (o.stack, o.extra, free.map(|f| f.0)),
+                    None => (free.map_or(StackId::MISSING, |f| f.0), 0, free.map(|f| f.0)),
+                };
+                let next = origins.len() as u32;
+                let origin = *origin_ids.entry(key).or_insert_with(|| {
+                    origins.push(key);
+                    next
+                });
+                if origin_of.len() <= id as usize {
+                    origin_of.resize(id as usize + 1, u32::MAX);
+                }
+                origin_of[id as usize] = origin;
+                if origin_area.len() <= origin as usize {
+                    origin_area.resize(origin as usize + 1, 0.0);
+                }
+                origin_area[origin as usize] += area(size, start_x, free.map(|(_, x)| x));
+            }
+        }
+        if open.is_none() {
+            before.push((id, size));
+        }
+    };
+    events.visit(device, &mut |i, e, _, aux| {
+        let (x, allocated) = walk.step(i, e);
+        if !annotation_order.is_empty() {
+            let (time_x, _) = time_walk.step(i, e);
+            while let Some(&k) = annotation_order.get(placed) {
+                if tl.annotations[k].x > time_x {
+                    break;
+                }
+                tl.annotations[k].x = i as f64;
+                placed += 1;
+            }
+        }
+        picks.push(i, x, allocated);
+        if let Some(f) = finder.as_mut() {
+            if f.at(i, e, peak_index) {
+                moment = Some((i, x, allocated));
+            }
+        }
+        match pairing.event(i, e, x, || tagger.tag(e, aux)) {
+            Paired::Alloc(_, displaced) => {
+                if let Some(o) = displaced {
+                    close(o.id, Some(o), o.size, None);
+                }
+            }
+            Paired::Free(id, open) => {
+                let size = open.map_or(e.size, |o| o.size);
+                close(id, open, size, Some((e.stack, x)));
+            }
+            Paired::Neither => {
+                if e.action == Action::Annotate {
+                    if let (Some(tag), Some(o)) = (tagger.retag(aux), pairing.open.get_mut(&e.addr))
+                    {
+                        o.extra = tag;
+                    }
+                }
+            }
         }
         Ok(())
     })?;
+    for k in annotation_order.iter().skip(placed) {
+        tl.annotations[*k].x = event_count as f64;
+    }
+    // still live at the end
+    let mut still_open: Vec<Open> = pairing.open.values().copied().collect();
+    still_open.sort_unstable_by_key(|o| o.id);
+    for o in still_open {
+        close(o.id, Some(o), o.size, None);
+    }
+    let intervals = pairing.next as usize;
+    let picks = picks.finish();
 
     let mut sites = Sites::new(snap);
-    let x_of = |i: Option<usize>| i.map(|i| tl.x[i]);
-    // band of each interval, and the bands themselves
-    let mut band_of: Vec<u32> = vec![u32::MAX; intervals.len()];
     let mut bands: Vec<Band> = Vec::new();
-    // "largest" on the picture: bytes times the x span they stay live, so a band is
-    // something one can see (the biggest allocations of a step are often its
-    // shortest-lived temporaries, a hairline at any width)
-    let area_of = |iv: &Interval| -> f64 {
-        let x0 = iv
-            .start()
-            .map_or(tl.x.first().copied().unwrap_or(0.0), |i| tl.x[i]);
-        let x1 = iv
-            .end()
-            .map_or(tl.x.last().copied().unwrap_or(0.0), |i| tl.x[i]);
-        let span = if event_count > 1 {
-            (x1 - x0).max(0.0)
-        } else {
-            1.0
-        };
-        iv.size as f64 * span.max(f64::MIN_POSITIVE)
-    };
+    // the band of each allocation: by id (allocations), or by origin (sites)
+    let mut band_of_id: FxHashMap<u32, u32> = FxHashMap::default();
+    let mut band_of_origin: Vec<u32> = Vec::new();
     match by {
         BandBy::Allocation => {
-            let area = area_of;
-            // the n largest (the earlier first among equals), kept in a heap whose top is
-            // the least of them: millions of intervals, a few hundred bands
-            let mut largest: BinaryHeap<Reverse<Largest>> = BinaryHeap::with_capacity(n + 1);
-            for (k, iv) in intervals.iter().enumerate() {
-                let candidate = Largest(area(iv), k as u32);
-                match largest.peek() {
-                    _ if largest.len() < n => largest.push(Reverse(candidate)),
-                    Some(Reverse(least)) if candidate > *least => {
-                        largest.pop();
-                        largest.push(Reverse(candidate));
-                    }
-                    _ => {}
-                }
-            }
-            let mut order: Vec<u32> = largest.into_iter().map(|Reverse(l)| l.1).collect();
+            let mut order: Vec<(u32, Chosen)> = chosen.into_iter().collect();
             // stacked in order of allocation, the oldest at the bottom
-            order.sort_by_key(|&k| (intervals[k as usize].start().map_or(0, |s| s + 1), k));
-            for k in order.into_iter().map(|k| k as usize) {
-                let iv = &intervals[k];
-                band_of[k] = bands.len() as u32;
-                let site = sites.site(iv.stack);
+            order.sort_by_key(|(k, c)| (c.start.map_or(0, |s| s + 1), *k));
+            for (k, c) in order {
+                band_of_id.insert(k, bands.len() as u32);
+                let site = sites.site(c.stack);
                 bands.push(Band {
                     site: sites.label(site, false),
-                    bytes: iv.size,
+                    bytes: c.size,
                     allocations: 1,
-                    stack: sites.frames(iv.stack),
-                    alloc_x: x_of(iv.start()),
-                    free_x: x_of(iv.end()),
+                    stack: sites.frames(c.stack),
+                    alloc_x: c.alloc_x,
+                    free_x: c.free_x,
                 });
             }
         }
         BandBy::Site => {
-            // most bytes each group held at once, by replaying the intervals
+            // most bytes each group held at once, by replaying the allocations (pass 2)
             let mut grouper = Grouper::new(snap, device, grouping.by, tagger.into_strings());
             let mut labels: Vec<String> = Vec::new();
             let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
-            let site_of: Vec<u32> = (intervals.iter())
-                .map(|iv| {
+            let site_of_origin: Vec<u32> = (origins.iter())
+                .map(|&(stack, extra, freed_by)| {
                     let origin = Origin {
-                        stack: iv.stack,
-                        extra: iv.extra,
-                        freed_by: iv.end().map(|_| iv.free_stack),
+                        stack,
+                        extra,
+                        freed_by,
                     };
                     let (key, site) = grouper.label(origin);
                     *label_id.entry(key).or_insert_with(|| {
@@ -341,105 +483,124 @@ pub fn stacked(
                     })
                 })
                 .collect();
+            let site_of = |id: u32| site_of_origin[origin_of[id as usize] as usize];
             let mut live: FxHashMap<u32, (i64, i64, u64, usize)> = FxHashMap::default();
-            for (k, iv) in intervals.iter().enumerate() {
-                if iv.start().is_none() {
-                    let e = live.entry(site_of[k]).or_insert((0, 0, 0, k));
-                    e.0 += iv.size as i64;
-                    e.1 = e.1.max(e.0);
-                    e.2 += 1;
-                }
+            for &(k, size) in &before {
+                let e = live.entry(site_of(k)).or_insert((0, 0, 0, k as usize));
+                e.0 += size as i64;
+                e.1 = e.1.max(e.0);
+                e.2 += 1;
             }
-            for (i, &id) in interval_of_event.iter().enumerate() {
-                if id == u32::MAX {
-                    continue;
+            let mut pairing = Pairing::default();
+            events.visit(device, &mut |i, e, _, _| {
+                match pairing.event(i, e, 0.0, || 0) {
+                    Paired::Alloc(id, _) => {
+                        let v = live.entry(site_of(id)).or_insert((0, 0, 0, id as usize));
+                        v.0 += e.size as i64;
+                        v.1 = v.1.max(v.0);
+                        v.2 += 1;
+                    }
+                    Paired::Free(id, open) => {
+                        let v = live.entry(site_of(id)).or_insert((0, 0, 0, id as usize));
+                        v.0 -= open.map_or(e.size, |o| o.size) as i64;
+                    }
+                    Paired::Neither => {}
                 }
-                let iv = &intervals[id as usize];
-                let e = live
-                    .entry(site_of[id as usize])
-                    .or_insert((0, 0, 0, id as usize));
-                if iv.start() == Some(i) {
-                    e.0 += iv.size as i64;
-                    e.1 = e.1.max(e.0);
-                    e.2 += 1;
-                } else {
-                    e.0 -= iv.size as i64;
-                }
-            }
+                Ok(())
+            })?;
             // ranked as allocations are: by the area they cover (bytes times the x span each
             // allocation stays live), so the bands are the sites one can see and the grey rest
-            // is as small as n bands can make it (the most held at once would pick a site whose
-            // one large temporary is a hairline)
-            let mut area: FxHashMap<u32, f64> = FxHashMap::default();
-            for (k, iv) in intervals.iter().enumerate() {
-                *area.entry(site_of[k]).or_insert(0.0) += area_of(iv);
+            // is as small as n bands can make it (the most held at once would pick a site
+            // whose one large temporary is a hairline)
+            let mut site_area: FxHashMap<u32, f64> = FxHashMap::default();
+            for (origin, &a) in origin_area.iter().enumerate() {
+                *site_area.entry(site_of_origin[origin]).or_insert(0.0) += a;
             }
             let mut ranked: Vec<(u32, (i64, i64, u64, usize))> = live.into_iter().collect();
             ranked.sort_by(|(a, va), (b, vb)| {
-                let (a, b) = (area.get(a).copied(), area.get(b).copied());
+                let (a, b) = (site_area.get(a).copied(), site_area.get(b).copied());
                 b.partial_cmp(&a)
                     .unwrap_or(std::cmp::Ordering::Equal)
                     .then(va.3.cmp(&vb.3))
             });
             ranked.truncate(n);
             ranked.sort_by_key(|(_, v)| v.3);
-            let mut index: FxHashMap<u32, u32> = FxHashMap::default();
+            let mut band_of_site: FxHashMap<u32, u32> = FxHashMap::default();
             for (key, (_, most, count, first)) in ranked {
-                index.insert(key, bands.len() as u32);
-                let iv = &intervals[first];
+                band_of_site.insert(key, bands.len() as u32);
+                let stack = origins[origin_of[first] as usize].0;
                 bands.push(Band {
                     site: labels[key as usize].clone(),
                     bytes: most.max(0) as u64,
                     allocations: count,
-                    stack: sites.frames(iv.stack),
+                    stack: sites.frames(stack),
                     alloc_x: None,
                     free_x: None,
                 });
             }
-            for (k, key) in site_of.iter().enumerate() {
-                if let Some(&b) = index.get(key) {
-                    band_of[k] = b;
-                }
-            }
+            band_of_origin = (site_of_origin.iter())
+                .map(|s| band_of_site.get(s).copied().unwrap_or(u32::MAX))
+                .collect();
         }
     }
+    let band_of = |id: u32| -> u32 {
+        match by {
+            BandBy::Allocation => band_of_id.get(&id).copied().unwrap_or(u32::MAX),
+            BandBy::Site => band_of_origin[origin_of[id as usize] as usize],
+        }
+    };
 
-    // which events to sample: first, min, max and last of each pixel column
-    let picks = column_picks(&tl.x, &tl.allocated, columns.max(1));
+    // the last pass: the composition at each picked event
     let mut samples = Vec::with_capacity(picks.len());
     let mut level = vec![0i64; bands.len()];
-    for (k, iv) in intervals.iter().enumerate() {
-        if iv.start().is_none() && band_of[k] != u32::MAX {
-            level[band_of[k] as usize] += iv.size as i64;
+    let mut banded = 0usize;
+    for &(k, size) in &before {
+        let b = band_of(k);
+        if b != u32::MAX {
+            level[b as usize] += size as i64;
         }
     }
+    let mut pairing = Pairing::default();
+    let mut walk = Walk::new(&tl, x_is_time);
     let mut next = picks.iter().peekable();
-    for (i, &id) in interval_of_event.iter().enumerate() {
-        if id != u32::MAX && band_of[id as usize] != u32::MAX {
-            let iv = &intervals[id as usize];
-            let b = band_of[id as usize] as usize;
-            if iv.start() == Some(i) {
-                level[b] += iv.size as i64;
-            } else {
-                level[b] -= iv.size as i64;
+    events.visit(device, &mut |i, e, _, _| {
+        let (x, allocated) = walk.step(i, e);
+        match pairing.event(i, e, x, || 0) {
+            Paired::Alloc(id, _) => {
+                let b = band_of(id);
+                if b != u32::MAX {
+                    banded += 1;
+                    level[b as usize] += e.size as i64;
+                }
             }
+            Paired::Free(id, open) => {
+                let b = band_of(id);
+                if b != u32::MAX {
+                    banded += open.is_none() as usize;
+                    level[b as usize] -= open.map_or(e.size, |o| o.size) as i64;
+                }
+            }
+            Paired::Neither => {}
         }
         if next.peek() == Some(&&i) {
             next.next();
             samples.push(Sample {
                 index: i,
-                x: tl.x[i],
-                total: tl.allocated[i],
+                x,
+                total: allocated,
                 bands: level.clone(),
             });
         }
-    }
-    let moment = moment_index.zip(moment_label).map(|(i, label)| MomentMark {
-        label,
-        index: i,
-        x: tl.x[i],
-        bytes: tl.allocated[i],
-    });
+        Ok(())
+    })?;
+    let moment = moment
+        .zip(moment_label)
+        .map(|((i, x, bytes), label)| MomentMark {
+            label,
+            index: i,
+            x,
+            bytes,
+        });
     Ok(Stacked {
         group_by,
         moment,
@@ -449,13 +610,10 @@ pub fn stacked(
         x_is_time: tl.x_is_time,
         has_time,
         t0_us: tl.t0_us,
-        x_range: (
-            tl.x.first().copied().unwrap_or(0.0),
-            tl.x.last().copied().unwrap_or(0.0),
-        ),
+        x_range,
         initial_bytes: tl.initial_allocated_bytes,
-        allocations: intervals.len(),
-        other_allocations: band_of.iter().filter(|&&b| b == u32::MAX).count(),
+        allocations: intervals,
+        other_allocations: intervals - banded,
         bands,
         samples,
         peak: tl.peak_allocated,
@@ -464,43 +622,79 @@ pub fn stacked(
     })
 }
 
+/// Indices of the first, lowest, highest and last value of each of `columns` equal x ranges
+/// of `x_range`, ascending and distinct, taken as the events go by.
+struct ColumnPicks {
+    lo: f64,
+    width: f64,
+    columns: usize,
+    picks: Vec<usize>,
+    /// The current column and its first, lowest, highest and last (index, value).
+    current: Option<(usize, [(usize, i64); 4])>,
+}
+
+impl ColumnPicks {
+    fn new((lo, hi): (f64, f64), columns: usize) -> ColumnPicks {
+        ColumnPicks {
+            lo,
+            width: (hi - lo).max(f64::MIN_POSITIVE),
+            columns,
+            picks: Vec::with_capacity(4 * columns),
+            current: None,
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, i: usize, x: f64, y: i64) {
+        let c = (((x - self.lo) / self.width * self.columns as f64) as usize).min(self.columns - 1);
+        match &mut self.current {
+            Some((col, [_, min, max, last])) if *col == c => {
+                if y < min.1 {
+                    *min = (i, y);
+                }
+                if y > max.1 {
+                    *max = (i, y);
+                }
+                *last = (i, y);
+            }
+            _ => {
+                self.flush();
+                self.current = Some((c, [(i, y); 4]));
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some((_, four)) = self.current.take() {
+            let mut four = four.map(|(i, _)| i);
+            four.sort_unstable();
+            for i in four {
+                if self.picks.last() != Some(&i) {
+                    self.picks.push(i);
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> Vec<usize> {
+        self.flush();
+        self.picks
+    }
+}
+
 /// Indices of the first, lowest, highest and last value of each of `columns` equal x ranges,
 /// ascending and distinct.
+#[cfg(test)]
 fn column_picks(x: &[f64], y: &[i64], columns: usize) -> Vec<usize> {
     let n = x.len();
-    let mut picks = Vec::new();
     if n == 0 {
-        return picks;
+        return Vec::new();
     }
-    let (lo, hi) = (x[0], x[n - 1]);
-    let width = (hi - lo).max(f64::MIN_POSITIVE);
-    let column = |v: f64| (((v - lo) / width * columns as f64) as usize).min(columns - 1);
-    let mut start = 0;
-    while start < n {
-        let c = column(x[start]);
-        let mut end = start + 1;
-        while end < n && column(x[end]) == c {
-            end += 1;
-        }
-        let (mut min, mut max) = (start, start);
-        for i in start..end {
-            if y[i] < y[min] {
-                min = i;
-            }
-            if y[i] > y[max] {
-                max = i;
-            }
-        }
-        let mut four = [start, min, max, end - 1];
-        four.sort_unstable();
-        for i in four {
-            if picks.last() != Some(&i) {
-                picks.push(i);
-            }
-        }
-        start = end;
+    let mut picks = ColumnPicks::new((x[0], x[n - 1]), columns);
+    for i in 0..n {
+        picks.push(i, x[i], y[i]);
     }
-    picks
+    picks.finish()
 }
 
 #[cfg(test)]
@@ -522,9 +716,10 @@ mod tests {
     fn top_edge_is_allocated_and_bands_fit_under_it() {
         let snap = fixture("cs336_medium_512_training.pickle");
         let tl = timeline(&snap, 0, true);
+        let allocated: Vec<i64> = tl.points().map(|p| p.allocated).collect();
         for by in [BandBy::Allocation, BandBy::Site] {
             for by_event in [false, true] {
-                let series = timeline(&snap, 0, true);
+                let series = timeline(&snap, 0, false);
                 let s = stacked(
                     &snap,
                     20,
@@ -539,7 +734,7 @@ mod tests {
                 assert!(!s.bands.is_empty() && s.bands.len() <= 20);
                 assert!(s.samples.len() <= 4 * 400 && s.samples.len() > 100);
                 for sm in &s.samples {
-                    assert_eq!(sm.total, tl.allocated[sm.index]);
+                    assert_eq!(sm.total, allocated[sm.index]);
                     assert!(sm.bands.iter().all(|&b| b >= 0));
                     assert!(sm.bands.iter().sum::<i64>() <= sm.total, "{by:?}");
                 }
@@ -565,6 +760,39 @@ mod tests {
         let last = s.samples.last().unwrap();
         for (b, &bytes) in s.bands.iter().zip(&last.bands) {
             assert_eq!(bytes != 0, b.free_x.is_none(), "{}", b.site);
+        }
+    }
+
+    /// An address allocated twice without a free between (a file that contradicts itself):
+    /// the first allocation is never freed, live to the end, in both kinds of bands.
+    #[test]
+    fn an_allocation_displaced_at_its_address_stays_live() {
+        use crate::model::snapshot::{DeviceTrace, TraceEvent};
+        let ev = |action, addr, size| TraceEvent {
+            addr,
+            size,
+            action,
+            ..TraceEvent::default()
+        };
+        let mut snap = Snapshot::default();
+        let mut t = DeviceTrace::default();
+        t.stream_index(0).unwrap();
+        for e in [
+            ev(Action::Alloc, 0x1000, 512),
+            ev(Action::Alloc, 0x1000, 1024),
+            ev(Action::FreeRequested, 0x1000, 1024),
+            ev(Action::Alloc, 0x2000, 2048),
+        ] {
+            t.events.push(e);
+        }
+        snap.traces.push(t);
+        for by in [BandBy::Allocation, BandBy::Site] {
+            let tl = timeline(&snap, 0, false);
+            let s = stacked(&snap, 5, by, Grouping::sites(), 10, true, tl, &mut &snap).unwrap();
+            assert_eq!(s.allocations, 3, "{by:?}");
+            let last = s.samples.last().unwrap();
+            assert_eq!(last.total - s.initial_bytes, 512 + 2048, "{by:?}");
+            assert_eq!(last.bands.iter().sum::<i64>(), 512 + 2048, "{by:?}");
         }
     }
 

@@ -27,15 +27,13 @@ pub struct Timeline {
     pub x_is_time: bool,
     /// `time_us` of the first event, when x is time.
     pub t0_us: Option<i64>,
-    /// Per event: seconds since `t0_us` if `x_is_time`, else the index (empty without series).
+    /// The last `time_us` of the trace (what its last event's x is, when x is time).
     #[serde(skip)]
-    pub x: Vec<f64>,
-    /// Requested bytes allocated after each event (empty without series).
+    pub last_time_us: Option<i64>,
+    /// Per event: x, allocated and reserved after it (empty without series); read with
+    /// [`Timeline::points`].
     #[serde(skip)]
-    pub allocated: Vec<i64>,
-    /// Bytes held in segments after each event (empty without series).
-    #[serde(skip)]
-    pub reserved: Vec<i64>,
+    pub series: SeriesLog,
     /// Bytes before the first event, as the anchor implies.
     pub initial_allocated_bytes: i64,
     /// Bytes held in segments before the first event; negative if the file contradicts itself.
@@ -100,6 +98,145 @@ pub struct AnnotationMark {
     pub stage: String,
     /// The range's name (e.g. a `record_function` label).
     pub name: String,
+}
+
+impl Timeline {
+    /// x, allocated and reserved after each event, in order (none without series).
+    pub fn points(&self) -> impl Iterator<Item = SeriesPoint> + '_ {
+        let clock = Clock::new(self.t0_us);
+        let (init_a, init_r) = (self.initial_allocated_bytes, self.initial_reserved_bytes);
+        self.series
+            .iter()
+            .enumerate()
+            .map(move |(i, (time, a, r))| SeriesPoint {
+                x: clock.x(i, time),
+                allocated: a + init_a,
+                reserved: r + init_r,
+            })
+    }
+}
+
+/// A point of a [`Timeline`]'s series: after one event.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SeriesPoint {
+    /// Seconds since `t0_us` if x is time, else the event index.
+    pub x: f64,
+    /// Requested bytes allocated after the event.
+    pub allocated: i64,
+    /// Bytes held in segments after the event.
+    pub reserved: i64,
+}
+
+/// An event's x from the time it carries (its own, or the last before it; `NO_TIME` before
+/// the first): seconds since `t0` (events before the first time are at 0), or, without `t0`
+/// (x is not time), the event index.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    t0: Option<i64>,
+}
+
+impl Clock {
+    /// x relative to `t0`, or the index when None.
+    pub fn new(t0: Option<i64>) -> Clock {
+        Clock { t0 }
+    }
+
+    /// The x of event `index`, which carries time `carried` (`NO_TIME`: none yet).
+    #[inline]
+    pub fn x(&self, index: usize, carried: i64) -> f64 {
+        match self.t0 {
+            Some(_) if carried == NO_TIME => 0.0,
+            Some(t0) => (carried - t0) as f64 / 1e6,
+            None => index as f64,
+        }
+    }
+}
+
+/// The time each event carries and how it changed allocated and reserved bytes, a few bytes
+/// an event (a 10 GB capture has ~55M events: 24 bytes each would be 1.3 GB): per event one
+/// varint of the time's change (zigzag) times 4 plus which series changed (1: allocated,
+/// 2: reserved), then each change (zigzag varint). Read back in order with [`SeriesLog::iter`].
+#[derive(Debug, Default)]
+pub struct SeriesLog {
+    bytes: Vec<u8>,
+    len: usize,
+    last_time: i64,
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn push_varint(out: &mut Vec<u8>, mut v: u128) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+impl SeriesLog {
+    /// The next event: the time it carries, its change of allocated and of reserved bytes
+    /// (at most one of the two is not 0).
+    pub fn push(&mut self, time: i64, allocated: i64, reserved: i64) {
+        let dt = zigzag(time.wrapping_sub(self.last_time));
+        self.last_time = time;
+        let kind = (allocated != 0) as u128 | ((reserved != 0) as u128) << 1;
+        push_varint(&mut self.bytes, (dt as u128) << 2 | kind);
+        if allocated != 0 {
+            push_varint(&mut self.bytes, zigzag(allocated) as u128);
+        }
+        if reserved != 0 {
+            push_varint(&mut self.bytes, zigzag(reserved) as u128);
+        }
+        self.len += 1;
+    }
+
+    /// Events logged.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no event was logged.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// (time carried, allocated, reserved) after each event, allocated and reserved relative
+    /// to before the first.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, i64, i64)> + '_ {
+        let mut at = 0;
+        let (mut time, mut allocated, mut reserved) = (0i64, 0i64, 0i64);
+        let bytes = &self.bytes;
+        let read = move |at: &mut usize| -> u128 {
+            let mut v = 0u128;
+            let mut shift = 0;
+            loop {
+                let b = bytes[*at];
+                *at += 1;
+                v |= ((b & 0x7f) as u128) << shift;
+                if b < 0x80 {
+                    return v;
+                }
+                shift += 7;
+            }
+        };
+        (0..self.len).map(move |_| {
+            let head = read(&mut at);
+            time = time.wrapping_add(unzigzag((head >> 2) as u64));
+            if head & 1 != 0 {
+                allocated += unzigzag(read(&mut at) as u64);
+            }
+            if head & 2 != 0 {
+                reserved += unzigzag(read(&mut at) as u64);
+            }
+            (time, allocated, reserved)
+        })
+    }
 }
 
 /// The allocated change of one event (requested bytes).
@@ -294,14 +431,11 @@ impl TraceRun {
 }
 
 /// A device's [`Timeline`], built one event at a time: from a kept trace (`timeline`) or as
-/// the trace streams by ([`Timelines`]). With series, 24 bytes an event: the time each event
-/// carries (its own, or the last before it) and allocated and reserved so far.
+/// the trace streams by ([`Timelines`]). With series, a [`SeriesLog`]: a few bytes an event.
 pub struct TimelineBuilder {
     with_series: bool,
     run: TraceRun,
-    times: Vec<i64>,
-    allocated: Vec<i64>,
-    reserved: Vec<i64>,
+    series: SeriesLog,
     first: Option<TraceEvent>,
 }
 
@@ -318,9 +452,7 @@ impl TimelineBuilder {
         TimelineBuilder {
             with_series,
             run: TraceRun::default(),
-            times: Vec::new(),
-            allocated: Vec::new(),
-            reserved: Vec::new(),
+            series: SeriesLog::default(),
             first: None,
         }
     }
@@ -331,9 +463,9 @@ impl TimelineBuilder {
         self.first.get_or_insert(*e);
         self.run.push(e, aux);
         if self.with_series {
-            self.times.push(self.run.last_time_us.unwrap_or(NO_TIME));
-            self.allocated.push(self.run.allocated);
-            self.reserved.push(self.run.reserved);
+            let time = self.run.last_time_us.unwrap_or(NO_TIME);
+            self.series
+                .push(time, allocated_delta(e), reserved_delta(e));
         }
     }
 
@@ -371,9 +503,8 @@ impl TimelineBuilder {
             events: self.run.events,
             x_is_time: totals.x_is_time,
             t0_us: t0,
-            x: Vec::new(),
-            allocated: self.allocated,
-            reserved: self.reserved,
+            last_time_us: totals.last_time_us,
+            series: self.series,
             initial_allocated_bytes: init_a,
             initial_reserved_bytes: init_r,
             final_allocated_bytes: final_alloc,
@@ -384,24 +515,6 @@ impl TimelineBuilder {
             ooms: totals.ooms,
             annotations: Vec::new(),
         };
-        if self.with_series {
-            tl.allocated.iter_mut().for_each(|v| *v += init_a);
-            tl.reserved.iter_mut().for_each(|v| *v += init_r);
-            // (in place: the times' vector becomes x's)
-            tl.x = match t0 {
-                // events before the first time are at t0
-                Some(t0) => (self.times.into_iter())
-                    .map(|t| {
-                        if t == NO_TIME {
-                            0.0
-                        } else {
-                            (t - t0) as f64 / 1e6
-                        }
-                    })
-                    .collect(),
-                None => (0..tl.events).map(|i| i as f64).collect(),
-            };
-        }
         if let Some(t0) = t0 {
             let last = totals.last_time_us.unwrap_or(t0);
             for an in &snap.annotations {
@@ -473,11 +586,6 @@ pub fn timeline(snap: &Snapshot, device: u32, with_series: bool) -> Timeline {
     let trace = snap.trace(device);
     let events: &[TraceEvent] = trace.map_or(&[], |t| &t.events[..]);
     let mut b = TimelineBuilder::new(with_series);
-    if with_series {
-        b.times.reserve_exact(events.len());
-        b.allocated.reserve_exact(events.len());
-        b.reserved.reserve_exact(events.len());
-    }
     for (i, e) in events.iter().enumerate() {
         // (only an OOM's aux is read: the lookup is not free)
         let aux = (e.action == Action::Oom)
@@ -516,8 +624,43 @@ mod tests {
         let t = timeline(&s, 0, true);
         // nothing live at the end: 0 = initial - 10 + 30 → initial = -20 (an inconsistent file)
         assert_eq!(t.initial_allocated_bytes, -20);
-        assert_eq!(t.allocated, vec![-30, 0, 0]);
+        let allocated: Vec<i64> = t.points().map(|p| p.allocated).collect();
+        assert_eq!(allocated, vec![-30, 0, 0]);
         assert_eq!(t.peak_allocated.unwrap().index, 1);
         assert!(!t.x_is_time);
+    }
+}
+
+#[cfg(test)]
+mod series_log_tests {
+    use super::*;
+
+    #[test]
+    fn reads_back_what_was_logged() {
+        let logged = [
+            (NO_TIME, 0, 0),
+            (NO_TIME, 512, 0),
+            (1_700_000_000_000_000, 0, 20 << 20),
+            (1_700_000_000_000_007, -512, 0),
+            (1_699_999_999_999_000, i64::MAX / 2, 0), // time going back
+            (i64::MAX, i64::MIN / 2, -(20 << 20)),
+            (i64::MAX, 3, -7), // both at once: no action does it, the log keeps it
+        ];
+        let mut log = SeriesLog::default();
+        for &(t, a, r) in &logged {
+            log.push(t, a, r);
+        }
+        assert_eq!(log.len(), logged.len());
+        let (mut a_sum, mut r_sum) = (0i64, 0i64);
+        let expected: Vec<(i64, i64, i64)> = (logged.iter())
+            .map(|&(t, a, r)| {
+                a_sum = a_sum.wrapping_add(a);
+                r_sum += r;
+                (t, a_sum, r_sum)
+            })
+            .collect();
+        assert_eq!(log.iter().collect::<Vec<_>>(), expected);
+        // a typical event takes a few bytes, not 24
+        assert!(log.bytes.len() < 24 * logged.len());
     }
 }

@@ -38,7 +38,8 @@ pub fn run(a: PlotArgs) -> Result<()> {
     // aside on disk as they were read
     if a.stacked {
         let spool = EventSpool::new().map_err(super::spool_error("plot"))?;
-        let mut sink = (Timelines::new(true), spool);
+        // (the stacked chart takes x and allocated from the events, not the series)
+        let mut sink = (Timelines::new(false), spool);
         let input = formats::load_streaming(&a.file, formats::SnapshotParts::All, &mut sink)?;
         super::warn_inconsistent_input(&a.file, &input, false);
         return match input {

@@ -1,8 +1,10 @@
 use crate::analysis::moment::Moment;
-use crate::analysis::rewind::{moment_index, rewind_to};
+use crate::analysis::rewind::{find_moment, rewind_with};
 use crate::analysis::segments::{segment_map, DeviceEvent, SegmentsAt};
+use crate::analysis::timeline::Timelines;
 use crate::cli::SegmentsArgs;
 use crate::error::{Error, Result};
+use crate::formats::event_spool::EventSpool;
 use crate::model::snapshot::Action;
 use crate::render::picture::PictureKind;
 use crate::{formats, output, render};
@@ -14,7 +16,21 @@ pub fn run(a: SegmentsArgs) -> Result<()> {
         None => formats::SnapshotParts::SegmentsOnly,
         Some(_) => formats::SnapshotParts::All,
     };
-    let mut snap = formats::load_snapshot_parts(&a.file, parts)?;
+    // at a moment, the events are put aside on disk as they are read (with the timeline's
+    // peak), then undone from the end: memory holds the segments, not the trace
+    let mut rewind = None;
+    let mut snap = match moment {
+        None => formats::load_snapshot_parts(&a.file, parts)?,
+        Some(_) => {
+            let spool = EventSpool::new().map_err(super::spool_error("segments"))?;
+            let mut sink = (Timelines::new(false), spool);
+            let snap = formats::load_snapshot_streaming(&a.file, parts, &mut sink)?;
+            let (timelines, mut spool) = sink;
+            spool.finish().map_err(super::spool_error("segments"))?;
+            rewind = Some((timelines, spool));
+            snap
+        }
+    };
     super::warn_inconsistent(
         &a.file,
         &snap,
@@ -23,20 +39,23 @@ pub fn run(a: SegmentsArgs) -> Result<()> {
     let devices = super::snapshot_devices(&a.file, &snap, a.device)?;
     let mut title = super::display_name(&a.file);
     let mut at = None;
-    if let Some(m) = &moment {
+    if let (Some(m), Some((timelines, spool))) = (&moment, rewind.as_mut()) {
         let mut events = Vec::new();
         for &d in &devices {
             let capture = m
                 .capture(&snap.annotations, d)
                 .map_err(|why| Error::input(&a.file, why))?;
-            let Some(index) = moment_index(&snap, d, capture) else {
-                let (events, ooms) = snap.trace(d).map_or((0, 0), |t| {
-                    let ooms = t.events.iter().filter(|e| e.action == Action::Oom).count();
-                    (t.events.len(), ooms)
-                });
-                return Err(Error::input(&a.file, m.not_found(d, events, ooms)));
+            let timeline = timelines.take(d);
+            let found = find_moment(spool, d, capture, timeline.peak_allocated_index())
+                .map_err(super::spool_error("segments"))?;
+            let Some(index) = found else {
+                let ooms = timeline.action_counts()[Action::Oom as usize];
+                return Err(Error::input(
+                    &a.file,
+                    m.not_found(d, timeline.events(), ooms),
+                ));
             };
-            rewind_to(&mut snap, d, index);
+            rewind_with(&mut snap, d, index, spool).map_err(super::spool_error("segments"))?;
             events.push(DeviceEvent {
                 device: d,
                 event_index: index,

@@ -157,6 +157,53 @@ impl TraceEvents for EventSpool {
         }
         Ok(())
     }
+
+    fn visit_back(
+        &mut self,
+        device: u32,
+        after: usize,
+        f: &mut EventVisitor<'_>,
+    ) -> io::Result<()> {
+        const CHUNK: u64 = 1 << 15; // records read at a time, from the end backwards
+        let Some(dev) = self.devices.get(device as usize) else {
+            return Ok(());
+        };
+        let mut file = self.file.get_ref();
+        let mut buf = vec![0u8; CHUNK as usize * RECORD];
+        // the index of the first event of each run
+        let mut firsts = Vec::with_capacity(dev.runs.len());
+        let mut index = 0u64;
+        for &(_, n) in &dev.runs {
+            firsts.push(index);
+            index += n;
+        }
+        let mut aux = dev.aux.iter().rev().peekable();
+        for (&(first_record, n), &first_index) in dev.runs.iter().zip(&firsts).rev() {
+            // events of this run past `after`: [skip, n) of it
+            let skip = ((after as u64).saturating_add(1))
+                .saturating_sub(first_index)
+                .min(n);
+            let mut end = n;
+            while end > skip {
+                let start = end.saturating_sub(CHUNK).max(skip);
+                let bytes = &mut buf[..((end - start) as usize) * RECORD];
+                file.seek(SeekFrom::Start((first_record + start) * RECORD as u64))?;
+                file.read_exact(bytes)?;
+                for (k, record) in bytes.chunks_exact(RECORD).enumerate().rev() {
+                    let i = (first_index + start) as usize + k;
+                    let mut e = EventSpool::decode(record);
+                    if let (Some(ids), false) = (&self.stack_ids, e.stack.is_missing()) {
+                        e.stack = ids[e.stack.0 as usize];
+                    }
+                    while aux.next_if(|(at, _)| *at > i).is_some() {}
+                    let a = aux.next_if(|(at, _)| *at == i).map(|(_, a)| a);
+                    f(i, &e, dev.streams[e.stream_index as usize], a)?;
+                }
+                end = start;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Trace events kept for a use the end of the reading may or may not call for: in memory up
@@ -326,6 +373,19 @@ mod tests {
         let third = read_back(&mut s, 0).remove(1);
         assert!(third.contains("stack: StackId(20)"), "{third}");
         assert_eq!((s.count(0), s.count(1), s.count(2)), (6, 5, 0));
+        // backwards, from any event on: the same events, last first
+        for after in [0, 2, 5, 9] {
+            let mut back = Vec::new();
+            s.visit_back(0, after, &mut |i, e, stream, aux| {
+                back.push(format!("{i} {e:?} {stream} {aux:?}"));
+                Ok(())
+            })
+            .unwrap();
+            let mut forward = read_back(&mut s, 0);
+            forward.drain(..(after + 1).min(forward.len()));
+            forward.reverse();
+            assert_eq!(back, forward, "after {after}");
+        }
         assert!(read_back(&mut s, 2).is_empty());
     }
 

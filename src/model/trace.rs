@@ -75,6 +75,15 @@ pub trait TraceEvents {
     /// Each event of device `device`'s trace in order, with its index, its stream and what
     /// only some events carry; stops at `f`'s first error.
     fn visit(&mut self, device: u32, f: &mut EventVisitor<'_>) -> std::io::Result<()>;
+
+    /// Each event of device `device`'s trace after event `after`, the last first (to undo
+    /// them from the end: `segments --at`); stops at `f`'s first error.
+    fn visit_back(
+        &mut self,
+        device: u32,
+        after: usize,
+        f: &mut EventVisitor<'_>,
+    ) -> std::io::Result<()>;
 }
 
 /// A kept trace gives its events from memory.
@@ -91,6 +100,22 @@ impl TraceEvents for &Snapshot {
         for (i, e) in trace.events.iter().enumerate() {
             let a = aux.next_if(|(at, _)| *at as usize == i).map(|(_, a)| a);
             f(i, e, trace.stream(e), a)?;
+        }
+        Ok(())
+    }
+
+    fn visit_back(
+        &mut self,
+        device: u32,
+        after: usize,
+        f: &mut EventVisitor<'_>,
+    ) -> std::io::Result<()> {
+        let Some(trace) = self.trace(device) else {
+            return Ok(());
+        };
+        for i in (after.saturating_add(1)..trace.events.len()).rev() {
+            let e = &trace.events[i];
+            f(i, e, trace.stream(e), trace.aux(i))?;
         }
         Ok(())
     }

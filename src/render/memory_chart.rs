@@ -1,7 +1,7 @@
 //! The memory-over-time charts `plot` draws: built here from the model (a stats file's
 //! series and markers, a snapshot's timelines), drawn by `plot::svg`.
 
-use crate::analysis::decimate::{min_max_envelope, min_max_envelope_xy};
+use crate::analysis::decimate::{min_max_envelope, EnvelopeXy};
 use crate::analysis::timeline::Timeline;
 use crate::model::{DeviceSeries, Series, TrackerStats, Units};
 
@@ -123,24 +123,30 @@ pub fn snapshot(tls: Vec<Timeline>, units: Units, title: String) -> Chart {
             (true, Some(mine), Some(all)) => (mine - all) as f64 / 1e6,
             _ => 0.0,
         };
-        let xs: Vec<f64> = if x_is_time {
-            std::mem::take(&mut tl.x)
-                .into_iter()
-                .map(|x| x + shift)
-                .collect()
-        } else {
-            let n = tl.x.len();
-            tl.x = Vec::new();
-            (0..n).map(|i| i as f64).collect()
+        // x of each event: on the shared clock, or the event index
+        let x_at = |i: usize, x: f64| if x_is_time { x + shift } else { i as f64 };
+        let n = tl.series.len();
+        let (lo, hi) = {
+            let mut points = tl.points();
+            let first = points.next().map_or(0.0, |p| x_at(0, p.x));
+            let last = if n > 1 {
+                points.last().map_or(first, |p| x_at(n - 1, p.x))
+            } else {
+                first
+            };
+            (first, last)
         };
-        let (lo, hi) = (
-            xs.first().copied().unwrap_or(0.0),
-            xs.last().copied().unwrap_or(0.0),
-        );
         x_max = x_max.max(hi);
-        let series = |v: Vec<i64>| -> Vec<f64> { v.into_iter().map(|b| b as f64).collect() };
-        let alloc = series(std::mem::take(&mut tl.allocated));
-        let reserved = series(std::mem::take(&mut tl.reserved));
+        // both lines in one pass over the series, never whole in memory
+        let mut alloc = EnvelopeXy::new(n, lo, hi, plot::PLOT_COLUMNS);
+        let mut reserved = EnvelopeXy::new(n, lo, hi, plot::PLOT_COLUMNS);
+        for (i, p) in tl.points().enumerate() {
+            let x = x_at(i, p.x);
+            alloc.push(x, p.allocated as f64);
+            reserved.push(x, p.reserved as f64);
+        }
+        tl.series = Default::default();
+        let (alloc, reserved) = (alloc.finish(), reserved.finish());
         let peak = |p: Option<crate::analysis::timeline::Point>| {
             p.map(|p| {
                 (
@@ -194,20 +200,14 @@ pub fn snapshot(tls: Vec<Timeline>, units: Units, title: String) -> Chart {
                 Line {
                     label: "allocated (requested bytes of live tensors)".into(),
                     color: plot::BLUE_,
-                    points: stepped(min_max_envelope_xy(&xs, &alloc, lo, hi, plot::PLOT_COLUMNS)),
+                    points: stepped(alloc),
                     peak: peak(tl.peak_allocated),
                     width: None,
                 },
                 Line {
                     label: "reserved (segments)".into(),
                     color: plot::GREEN_,
-                    points: stepped(min_max_envelope_xy(
-                        &xs,
-                        &reserved,
-                        lo,
-                        hi,
-                        plot::PLOT_COLUMNS,
-                    )),
+                    points: stepped(reserved),
                     peak: peak(tl.peak_reserved),
                     width: None,
                 },

@@ -106,32 +106,80 @@ fn push_line(out: &mut String, e: &TraceEvent, aux: Option<&EventAux>, line: Lin
 }
 
 /// The listing as text, written to `w` a chunk at a time: 10M events make gigabytes of text,
-/// which never need to be in memory at once.
+/// which never need to be in memory at once. Naming is sequential (names are given in event
+/// order) but writing the lines is not: a second thread writes them while this one reads and
+/// names the next events, in batches handed over in order.
 pub fn write_trace_text(
     w: &mut dyn std::io::Write,
     snap: &Snapshot,
     listings: &[DeviceListing],
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<()> {
-    const CHUNK: usize = 1 << 16;
-    let mut out = String::with_capacity(CHUNK + 4096);
+    const BATCH: usize = 4096;
+    // (what only some events carry is boxed: most events carry nothing)
+    type Named = (TraceEvent, Option<Box<EventAux>>, Line);
+    let mut head = String::new();
     for l in listings {
-        let _ = writeln!(out, "Device {} ----------------", l.device);
-        let _ = writeln!(out, "{} entries", l.totals.entries);
+        let _ = writeln!(head, "Device {} ----------------", l.device);
+        let _ = writeln!(head, "{} entries", l.totals.entries);
+        w.write_all(head.as_bytes())?;
+        head.clear();
         let mut namer = l.namer(snap);
-        events.visit(l.device, &mut |_, e, _, aux| {
-            if out.len() >= CHUNK {
-                w.write_all(out.as_bytes())?;
-                out.clear();
+        std::thread::scope(|scope| -> std::io::Result<()> {
+            // (bounded: the namer waits when the writer is 4 batches behind)
+            let (to_format, batches) = std::sync::mpsc::sync_channel::<Vec<Named>>(4);
+            let (to_write, texts) = std::sync::mpsc::channel::<String>();
+            scope.spawn(move || {
+                for batch in batches {
+                    let mut out = String::with_capacity(BATCH * 40);
+                    for (e, aux, line) in &batch {
+                        push_line(&mut out, e, aux.as_deref(), *line);
+                    }
+                    if to_write.send(out).is_err() {
+                        return;
+                    }
+                }
+            });
+            let mut batch: Vec<Named> = Vec::with_capacity(BATCH);
+            let mut pending = 0usize; // batches handed over, not yet written
+            let write_ready = |w: &mut dyn std::io::Write, pending: &mut usize| {
+                while let Ok(text) = texts.try_recv() {
+                    *pending -= 1;
+                    w.write_all(text.as_bytes())?;
+                }
+                Ok::<(), std::io::Error>(())
+            };
+            events.visit(l.device, &mut |_, e, _, aux| {
+                let line = namer.line(e, aux);
+                batch.push((*e, aux.map(|a| Box::new(a.clone())), line));
+                if batch.len() == BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                    // (the writer only stops early when this side has gone)
+                    let _ = to_format.send(full);
+                    pending += 1;
+                    write_ready(w, &mut pending)?;
+                }
+                Ok(())
+            })?;
+            let _ = to_format.send(batch);
+            pending += 1;
+            drop(to_format);
+            while pending > 0 {
+                match texts.recv() {
+                    Ok(text) => {
+                        pending -= 1;
+                        w.write_all(text.as_bytes())?;
+                    }
+                    Err(_) => break,
+                }
             }
-            push_line(&mut out, e, aux, namer.line(e, aux));
             Ok(())
         })?;
-        out.push_str("TOTAL MEM: ");
-        push_size(&mut out, l.totals.net_bytes);
-        out.push('\n');
+        head.push_str("TOTAL MEM: ");
+        push_size(&mut head, l.totals.net_bytes);
+        head.push('\n');
     }
-    w.write_all(out.as_bytes())
+    w.write_all(head.as_bytes())
 }
 
 #[derive(serde::Serialize)]

@@ -10,9 +10,9 @@ use serde::Serialize;
 
 use crate::analysis::groups::{group_report, GroupBy, GroupReport, Grouper};
 use crate::analysis::moment::Moment;
-use crate::analysis::rewind::rewind_undoing;
+use crate::analysis::rewind::rewind_with;
 use crate::analysis::sites::{gather, Capture, Extra, LiveConfig, Sites};
-use crate::model::snapshot::{DeviceTrace, Snapshot, StackId};
+use crate::model::snapshot::{Snapshot, StackId};
 use crate::model::trace::TraceEvents;
 
 use super::index::AllocIndex;
@@ -87,7 +87,7 @@ pub fn alloc(snap: &Snapshot, index: &AllocIndex, id: usize) -> Option<AllocDeta
     };
     let mut grouper = Grouper::new(snap, index.device, GroupBy::Category, Vec::new());
     let category = grouper.category(stack, a.end().map(|_| a.free_stack));
-    let start_x = a.start().map(|i| tl.x[i]);
+    let start_x = a.start().map(|i| index.x[i]);
     Some(AllocDetail {
         id: id as u32,
         size: a.size,
@@ -95,7 +95,7 @@ pub fn alloc(snap: &Snapshot, index: &AllocIndex, id: usize) -> Option<AllocDeta
         start_event: a.start(),
         end_event: a.end(),
         start_x,
-        end_x: a.end().map(|i| tl.x[i]),
+        end_x: a.end().map(|i| index.x[i]),
         x_is_time: tl.x_is_time,
         python,
         native,
@@ -196,21 +196,14 @@ pub fn state_at(
     events: &mut dyn TraceEvents,
     event: usize,
 ) -> std::io::Result<StateAt> {
-    let mut tail = DeviceTrace::default();
-    events.visit(device, &mut |i, e, stream, _| {
-        if i > event {
-            tail.push(*e, stream, Default::default())
-                .map_err(std::io::Error::other)?;
-        }
-        Ok(())
-    })?;
     let mut state = Snapshot {
         segments: snap.segments_on(device).cloned().collect(),
         blocks: snap.blocks.clone(),
         history: snap.history.clone(),
         ..Snapshot::default()
     };
-    rewind_undoing(&mut state, device, &tail, 0);
+    // the later events, read back from the end where the reading put them aside
+    rewind_with(&mut state, device, event, events)?;
     let mut sites = Sites::new(snap);
     let mut site_label: FxHashMap<StackId, String> = FxHashMap::default();
     let mut out = StateAt {

@@ -70,8 +70,12 @@ pub struct AllocIndex {
     pub allocs: Vec<Alloc>,
     /// Site labels (`file:line:function`), as `_memory_viz` and `top` name sites.
     pub sites: Vec<String>,
-    /// x of each event (seconds since the first, or the event index), allocated bytes after
-    /// it, peak, OOMs and annotations.
+    /// x of each event (seconds since the first, or the event index).
+    pub x: Vec<f64>,
+    /// Allocated bytes after each event.
+    pub allocated: Vec<i64>,
+    /// Peak, OOMs and annotations (its series is read into `x` and `allocated`: random
+    /// access for tiles, where the log it keeps is read in order).
     pub timeline: Timeline,
 }
 
@@ -82,7 +86,10 @@ pub fn build(
     mut timeline: Timeline,
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<AllocIndex> {
-    timeline.reserved = Vec::new(); // the Active Memory Timeline is allocated memory only
+    // the Active Memory Timeline is allocated memory only
+    let (x, allocated): (Vec<f64>, Vec<i64>) =
+        timeline.points().map(|p| (p.x, p.allocated)).unzip();
+    timeline.series = Default::default();
     let mut allocs: Vec<Alloc> = Vec::new();
     let mut open: FxHashMap<u64, u32> = FxHashMap::default();
     events.visit(device, &mut |i, e, _, _| {
@@ -143,6 +150,8 @@ pub fn build(
         });
     }
     Ok(AllocIndex {
+        x,
+        allocated,
         device,
         allocs,
         sites: labels,
@@ -222,13 +231,13 @@ pub struct Tile {
 impl AllocIndex {
     /// The events of the trace.
     pub fn events(&self) -> usize {
-        self.timeline.x.len()
+        self.x.len()
     }
 
     /// The event range whose x falls in `[x0, x1]`, widened by the event before (the state
     /// the window starts in).
     fn event_range(&self, x0: f64, x1: f64) -> (usize, usize) {
-        let x = &self.timeline.x;
+        let x = &self.x;
         let lo = x.partition_point(|&v| v < x0).saturating_sub(1);
         let hi = x.partition_point(|&v| v <= x1).max(lo + 1).min(x.len());
         (lo, hi)
@@ -238,10 +247,9 @@ impl AllocIndex {
     pub fn tile(&self, x0: f64, x1: f64, width: usize, height: usize) -> Tile {
         let width = width.clamp(1, MAX_WIDTH);
         let height = height.clamp(1, MAX_WIDTH);
-        let tl = &self.timeline;
         let (x0, x1) = if x1 > x0 { (x0, x1) } else { (x0, x0 + 1e-9) };
         let mut samples = Samples::default();
-        if tl.x.is_empty() {
+        if self.x.is_empty() {
             return self.empty_tile(x0, x1, samples);
         }
         let (lo, hi) = self.event_range(x0, x1);
@@ -252,18 +260,18 @@ impl AllocIndex {
         };
         let mut i = lo;
         while i < hi {
-            let c = col(tl.x[i]);
+            let c = col(self.x[i]);
             let mut best = i;
             let mut j = i + 1;
-            while j < hi && col(tl.x[j]) == c {
-                if tl.allocated[j] > tl.allocated[best] {
+            while j < hi && col(self.x[j]) == c {
+                if self.allocated[j] > self.allocated[best] {
                     best = j;
                 }
                 j += 1;
             }
-            samples.x.push(tl.x[best]);
+            samples.x.push(self.x[best]);
             samples.event.push(best as u32);
-            samples.total.push(tl.allocated[best]);
+            samples.total.push(self.allocated[best]);
             i = j;
         }
         let n = samples.event.len();
@@ -318,8 +326,8 @@ impl AllocIndex {
                     size: a.size,
                     site: site_in_tile(a.site),
                     stack: a.stack.0,
-                    t0: a.start().map(|i| tl.x[i]),
-                    t1: a.end().map(|i| tl.x[i]),
+                    t0: a.start().map(|i| self.x[i]),
+                    t1: a.end().map(|i| self.x[i]),
                     j0,
                     j1,
                 }
@@ -443,12 +451,12 @@ impl AllocIndex {
         let tl = &self.timeline;
         Overview {
             device: self.device,
-            events: tl.x.len(),
+            events: self.x.len(),
             allocations: self.allocs.len(),
             x_is_time: tl.x_is_time,
             x_range: (
-                tl.x.first().copied().unwrap_or(0.0),
-                tl.x.last().copied().unwrap_or(0.0),
+                self.x.first().copied().unwrap_or(0.0),
+                self.x.last().copied().unwrap_or(0.0),
             ),
             peak: tl.peak_allocated.as_ref(),
             ooms: &tl.ooms,
