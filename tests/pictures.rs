@@ -336,7 +336,6 @@ fn path_area(d: &str) -> f64 {
     let mut total = 0.0;
     for sub in d.split('M').filter(|s| !s.trim().is_empty()) {
         let mut points: Vec<(f64, f64)> = Vec::new();
-        let (mut x, mut y) = (0.0, 0.0);
         let mut rest = sub;
         let number = |s: &str| -> (f64, usize) {
             let s2 = s.trim_start();
@@ -351,7 +350,7 @@ fn path_area(d: &str) -> f64 {
         rest = &rest[n..];
         let (b, n) = number(rest);
         rest = &rest[n..];
-        (x, y) = (a, b);
+        let (mut x, mut y) = (a, b);
         points.push((x, y));
         while let Some(c) = rest.chars().next() {
             rest = &rest[c.len_utf8()..];
