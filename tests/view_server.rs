@@ -292,8 +292,16 @@ fn a_profiler_trace_shows_its_memory_events_by_op() {
     assert!(totals.len() > series.len() / 2, "{} samples", totals.len());
     for (j, total) in totals.iter().enumerate() {
         let e = events[j].as_u64().unwrap() as usize;
-        assert_eq!(total.as_i64(), Some(series[e].1), "sample {j}: the trace's series");
-        assert_eq!(sample_sum(&whole, j), series[e].1, "sample {j}: nothing dropped");
+        assert_eq!(
+            total.as_i64(),
+            Some(series[e].1),
+            "sample {j}: the trace's series"
+        );
+        assert_eq!(
+            sample_sum(&whole, j),
+            series[e].1,
+            "sample {j}: nothing dropped"
+        );
     }
     let narrow = v.json(&format!("/api/tile?x0={a}&x1={b}&width=20&height=500"));
     for j in 0..narrow["samples"]["total"].as_array().unwrap().len() {
@@ -333,13 +341,23 @@ fn a_profiler_trace_shows_its_memory_events_by_op() {
         .unwrap()
         .iter()
         .any(|a| a.as_str().unwrap().starts_with("ProfilerStep#")));
-    assert!(sd["python"].as_array().unwrap().len() > 1, "with_stack: {sd}");
+    assert!(
+        sd["python"].as_array().unwrap().len() > 1,
+        "with_stack: {sd}"
+    );
     // the backward pass frees what the forward made: in its autograd nodes
     let freed_in: Vec<String> = (whole["drawn"].as_array().unwrap().iter())
         .filter(|d| d["t1"].is_number())
-        .filter_map(|d| v.json(&format!("/api/alloc?id={}", d["id"]))["freed_in"].as_str().map(String::from))
+        .filter_map(|d| {
+            v.json(&format!("/api/alloc?id={}", d["id"]))["freed_in"]
+                .as_str()
+                .map(String::from)
+        })
         .collect();
-    assert!(freed_in.iter().any(|f| f.contains("Backward")), "{freed_in:?}");
+    assert!(
+        freed_in.iter().any(|f| f.contains("Backward")),
+        "{freed_in:?}"
+    );
 
     // what is live at a moment adds up to the series there
     let e = series.len() / 2;
@@ -489,5 +507,63 @@ fn the_page_zooms_and_shows_a_stack_in_a_headless_browser() {
     );
     let png = std::fs::read(&shot).expect("the browser wrote the screenshot");
     assert!(png.starts_with(b"\x89PNG"));
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// A profiler trace's page in a real browser: no script error, the zoom fetches finer data,
+/// the hover and the click name the op the clicked allocation was made in, and what is live
+/// then is the trace's allocated bytes.
+#[test]
+fn a_profiler_trace_page_names_the_op_in_a_headless_browser() {
+    let Some(browser) = browser() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs a headless browser for this test: scripts/test.sh installs chromium"
+        );
+        eprintln!(
+            "\n*** SKIPPED a_profiler_trace_page_names_the_op_in_a_headless_browser: no chromium \
+             on PATH (apt-get install chromium, or set MEMTRACK_BROWSER) ***\n"
+        );
+        return;
+    };
+    let v = Viewer::start(&profiler_trace());
+    let dir = tempfile::tempdir().unwrap();
+    let out = headless(
+        &browser,
+        &dir.path().join("profile"),
+        "--dump-dom",
+        &format!("{}#selftest", v.url),
+    );
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !log.contains("Uncaught") && !log.contains("CONSOLE"),
+        "the page logged an error:\n{log}"
+    );
+    let start = dom
+        .find(r#"<pre id="selftest">"#)
+        .unwrap_or_else(|| panic!("the page's self test did not finish:\n{log}"));
+    let report = &dom[start + r#"<pre id="selftest">"#.len()..];
+    let report = &report[..report.find("</pre>").unwrap()];
+    let report = report
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let r: serde_json::Value =
+        serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+    assert!(r["error"].is_null(), "{r}");
+    assert!(r["requests_for_zoom"].as_u64() >= Some(1), "{r}");
+    let op = r["op"].as_str().expect("the click shows the op");
+    assert!(op.starts_with("aten::"), "{r}");
+    assert!(
+        r["tip"].as_str().unwrap().contains(op),
+        "the hover names {op}: {r}"
+    );
+    let clicked = v.json(&format!("/api/alloc?id={}", r["clicked"]));
+    assert_eq!(clicked["op"].as_str(), Some(op));
+    let event = r["moment_event"].as_u64().unwrap();
+    let live = v.json(&format!("/api/live?event={event}"));
+    assert_eq!(r["live_bytes"], live["at_bytes"], "{r}");
+    assert!(r["search_allocations"].as_u64() > Some(0), "{r}");
     assert_eq!(v.interrupt(), 0);
 }

@@ -196,13 +196,13 @@ impl ProfileView<'_> {
     pub fn alloc(&self, id: usize) -> Option<ProfileAllocDetail> {
         let a = self.index.allocs.get(id)?;
         let event = |i: usize| &self.ix.memory[self.events[i] as usize];
-        let made = a.start().map(|i| event(i));
+        let made = a.start().map(&event);
         let moment = made.map(|m| self.ix.moment(m.bytes, m.ts_ns, m.thread));
         let freed_in = a.end().and_then(|i| {
             let m = event(i);
             self.ix.moment(m.bytes, m.ts_ns, m.thread).op
         });
-        let thread = made.or_else(|| a.end().map(|i| event(i))).map(|m| m.thread);
+        let thread = made.or_else(|| a.end().map(&event)).map(|m| m.thread);
         let (op, annotations, python) = match moment {
             Some(m) => (m.op, m.annotations, m.python.into_iter().rev().collect()),
             None => (None, Vec::new(), Vec::new()),
