@@ -297,9 +297,10 @@ pub struct SegmentsArgs {
 )]
 pub struct ViewArgs {
     /// An allocator snapshot (`torch.cuda.memory._dump_snapshot()`), a MemoryTracker stats
-    /// file or a `memtrack record` file
+    /// file, a `memtrack record` file or a torch.profiler trace (`.json`, `.json.gz`)
     pub file: PathBuf,
-    /// The CUDA device whose trace to show (default: the first with trace events)
+    /// The CUDA device whose trace to show (default: the first with trace events; for a
+    /// profiler trace the first CUDA device with memory events, else the CPU)
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// TCP port to listen on; 0 picks a free one

@@ -249,6 +249,148 @@ fn a_stats_file_shows_its_series() {
     assert_eq!(v.interrupt(), 0);
 }
 
+fn profiler_trace() -> PathBuf {
+    fixture("profiler/export_chrome_trace.json")
+}
+
+/// A torch.profiler trace: its `[memory]` events are the timeline, every sample adds up to the
+/// trace's own `Total Allocated` then, and an allocation's details name the op it was made in
+/// (the op `summary` attributes its bytes to).
+#[test]
+fn a_profiler_trace_shows_its_memory_events_by_op() {
+    let file = profiler_trace();
+    let v = Viewer::start(&file);
+    let ov = v.json("/api/overview");
+    assert_eq!(ov["kind"], "profile");
+    assert_eq!(ov["devices"], serde_json::json!(["cpu"]));
+    let tl = &ov["timeline"];
+    assert_eq!(tl["device_label"], "cpu");
+    // the trace's allocated series, from the file itself: `Total Allocated` per [memory]
+    // event in time order
+    let raw: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let mut series: Vec<(f64, i64)> = (raw["traceEvents"].as_array().unwrap().iter())
+        .filter(|e| e["name"] == "[memory]")
+        .map(|e| {
+            let ts = e["ts"].as_f64().unwrap();
+            (ts, e["args"]["Total Allocated"].as_i64().unwrap())
+        })
+        .collect();
+    series.sort_by(|a, b| a.0.total_cmp(&b.0));
+    assert_eq!(tl["events"].as_u64(), Some(series.len() as u64));
+    let peak = series.iter().map(|s| s.1).max().unwrap();
+    assert_eq!(tl["peak"]["bytes"].as_i64(), Some(peak));
+    assert_eq!(tl["ooms"].as_array().unwrap().len(), 1, "the 1 PiB request");
+    let (a, b) = (
+        tl["x_range"][0].as_f64().unwrap(),
+        tl["x_range"][1].as_f64().unwrap(),
+    );
+    // wide enough for one sample per event: each is the series' value at its event
+    let whole = v.json(&format!("/api/tile?x0={a}&x1={b}&width=8000&height=500"));
+    let totals = whole["samples"]["total"].as_array().unwrap();
+    let events = whole["samples"]["event"].as_array().unwrap();
+    assert!(totals.len() > series.len() / 2, "{} samples", totals.len());
+    for (j, total) in totals.iter().enumerate() {
+        let e = events[j].as_u64().unwrap() as usize;
+        assert_eq!(
+            total.as_i64(),
+            Some(series[e].1),
+            "sample {j}: the trace's series"
+        );
+        assert_eq!(
+            sample_sum(&whole, j),
+            series[e].1,
+            "sample {j}: nothing dropped"
+        );
+    }
+    let narrow = v.json(&format!("/api/tile?x0={a}&x1={b}&width=20&height=500"));
+    for j in 0..narrow["samples"]["total"].as_array().unwrap().len() {
+        assert_eq!(
+            sample_sum(&narrow, j),
+            narrow["samples"]["total"][j].as_i64().unwrap()
+        );
+    }
+    assert!(narrow["samples"]["total"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!(peak)));
+
+    // the largest allocation is the 4 MiB tensor made at the end: its details name its op
+    let big = (whole["drawn"].as_array().unwrap().iter())
+        .max_by_key(|d| d["size"].as_u64())
+        .unwrap();
+    let at = tl["peak"]["index"].as_u64().unwrap() as usize;
+    assert_eq!(big["size"].as_i64(), Some(peak - series[at - 1].1));
+    let site = &whole["sites"][big["site"].as_u64().unwrap() as usize];
+    let d = v.json(&format!("/api/alloc?id={}", big["id"]));
+    let op = d["op"].as_str().expect("made in an op");
+    assert!(op.starts_with("aten::"), "{d}");
+    assert_eq!(site.as_str(), Some(op), "the hover names the op");
+    // every allocation made in an op says which, and the ops are the ones summary counts
+    let summary = json_out(&["summary", file.to_str().unwrap(), "--format", "json"]);
+    let counted: Vec<&str> = (summary["top_ops"].as_array().unwrap().iter())
+        .map(|w| w["name"].as_str().unwrap())
+        .collect();
+    assert!(counted.contains(&op), "{op} in {counted:?}");
+    let small = (whole["drawn"].as_array().unwrap().iter())
+        .find(|d| d["t0"].is_number() && d["t1"].is_number())
+        .unwrap();
+    let sd = v.json(&format!("/api/alloc?id={}", small["id"]));
+    assert!(sd["annotations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a.as_str().unwrap().starts_with("ProfilerStep#")));
+    assert!(
+        sd["python"].as_array().unwrap().len() > 1,
+        "with_stack: {sd}"
+    );
+    // the backward pass frees what the forward made: in its autograd nodes
+    let freed_in: Vec<String> = (whole["drawn"].as_array().unwrap().iter())
+        .filter(|d| d["t1"].is_number())
+        .filter_map(|d| {
+            v.json(&format!("/api/alloc?id={}", d["id"]))["freed_in"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert!(
+        freed_in.iter().any(|f| f.contains("Backward")),
+        "{freed_in:?}"
+    );
+
+    // what is live at a moment adds up to the series there
+    let e = series.len() / 2;
+    let live = v.json(&format!("/api/live?event={e}"));
+    assert_eq!(live["at_bytes"].as_i64(), Some(series[e].1));
+    let rows: i64 = (live["rows"].as_array().unwrap().iter())
+        .map(|r| r["at_bytes"].as_i64().unwrap())
+        .sum();
+    assert_eq!(rows, series[e].1);
+    assert_eq!(v.get("/api/segments?event=0").0, 404);
+    let hits = v.json("/api/search?q=aten::");
+    assert!(hits["allocations"].as_u64().unwrap() > 0);
+    assert_eq!(v.json("/api/search?q=no_such_op")["allocations"], 0);
+    assert_eq!(v.interrupt(), 0);
+}
+
+#[test]
+fn a_folder_of_traces_or_a_trace_without_memory_is_refused() {
+    for (rel, says) in [
+        ("profiler/tb", "name one of the folder's files"),
+        ("profiler/no_memory.json", "profile_memory"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_memtrack"))
+            .args(["view", "--no-browser", "--port", "0"])
+            .arg(fixture(rel))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{rel}: {err}");
+        assert!(err.contains(says), "{rel}: {err}");
+    }
+}
+
 /// A Chromium-family browser: `MEMTRACK_BROWSER`, else the usual names on PATH.
 fn browser() -> Option<PathBuf> {
     if let Some(b) = std::env::var_os("MEMTRACK_BROWSER") {
@@ -365,5 +507,63 @@ fn the_page_zooms_and_shows_a_stack_in_a_headless_browser() {
     );
     let png = std::fs::read(&shot).expect("the browser wrote the screenshot");
     assert!(png.starts_with(b"\x89PNG"));
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// A profiler trace's page in a real browser: no script error, the zoom fetches finer data,
+/// the hover and the click name the op the clicked allocation was made in, and what is live
+/// then is the trace's allocated bytes.
+#[test]
+fn a_profiler_trace_page_names_the_op_in_a_headless_browser() {
+    let Some(browser) = browser() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs a headless browser for this test: scripts/test.sh installs chromium"
+        );
+        eprintln!(
+            "\n*** SKIPPED a_profiler_trace_page_names_the_op_in_a_headless_browser: no chromium \
+             on PATH (apt-get install chromium, or set MEMTRACK_BROWSER) ***\n"
+        );
+        return;
+    };
+    let v = Viewer::start(&profiler_trace());
+    let dir = tempfile::tempdir().unwrap();
+    let out = headless(
+        &browser,
+        &dir.path().join("profile"),
+        "--dump-dom",
+        &format!("{}#selftest", v.url),
+    );
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !log.contains("Uncaught") && !log.contains("CONSOLE"),
+        "the page logged an error:\n{log}"
+    );
+    let start = dom
+        .find(r#"<pre id="selftest">"#)
+        .unwrap_or_else(|| panic!("the page's self test did not finish:\n{log}"));
+    let report = &dom[start + r#"<pre id="selftest">"#.len()..];
+    let report = &report[..report.find("</pre>").unwrap()];
+    let report = report
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let r: serde_json::Value =
+        serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+    assert!(r["error"].is_null(), "{r}");
+    assert!(r["requests_for_zoom"].as_u64() >= Some(1), "{r}");
+    let op = r["op"].as_str().expect("the click shows the op");
+    assert!(op.starts_with("aten::"), "{r}");
+    assert!(
+        r["tip"].as_str().unwrap().contains(op),
+        "the hover names {op}: {r}"
+    );
+    let clicked = v.json(&format!("/api/alloc?id={}", r["clicked"]));
+    assert_eq!(clicked["op"].as_str(), Some(op));
+    let event = r["moment_event"].as_u64().unwrap();
+    let live = v.json(&format!("/api/live?event={event}"));
+    assert_eq!(r["live_bytes"], live["at_bytes"], "{r}");
+    assert!(r["search_allocations"].as_u64() > Some(0), "{r}");
     assert_eq!(v.interrupt(), 0);
 }

@@ -181,6 +181,42 @@ impl<'a> Indexed<'a> {
         }
     }
 
+    /// Per memory event (in [`Indexed::memory`]'s order), the name of the innermost op open on
+    /// its thread: [`Indexed::moment`]'s `op` for every event in one sweep per thread (the ops
+    /// of a thread nest), where a lookup each would walk the ranges again.
+    pub fn innermost_ops(&self) -> Vec<Option<u32>> {
+        let mut out = vec![None; self.memory.len()];
+        let mut per_thread: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
+        for (i, m) in self.memory.iter().enumerate() {
+            per_thread.entry(m.thread).or_default().push(i);
+        }
+        for (th, events) in per_thread {
+            let Some(ranges) = self.by_thread.get(&(th, RangeKind::Op)) else {
+                continue;
+            };
+            let mut stack: Vec<&Range> = Vec::new();
+            let mut r = 0;
+            for i in events {
+                let t = self.memory[i].ts_ns;
+                // every op starting by `t` (ends included, as `Range::contains`), each
+                // pushed over the ranges still open when it starts
+                while r < ranges.len() && ranges[r].start_ns <= t {
+                    let rg = &ranges[r];
+                    r += 1;
+                    while stack.last().is_some_and(|top| top.end_ns() < rg.start_ns) {
+                        stack.pop();
+                    }
+                    stack.push(rg);
+                }
+                while stack.last().is_some_and(|top| top.end_ns() < t) {
+                    stack.pop();
+                }
+                out[i] = stack.last().map(|r| r.name);
+            }
+        }
+        out
+    }
+
     /// The step annotations, in time order.
     pub fn steps(&self) -> Vec<&Range> {
         let mut steps: Vec<&Range> = self
@@ -441,5 +477,25 @@ pub fn profile_summary(trace: &ProfileTrace, top: usize) -> ProfileSummary {
         top_ops,
         outside_ops,
         python_stacks: trace.ranges.iter().any(|r| r.kind == RangeKind::Python),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn innermost_ops_are_each_moments_op() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/profiler/export_chrome_trace.json");
+        let trace = crate::formats::profiler_trace::load(&path).unwrap();
+        let ix = Indexed::new(&trace);
+        let ops = ix.innermost_ops();
+        assert_eq!(ops.len(), ix.memory.len());
+        assert!(ops.iter().any(|o| o.is_some()));
+        for (m, op) in ix.memory.iter().zip(&ops) {
+            let moment = ix.moment(m.bytes, m.ts_ns, m.thread);
+            assert_eq!(moment.op.as_deref(), op.map(|o| trace.name(o)));
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! `memtrack view FILE`: read the capture once (events put aside on disk as they are read),
-//! index one device's allocations, then serve the page until Ctrl-C (`view::server`).
+//! index one device's allocations, then serve the page until Ctrl-C (`view::server`). A
+//! torch.profiler trace is read whole (`formats::profiler_trace`) and indexed the same way.
 
 use std::net::SocketAddr;
 
@@ -19,6 +20,21 @@ pub fn run(a: ViewArgs) -> Result<()> {
     }
     // the port is taken before the (possibly long) load: a clash is said at once
     let server = Server::bind(addr).map_err(|e| Error::Usage(format!("view: {e}")))?;
+    if super::profile::any_trace(std::slice::from_ref(&a.file)) {
+        if a.file.is_dir() {
+            return Err(Error::input(
+                &a.file,
+                "view shows one trace: name one of the folder's files (one per rank or worker)",
+            ));
+        }
+        let trace = crate::formats::profiler_trace::load(&a.file)?;
+        let stage = crate::progress::Stage::new("indexing");
+        let ix = crate::analysis::profile_summary::Indexed::new(&trace);
+        let view = crate::view::profile::build(ix, a.device)
+            .map_err(|e| Error::input(&a.file, e.to_string()))?;
+        drop(stage);
+        return serve(&a, server, Content::Profile(Box::new(view)));
+    }
     let spool = EventSpool::new().map_err(super::spool_error("view"))?;
     let mut sink = (Timelines::new(true), spool);
     let input = formats::load_streaming(&a.file, formats::SnapshotParts::All, &mut sink)?;
@@ -56,6 +72,11 @@ pub fn run(a: ViewArgs) -> Result<()> {
             }
         }
     };
+    serve(&a, server, content)
+}
+
+/// Print the URL, open the browser, answer until Ctrl-C.
+fn serve(a: &ViewArgs, server: Server, content: Content<'_>) -> Result<()> {
     let url = server.url();
     // the first line on stdout is the URL (scripts and tests read it)
     println!("{url}");

@@ -74,19 +74,15 @@ fn split_frames(snap: &Snapshot, stack: StackId) -> (Vec<String>, Vec<String>) {
 /// The allocation `id` of `index`; None past the last.
 pub fn alloc(snap: &Snapshot, index: &AllocIndex, id: usize) -> Option<AllocDetail> {
     let a = index.allocs.get(id)?;
-    let tl = &index.timeline;
-    let stack = if a.start().is_some() {
-        a.stack
-    } else {
-        StackId::MISSING
-    };
+    let tl = &index.marks;
+    let stack = StackId(a.origin);
     let (python, native) = split_frames(snap, stack);
     let freed_by = match a.end() {
-        Some(_) => split_frames(snap, a.free_stack).0,
+        Some(_) => split_frames(snap, StackId(a.free_origin)).0,
         None => Vec::new(),
     };
     let mut grouper = Grouper::new(snap, index.device, GroupBy::Category, Vec::new());
-    let category = grouper.category(stack, a.end().map(|_| a.free_stack));
+    let category = grouper.category(stack, a.end().map(|_| StackId(a.free_origin)));
     let start_x = a.start().map(|i| index.x[i]);
     Some(AllocDetail {
         id: id as u32,
@@ -110,7 +106,7 @@ pub fn alloc(snap: &Snapshot, index: &AllocIndex, id: usize) -> Option<AllocDeta
 /// The annotation ranges open at `x` (seconds), outermost first.
 fn open_annotations(index: &AllocIndex, x: f64) -> Vec<String> {
     let mut open: Vec<&str> = Vec::new();
-    for m in index.timeline.annotations.iter().take_while(|m| m.x <= x) {
+    for m in index.marks.annotations.iter().take_while(|m| m.x <= x) {
         if m.stage.eq_ignore_ascii_case("START") {
             open.push(&m.name);
         } else if let Some(k) = open.iter().rposition(|&n| n == m.name) {
@@ -288,7 +284,7 @@ pub fn search(snap: &Snapshot, index: &AllocIndex, query: &str) -> SearchHits {
         bytes: 0,
     };
     for a in &index.allocs {
-        if !a.stack.is_missing() && stack_hits[a.stack.0 as usize] {
+        if a.origin != super::index::Alloc::NONE && stack_hits[a.origin as usize] {
             hits.allocations += 1;
             hits.bytes += a.size;
         }

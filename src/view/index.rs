@@ -1,9 +1,13 @@
-//! Every allocation of one device's trace, indexed once when `memtrack view` starts, and the
+//! Every allocation of one device's events, indexed once when `memtrack view` starts, and the
 //! tiles of the Active Memory Timeline cut from it for any window and pixel width.
 //!
-//! The index keeps per allocation its start and end event, size, stack and site (32 bytes),
-//! and per event its x and the allocated bytes after it (the device's [`Timeline`]): never the
-//! decoded events, which stay where the reading put them aside (`formats::event_spool`).
+//! The index keeps per allocation its start and end event, size, origin and site (32 bytes),
+//! and per event its x and the allocated bytes after it: never the decoded events. Its input
+//! is any run of allocs and frees paired by address ([`Pairing`]): an allocator snapshot's
+//! trace ([`build`]: the device's [`Timeline`]; the events stay where the reading put them
+//! aside, `formats::event_spool`) or a torch.profiler trace's `[memory]` events
+//! (`view::profile`). An allocation's origin is what made it: a snapshot's stack, a profiler
+//! trace's op.
 //!
 //! A tile is what a view `width` pixels wide can show of `[x0, x1]`: one sample per pixel
 //! column (its event of most allocated bytes, as `analysis::stacked` keeps a column's
@@ -38,10 +42,11 @@ pub struct Alloc {
     pub end: u32,
     /// Bytes requested.
     pub size: u64,
-    /// The allocating stack.
-    pub stack: StackId,
-    /// The freeing stack (`MISSING` while live at the end).
-    pub free_stack: StackId,
+    /// What allocated it: a snapshot's [`StackId`], a profiler trace's origin id
+    /// (`view::profile`); [`Alloc::NONE`] before the trace.
+    pub origin: u32,
+    /// What freed it ([`Alloc::NONE`] while live at the end).
+    pub free_origin: u32,
     /// Index into [`AllocIndex::sites`].
     pub site: u32,
 }
@@ -64,8 +69,11 @@ impl Alloc {
 /// Every allocation of one device's trace, in stacking order (those older than the trace
 /// first, then by allocating event), with the device's timeline.
 pub struct AllocIndex {
-    /// The device.
+    /// The device (a snapshot's device index; 0 for a profiler trace, which names it in
+    /// `device_label`).
     pub device: u32,
+    /// `cuda:0`, `cpu`, … as the page names the device.
+    pub device_label: String,
     /// The allocations, in stacking order: an allocation's id is its place here.
     pub allocs: Vec<Alloc>,
     /// Site labels (`file:line:function`), as `_memory_viz` and `top` name sites.
@@ -74,88 +82,127 @@ pub struct AllocIndex {
     pub x: Vec<f64>,
     /// Allocated bytes after each event.
     pub allocated: Vec<i64>,
-    /// Peak, OOMs and annotations (its series is read into `x` and `allocated`: random
-    /// access for tiles, where the log it keeps is read in order).
-    pub timeline: Timeline,
+    /// Peak, OOMs and annotations.
+    pub marks: Marks,
 }
 
-/// The whole of a device's events seen once: alloc paired with free by address.
+/// What the timeline marks besides the allocations.
+pub struct Marks {
+    /// Whether x is seconds (else the event index).
+    pub x_is_time: bool,
+    /// The first event of most allocated bytes.
+    pub peak_allocated: Option<Point>,
+    /// Failed allocations.
+    pub ooms: Vec<OomMark>,
+    /// Annotation ranges' starts and ends, in time order.
+    pub annotations: Vec<AnnotationMark>,
+}
+
+/// Allocs and frees of one device, in event order, paired by address into [`Alloc`]s.
+#[derive(Default)]
+pub struct Pairing {
+    allocs: Vec<Alloc>,
+    open: FxHashMap<u64, u32>,
+}
+
+impl Pairing {
+    /// Event `i` allocated `size` bytes at `addr`.
+    pub fn alloc(&mut self, i: usize, addr: u64, size: u64, origin: u32) {
+        self.open.insert(addr, self.allocs.len() as u32);
+        self.allocs.push(Alloc {
+            start: i as u32,
+            end: Alloc::NONE,
+            size,
+            origin,
+            free_origin: Alloc::NONE,
+            site: 0,
+        });
+    }
+
+    /// Event `i` freed the `size` bytes at `addr`.
+    pub fn free(&mut self, i: usize, addr: u64, size: u64, origin: u32) {
+        match self.open.remove(&addr) {
+            Some(id) => {
+                let a = &mut self.allocs[id as usize];
+                a.end = i as u32;
+                a.free_origin = origin;
+            }
+            // allocated before the trace began: its free says where, not what made it
+            None => self.allocs.push(Alloc {
+                start: Alloc::NONE,
+                end: i as u32,
+                size,
+                origin: Alloc::NONE,
+                free_origin: origin,
+                site: 0,
+            }),
+        }
+    }
+
+    /// The allocations in stacking order, each given the site `label` names for its origin
+    /// (the freeing one for an allocation older than the trace, said so); the site labels.
+    pub fn finish(self, mut label: impl FnMut(u32) -> String) -> (Vec<Alloc>, Vec<String>) {
+        let mut allocs = self.allocs;
+        // older than the trace at the bottom, as `_memory_viz` stacks them; the sort is stable
+        allocs.sort_by_key(|a| a.start().map_or(0, |s| s as u64 + 1));
+        let mut labels: Vec<String> = Vec::new();
+        let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
+        let mut by_origin: FxHashMap<(u32, bool), u32> = FxHashMap::default();
+        for a in &mut allocs {
+            let before = a.start().is_none();
+            let origin = if before { a.free_origin } else { a.origin };
+            a.site = *by_origin.entry((origin, before)).or_insert_with(|| {
+                let mut text = label(origin);
+                if before {
+                    text = format!("freed at {text} (allocated before the trace)");
+                }
+                *label_id.entry(text.clone()).or_insert_with(|| {
+                    labels.push(text);
+                    labels.len() as u32 - 1
+                })
+            });
+        }
+        (allocs, labels)
+    }
+}
+
+/// The whole of a snapshot device's events seen once: alloc paired with free by address.
 pub fn build(
     snap: &Snapshot,
     device: u32,
-    mut timeline: Timeline,
+    timeline: Timeline,
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<AllocIndex> {
     // the Active Memory Timeline is allocated memory only
     let (x, allocated): (Vec<f64>, Vec<i64>) =
         timeline.points().map(|p| (p.x, p.allocated)).unzip();
-    timeline.series = Default::default();
-    let mut allocs: Vec<Alloc> = Vec::new();
-    let mut open: FxHashMap<u64, u32> = FxHashMap::default();
+    let mut pairing = Pairing::default();
     events.visit(device, &mut |i, e, _, _| {
         match e.action {
-            Action::Alloc => {
-                open.insert(e.addr, allocs.len() as u32);
-                allocs.push(Alloc {
-                    start: i as u32,
-                    end: Alloc::NONE,
-                    size: e.size,
-                    stack: e.stack,
-                    free_stack: StackId::MISSING,
-                    site: 0,
-                });
-            }
-            Action::FreeRequested => match open.remove(&e.addr) {
-                Some(id) => {
-                    let a = &mut allocs[id as usize];
-                    a.end = i as u32;
-                    a.free_stack = e.stack;
-                }
-                // allocated before the trace began: its free says where, not its stack
-                None => allocs.push(Alloc {
-                    start: Alloc::NONE,
-                    end: i as u32,
-                    size: e.size,
-                    stack: StackId::MISSING,
-                    free_stack: e.stack,
-                    site: 0,
-                }),
-            },
+            Action::Alloc => pairing.alloc(i, e.addr, e.size, e.stack.0),
+            Action::FreeRequested => pairing.free(i, e.addr, e.size, e.stack.0),
             _ => {}
         }
         Ok(())
     })?;
-    // older than the trace at the bottom, as `_memory_viz` stacks them; the sort is stable
-    allocs.sort_by_key(|a| a.start().map_or(0, |s| s as u64 + 1));
     let mut sites = Sites::new(snap);
-    let mut labels: Vec<String> = Vec::new();
-    let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
-    let mut by_stack: FxHashMap<StackId, u32> = FxHashMap::default();
-    for a in &mut allocs {
-        let stack = if a.start().is_some() {
-            a.stack
-        } else {
-            a.free_stack
-        };
-        a.site = *by_stack.entry(stack).or_insert_with(|| {
-            let key = sites.site(stack);
-            let mut label = sites.label(key, false);
-            if a.start().is_none() {
-                label = format!("freed at {label} (allocated before the trace)");
-            }
-            *label_id.entry(label.clone()).or_insert_with(|| {
-                labels.push(label);
-                labels.len() as u32 - 1
-            })
-        });
-    }
+    let (allocs, labels) = pairing.finish(|origin| {
+        let key = sites.site(StackId(origin));
+        sites.label(key, false)
+    });
     Ok(AllocIndex {
         x,
         allocated,
         device,
+        device_label: format!("cuda:{device}"),
         allocs,
         sites: labels,
-        timeline,
+        marks: Marks {
+            x_is_time: timeline.x_is_time,
+            peak_allocated: timeline.peak_allocated,
+            ooms: timeline.ooms,
+            annotations: timeline.annotations,
+        },
     })
 }
 
@@ -179,7 +226,7 @@ pub struct Drawn {
     pub size: u64,
     /// Index into the tile's `sites`.
     pub site: u32,
-    /// The stack id (search results name stacks).
+    /// Its origin: the stack id, or a profiler trace's origin id (searches name them).
     pub stack: u32,
     /// x of its allocation; None: before the trace.
     pub t0: Option<f64>,
@@ -325,7 +372,7 @@ impl AllocIndex {
                     id,
                     size: a.size,
                     site: site_in_tile(a.site),
-                    stack: a.stack.0,
+                    stack: a.origin,
                     t0: a.start().map(|i| self.x[i]),
                     t1: a.end().map(|i| self.x[i]),
                     j0,
@@ -429,6 +476,8 @@ impl AllocIndex {
 pub struct Overview<'a> {
     /// The device.
     pub device: u32,
+    /// `cuda:0`, `cpu`, …
+    pub device_label: &'a str,
     /// Trace events.
     pub events: usize,
     /// Allocations the trace shows.
@@ -448,9 +497,10 @@ pub struct Overview<'a> {
 impl AllocIndex {
     /// The page's first facts.
     pub fn overview(&self) -> Overview<'_> {
-        let tl = &self.timeline;
+        let tl = &self.marks;
         Overview {
             device: self.device,
+            device_label: &self.device_label,
             events: self.x.len(),
             allocations: self.allocs.len(),
             x_is_time: tl.x_is_time,
@@ -503,7 +553,7 @@ mod tests {
             }
         }
         // the peak is a sample of the whole view
-        let peak = index.timeline.peak_allocated.as_ref().unwrap();
+        let peak = index.marks.peak_allocated.as_ref().unwrap();
         assert_eq!(whole.samples.total.iter().max(), Some(&peak.bytes));
         // a narrower window resolves smaller allocations: its threshold is no higher and
         // its samples are closer together

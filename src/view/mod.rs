@@ -1,7 +1,9 @@
 //! `memtrack view`: a local web UI over one capture, served as the user looks (the shape of
 //! `go tool pprof -http`). An allocator snapshot shows its Active Memory Timeline at any zoom
 //! (every allocation drawn or summed into a band, never dropped: [`index`]), what is live at a
-//! moment and the segments then ([`details`]); a stats file its per-op series ([`series`]).
+//! moment and the segments then ([`details`]); a torch.profiler trace the same timeline of
+//! its `[memory]` events, each allocation named by the op it was made in ([`profile`]); a
+//! stats file its per-op series ([`series`]).
 //!
 //! [`server`] answers HTTP: the page and its script ([`page`], embedded in the binary: no CDN,
 //! works offline, nothing to build) and JSON. HTTP comes from `tiny_http`: one small,
@@ -11,11 +13,13 @@
 //! parse HTTP itself, which is where the bugs are.
 //!
 //! Data flows one way: `commands::view` loads and indexes, then hands the result here;
-//! [`server`] uses [`index`], [`details`], [`series`] and [`page`], which use only `analysis`
+//! [`server`] uses [`index`], [`details`], [`profile`], [`series`] and [`page`], which use
+//! only `analysis`
 //! and `model`.
 
 pub mod details;
 pub mod index;
 pub mod page;
+pub mod profile;
 pub mod series;
 pub mod server;

@@ -86,9 +86,16 @@ function load() {
       let [a, b] = t.x_range;
       if (!(b > a)) b = a + 1;
       state.full = [a, b];
-      $("facts").textContent = "cuda:" + t.device + " · " + t.events.toLocaleString() + " events · " +
+      $("facts").textContent = t.device_label + " · " + t.events.toLocaleString() + " events · " +
         t.allocations.toLocaleString() + " allocations" + (t.peak ? " · peak " + fmtBytes(t.peak.bytes) : "") +
         (ov.devices.length > 1 ? " · devices " + ov.devices.join(", ") + " (--device N)" : "");
+      if (KIND === "profile") {
+        // a profiler trace has the allocator's totals, not its segments
+        $("state").style.display = "none";
+        $("search").placeholder = "search op (aten::mm, autograd::…)";
+        $("hint").textContent = "Wheel: zoom · drag: pan · hover: an allocation and its op · click: the op, annotations and Python functions then, and what is live";
+        $("detail").querySelector("div").textContent = "Click an allocation for the op it was made in.";
+      }
     }
     state.view = state.full.slice();
     refresh();
@@ -342,6 +349,14 @@ function onHover(ev) {
     const seq = ++hoverSeq;
     detail(d.id).then((det) => {
       if (seq !== hoverSeq || tip.style.display === "none") return;
+      if (KIND === "profile") {
+        const ctx = [];
+        if (det.annotations.length) ctx.push([det.annotations.join(" › "), "frame"]);
+        for (const f of det.python.slice(0, 2)) ctx.push([f, "frame"]);
+        const op = det.op ? "in " + det.op : det.start_event === null ? "allocated before the trace" : "outside any op";
+        showTip(lines.slice(0, 1).concat([[op]], lines.slice(2), ctx, det.freed_in ? [["freed in " + det.freed_in, "frame"]] : []), ev.clientX, ev.clientY);
+        return;
+      }
       const frames = det.python.slice(0, 3).map((f) => [f, "frame"]);
       const more = det.python.length > 3 || det.native.length ? [["+" + Math.max(0, det.python.length - 3) + " Python, " + det.native.length + " C++ frames (click)", "frame"]] : [];
       showTip(lines.concat([[det.category]], frames, more), ev.clientX, ev.clientY);
@@ -389,6 +404,7 @@ function showDetail(id) {
   const sec = $("detail");
   sec.innerHTML = "<h2>Allocation #" + id + "</h2><div class=\"muted\">loading…</div>";
   return detail(id).then((d) => {
+    if (KIND === "profile") return showProfileDetail(sec, d);
     const py = d.python.map((f) => "<li>" + esc(f) + "</li>").join("") || "<li class=\"muted\">no Python frame</li>";
     const cpp = d.native.map((f) => "<li>" + esc(f) + "</li>").join("");
     const freed = d.freed_by.slice(0, 4).map((f) => "<li>" + esc(f) + "</li>").join("");
@@ -405,6 +421,22 @@ function showDetail(id) {
   }).catch(fail);
 }
 
+// a profiler trace's allocation: the op it was made in and what else was open on its thread
+function showProfileDetail(sec, d) {
+  const py = d.python.map((f) => "<li>" + esc(f) + "</li>").join("") || "<li class=\"muted\">none recorded (profile with with_stack=True)</li>";
+  const op = d.op ? d.op : d.start_event === null ? "(allocated before the trace)" : "(outside any op)";
+  sec.innerHTML = "<h2>Allocation #" + d.id + ": " + fmtBytes(d.size) + "</h2>" +
+    "<div>op: <b id=\"alloc-op\">" + esc(op) + "</b></div>" +
+    "<div class=\"muted\">" + esc(lifetime({ t0: d.start_x, t1: d.end_x })) +
+    (d.start_event !== null ? " · event " + d.start_event : "") + (d.end_event !== null ? " → " + d.end_event : "") +
+    (d.thread ? " · thread " + esc(d.thread) : "") + "</div>" +
+    (d.total_allocated !== null ? "<div class=\"muted\">then: " + fmtBytes(d.total_allocated) + " allocated, " + fmtBytes(d.total_reserved) + " reserved</div>" : "") +
+    (d.annotations.length ? "<div>annotations: " + esc(d.annotations.join(" › ")) + "</div>" : "") +
+    (d.freed_in ? "<div>freed in: " + esc(d.freed_in) + "</div>" : "") +
+    "<h2 style=\"margin-top:8px\">Python functions open (innermost first)</h2><ol class=\"stack\" id=\"python-stack\">" + py + "</ol>";
+  return d;
+}
+
 function setMoment(event, x) {
   state.moment = { event, x };
   draw();
@@ -416,10 +448,11 @@ function setMoment(event, x) {
       "</td><td class=\"n\">" + fmtBytes(row.end_bytes) + "</td></tr>").join("");
     sec.innerHTML = "<h2>Live after event " + event + " (" + esc(fmtX(x)) + "): <span id=\"live-total\" data-bytes=\"" + r.at_bytes + "\">" +
       fmtBytes(r.at_bytes || 0) + "</span> in " + (r.at_count || 0).toLocaleString() + " allocations</h2>" +
-      "<table><thead><tr><th>site</th><th class=\"n\">live then</th><th class=\"n\">count</th><th class=\"n\">at the end</th></tr></thead><tbody>" +
+      "<table><thead><tr><th>" + (KIND === "profile" ? "op" : "site") + "</th><th class=\"n\">live then</th><th class=\"n\">count</th><th class=\"n\">at the end</th></tr></thead><tbody>" +
       rows + "</tbody></table>" + (r.groups > r.rows.length ? "<div class=\"muted\">" + (r.groups - r.rows.length) + " more sites</div>" : "");
     return r;
   }).catch(fail);
+  if (KIND === "profile") return live;
   const seg = api("/api/segments", { event }).then((s) => { state.segments = s; drawSegments(); return s; }).catch(fail);
   return Promise.all([live, seg]);
 }
@@ -577,11 +610,13 @@ function selftest() {
   }).then(() => {
     const stack = $("python-stack");
     out.stack = stack ? stack.textContent : "";
+    const op = $("alloc-op");
+    out.op = op ? op.textContent : null;
     const total = $("live-total");
     out.live_bytes = total ? Number(total.dataset.bytes) : null;
     out.moment_event = state.moment ? state.moment.event : null;
     out.segments = state.segments ? state.segments.segments.length : null;
-    $("search").value = "py";
+    $("search").value = KIND === "profile" ? "aten" : "py";
     return runSearch();
   }).then((r) => {
     out.search_allocations = r ? r.allocations : null;

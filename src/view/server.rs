@@ -16,6 +16,7 @@ use crate::model::trace::TraceEvents;
 use crate::model::{Snapshot, TrackerStats};
 
 use super::index::{AllocIndex, MAX_WIDTH};
+use super::profile::ProfileView;
 use super::{details, page, series};
 
 /// Longest URL answered.
@@ -24,7 +25,7 @@ pub const MAX_URL: usize = 4096;
 pub const MAX_QUERY: usize = 200;
 
 /// What is served.
-pub enum Content {
+pub enum Content<'a> {
     /// An allocator snapshot: its model (no trace events), one device's allocation index, and
     /// the events where the reading put them aside.
     Snapshot {
@@ -39,6 +40,8 @@ pub enum Content {
     },
     /// A stats file: series per op.
     Stats(Box<TrackerStats>),
+    /// A torch.profiler trace: its memory events and ranges, one device's allocations indexed.
+    Profile(Box<ProfileView<'a>>),
 }
 
 /// A listening server and its token.
@@ -97,7 +100,7 @@ impl Server {
     }
 
     /// Answer requests until SIGINT or SIGTERM; `title` names the capture on the page.
-    pub fn run(self, title: &str, mut content: Content) -> std::io::Result<()> {
+    pub fn run(self, title: &str, mut content: Content<'_>) -> std::io::Result<()> {
         let stop = stop_on_signals();
         while !stop.load(Ordering::SeqCst) {
             let Some(request) = self.http.recv_timeout(Duration::from_millis(200))? else {
@@ -125,7 +128,7 @@ impl Server {
         &self,
         request: &tiny_http::Request,
         title: &str,
-        content: &mut Content,
+        content: &mut Content<'_>,
     ) -> (u16, &'static str, Vec<u8>) {
         const TEXT: &str = "text/plain; charset=utf-8";
         let url = request.url();
@@ -155,6 +158,7 @@ impl Server {
                 let kind = match content {
                     Content::Snapshot { .. } => "snapshot",
                     Content::Stats(_) => "stats",
+                    Content::Profile(_) => "profile",
                 };
                 return (
                     200,
@@ -187,7 +191,7 @@ fn io(e: std::io::Error) -> Failure {
 }
 
 /// The JSON routes.
-fn route(path: &str, p: &Params, content: &mut Content) -> Result<Vec<u8>, Failure> {
+fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, Failure> {
     match (path, content) {
         (
             "/api/overview",
@@ -247,6 +251,39 @@ fn route(path: &str, p: &Params, content: &mut Content) -> Result<Vec<u8>, Failu
             }
             json(&details::search(snap, index, q))
         }
+        ("/api/overview", Content::Profile(view)) => json(&serde_json::json!({
+            "kind": "profile",
+            "devices": view.devices,
+            "timeline": view.index.overview(),
+        })),
+        ("/api/tile", Content::Profile(view)) => {
+            let (x0, x1) = (p.number("x0")?, p.number("x1")?);
+            let width = p.count("width", MAX_WIDTH)?;
+            let height = p.count("height", MAX_WIDTH)?;
+            json(&view.index.tile(x0, x1, width, height))
+        }
+        ("/api/alloc", Content::Profile(view)) => {
+            let id = p.count("id", usize::MAX)?;
+            match view.alloc(id) {
+                Some(d) => json(&d),
+                None => Err(Failure(404, format!("no allocation {id}"))),
+            }
+        }
+        ("/api/live", Content::Profile(view)) => {
+            let event = p.event(&view.index)?;
+            json(&view.live_at(event, details::MOMENT_ROWS))
+        }
+        ("/api/search", Content::Profile(view)) => {
+            let q = p.get("q").unwrap_or("");
+            if q.is_empty() || q.len() > MAX_QUERY {
+                return Err(bad(format!("q: 1 to {MAX_QUERY} characters")));
+            }
+            json(&view.search(q))
+        }
+        ("/api/segments", Content::Profile(_)) => Err(Failure(
+            404,
+            "a profiler trace has no segments: it records the allocator's totals only".into(),
+        )),
         ("/api/overview", Content::Stats(stats)) => json(&serde_json::json!({
             "kind": "stats",
             "series": series::overview(stats),
