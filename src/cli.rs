@@ -78,8 +78,9 @@ pub enum Command {
     /// Draw memory over time (SVG, PNG or HTML) from a stats file (per op), an allocator
     /// snapshot (over its trace; --stacked: its Active Memory Timeline) or a profiler trace
     Plot(PlotArgs),
-    /// Allocator snapshot, record or stats file in the browser: a local web UI (every
-    /// allocation at any zoom, allocator state at a moment), served from 127.0.0.1 until Ctrl-C
+    /// Allocator snapshot, record or stats file, or profiler trace in the browser: a local web
+    /// UI (every allocation at any zoom, allocator state at a moment), served from 127.0.0.1
+    /// until Ctrl-C
     View(ViewArgs),
     /// Allocator snapshot or profiler trace: bytes by allocation site (or user line,
     /// category, annotation, …) live at a moment (the peak, an event, a time, an OOM) and at the end
