@@ -701,16 +701,7 @@ fn column_picks(x: &[f64], y: &[i64], columns: usize) -> Vec<usize> {
 mod tests {
     use super::*;
     use crate::analysis::timeline::timeline;
-
-    fn fixture(name: &str) -> Snapshot {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/snapshots")
-            .join(name);
-        match crate::formats::load(&path).unwrap() {
-            crate::formats::Input::Snapshot(s) => *s,
-            _ => panic!("{name} is a snapshot"),
-        }
-    }
+    use crate::formats::snapshot_fixture as fixture;
 
     #[test]
     fn top_edge_is_allocated_and_bands_fit_under_it() {

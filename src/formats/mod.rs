@@ -283,3 +283,15 @@ fn snapshot_only(path: &Path, input: Input) -> Result<Snapshot> {
         )),
     }
 }
+
+/// The snapshot `fixtures/snapshots/NAME`, for unit tests of the stages after this one.
+#[cfg(test)]
+pub fn snapshot_fixture(name: &str) -> crate::model::snapshot::Snapshot {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/snapshots")
+        .join(name);
+    match load(&path).unwrap() {
+        Input::Snapshot(s) => *s,
+        _ => panic!("{name} is a snapshot"),
+    }
+}

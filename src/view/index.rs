@@ -519,16 +519,7 @@ impl AllocIndex {
 mod tests {
     use super::*;
     use crate::analysis::timeline::timeline;
-
-    fn fixture(name: &str) -> Snapshot {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/snapshots")
-            .join(name);
-        match crate::formats::load(&path).unwrap() {
-            crate::formats::Input::Snapshot(s) => *s,
-            _ => panic!("{name} is a snapshot"),
-        }
-    }
+    use crate::formats::snapshot_fixture as fixture;
 
     #[test]
     fn every_sample_adds_up_to_allocated_and_zooming_in_draws_more() {
