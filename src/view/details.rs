@@ -15,7 +15,7 @@ use crate::analysis::sites::{gather, Capture, Extra, LiveConfig, Sites};
 use crate::model::snapshot::{Snapshot, StackId};
 use crate::model::trace::TraceEvents;
 
-use super::index::AllocIndex;
+use super::index::{AllocIndex, AllocSpan};
 
 /// Rows of the live table at a moment.
 pub const MOMENT_ROWS: usize = 40;
@@ -27,22 +27,9 @@ pub const MAX_MATCHES: usize = 200_000;
 /// One allocation, all the page shows when it is clicked.
 #[derive(Debug, Serialize)]
 pub struct AllocDetail {
-    /// Its id.
-    pub id: u32,
-    /// Bytes requested.
-    pub size: u64,
-    /// Its site.
-    pub site: String,
-    /// The event that allocated it; None: before the trace.
-    pub start_event: Option<usize>,
-    /// The event that freed it; None: live at the end.
-    pub end_event: Option<usize>,
-    /// x of both (seconds or event index, as the timeline's).
-    pub start_x: Option<f64>,
-    /// x of its free.
-    pub end_x: Option<f64>,
-    /// Whether x is seconds.
-    pub x_is_time: bool,
+    /// Id, size, site, when it was made and freed.
+    #[serde(flatten)]
+    pub span: AllocSpan,
     /// Python frames of the allocating stack, innermost first (`file:line:function`).
     pub python: Vec<String>,
     /// The other (C++) frames, innermost first.
@@ -83,16 +70,10 @@ pub fn alloc(snap: &Snapshot, index: &AllocIndex, id: usize) -> Option<AllocDeta
     };
     let mut grouper = Grouper::new(snap, index.device, GroupBy::Category, Vec::new());
     let category = grouper.category(stack, a.end().map(|_| StackId(a.free_origin)));
-    let start_x = a.start().map(|i| index.x[i]);
+    let span = index.span(id)?;
+    let start_x = span.start_x;
     Some(AllocDetail {
-        id: id as u32,
-        size: a.size,
-        site: index.sites[a.site as usize].clone(),
-        start_event: a.start(),
-        end_event: a.end(),
-        start_x,
-        end_x: a.end().map(|i| index.x[i]),
-        x_is_time: tl.x_is_time,
+        span,
         python,
         native,
         freed_by,

@@ -86,6 +86,44 @@ pub struct AllocIndex {
     pub marks: Marks,
 }
 
+/// What every allocation's details begin with, snapshot's or trace's alike.
+#[derive(Debug, serde::Serialize)]
+pub struct AllocSpan {
+    /// Its id.
+    pub id: u32,
+    /// Bytes requested.
+    pub size: u64,
+    /// Its site (for a trace: the op it was made in).
+    pub site: String,
+    /// The event that allocated it; None: before the trace.
+    pub start_event: Option<usize>,
+    /// The event that freed it; None: live at the end.
+    pub end_event: Option<usize>,
+    /// x of both (seconds or event index, as the timeline's).
+    pub start_x: Option<f64>,
+    /// x of its free.
+    pub end_x: Option<f64>,
+    /// Whether x is seconds.
+    pub x_is_time: bool,
+}
+
+impl AllocIndex {
+    /// Allocation `id`'s span; None past the last.
+    pub fn span(&self, id: usize) -> Option<AllocSpan> {
+        let a = self.allocs.get(id)?;
+        Some(AllocSpan {
+            id: id as u32,
+            size: a.size,
+            site: self.sites[a.site as usize].clone(),
+            start_event: a.start(),
+            end_event: a.end(),
+            start_x: a.start().map(|i| self.x[i]),
+            end_x: a.end().map(|i| self.x[i]),
+            x_is_time: self.marks.x_is_time,
+        })
+    }
+}
+
 /// What the timeline marks besides the allocations.
 pub struct Marks {
     /// Whether x is seconds (else the event index).

@@ -13,7 +13,7 @@ use crate::analysis::profile_summary::Indexed;
 use crate::analysis::timeline::{OomMark, Point};
 use crate::model::profile::{ProfileDevice, DEVICE_TYPE_CUDA};
 
-use super::index::{Alloc, AllocIndex, Marks, Pairing};
+use super::index::{Alloc, AllocIndex, AllocSpan, Marks, Pairing};
 
 /// The origin of an allocation made outside any op.
 pub const NO_OP: u32 = u32::MAX - 1;
@@ -158,22 +158,10 @@ pub fn build(ix: Indexed<'_>, cuda: Option<u32>) -> Result<ProfileView<'_>, Prof
 /// One allocation of a trace, all the page shows when it is clicked.
 #[derive(Debug, Serialize)]
 pub struct ProfileAllocDetail {
-    /// Its id.
-    pub id: u32,
-    /// Bytes.
-    pub size: u64,
-    /// Its site: the op it was made in.
-    pub site: String,
-    /// The event that allocated it; None: before the trace.
-    pub start_event: Option<usize>,
-    /// The event that freed it; None: live at the end.
-    pub end_event: Option<usize>,
-    /// Seconds since the trace's first event.
-    pub start_x: Option<f64>,
-    /// x of its free.
-    pub end_x: Option<f64>,
-    /// Always true: a trace's x is time.
-    pub x_is_time: bool,
+    /// Id, size, site (the op it was made in), when it was made and freed; x is seconds since
+    /// the trace's first event.
+    #[serde(flatten)]
+    pub span: AllocSpan,
     /// The innermost op (`cpu_op`) open on the allocating thread; None: outside any op (or
     /// allocated before the trace).
     pub op: Option<String>,
@@ -208,14 +196,7 @@ impl ProfileView<'_> {
             None => (None, Vec::new(), Vec::new()),
         };
         Some(ProfileAllocDetail {
-            id: id as u32,
-            size: a.size,
-            site: self.index.sites[a.site as usize].clone(),
-            start_event: a.start(),
-            end_event: a.end(),
-            start_x: a.start().map(|i| self.index.x[i]),
-            end_x: a.end().map(|i| self.index.x[i]),
-            x_is_time: true,
+            span: self.index.span(id)?,
             op,
             annotations,
             python,
