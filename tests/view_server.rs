@@ -428,6 +428,33 @@ fn headless(browser: &Path, profile: &Path, extra: &str, url: &str) -> std::proc
         .expect("the browser runs")
 }
 
+/// The page's `#selftest` report (JSON) from a headless browser, after checking the page
+/// logged no error.
+fn selftest(browser: &Path, dir: &Path, url: &str) -> serde_json::Value {
+    let out = headless(
+        browser,
+        &dir.join("profile"),
+        "--dump-dom",
+        &format!("{url}#selftest"),
+    );
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !log.contains("Uncaught") && !log.contains("CONSOLE"),
+        "the page logged an error:\n{log}"
+    );
+    let start = dom
+        .find(r#"<pre id="selftest">"#)
+        .unwrap_or_else(|| panic!("the page's self test did not finish:\n{log}"));
+    let report = &dom[start + r#"<pre id="selftest">"#.len()..];
+    let report = &report[..report.find("</pre>").unwrap()];
+    let report = report
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"))
+}
+
 /// The page in a real browser: it loads without a script error, a wheel zoom fetches a finer
 /// tile, clicking a drawn allocation (through the page's own hit testing: `#selftest`) shows
 /// its Python stack and what is live then, the same bytes as `top --at`. A screenshot is kept
@@ -448,29 +475,7 @@ fn the_page_zooms_and_shows_a_stack_in_a_headless_browser() {
     let file = snapshot();
     let v = Viewer::start(&file);
     let dir = tempfile::tempdir().unwrap();
-    let out = headless(
-        &browser,
-        &dir.path().join("profile"),
-        "--dump-dom",
-        &format!("{}#selftest", v.url),
-    );
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !log.contains("Uncaught") && !log.contains("CONSOLE"),
-        "the page logged an error:\n{log}"
-    );
-    let start = dom
-        .find(r#"<pre id="selftest">"#)
-        .unwrap_or_else(|| panic!("the page's self test did not finish:\n{log}"));
-    let report = &dom[start + r#"<pre id="selftest">"#.len()..];
-    let report = &report[..report.find("</pre>").unwrap()];
-    let report = report
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&");
-    let r: serde_json::Value =
-        serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+    let r = selftest(&browser, dir.path(), &v.url);
     assert!(r["error"].is_null(), "{r}");
     assert!(r["requests_for_zoom"].as_u64() >= Some(1), "{r}");
     assert!(
@@ -528,29 +533,7 @@ fn a_profiler_trace_page_names_the_op_in_a_headless_browser() {
     };
     let v = Viewer::start(&profiler_trace());
     let dir = tempfile::tempdir().unwrap();
-    let out = headless(
-        &browser,
-        &dir.path().join("profile"),
-        "--dump-dom",
-        &format!("{}#selftest", v.url),
-    );
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !log.contains("Uncaught") && !log.contains("CONSOLE"),
-        "the page logged an error:\n{log}"
-    );
-    let start = dom
-        .find(r#"<pre id="selftest">"#)
-        .unwrap_or_else(|| panic!("the page's self test did not finish:\n{log}"));
-    let report = &dom[start + r#"<pre id="selftest">"#.len()..];
-    let report = &report[..report.find("</pre>").unwrap()];
-    let report = report
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&");
-    let r: serde_json::Value =
-        serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"));
+    let r = selftest(&browser, dir.path(), &v.url);
     assert!(r["error"].is_null(), "{r}");
     assert!(r["requests_for_zoom"].as_u64() >= Some(1), "{r}");
     let op = r["op"].as_str().expect("the click shows the op");
