@@ -12,14 +12,15 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::snapshot::{Action, DeviceTrace, SizeClass, Snapshot, StackId, TraceEvent};
+use crate::model::snapshot::{Action, SizeClass, Snapshot, StackId, TraceEvent};
+use crate::model::trace::TraceEvents;
 
 use super::caching_allocator::{
     allocation_size, Allocator, BlockId, SegmentAction, SegmentView, SettingError, Settings,
     SMALL_BUFFER, SMALL_SIZE,
 };
 use super::sites::Sites;
-use super::timeline::timeline;
+use super::timeline::{timeline, Timeline};
 
 /// A segment before the trace's first event, with its active blocks.
 #[derive(Clone, Debug)]
@@ -63,18 +64,23 @@ impl InitialState {
 /// A live block while rewinding: size when the final state has it, requested, pending free.
 type LiveBlock = (Option<u64>, u64, bool);
 
-/// The state before the first event: the final segments and active blocks, with every trace
-/// event undone (segments the trace made removed, those it freed put back; allocations the
-/// trace made removed, those it freed put back). Free blocks are the gaps, as the allocator
-/// merges free neighbours. A block that is not in the final state has its rounded size, grown
-/// over a gap too small to have been split off.
-pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> InitialState {
-    let empty = DeviceTrace::default();
-    let trace = snap.trace(device).unwrap_or(&empty);
-    let events = &trace.events;
-    // address -> (size, stream, small)
+/// The final segments and active blocks with every trace event undone: what
+/// [`InitialState`] is placed from, whatever the settings.
+pub struct Rewound {
+    /// address -> (size, stream, small)
+    segs: FxHashMap<u64, (u64, i64, bool)>,
+    /// address -> (size if known, requested, pending)
+    live: FxHashMap<u64, LiveBlock>,
+}
+
+/// The final segments and active blocks of `device`, with `events` (its trace) undone from
+/// the last.
+pub fn rewind(
+    snap: &Snapshot,
+    device: u32,
+    events: &mut dyn TraceEvents,
+) -> std::io::Result<Rewound> {
     let mut segs: FxHashMap<u64, (u64, i64, bool)> = FxHashMap::default();
-    // address -> (size if known, requested, pending)
     let mut live: FxHashMap<u64, LiveBlock> = FxHashMap::default();
     for s in snap.segments_on(device) {
         // a mapped range of an expandable segment is placed as a plain segment (docs/simulate.md)
@@ -95,20 +101,20 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
             }
         }
     }
-    for e in events.iter().rev() {
+    events.visit_back_from(device, 0, &mut |_, e, stream, _| {
         match e.action {
             Action::SegmentAlloc => {
                 segs.remove(&e.addr);
             }
             Action::SegmentFree => {
-                segs.insert(e.addr, (e.size, trace.stream(e), e.size == SMALL_BUFFER));
+                segs.insert(e.addr, (e.size, stream, e.size == SMALL_BUFFER));
             }
             // pages of an expandable segment: the file lists each mapped range as a segment,
             // so a map undone takes its pages out of whatever range holds them, an unmap
             // undone puts them back, joined to the ranges they touch
             Action::SegmentMap => unmap_range(&mut segs, e.addr, e.size),
             Action::SegmentUnmap => {
-                map_range(&mut segs, e.addr, e.size, trace.stream(e));
+                map_range(&mut segs, e.addr, e.size, stream);
             }
             Action::Alloc => {
                 live.remove(&e.addr);
@@ -121,10 +127,22 @@ pub fn initial_state(snap: &Snapshot, device: u32, settings: &Settings) -> Initi
             }
             _ => {}
         }
-    }
-    let mut seg_list: Vec<(u64, (u64, i64, bool))> = segs.into_iter().collect();
+        Ok(())
+    })?;
+    Ok(Rewound { segs, live })
+}
+
+/// The state before the first event under `settings`: the final segments and active blocks,
+/// with every trace event undone (segments the trace made removed, those it freed put back;
+/// allocations the trace made removed, those it freed put back). Free blocks are the gaps, as
+/// the allocator merges free neighbours. A block that is not in the final state has its
+/// rounded size, grown over a gap too small to have been split off: the rewound segments with their blocks
+/// placed (sizes the final state does not give rounded as `settings` round them).
+pub fn place(rewound: &Rewound, settings: &Settings) -> InitialState {
+    let mut seg_list: Vec<(u64, (u64, i64, bool))> =
+        rewound.segs.iter().map(|(&a, &s)| (a, s)).collect();
     seg_list.sort_unstable_by_key(|s| s.0);
-    let mut blocks: Vec<(u64, LiveBlock)> = live.into_iter().collect();
+    let mut blocks: Vec<(u64, LiveBlock)> = rewound.live.iter().map(|(&a, &b)| (a, b)).collect();
     blocks.sort_unstable_by_key(|b| b.0);
     let mut out = InitialState::default();
     let mut bi = 0;
@@ -473,75 +491,96 @@ pub enum ReleaseCause {
     Allocation,
 }
 
-/// Each run of `segment_free` / `segment_unmap` events in `events`, as (first index, index
-/// after the last, cause). The run's stack says the cause when the file has one: `emptyCache`
-/// (C++) or `empty_cache` (Python) for `torch.cuda.empty_cache()`, the allocator's `malloc` for
-/// its own release. Without a telling stack, a run followed directly by a new segment or an OOM
-/// is taken for the free-and-retry path, any other for `empty_cache()`, unless no limit allows
-/// it: a retry says the limit was below what was reserved before the release plus the segment
-/// made after it, and the limit is at least the most the run ever reserved (`initial_reserved`
-/// is the bytes held before the first event).
-pub fn release_runs(
-    snap: &Snapshot,
-    events: &[TraceEvent],
-    initial_reserved: i64,
-) -> Vec<(usize, usize, ReleaseCause)> {
-    let releases = |e: &TraceEvent| matches!(e.action, Action::SegmentFree | Action::SegmentUnmap);
-    // reserved before each event, and the most ever reserved
-    let mut reserved_before = Vec::with_capacity(events.len());
-    let mut reserved = initial_reserved;
-    let mut most = reserved;
-    for e in events {
-        reserved_before.push(reserved);
-        match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => reserved += e.size as i64,
-            Action::SegmentFree | Action::SegmentUnmap => reserved -= e.size as i64,
-            _ => {}
-        }
-        most = most.max(reserved);
-    }
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < events.len() {
-        if !releases(&events[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < events.len() && releases(&events[i]) {
-            i += 1;
-        }
-        let said = events[start..i]
-            .iter()
-            .find_map(|e| stack_release_cause(snap, e.stack));
-        let cause = said.unwrap_or_else(|| match events.get(i) {
-            Some(e) if e.action == Action::Oom => ReleaseCause::Allocation,
-            Some(e)
-                if matches!(e.action, Action::SegmentAlloc | Action::SegmentMap)
-                    && reserved_before[start] + retry_need(&events[i..]) > most =>
-            {
-                ReleaseCause::Allocation
-            }
-            _ => ReleaseCause::EmptyCache,
-        });
-        out.push((start, i, cause));
-    }
-    out
+/// Each run of `segment_free` / `segment_unmap` events of a trace, as (first index, index
+/// after the last, cause), found as the events go by. The run's stack says the cause when the
+/// file has one: `emptyCache` (C++) or `empty_cache` (Python) for `torch.cuda.empty_cache()`,
+/// the allocator's `malloc` for its own release. Without a telling stack, a run followed
+/// directly by a new segment or an OOM is taken for the free-and-retry path, any other for
+/// `empty_cache()`, unless no limit allows it: a retry says the limit was below what was
+/// reserved before the release plus the segment made after it (for an expandable segment's
+/// map, the allocation it maps for when that is larger: the limit check counts the request,
+/// the map may be smaller), and the limit is at least the most the trace ever reserved.
+struct ReleaseRuns<'s> {
+    snap: &'s Snapshot,
+    reserved: i64,
+    most: i64,
+    runs: Vec<(usize, usize, ReleaseCause)>,
+    /// The run going on: (first index, reserved before it, the cause a stack said).
+    open: Option<(usize, i64, Option<ReleaseCause>)>,
+    /// Runs followed by a new segment: (run, reserved before it plus what the retry asked),
+    /// a retry if that is over the most reserved (known at the end).
+    against_most: Vec<(usize, i64)>,
+    /// Runs followed by a map, waiting for the allocation it maps for: (run, reserved before
+    /// it, the map's size).
+    awaiting_alloc: Vec<(usize, i64, u64)>,
 }
 
-/// What a retry after a release starting `events[0]` (a new segment) asked for: the segment, or
-/// for an expandable segment's map, the allocation it maps for when that is larger (the limit
-/// check counts the request, the map may be smaller).
-fn retry_need(events: &[TraceEvent]) -> i64 {
-    let first = events[0].size;
-    let request = match events[0].action {
-        Action::SegmentMap => events
-            .iter()
-            .find(|e| e.action == Action::Alloc)
-            .map_or(0, |e| e.size),
-        _ => 0,
-    };
-    first.max(request) as i64
+impl<'s> ReleaseRuns<'s> {
+    /// `initial_reserved`: the bytes held before the first event.
+    fn new(snap: &'s Snapshot, initial_reserved: i64) -> ReleaseRuns<'s> {
+        ReleaseRuns {
+            snap,
+            reserved: initial_reserved,
+            most: initial_reserved,
+            runs: Vec::new(),
+            open: None,
+            against_most: Vec::new(),
+            awaiting_alloc: Vec::new(),
+        }
+    }
+
+    fn event(&mut self, i: usize, e: &TraceEvent) {
+        if matches!(e.action, Action::SegmentFree | Action::SegmentUnmap) {
+            let run = self.open.get_or_insert((i, self.reserved, None));
+            if run.2.is_none() {
+                run.2 = stack_release_cause(self.snap, e.stack);
+            }
+        } else if let Some((start, before, said)) = self.open.take() {
+            let k = self.runs.len();
+            let cause = said.unwrap_or_else(|| match e.action {
+                Action::Oom => ReleaseCause::Allocation,
+                Action::SegmentAlloc => {
+                    self.against_most.push((k, before + e.size as i64));
+                    ReleaseCause::EmptyCache
+                }
+                Action::SegmentMap => {
+                    self.awaiting_alloc.push((k, before, e.size));
+                    ReleaseCause::EmptyCache
+                }
+                _ => ReleaseCause::EmptyCache,
+            });
+            self.runs.push((start, i, cause));
+        }
+        if e.action == Action::Alloc {
+            for (k, before, map) in self.awaiting_alloc.drain(..) {
+                self.against_most.push((k, before + map.max(e.size) as i64));
+            }
+        }
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => self.reserved += e.size as i64,
+            Action::SegmentFree | Action::SegmentUnmap => self.reserved -= e.size as i64,
+            _ => {}
+        }
+        self.most = self.most.max(self.reserved);
+    }
+
+    /// The runs of a trace of `events` events.
+    fn finish(mut self, events: usize) -> Vec<(usize, usize, ReleaseCause)> {
+        if let Some((start, _, said)) = self.open.take() {
+            self.runs
+                .push((start, events, said.unwrap_or(ReleaseCause::EmptyCache)));
+        }
+        // a map with no allocation after it asked for the map
+        for (k, before, map) in self.awaiting_alloc.drain(..) {
+            self.against_most.push((k, before + map as i64));
+        }
+        for &(k, need) in &self.against_most {
+            if need > self.most {
+                self.runs[k].2 = ReleaseCause::Allocation;
+            }
+        }
+        self.runs
+    }
 }
 
 /// What a release's stack says caused it, innermost telling frame first; None when it says
@@ -572,20 +611,20 @@ fn stack_release_cause(snap: &Snapshot, stack: StackId) -> Option<ReleaseCause> 
 fn memory_limit(
     snap: &Snapshot,
     device: u32,
-    events: &[TraceEvent],
+    events: &mut dyn TraceEvents,
+    initial_reserved: i64,
     runs: &[(usize, usize, ReleaseCause)],
     given: Option<u64>,
-) -> (Option<u64>, LimitSource, Vec<Note>) {
+) -> std::io::Result<(Option<u64>, LimitSource, Vec<Note>)> {
     if let Some(m) = given {
-        return (Some(m), LimitSource::Given, Vec::new());
+        return Ok((Some(m), LimitSource::Given, Vec::new()));
     }
     let settings = snap
         .allocator_settings
         .as_deref()
         .map(Settings::from_recorded)
         .unwrap_or_default();
-    let trace = snap.trace(device);
-    let mut reserved = timeline(snap, device, false).initial_reserved_bytes;
+    let mut reserved = initial_reserved;
     let mut most = reserved;
     // reserved before the maps of the current allocation (expandable segments check the
     // whole segment size the request would need, not what they map)
@@ -595,15 +634,17 @@ fn memory_limit(
     let mut device_size: Option<i64> = None;
     let mut capped = false;
     let tighten = |b: &mut Option<i64>, v: i64| *b = Some(b.map_or(v, |x| x.min(v)));
-    let mut forced = vec![false; events.len()];
-    for &(start, end, cause) in runs {
-        forced[start..end].fill(cause == ReleaseCause::Allocation);
-    }
-    for (i, e) in events.iter().enumerate() {
+    // the runs in order: the one event `i` is in or before
+    let mut run = runs.iter().peekable();
+    events.visit(device, &mut |i, e, _, aux| {
         match e.action {
             Action::SegmentFree | Action::SegmentUnmap => {
+                while run.next_if(|r| r.1 <= i).is_some() {}
+                let forced = run
+                    .peek()
+                    .is_some_and(|r| r.0 <= i && r.2 == ReleaseCause::Allocation);
                 // an empty_cache() release says nothing about the limit
-                if forced[i] {
+                if forced {
                     release_from.get_or_insert(reserved);
                 }
                 reserved -= e.size as i64;
@@ -624,7 +665,7 @@ fn memory_limit(
                 if let Some(r0) = release_from.take() {
                     tighten(&mut bound, r0 + need - 1);
                 }
-                match trace.and_then(|t| t.aux(i)).and_then(|x| x.device_free) {
+                match aux.and_then(|x| x.device_free) {
                     Some(free) if (free as i64) < need => {
                         tighten(&mut device_size, reserved + free as i64)
                     }
@@ -641,26 +682,27 @@ fn memory_limit(
             }
             _ => {}
         }
-    }
+        Ok(())
+    })?;
     let mut notes = Vec::new();
     if let Some(d) = device_size {
-        return (Some(d.max(0) as u64), LimitSource::RecordedOom, notes);
+        return Ok((Some(d.max(0) as u64), LimitSource::RecordedOom, notes));
     }
     let Some(upper) = bound else {
-        return (None, LimitSource::NoFailure, notes);
+        return Ok((None, LimitSource::NoFailure, notes));
     };
     let lower = most.max(0) as u64;
     if upper < lower as i64 {
         // no fixed limit explains both: the run held more than a failure says it could
         notes.push(Note::LimitContradiction { lower, upper });
-        return (Some(lower), LimitSource::SmallestAllowed, notes);
+        return Ok((Some(lower), LimitSource::SmallestAllowed, notes));
     }
     notes.push(Note::LimitRange {
         lower,
         upper,
         capped,
     });
-    (Some(lower), LimitSource::SmallestAllowed, notes)
+    Ok((Some(lower), LimitSource::SmallestAllowed, notes))
 }
 
 /// `f(0)`, …, `f(n - 1)`, computed on as many cores as there are (up to `n`), in order.
@@ -690,6 +732,92 @@ fn each_on_all_cores<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T>
     all.into_iter().map(|(_, t)| t).collect()
 }
 
+/// What one walk of a trace tells every replay, found before them.
+struct TracePlan {
+    events: usize,
+    first_time_us: Option<i64>,
+    /// The release runs (see [`ReleaseRuns`]).
+    runs: Vec<(usize, usize, ReleaseCause)>,
+    /// Whether `free_requested` also completes the free: traces without `free_completed`.
+    free_completes: bool,
+    /// Indices of the program events that an `empty_cache()` release came just before.
+    empty_cache_before: Vec<usize>,
+    /// Recorded `segment_alloc`s as (program event index, size, address), in order.
+    hints: Vec<(usize, u64, u64)>,
+    /// The recorded segment events, each with the program event it belongs to (the first
+    /// after it).
+    recorded: Vec<(SegmentAction, u64, usize)>,
+}
+
+impl TracePlan {
+    fn new(
+        snap: &Snapshot,
+        device: u32,
+        events: &mut dyn TraceEvents,
+        initial_reserved: i64,
+    ) -> std::io::Result<TracePlan> {
+        let mut runs = ReleaseRuns::new(snap, initial_reserved);
+        // the program event at or after the end of each run so far
+        let mut program_after_run: Vec<usize> = Vec::new();
+        let mut first_time_us = None;
+        let mut free_completes = true;
+        let mut hints = Vec::new();
+        let mut pending_segments = Vec::new();
+        let mut recorded: Vec<(SegmentAction, u64, usize)> = Vec::new();
+        let mut open = 0;
+        let mut count = 0;
+        events.visit(device, &mut |i, e, _, _| {
+            count = i + 1;
+            runs.event(i, e);
+            if first_time_us.is_none() {
+                first_time_us = e.time();
+            }
+            free_completes &= e.action != Action::FreeCompleted;
+            match e.action {
+                Action::SegmentAlloc => pending_segments.push((e.size, e.addr)),
+                Action::Alloc | Action::Oom => {
+                    hints.extend(pending_segments.drain(..).map(|(s, a)| (i, s, a)))
+                }
+                _ => {}
+            }
+            match recorded_action(e.action) {
+                Some(a) => recorded.push((a, e.size, usize::MAX)),
+                None => {
+                    // a recorded segment event belongs to the first program event after it
+                    for r in &mut recorded[open..] {
+                        r.2 = i;
+                    }
+                    open = recorded.len();
+                    program_after_run.resize(runs.runs.len(), i);
+                }
+            }
+            Ok(())
+        })?;
+        for r in &mut recorded[open..] {
+            r.2 = count;
+        }
+        let runs = runs.finish(count);
+        program_after_run.resize(runs.len(), count);
+        // the model empties its cache at the program event after the release (segment events
+        // between are the recording's answers, not the program's), where validation counts it
+        let empty_cache_before = runs
+            .iter()
+            .zip(&program_after_run)
+            .filter(|(r, _)| r.2 == ReleaseCause::EmptyCache)
+            .map(|(_, &at)| at)
+            .collect();
+        Ok(TracePlan {
+            events: count,
+            first_time_us,
+            runs,
+            free_completes,
+            empty_cache_before,
+            hints,
+            recorded,
+        })
+    }
+}
+
 /// Replay a device's trace under each of `scenarios` (the file's own settings first is the
 /// caller's choice; validation compares against the first).
 pub fn simulate(
@@ -698,31 +826,78 @@ pub fn simulate(
     scenarios: &[Settings],
     memory: Option<u64>,
 ) -> DeviceSimulation {
-    let empty = DeviceTrace::default();
-    let trace = snap.trace(device).unwrap_or(&empty);
-    let initial_reserved = timeline(snap, device, false).initial_reserved_bytes;
-    let runs = release_runs(snap, &trace.events, initial_reserved);
-    let (limit, source, mut notes) = memory_limit(snap, device, &trace.events, &runs, memory);
-    // the scenarios are independent replays of one trace: one a core
-    let replays = each_on_all_cores(scenarios.len(), |k| {
-        let settings = &scenarios[k];
-        let init = initial_state(snap, device, settings);
-        let mut run = Replay::new(settings.clone(), limit, &init, &trace.events, &runs, k == 0);
-        for (i, e) in trace.events.iter().enumerate() {
-            run.event(i, e, trace.stream(e));
+    let recorded = timeline(snap, device, false);
+    let mut events = snap;
+    simulate_events(snap, device, &recorded, &mut events, scenarios, memory)
+        .expect("a kept trace reads without error")
+}
+
+/// Events replayed at a time, by every scenario (one a core) before the next are read.
+const CHUNK: usize = 1 << 16;
+
+/// [`simulate`] of a trace given by `events` (as often as asked: from a kept snapshot or from
+/// where a reading put them aside), `recorded` its timeline; memory does not grow with the
+/// trace beyond its segment events and OOMs.
+pub fn simulate_events(
+    snap: &Snapshot,
+    device: u32,
+    recorded: &Timeline,
+    events: &mut dyn TraceEvents,
+    scenarios: &[Settings],
+    memory: Option<u64>,
+) -> std::io::Result<DeviceSimulation> {
+    let initial_reserved = recorded.initial_reserved_bytes;
+    let plan = TracePlan::new(snap, device, events, initial_reserved)?;
+    let (limit, source, mut notes) =
+        memory_limit(snap, device, events, initial_reserved, &plan.runs, memory)?;
+    let rewound = rewind(snap, device, events)?;
+    let inits: Vec<InitialState> =
+        each_on_all_cores(scenarios.len(), |k| place(&rewound, &scenarios[k]));
+    drop(rewound);
+    let replays: Vec<std::sync::Mutex<Replay>> = inits
+        .iter()
+        .enumerate()
+        .map(|(k, init)| {
+            std::sync::Mutex::new(Replay::new(
+                scenarios[k].clone(),
+                limit,
+                init,
+                &plan,
+                k == 0,
+            ))
+        })
+        .collect();
+    // the scenarios are independent replays of one trace: one a core, a chunk of events at a
+    // time
+    let replay_chunk = |first: usize, chunk: &[(TraceEvent, i64)]| {
+        each_on_all_cores(replays.len(), |k| {
+            let mut run = replays[k].lock().unwrap_or_else(|p| p.into_inner());
+            for (j, (e, stream)) in chunk.iter().enumerate() {
+                run.event(first + j, e, *stream);
+            }
+        });
+    };
+    let mut chunk: Vec<(TraceEvent, i64)> = Vec::with_capacity(CHUNK.min(plan.events));
+    events.visit(device, &mut |i, e, stream, _| {
+        chunk.push((*e, stream));
+        if chunk.len() == CHUNK {
+            replay_chunk(i + 1 - CHUNK, &chunk);
+            chunk.clear();
         }
-        let (scenario, log) = run.finish(trace.events.len());
-        let validation = (k == 0).then(|| validate(snap, device, &trace.events, &log));
-        (scenario, validation, init.note(), init.unplaced_blocks)
-    });
+        Ok(())
+    })?;
+    replay_chunk(plan.events - chunk.len(), &chunk);
+    drop(chunk);
     let mut out_scenarios = Vec::with_capacity(scenarios.len());
     let mut validation = Validation::default();
-    for (scenario, checked, start, unplaced_blocks) in replays {
-        if let Some(checked) = checked {
-            validation = checked;
-            notes.extend(start.filter(|_| !trace.events.is_empty()));
-            if unplaced_blocks > 0 {
-                notes.push(Note::UnplacedBlocks(unplaced_blocks));
+    for (k, (run, init)) in replays.into_iter().zip(&inits).enumerate() {
+        let run = run.into_inner().unwrap_or_else(|p| p.into_inner());
+        let (scenario, log) = run.finish(plan.events);
+        if k == 0 {
+            validation = validate(snap, device, recorded, &plan.recorded, &log);
+            notes.extend(init.note().filter(|_| plan.events > 0));
+            if init.unplaced_blocks > 0 {
+                notes.push(Note::UnplacedBlocks(init.unplaced_blocks));
             }
         }
         out_scenarios.push(scenario);
@@ -740,32 +915,48 @@ pub fn simulate(
     {
         notes.push(Note::PrivatePools);
     }
-    DeviceSimulation {
+    Ok(DeviceSimulation {
         device,
-        trace_events: trace.events.len(),
-        first_time_us: trace.events.iter().find_map(|e| e.time()),
+        trace_events: plan.events,
+        first_time_us: plan.first_time_us,
         memory_limit_bytes: limit,
         memory_limit_source: source,
         notes,
         scenarios: out_scenarios,
         validation,
-    }
+    })
 }
 
 /// Name where each simulated OOM's request came from, from a snapshot read with its stacks
-/// (the replay itself needs none, so a command reads them only when there is an OOM to name).
-pub fn label_oom_sites(sim: &mut Simulation, snap: &Snapshot) {
+/// and its trace given by `events` (the replay itself needs no stacks, so a command reads them
+/// only when there is an OOM to name).
+pub fn label_oom_sites(
+    sim: &mut Simulation,
+    snap: &Snapshot,
+    events: &mut dyn TraceEvents,
+) -> std::io::Result<()> {
     let mut sites = Sites::new(snap);
     for d in &mut sim.devices {
-        let Some(trace) = snap.trace(d.device) else {
+        let mut wanted: Vec<usize> = d
+            .scenarios
+            .iter()
+            .flat_map(|sc| sc.ooms.iter().map(|o| o.index))
+            .collect();
+        if wanted.is_empty() {
             continue;
-        };
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut stacks: FxHashMap<usize, StackId> = FxHashMap::default();
+        events.visit(d.device, &mut |i, e, _, _| {
+            if wanted.binary_search(&i).is_ok() {
+                stacks.insert(i, e.stack);
+            }
+            Ok(())
+        })?;
         for sc in &mut d.scenarios {
             for o in &mut sc.ooms {
-                let stack: StackId = trace
-                    .events
-                    .get(o.index)
-                    .map_or(StackId::MISSING, |e| e.stack);
+                let stack = stacks.get(&o.index).copied().unwrap_or(StackId::MISSING);
                 if !stack.is_missing() {
                     let k = sites.site(stack);
                     o.site = Some(sites.label(k, false));
@@ -773,6 +964,7 @@ pub fn label_oom_sites(sim: &mut Simulation, snap: &Snapshot) {
             }
         }
     }
+    Ok(())
 }
 
 impl Simulation {
@@ -814,12 +1006,11 @@ impl Replay {
     /// `recorded_addresses`: place new segments where the recorded run's landed (the replay
     /// under the file's own settings), so that ties between equal free blocks, which the
     /// allocator breaks by address, break the same way.
-    pub fn new(
+    fn new(
         settings: Settings,
         limit: Option<u64>,
         init: &InitialState,
-        events: &[TraceEvent],
-        runs: &[(usize, usize, ReleaseCause)],
+        plan: &TracePlan,
         recorded_addresses: bool,
     ) -> Replay {
         let mut alloc = Allocator::new(settings.clone(), limit);
@@ -831,18 +1022,6 @@ impl Replay {
                 blocks.insert(a, id);
             }
         }
-        let free_completes = !events.iter().any(|e| e.action == Action::FreeCompleted);
-        // the model empties its cache at the program event after the release (segment events
-        // between are the recording's answers, not the program's), where validation counts it
-        let empty_cache_before = runs
-            .iter()
-            .filter(|r| r.2 == ReleaseCause::EmptyCache)
-            .map(|r| {
-                (r.1..events.len())
-                    .find(|&i| recorded_action(events[i].action).is_none())
-                    .unwrap_or(events.len())
-            })
-            .collect();
         let report = Scenario {
             settings: settings.describe(),
             settings_detail: settings,
@@ -860,8 +1039,8 @@ impl Replay {
         let mut r = Replay {
             alloc,
             blocks,
-            free_completes,
-            empty_cache_before,
+            free_completes: plan.free_completes,
+            empty_cache_before: plan.empty_cache_before.clone(),
             next_empty_cache: 0,
             peak_requested: 0,
             report,
@@ -872,16 +1051,7 @@ impl Replay {
         r.note_peak(None);
         r.peak_requested = r.alloc.requested;
         if recorded_addresses {
-            let mut pending = Vec::new();
-            for (i, e) in events.iter().enumerate() {
-                match e.action {
-                    Action::SegmentAlloc => pending.push((e.size, e.addr)),
-                    Action::Alloc | Action::Oom => {
-                        r.hints.extend(pending.drain(..).map(|(s, a)| (i, s, a)))
-                    }
-                    _ => {}
-                }
-            }
+            r.hints = plan.hints.clone();
         }
         r
     }
@@ -1002,24 +1172,15 @@ fn recorded_action(a: Action) -> Option<SegmentAction> {
 }
 
 /// The replay under the file's own settings against what the file recorded.
-fn validate(snap: &Snapshot, device: u32, events: &[TraceEvent], log: &SegmentLog) -> Validation {
-    // a recorded segment event belongs to the first program event after it
-    let mut recorded: Vec<(SegmentAction, u64, usize)> = Vec::new();
-    let mut open = 0;
-    for (i, e) in events.iter().enumerate() {
-        match recorded_action(e.action) {
-            Some(a) => recorded.push((a, e.size, usize::MAX)),
-            None => {
-                for r in &mut recorded[open..] {
-                    r.2 = i;
-                }
-                open = recorded.len();
-            }
-        }
-    }
-    for r in &mut recorded[open..] {
-        r.2 = events.len();
-    }
+/// `recorded`: the file's segment events, each with the program event it belongs to; `tl`:
+/// the recorded timeline.
+fn validate(
+    snap: &Snapshot,
+    device: u32,
+    tl: &Timeline,
+    recorded: &[(SegmentAction, u64, usize)],
+    log: &SegmentLog,
+) -> Validation {
     let matched = recorded
         .iter()
         .zip(&log.simulated)
@@ -1038,7 +1199,6 @@ fn validate(snap: &Snapshot, device: u32, events: &[TraceEvent], log: &SegmentLo
     let mut sim_sizes: Vec<u64> = log.final_segments.iter().map(|s| s.size).collect();
     file_sizes.sort_unstable();
     sim_sizes.sort_unstable();
-    let tl = timeline(snap, device, false);
     Validation {
         segment_events_recorded: recorded.len(),
         segment_events_matched: matched,
@@ -1080,15 +1240,18 @@ pub fn scenarios(snap: &Snapshot, sets: &[String]) -> Result<Vec<Settings>, Sett
     Ok(out)
 }
 
-/// Replay the traces of `devices` under each of `scenarios`, with the memory limit `memory` (bytes)
+/// Replay the traces of `devices` (given by `events`; `timelines` the recorded timeline of
+/// each, in the same order) under each of `scenarios`, with the memory limit `memory` (bytes)
 /// or one inferred from the file.
 pub fn simulation(
     snap: &Snapshot,
     devices: &[u32],
+    timelines: &[Timeline],
+    events: &mut dyn TraceEvents,
     scenarios: &[Settings],
     memory: Option<u64>,
-) -> Simulation {
-    Simulation {
+) -> std::io::Result<Simulation> {
+    Ok(Simulation {
         kind: "allocator_simulation",
         own_settings_from: if snap.allocator_settings.is_some() {
             "file"
@@ -1097,9 +1260,10 @@ pub fn simulation(
         },
         devices: devices
             .iter()
-            .map(|&d| simulate(snap, d, scenarios, memory))
-            .collect(),
-    }
+            .zip(timelines)
+            .map(|(&d, tl)| simulate_events(snap, d, tl, events, scenarios, memory))
+            .collect::<std::io::Result<_>>()?,
+    })
 }
 
 /// Settings `summary` tries when a snapshot had an OOM or a fragmented cache.

@@ -158,10 +158,10 @@ impl TraceEvents for EventSpool {
         Ok(())
     }
 
-    fn visit_back(
+    fn visit_back_from(
         &mut self,
         device: u32,
-        after: usize,
+        from: usize,
         f: &mut EventVisitor<'_>,
     ) -> io::Result<()> {
         const CHUNK: u64 = 1 << 15; // records read at a time, from the end backwards
@@ -179,10 +179,8 @@ impl TraceEvents for EventSpool {
         }
         let mut aux = dev.aux.iter().rev().peekable();
         for (&(first_record, n), &first_index) in dev.runs.iter().zip(&firsts).rev() {
-            // events of this run past `after`: [skip, n) of it
-            let skip = ((after as u64).saturating_add(1))
-                .saturating_sub(first_index)
-                .min(n);
+            // events of this run from `from` on: [skip, n) of it
+            let skip = (from as u64).saturating_sub(first_index).min(n);
             let mut end = n;
             while end > skip {
                 let start = end.saturating_sub(CHUNK).max(skip);

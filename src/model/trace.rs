@@ -76,14 +76,26 @@ pub trait TraceEvents {
     /// only some events carry; stops at `f`'s first error.
     fn visit(&mut self, device: u32, f: &mut EventVisitor<'_>) -> std::io::Result<()>;
 
-    /// Each event of device `device`'s trace after event `after`, the last first (to undo
-    /// them from the end: `segments --at`); stops at `f`'s first error.
+    /// Each event of device `device`'s trace from event `first` on, the last first (to undo
+    /// them from the end: `segments --at`, `simulate`'s state before the trace); stops at
+    /// `f`'s first error.
+    fn visit_back_from(
+        &mut self,
+        device: u32,
+        first: usize,
+        f: &mut EventVisitor<'_>,
+    ) -> std::io::Result<()>;
+
+    /// Each event of device `device`'s trace after event `after`, the last first.
     fn visit_back(
         &mut self,
         device: u32,
         after: usize,
         f: &mut EventVisitor<'_>,
-    ) -> std::io::Result<()>;
+    ) -> std::io::Result<()> {
+        // (`usize::MAX`: none)
+        self.visit_back_from(device, after.saturating_add(1), f)
+    }
 }
 
 /// A kept trace gives its events from memory.
@@ -104,16 +116,16 @@ impl TraceEvents for &Snapshot {
         Ok(())
     }
 
-    fn visit_back(
+    fn visit_back_from(
         &mut self,
         device: u32,
-        after: usize,
+        first: usize,
         f: &mut EventVisitor<'_>,
     ) -> std::io::Result<()> {
         let Some(trace) = self.trace(device) else {
             return Ok(());
         };
-        for i in (after.saturating_add(1)..trace.events.len()).rev() {
+        for i in (first..trace.events.len()).rev() {
             let e = &trace.events[i];
             f(i, e, trace.stream(e), trace.aux(i))?;
         }
