@@ -94,9 +94,14 @@ def begin(torch, backend):
     compiled.install(torch)
     mode.__enter__()
     state.undo.append(ops.leave_dispatch_stack)
-    waiting = after_import("torch._inductor.output_code", compiled.watch_compiled_graphs)
-    if waiting is not None:
-        state.undo.append(lambda: waiting in sys.meta_path and sys.meta_path.remove(waiting))
+    for name, then in (
+        ("torch._inductor.output_code", compiled.watch_compiled_graphs),
+        ("torch._inductor.codecache", compiled.watch_compiled_graphs_in_codecache),
+        ("torch._dynamo.eval_frame", compiled.watch_dynamo_calls),
+    ):
+        waiting = after_import(name, then)
+        if waiting is not None:
+            state.undo.append(lambda w=waiting: w in sys.meta_path and sys.meta_path.remove(w))
 
 def stop(msg):
     """Tell the collector why this process records nothing, and end it with exit code 2

@@ -25,4 +25,38 @@ def skipper():
         strategy = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
         return lambda code: set_code_exec_strategy(code, strategy)
     except Exception:
+        pass
+    try:
+        # torch before 2.6: skips the marked code object only, not what it calls
+        import torch
+
+        return torch._C._dynamo.eval_frame.skip_code
+    except Exception:
         return None
+
+
+def is_compiling(torch):
+    """The check the agent's hooks make to do nothing while torch.compile traces them.
+
+    torch.compiler.is_compiling is True while dynamo traces. torch before 2.9 (the torch that
+    lacks TorchDispatchMode.ignore_compile_internals) can also keep a model's submodules as
+    modules in the graph dynamo hands to AOTAutograd, which runs them, global hooks included,
+    on fake tensors while the graph compiles: there, a compilation in progress
+    (torch._guards.TracingContext) counts as compiling too."""
+    check = torch.compiler.is_compiling
+    try:
+        import torch.utils._python_dispatch as dispatch
+
+        if hasattr(dispatch, "is_in_any_mode_without_ignore_compile_internals"):
+            return check
+        tracing = torch._guards.TracingContext.try_get
+    except Exception:
+        return check
+
+    def compiling():
+        return check() or tracing() is not None
+
+    skip_code = skipper()
+    if skip_code is not None:  # else dynamo counts it as a frame of the program's
+        skip_code(compiling.__code__)
+    return compiling
