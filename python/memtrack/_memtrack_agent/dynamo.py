@@ -27,12 +27,53 @@ def skipper():
     except Exception:
         pass
     try:
-        # torch before 2.6: skips the marked code object only, not what it calls
+        # an older torch: skips the marked code object only, not what it calls
+        # (mark_every_function marks the rest)
         import torch
 
         return torch._C._dynamo.eval_frame.skip_code
     except Exception:
         return None
+
+
+def mark_every_function(package):
+    """Where dynamo's skip is not recursive, mark every function of the agent (the modules of
+    `package` imported so far, nested functions included): else each one the program's
+    compiled code reaches while dynamo is on (an optimizer hook's helpers) is a frame dynamo
+    considers, and may compile, as if it were the program's."""
+    import sys
+
+    try:
+        import torch
+
+        frame = torch._C._dynamo.eval_frame
+        if hasattr(frame, "set_code_exec_strategy"):
+            return  # skipper's recursive skip
+        skip = frame.skip_code
+    except Exception:
+        return
+
+    def codes(code):
+        yield code
+        for c in code.co_consts:
+            if isinstance(c, type(code)):
+                yield from codes(c)
+
+    seen = set()
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == package or name.startswith(package + ".")):
+            continue
+        for obj in list(vars(mod).values()):
+            fns = [obj]
+            if isinstance(obj, type) and obj.__module__ == name:
+                fns = [getattr(f, "__func__", f) for f in vars(obj).values()]
+            for f in fns:
+                code = getattr(f, "__code__", None)
+                if code is None or getattr(f, "__module__", None) != name or code in seen:
+                    continue
+                for c in codes(code):
+                    seen.add(c)
+                    skip(c)
 
 
 def is_compiling(torch):
