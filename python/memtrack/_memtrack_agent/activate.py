@@ -6,7 +6,7 @@ exit handling, CUDA setup, --cycles) and enter the dispatch mode.
 import os
 import sys
 
-from . import compiled, cuda, cycles, modules, ops, optim, process, state, transport, versions
+from . import compiled, cuda, cycles, dynamo, modules, ops, optim, process, state, transport, versions
 from .importhook import after_import
 from .protocol import FRAME_JSON, MSG_CUDA_UNAVAILABLE, MSG_HELLO, MSG_TORCH_UNSUPPORTED
 
@@ -92,11 +92,17 @@ def begin(torch, backend):
     modules.install(torch)
     optim.install(torch)
     compiled.install(torch)
+    dynamo.mark_every_function(__package__)
     mode.__enter__()
     state.undo.append(ops.leave_dispatch_stack)
-    waiting = after_import("torch._inductor.output_code", compiled.watch_compiled_graphs)
-    if waiting is not None:
-        state.undo.append(lambda: waiting in sys.meta_path and sys.meta_path.remove(waiting))
+    for name, then in (
+        ("torch._inductor.output_code", compiled.watch_compiled_graphs),
+        ("torch._inductor.codecache", compiled.watch_compiled_graphs_in_codecache),
+        ("torch._dynamo.eval_frame", compiled.watch_dynamo_calls),
+    ):
+        waiting = after_import(name, then)
+        if waiting is not None:
+            state.undo.append(lambda w=waiting: w in sys.meta_path and sys.meta_path.remove(w))
 
 def stop(msg):
     """Tell the collector why this process records nothing, and end it with exit code 2

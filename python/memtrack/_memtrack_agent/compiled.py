@@ -3,10 +3,13 @@ first), module.compile() run under its module's hooks, PyTorch's warning about g
 silenced for torch.compile(module), and dynamo's counters for the goodbye.
 """
 
+import functools
 import sys
+import types
 import weakref
 
 from . import modules, ops, optim, state
+from .dynamo import skipper
 from .protocol import COMPILED_GRAPH, MSG_AGENT_ERROR
 from .transport import internal_error, message
 
@@ -41,6 +44,18 @@ def watch_compiled_graphs(output_code):
     if cls is None:
         message({"t": MSG_AGENT_ERROR, "text": "torch._inductor: no CompiledFxGraph"})
         return
+    _wrap_compiled_graph_call(cls)
+
+
+def watch_compiled_graphs_in_codecache(codecache):
+    """torch before 2.6 defines CompiledFxGraph in torch._inductor.codecache (no output_code);
+    a later one imports it there from output_code, which watch_compiled_graphs watches."""
+    cls = getattr(codecache, "CompiledFxGraph", None)
+    if cls is not None and cls.__module__ == codecache.__name__:
+        _wrap_compiled_graph_call(cls)
+
+
+def _wrap_compiled_graph_call(cls):
     orig = cls.__call__
 
     def __call__(self, inputs):
@@ -121,6 +136,53 @@ class _HookedCompiledCall:
             tracker.leave_inner(mod)
         modules.fw_post_hook(mod, a, out)
         return out
+
+
+def watch_dynamo_calls(eval_frame):
+    """torch before 2.9 (no TorchDispatchMode.ignore_compile_internals): dynamo guards each
+    compiled frame on the thread's dispatch keys, which the agent's mode changes from the ones
+    the frame was compiled under, so every call of a compiled function recompiled it (until
+    dynamo's cache limit, then it ran eager). There, the agent's mode is taken off the dispatch
+    stack while a function torch.compile made runs; its compiled graphs are still sampled,
+    each call as one op (watch_compiled_graphs), and its modules are still seen (global hooks).
+    Called when torch._dynamo.eval_frame is imported; does nothing on a torch that has it."""
+    import torch.utils._python_dispatch as dispatch
+
+    if hasattr(dispatch, "is_in_any_mode_without_ignore_compile_internals"):
+        return
+    current, pop, push = dispatch._get_current_dispatch_mode, dispatch._pop_mode, dispatch._push_mode
+
+    def without_mode(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            mode = ops.mode
+            if not state.active or current() is not mode:
+                return fn(*args, **kwargs)
+            pop()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                push(mode)
+
+        return call
+
+    skip_code = skipper()
+    if skip_code is not None:
+        skip_code(without_mode(len).__code__)
+    base = eval_frame._TorchDynamoContext
+    for name in ("OptimizeContext", "RunOnlyContext"):
+        cls = getattr(eval_frame, name, None)
+        if cls is None or "__call__" in cls.__dict__:
+            continue
+
+        def __call__(self, fn, _orig=base.__call__):
+            out = _orig(self, fn)
+            # a function (torch.compile(fn), module.compile()); an OptimizedModule's forward
+            # comes here on its own
+            return without_mode(out) if isinstance(out, types.FunctionType) else out
+
+        cls.__call__ = __call__
+        state.undo.append(functools.partial(delattr, cls, "__call__"))
 
 
 def counters():

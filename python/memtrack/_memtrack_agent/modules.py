@@ -10,7 +10,7 @@ import functools
 import weakref
 
 from . import ops, state
-from .dynamo import skipper
+from .dynamo import is_compiling, skipper
 from .names import Roots, name_id, rename
 from .protocol import (
     BUFFER,
@@ -682,7 +682,7 @@ def install(torch):
         register_module_forward_pre_hook,
     )
 
-    _is_compiling = torch.compiler.is_compiling
+    _is_compiling = is_compiling(torch)
     _will_engine_execute_node = torch._C._will_engine_execute_node
     tracker = ModuleTracker(torch)
     skip_code = skipper()

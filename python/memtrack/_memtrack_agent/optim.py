@@ -8,6 +8,7 @@ import functools
 import weakref
 
 from . import modules, ops, state
+from .dynamo import is_compiling
 from .names import Roots, name_id, rename
 from .protocol import OPT, OPT_BEGIN, OPT_END
 from .transport import ap, ext, internal_error
@@ -147,7 +148,7 @@ def install(torch):
         register_optimizer_step_pre_hook,
     )
 
-    _is_compiling = torch.compiler.is_compiling
+    _is_compiling = is_compiling(torch)
     hooks = OptimizerHooks(torch)
     if modules.tracker is not None:
         # an optimizer's step, not a backward, ends a training iteration

@@ -3,6 +3,7 @@ touches torch (docs/record.md, "Torch versions").
 
 OLDEST is the first release with every internal the agent calls unguarded
 (torch.autograd.graph._get_grad_fn_or_grad_acc and torch.compiler.is_compiling came in 2.3);
+2.3.1 was recorded end to end (docs/record.md, "Torch versions", says what differs there).
 NEWEST is the newest torch `scripts/torch-versions.sh` recorded with. A newer torch may work:
 MEMTRACK_ANY_TORCH=1 records under any version.
 """
