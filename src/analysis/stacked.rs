@@ -314,8 +314,9 @@ pub fn stacked(
     let mut origins: Vec<(StackId, u32, Option<StackId>)> = Vec::new();
     let mut origin_ids: FxHashMap<(StackId, u32, Option<StackId>), u32> = FxHashMap::default();
     let mut before: Vec<(u32, u64)> = Vec::new();
-    // by site: the area (below) each origin's allocations cover, to rank sites as allocations
-    let mut origin_area: Vec<f64> = Vec::new();
+    // by site: the area (below) each origin's allocations cover (to rank sites as
+    // allocations), how many there are and the first of them
+    let mut origin_stats: Vec<OriginStats> = Vec::new();
     let last = event_count;
     // "largest" on the picture: bytes times the x span they stay live, so a band is something
     // one can see (the biggest allocations of a step are often its shortest-lived
@@ -377,10 +378,13 @@ pub fn stacked(
                     origin_of.resize(id as usize + 1, u32::MAX);
                 }
                 origin_of[id as usize] = origin;
-                if origin_area.len() <= origin as usize {
-                    origin_area.resize(origin as usize + 1, 0.0);
+                if origin_stats.len() <= origin as usize {
+                    origin_stats.resize(origin as usize + 1, OriginStats::default());
                 }
-                origin_area[origin as usize] += area(size, start_x, free.map(|(_, x)| x));
+                let st = &mut origin_stats[origin as usize];
+                st.area += area(size, start_x, free.map(|(_, x)| x));
+                st.count += 1;
+                st.first = st.first.min(id);
             }
         }
         if open.is_none() {
@@ -462,7 +466,6 @@ pub fn stacked(
             }
         }
         BandBy::Site => {
-            // most bytes each group held at once, by replaying the allocations (pass 2)
             let mut grouper = Grouper::new(snap, device, grouping.by, tagger.into_strings());
             let mut labels: Vec<String> = Vec::new();
             let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
@@ -483,56 +486,39 @@ pub fn stacked(
                     })
                 })
                 .collect();
-            let site_of = |id: u32| site_of_origin[origin_of[id as usize] as usize];
-            let mut live: FxHashMap<u32, (i64, i64, u64, usize)> = FxHashMap::default();
-            for &(k, size) in &before {
-                let e = live.entry(site_of(k)).or_insert((0, 0, 0, k as usize));
-                e.0 += size as i64;
-                e.1 = e.1.max(e.0);
-                e.2 += 1;
-            }
-            let mut pairing = Pairing::default();
-            events.visit(device, &mut |i, e, _, _| {
-                match pairing.event(i, e, 0.0, || 0) {
-                    Paired::Alloc(id, _) => {
-                        let v = live.entry(site_of(id)).or_insert((0, 0, 0, id as usize));
-                        v.0 += e.size as i64;
-                        v.1 = v.1.max(v.0);
-                        v.2 += 1;
-                    }
-                    Paired::Free(id, open) => {
-                        let v = live.entry(site_of(id)).or_insert((0, 0, 0, id as usize));
-                        v.0 -= open.map_or(e.size, |o| o.size) as i64;
-                    }
-                    Paired::Neither => {}
-                }
-                Ok(())
-            })?;
             // ranked as allocations are: by the area they cover (bytes times the x span each
             // allocation stays live), so the bands are the sites one can see and the grey rest
             // is as small as n bands can make it (the most held at once would pick a site
-            // whose one large temporary is a hairline)
-            let mut site_area: FxHashMap<u32, f64> = FxHashMap::default();
-            for (origin, &a) in origin_area.iter().enumerate() {
-                *site_area.entry(site_of_origin[origin]).or_insert(0.0) += a;
+            // whose one large temporary is a hairline); the most each band held at once is
+            // found by the last pass
+            let mut per_site: Vec<OriginStats> = vec![OriginStats::default(); labels.len()];
+            for (origin, st) in origin_stats.iter().enumerate() {
+                let t = &mut per_site[site_of_origin[origin] as usize];
+                t.area += st.area;
+                t.count += st.count;
+                t.first = t.first.min(st.first);
             }
-            let mut ranked: Vec<(u32, (i64, i64, u64, usize))> = live.into_iter().collect();
-            ranked.sort_by(|(a, va), (b, vb)| {
-                let (a, b) = (site_area.get(a).copied(), site_area.get(b).copied());
-                b.partial_cmp(&a)
+            let mut ranked: Vec<(u32, OriginStats)> = (per_site.into_iter().enumerate())
+                .filter(|(_, st)| st.count > 0)
+                .map(|(k, st)| (k as u32, st))
+                .collect();
+            ranked.sort_by(|(_, a), (_, b)| {
+                b.area
+                    .partial_cmp(&a.area)
                     .unwrap_or(std::cmp::Ordering::Equal)
-                    .then(va.3.cmp(&vb.3))
+                    .then(a.first.cmp(&b.first))
             });
             ranked.truncate(n);
-            ranked.sort_by_key(|(_, v)| v.3);
+            // stacked in order of their first allocation, the oldest at the bottom
+            ranked.sort_by_key(|(_, st)| st.first);
             let mut band_of_site: FxHashMap<u32, u32> = FxHashMap::default();
-            for (key, (_, most, count, first)) in ranked {
+            for (key, st) in ranked {
                 band_of_site.insert(key, bands.len() as u32);
-                let stack = origins[origin_of[first] as usize].0;
+                let stack = origins[origin_of[st.first as usize] as usize].0;
                 bands.push(Band {
                     site: labels[key as usize].clone(),
-                    bytes: most.max(0) as u64,
-                    allocations: count,
+                    bytes: 0,
+                    allocations: st.count,
                     stack: sites.frames(stack),
                     alloc_x: None,
                     free_x: None,
@@ -560,6 +546,7 @@ pub fn stacked(
             level[b as usize] += size as i64;
         }
     }
+    let mut most = level.clone();
     let mut pairing = Pairing::default();
     let mut walk = Walk::new(&tl, x_is_time);
     let mut next = picks.iter().peekable();
@@ -571,6 +558,7 @@ pub fn stacked(
                 if b != u32::MAX {
                     banded += 1;
                     level[b as usize] += e.size as i64;
+                    most[b as usize] = most[b as usize].max(level[b as usize]);
                 }
             }
             Paired::Free(id, open) => {
@@ -593,6 +581,12 @@ pub fn stacked(
         }
         Ok(())
     })?;
+    if matches!(by, BandBy::Site) {
+        // a site's band says the most it held at once
+        for (band, most) in bands.iter_mut().zip(most) {
+            band.bytes = most.max(0) as u64;
+        }
+    }
     let moment = moment
         .zip(moment_label)
         .map(|((i, x, bytes), label)| MomentMark {
@@ -620,6 +614,25 @@ pub fn stacked(
         ooms: tl.ooms,
         annotations: tl.annotations,
     })
+}
+
+/// Of one origin's (or site's) allocations: the area they cover on the picture, how many there
+/// are, and the first (the lowest id).
+#[derive(Clone, Copy)]
+struct OriginStats {
+    area: f64,
+    count: u64,
+    first: u32,
+}
+
+impl Default for OriginStats {
+    fn default() -> OriginStats {
+        OriginStats {
+            area: 0.0,
+            count: 0,
+            first: u32::MAX,
+        }
+    }
 }
 
 /// Indices of the first, lowest, highest and last value of each of `columns` equal x ranges
