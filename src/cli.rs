@@ -190,8 +190,8 @@ pub struct PlotArgs {
     /// (allocations as bands, the top edge allocated memory) instead of total lines
     #[arg(long)]
     pub stacked: bool,
-    /// With --stacked: one band per allocation site (the sites that held the most at once) or
-    /// per allocation (the largest, bytes × time live)
+    /// With --stacked: one band per allocation site or per allocation, the N that cover the
+    /// most of the picture (bytes × time live)
     #[arg(long, value_enum, default_value_t = BandByArg::Site, requires = "stacked")]
     pub by: BandByArg,
     /// With --stacked: how many bands; everything else is one grey band
@@ -202,7 +202,7 @@ pub struct PlotArgs {
     #[arg(long, value_name = "MOMENT", requires = "stacked")]
     pub at: Option<crate::analysis::moment::Moment>,
     /// With --stacked: bands are groups (site, user, category, annotation, metadata, compile;
-    /// see `top --group-by`), the N that held the most at once
+    /// see `top --group-by`), the N that cover the most of the picture
     #[arg(long, value_enum, requires = "stacked", conflicts_with = "rules")]
     pub group_by: Option<GroupByArg>,
     /// With --stacked: bands are the groups of your own `name = regex` rules (see `top --rules`)
@@ -240,7 +240,7 @@ pub enum XAxisArg {
 pub enum BandByArg {
     /// The N largest allocations (bytes × time live: the ones the picture shows)
     Allocation,
-    /// The N allocation sites that held the most at once
+    /// The N allocation sites whose allocations cover the most of the picture
     Site,
 }
 
