@@ -1,10 +1,9 @@
 """Tensor.as_subclass under the agent's dispatch mode, on a torch where it raises.
 
-as_subclass makes the new subclass object around `self.alias()`. Before torch stashed the
-dispatch modes for that call (2.3 does not; 2.15 does), the alias went through the mode, whose
-__torch_dispatch__ hands back a plain Python Tensor for it, and as_subclass then raised
-"Creating a new Tensor subclass ... but the raw Tensor object is already associated to a
-python object of type Tensor". Every op on a plain Python subclass calls it too
+as_subclass makes the new subclass object around `self.alias()`. Under torch 2.3.1 that alias
+goes through a dispatch mode, whose __torch_dispatch__ hands back a plain Python Tensor for it,
+and as_subclass then raises "Creating a new Tensor subclass ... but the raw Tensor object is
+already associated to a python object of type Tensor"; 2.15's does not. Every op on a plain Python subclass calls it too
 (Tensor.__torch_function__ converts the op's result with it), so under such a torch the agent
 would stop any program that uses one. There, and only there (found by trying it once under a
 throwaway mode), Tensor.as_subclass becomes a wrapper that takes the agent's mode off the
