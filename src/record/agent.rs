@@ -16,7 +16,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 18] = [
+pub const FILES: [(&str, &str); 19] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
@@ -36,6 +36,7 @@ pub const FILES: [(&str, &str); 18] = [
     agent_file!("process.py"),
     agent_file!("protocol.py"),
     agent_file!("state.py"),
+    agent_file!("subclass.py"),
     agent_file!("transport.py"),
     agent_file!("versions.py"),
 ];

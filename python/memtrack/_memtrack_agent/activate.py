@@ -6,7 +6,7 @@ exit handling, CUDA setup, --cycles) and enter the dispatch mode.
 import os
 import sys
 
-from . import compiled, cuda, cycles, dynamo, modules, ops, optim, process, state, transport, versions
+from . import compiled, cuda, cycles, dynamo, modules, ops, optim, process, state, subclass, transport, versions
 from .importhook import after_import
 from .protocol import FRAME_JSON, MSG_CUDA_UNAVAILABLE, MSG_HELLO, MSG_TORCH_UNSUPPORTED
 
@@ -92,6 +92,7 @@ def begin(torch, backend):
     modules.install(torch)
     optim.install(torch)
     compiled.install(torch)
+    subclass.install(torch)
     dynamo.mark_every_function(__package__)
     mode.__enter__()
     state.undo.append(ops.leave_dispatch_stack)
