@@ -312,3 +312,226 @@ pub fn write(stats: &TrackerStats, path: &Path) -> Result<()> {
     crate::output::write_atomically(path, &to_pickle_bytes(stats))
         .map_err(|e| Error::output(path, e))
 }
+
+/// The `memtrack` key's record parts (record_ext.rs) written into a stats file and read back:
+/// here, where the whole file is written and read, so record_ext need not import this file.
+#[cfg(test)]
+mod record_ext_tests {
+    use super::{from_document, to_pickle_bytes};
+    use crate::model::modules::StateSnapshots;
+    use crate::model::{
+        Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes, DeviceSample, DeviceSeries,
+        ExitInfo, IterationModules, ModState, ModuleSnapshot, ModuleStats, OpNames, RecordInfo,
+        Retained, RetainedOp, TrackerStats, Unmeasured,
+    };
+
+    /// `record` written into a one-op stats file and read back.
+    fn round_trip(record: RecordInfo) -> RecordInfo {
+        let mut names = OpNames::default();
+        names.push("Net.forward.mm.default_0");
+        let stats = TrackerStats {
+            names,
+            allocated: vec![1.0],
+            active: vec![1.0],
+            reserved: vec![1.0],
+            record: Some(record),
+            ..TrackerStats::default()
+        };
+        let bytes = to_pickle_bytes(&stats);
+        let back = from_document(crate::pickle::parse(&bytes).unwrap()).unwrap();
+        back.record.unwrap()
+    }
+
+    #[test]
+    fn module_breakdown_survives_a_round_trip() {
+        let snap = |t: i64| {
+            ModuleSnapshot(vec![DeviceBytes {
+                device: "cpu".into(),
+                by_category: [t, 0, 0, 1, 0, 0, 0],
+                total: t + 1,
+            }])
+        };
+        let record = RecordInfo {
+            backend: "cpu".into(),
+            pid: Some(42),
+            torch_version: Some("2.15.0".into()),
+            modules: vec![IterationModules {
+                iteration: 1,
+                first_op: 0,
+                modules: vec![ModuleStats {
+                    fqn: "Net".into(),
+                    parameter_bytes: 64,
+                    buffer_bytes: 0,
+                    input_bytes: 8,
+                    output_bytes: 4,
+                    states: vec![StateSnapshots {
+                        state: ModState::PeakBackward,
+                        calls: vec![snap(10), snap(20)],
+                    }],
+                }],
+                peak: snap(30),
+            }],
+            peak: Some(snap(40)),
+            memory_stats: [("num_alloc_retries".to_string(), 3)].into(),
+            exit: Some(ExitInfo {
+                ended: Some("disconnected".into()),
+                signal: Some(9),
+                ..ExitInfo::default()
+            }),
+            ..RecordInfo::default()
+        };
+        let r = round_trip(record);
+        assert_eq!(r.pid, Some(42));
+        assert_eq!(r.torch_version.as_deref(), Some("2.15.0"));
+        assert_eq!(r.memory_stats["num_alloc_retries"], 3);
+        assert_eq!(r.peak, Some(snap(40)));
+        let e = r.exit.unwrap();
+        assert_eq!(
+            (e.ended.as_deref(), e.signal),
+            (Some("disconnected"), Some(9))
+        );
+        let m = &r.modules[0].modules[0];
+        assert_eq!(
+            (m.fqn.as_str(), m.parameter_bytes, m.output_bytes),
+            ("Net", 64, 4)
+        );
+        let st = m.state(ModState::PeakBackward).unwrap();
+        assert_eq!(st.calls, vec![snap(10), snap(20)]);
+        assert_eq!(r.modules[0].peak, snap(30));
+    }
+
+    #[test]
+    fn field_keys_survive_a_round_trip() {
+        let cycle = Cycle {
+            op_index: 1,
+            generation: 2,
+            nodes: vec![
+                CycleNode {
+                    label: "Holder".into(),
+                    type_name: "__main__.Holder".into(),
+                    tensor: None,
+                },
+                CycleNode {
+                    label: "Tensor float32[4] cuda:0".into(),
+                    type_name: "torch.Tensor".into(),
+                    tensor: Some(CycleTensor {
+                        bytes: 512,
+                        storage: 140_000_000_000,
+                        shape: vec![4],
+                        dtype: "float32".into(),
+                        device: "cuda:0".into(),
+                        stack: vec!["train.py:3:make".into()],
+                    }),
+                },
+            ],
+            edges: vec![
+                CycleEdge {
+                    from: 0,
+                    to: 0,
+                    label: ".me".into(),
+                },
+                CycleEdge {
+                    from: 0,
+                    to: 1,
+                    label: ".t".into(),
+                },
+            ],
+            omitted_nodes: 3,
+        };
+        let series = DeviceSeries {
+            nvml_index: 2,
+            name: Some("NVIDIA H100".into()),
+            uuid: Some("GPU-1234".into()),
+            samples: vec![
+                DeviceSample {
+                    op_index: 0,
+                    time_s: 0.0,
+                    bytes: 500 << 20,
+                },
+                DeviceSample {
+                    op_index: 1,
+                    time_s: 0.05,
+                    bytes: 600 << 20,
+                },
+            ],
+        };
+        let record = RecordInfo {
+            backend: "cuda".into(),
+            device_index: Some(1),
+            device_uuid: Some("GPU-1234".into()),
+            memory_stats_oom: [("num_ooms".to_string(), 1)].into(),
+            device_memory: vec![series.clone()],
+            cycles_watched: true,
+            cycles: vec![cycle.clone()],
+            iteration_starts: vec![12, 40, 77],
+            ..RecordInfo::default()
+        };
+        let r = round_trip(record);
+        assert_eq!(r.iteration_starts, vec![12, 40, 77]);
+        assert_eq!(r.device_index, Some(1));
+        assert_eq!(r.device_uuid.as_deref(), Some("GPU-1234"));
+        assert_eq!(r.memory_stats_oom["num_ooms"], 1);
+        assert_eq!(r.device_memory, vec![series]);
+        assert!(r.cycles_watched);
+        assert_eq!(r.cycles, vec![cycle]);
+        assert!(r.allocator_device_series().is_some());
+
+        // a file from before these keys reads as having none
+        let old = TrackerStats {
+            record: Some(RecordInfo::default()),
+            ..TrackerStats::default()
+        };
+        let back = from_document(crate::pickle::parse(&to_pickle_bytes(&old)).unwrap()).unwrap();
+        assert!(back.record.unwrap().cycles.is_empty());
+    }
+
+    #[test]
+    fn unmeasured_counts_survive_a_round_trip() {
+        let u = vec![
+            Unmeasured {
+                reason: "sparse".into(),
+                category: "Gradient".into(),
+                tensors: 3,
+            },
+            Unmeasured {
+                reason: "meta".into(),
+                category: "Activation".into(),
+                tensors: 12,
+            },
+        ];
+        let r = round_trip(RecordInfo {
+            backend: "cpu".into(),
+            unmeasured: u.clone(),
+            ..RecordInfo::default()
+        });
+        assert_eq!(r.unmeasured, u);
+        assert_eq!(
+            r.unmeasured[0].how(),
+            "of sparse layout: sized by their indices and values"
+        );
+        // a file from before the key has none
+        assert!(round_trip(RecordInfo::default()).unmeasured.is_empty());
+    }
+
+    #[test]
+    fn retained_ops_survive_a_round_trip() {
+        let ret = Retained {
+            iterations: 3,
+            ops: vec![RetainedOp {
+                op: "Net.forward.clone.default".into(),
+                module: "Net".into(),
+                category: "Activation".into(),
+                bytes: 196_608,
+                tensors: 3,
+                iterations: 3,
+            }],
+        };
+        let r = round_trip(RecordInfo {
+            retained: Some(ret.clone()),
+            ..RecordInfo::default()
+        });
+        assert_eq!(r.retained, Some(ret));
+        // a file from before the key has none
+        assert_eq!(round_trip(RecordInfo::default()).retained, None);
+    }
+}
