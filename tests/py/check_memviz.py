@@ -5,7 +5,8 @@
 
 For each file: segsum()'s totals (the real function runs, so its own accounting assertions
 hold, and its printed totals are kept), trace()'s lines, the correct trace totals, and bytes by
-allocation site computed with _memory_viz's _frame_filter. The Rust test `memviz_crosscheck`
+allocation site computed with _memory_viz's _frame_filter (and memtrack's rule for a stack
+with no Python frame, written again here from docs/snapshots.md). The Rust test `memviz_crosscheck`
 compares them with memtrack's --format json. Exit 3 when torch cannot be imported.
 """
 import json
@@ -67,8 +68,20 @@ def site_of(frames):
     if agent and agent[0] + 1 < len(kept):
         kept = kept[agent[0] + 1:]
     py = [f for f in kept if f["filename"].endswith(".py")]
-    f = (py or kept)[0]
-    return f"{f['filename']}:{f['line']}:{f['name']}"
+    if py:
+        f = py[0]
+        return f"{f['filename']}:{f['line']}:{f['name']}"
+    # no Python frame (the autograd engine's thread): the autograd node that ran, else the
+    # ATen op called, else the innermost frame's function without its arguments
+    for f in kept:
+        m = re.search(r"torch::autograd::generated::(\w+)::apply\(", f["name"])
+        if m:
+            return f"<backward {m.group(1)}>"
+    for f in kept:
+        m = re.match(r"at::_ops::(\w+)::call\(", f["name"])
+        if m:
+            return f"<aten::{m.group(1)}>"
+    return "<" + kept[0]["name"].split("(")[0] + ">"
 
 
 def sites_at_end(data):
