@@ -167,38 +167,13 @@ fn stacked_html_is_self_contained() {
     assert!(text.contains(r#""native":"#));
 }
 
-/// A Chromium-family browser: `MEMTRACK_BROWSER`, else the usual names on PATH.
-fn browser() -> Option<PathBuf> {
-    if let Some(b) = std::env::var_os("MEMTRACK_BROWSER") {
-        return Some(PathBuf::from(b));
-    }
-    ["chromium", "chromium-browser", "google-chrome", "chrome"]
-        .iter()
-        .find_map(|name| {
-            let out = Command::new("sh")
-                .args(["-c", &format!("command -v {name}")])
-                .output()
-                .ok()?;
-            out.status
-                .success()
-                .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-        })
-}
-
 /// The page loads in a real browser without a script error, and hovering a band (through the
 /// browser's own hit testing: the page's `#selftest` finds a point of band 0 and moves the
 /// mouse there) shows its size, site and Python stack.
 #[test]
 fn stacked_html_hover_works_in_a_headless_browser() {
-    let Some(browser) = browser() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs a headless browser for this test: scripts/test.sh installs chromium"
-        );
-        eprintln!(
-            "\n*** SKIPPED stacked_html_hover_works_in_a_headless_browser: no chromium on PATH \
-             (apt-get install chromium, or set MEMTRACK_BROWSER) ***\n"
-        );
+    let Some(browser) = common::browser_or_skip("stacked_html_hover_works_in_a_headless_browser")
+    else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -475,14 +450,7 @@ fn stacked_legend_is_distinct_and_every_marker_is_labelled() {
 /// Runs `probe` (JavaScript that fills `<pre id="probe">`) in `page` (HTML; an SVG file is
 /// inlined into a page) in the headless browser; its text, or None without a browser.
 fn probe_in_browser(page: &Path, probe: &str, dir: &Path) -> Option<String> {
-    let Some(browser) = browser() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs a headless browser for this test: scripts/test.sh installs chromium"
-        );
-        eprintln!("\n*** SKIPPED a browser check: no chromium on PATH (or MEMTRACK_BROWSER) ***\n");
-        return None;
-    };
+    let browser = common::browser_or_skip("a browser check")?;
     let text = std::fs::read_to_string(page).unwrap();
     // in a scope of its own: the page's script has top-level names too
     let script = format!("<script>\n(() => {{\n{probe}\n}})();\n</script>");

@@ -391,24 +391,6 @@ fn a_folder_of_traces_or_a_trace_without_memory_is_refused() {
     }
 }
 
-/// A Chromium-family browser: `MEMTRACK_BROWSER`, else the usual names on PATH.
-fn browser() -> Option<PathBuf> {
-    if let Some(b) = std::env::var_os("MEMTRACK_BROWSER") {
-        return Some(PathBuf::from(b));
-    }
-    ["chromium", "chromium-browser", "google-chrome", "chrome"]
-        .iter()
-        .find_map(|name| {
-            let out = Command::new("sh")
-                .args(["-c", &format!("command -v {name}")])
-                .output()
-                .ok()?;
-            out.status
-                .success()
-                .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-        })
-}
-
 fn headless(browser: &Path, profile: &Path, extra: &str, url: &str) -> std::process::Output {
     Command::new(browser)
         .args([
@@ -461,15 +443,9 @@ fn selftest(browser: &Path, dir: &Path, url: &str) -> serde_json::Value {
 /// as target/tmp/view_server.png.
 #[test]
 fn the_page_zooms_and_shows_a_stack_in_a_headless_browser() {
-    let Some(browser) = browser() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs a headless browser for this test: scripts/test.sh installs chromium"
-        );
-        eprintln!(
-            "\n*** SKIPPED the_page_zooms_and_shows_a_stack_in_a_headless_browser: no chromium \
-             on PATH (apt-get install chromium, or set MEMTRACK_BROWSER) ***\n"
-        );
+    let Some(browser) =
+        common::browser_or_skip("the_page_zooms_and_shows_a_stack_in_a_headless_browser")
+    else {
         return;
     };
     let file = snapshot();
@@ -520,15 +496,9 @@ fn the_page_zooms_and_shows_a_stack_in_a_headless_browser() {
 /// then is the trace's allocated bytes.
 #[test]
 fn a_profiler_trace_page_names_the_op_in_a_headless_browser() {
-    let Some(browser) = browser() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI needs a headless browser for this test: scripts/test.sh installs chromium"
-        );
-        eprintln!(
-            "\n*** SKIPPED a_profiler_trace_page_names_the_op_in_a_headless_browser: no chromium \
-             on PATH (apt-get install chromium, or set MEMTRACK_BROWSER) ***\n"
-        );
+    let Some(browser) =
+        common::browser_or_skip("a_profiler_trace_page_names_the_op_in_a_headless_browser")
+    else {
         return;
     };
     let v = Viewer::start(&profiler_trace());

@@ -189,3 +189,35 @@ pub fn python_json<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) -> serde
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
+
+/// A Chromium-family browser for the HTML tests: `MEMTRACK_BROWSER`, else the usual names on
+/// PATH. Without one the test `what` is skipped with a loud message, except in CI, where it
+/// fails (scripts/test.sh installs chromium there).
+pub fn browser_or_skip(what: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("MEMTRACK_BROWSER")
+        .map(PathBuf::from)
+        .or_else(|| {
+            ["chromium", "chromium-browser", "google-chrome", "chrome"]
+                .iter()
+                .find_map(|name| {
+                    let out = Command::new("sh")
+                        .args(["-c", &format!("command -v {name}")])
+                        .output()
+                        .ok()?;
+                    out.status
+                        .success()
+                        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+                })
+        });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs a headless browser for {what}: scripts/test.sh installs chromium"
+        );
+        eprintln!(
+            "\n*** SKIPPED {what}: no chromium on PATH (apt-get install chromium, or set \
+             MEMTRACK_BROWSER) ***\n"
+        );
+    }
+    found
+}
