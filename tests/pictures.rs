@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{fixture, memtrack};
 
@@ -133,18 +132,7 @@ fn unknown_picture_names_are_refused_and_nothing_is_written() {
 
 /// `plot --stacked` of a real training snapshot into `dir/name`.
 fn plot_stacked(dir: &Path, name: &str) -> PathBuf {
-    let out = dir.join(name);
-    memtrack()
-        .args([
-            "plot",
-            p(&snapshot("cs336_medium_512_training")),
-            "--stacked",
-            "-o",
-            p(&out),
-        ])
-        .assert()
-        .success();
-    out
+    stacked_of(dir, "cs336_medium_512_training", &[], name)
 }
 
 #[test]
@@ -180,22 +168,7 @@ fn stacked_html_hover_works_in_a_headless_browser() {
     let html = plot_stacked(dir.path(), "t.html");
     let profile = dir.path().join("profile");
     let url = format!("file://{}#selftest", html.display());
-    let out = Command::new(&browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--window-size=1300,1100",
-            "--virtual-time-budget=5000",
-            "--enable-logging=stderr",
-            "--v=0",
-            &format!("--user-data-dir={}", profile.display()),
-            "--dump-dom",
-            &url,
-        ])
-        .output()
-        .expect("the browser runs");
+    let out = common::headless(&browser, &profile, 5_000, "--dump-dom", &url);
     let dom = String::from_utf8_lossy(&out.stdout);
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -462,22 +435,13 @@ fn probe_in_browser(page: &Path, probe: &str, dir: &Path) -> Option<String> {
     };
     let probed = dir.join("probed.html");
     std::fs::write(&probed, html).unwrap();
-    let out = Command::new(&browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--window-size=1300,1100",
-            "--virtual-time-budget=5000",
-            "--enable-logging=stderr",
-            "--v=0",
-            &format!("--user-data-dir={}", dir.join("profile").display()),
-            "--dump-dom",
-            &format!("file://{}", probed.display()),
-        ])
-        .output()
-        .expect("the browser runs");
+    let out = common::headless(
+        &browser,
+        &dir.join("profile"),
+        5_000,
+        "--dump-dom",
+        &format!("file://{}", probed.display()),
+    );
     let dom = String::from_utf8_lossy(&out.stdout);
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(!log.contains("Uncaught"), "a script error:\n{log}");

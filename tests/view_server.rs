@@ -391,31 +391,13 @@ fn a_folder_of_traces_or_a_trace_without_memory_is_refused() {
     }
 }
 
-fn headless(browser: &Path, profile: &Path, extra: &str, url: &str) -> std::process::Output {
-    Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--window-size=1300,1100",
-            "--virtual-time-budget=10000",
-            "--enable-logging=stderr",
-            "--v=0",
-            &format!("--user-data-dir={}", profile.display()),
-            extra,
-            url,
-        ])
-        .output()
-        .expect("the browser runs")
-}
-
 /// The page's `#selftest` report (JSON) from a headless browser, after checking the page
 /// logged no error.
 fn selftest(browser: &Path, dir: &Path, url: &str) -> serde_json::Value {
-    let out = headless(
+    let out = common::headless(
         browser,
         &dir.join("profile"),
+        10_000,
         "--dump-dom",
         &format!("{url}#selftest"),
     );
@@ -480,9 +462,10 @@ fn the_page_zooms_and_shows_a_stack_in_a_headless_browser() {
     // a screenshot of the page after the same steps, kept as the test's artifact
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("view_server.png");
     let _ = std::fs::remove_file(&shot);
-    headless(
+    common::headless(
         &browser,
         &dir.path().join("profile2"),
+        10_000,
         &format!("--screenshot={}", shot.display()),
         &format!("{}#selftest", v.url),
     );

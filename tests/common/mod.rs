@@ -221,3 +221,31 @@ pub fn browser_or_skip(what: &str) -> Option<PathBuf> {
     }
     found
 }
+
+/// `browser` run headless on `url` (a fresh profile in `profile`, a 1300x1100 window,
+/// `budget_ms` of virtual time for the page's scripts, its console on stderr), with `extra`
+/// (`--dump-dom`, `--screenshot=…`).
+pub fn headless(
+    browser: &Path,
+    profile: &Path,
+    budget_ms: u32,
+    extra: &str,
+    url: &str,
+) -> std::process::Output {
+    Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--window-size=1300,1100",
+            &format!("--virtual-time-budget={budget_ms}"),
+            "--enable-logging=stderr",
+            "--v=0",
+            &format!("--user-data-dir={}", profile.display()),
+            extra,
+            url,
+        ])
+        .output()
+        .expect("the browser runs")
+}
