@@ -1,5 +1,6 @@
 //! Computations over the model: no I/O, no formatting.
 
+pub mod address_map;
 pub mod allocator;
 pub mod annotation_usage;
 pub mod caching_allocator;

@@ -15,6 +15,7 @@ use serde::Serialize;
 use crate::model::snapshot::{Action, SizeClass, Snapshot, StackId, TraceEvent};
 use crate::model::trace::TraceEvents;
 
+use super::address_map::AddressMap;
 use super::caching_allocator::{
     allocation_size, Allocator, BlockId, SegmentAction, SegmentView, SettingError, Settings,
     SMALL_BUFFER, SMALL_SIZE,
@@ -70,7 +71,7 @@ pub struct Rewound {
     /// address -> (size, stream, small)
     segs: FxHashMap<u64, (u64, i64, bool)>,
     /// address -> (size if known, requested, pending)
-    live: FxHashMap<u64, LiveBlock>,
+    live: AddressMap<LiveBlock>,
 }
 
 /// The final segments and active blocks of `device`, with `events` (its trace) undone from
@@ -81,7 +82,7 @@ pub fn rewind(
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<Rewound> {
     let mut segs: FxHashMap<u64, (u64, i64, bool)> = FxHashMap::default();
-    let mut live: FxHashMap<u64, LiveBlock> = FxHashMap::default();
+    let mut live: AddressMap<LiveBlock> = AddressMap::new();
     for s in snap.segments_on(device) {
         // a mapped range of an expandable segment is placed as a plain segment (docs/simulate.md)
         segs.insert(
@@ -101,6 +102,26 @@ pub fn rewind(
             }
         }
     }
+    // a block event is undone a few events after it is read, its live-map slot fetched meanwhile
+    let mut pending: std::collections::VecDeque<TraceEvent> = std::collections::VecDeque::new();
+    let undo_block = |live: &mut AddressMap<LiveBlock>, e: &TraceEvent| match e.action {
+        Action::Alloc => {
+            live.remove(e.addr);
+        }
+        Action::FreeCompleted => match live.get_mut(e.addr) {
+            Some(b) => b.2 = true,
+            None => {
+                live.insert(e.addr, (None, e.size, true));
+            }
+        },
+        Action::FreeRequested => match live.get_mut(e.addr) {
+            Some(b) => b.2 = false,
+            None => {
+                live.insert(e.addr, (None, e.size, false));
+            }
+        },
+        _ => {}
+    };
     events.visit_back_from(device, 0, &mut |_, e, stream, _| {
         match e.action {
             Action::SegmentAlloc => {
@@ -116,19 +137,21 @@ pub fn rewind(
             Action::SegmentUnmap => {
                 map_range(&mut segs, e.addr, e.size, stream);
             }
-            Action::Alloc => {
-                live.remove(&e.addr);
-            }
-            Action::FreeCompleted => {
-                live.entry(e.addr).or_insert((None, e.size, true)).2 = true;
-            }
-            Action::FreeRequested => {
-                live.entry(e.addr).or_insert((None, e.size, false)).2 = false;
+            Action::Alloc | Action::FreeCompleted | Action::FreeRequested => {
+                live.prefetch(e.addr);
+                pending.push_back(*e);
+                if pending.len() > 16 {
+                    let first = pending.pop_front().expect("not empty");
+                    undo_block(&mut live, &first);
+                }
             }
             _ => {}
         }
         Ok(())
     })?;
+    for e in pending {
+        undo_block(&mut live, &e);
+    }
     Ok(Rewound { segs, live })
 }
 
@@ -142,7 +165,7 @@ pub fn place(rewound: &Rewound, settings: &Settings) -> InitialState {
     let mut seg_list: Vec<(u64, (u64, i64, bool))> =
         rewound.segs.iter().map(|(&a, &s)| (a, s)).collect();
     seg_list.sort_unstable_by_key(|s| s.0);
-    let mut blocks: Vec<(u64, LiveBlock)> = rewound.live.iter().map(|(&a, &b)| (a, b)).collect();
+    let mut blocks: Vec<(u64, LiveBlock)> = rewound.live.iter().map(|(a, &b)| (a, b)).collect();
     blocks.sort_unstable_by_key(|b| b.0);
     let mut out = InitialState::default();
     let mut bi = 0;
@@ -873,6 +896,10 @@ pub fn simulate_events(
         each_on_all_cores(replays.len(), |k| {
             let mut run = replays[k].lock().unwrap_or_else(|p| p.into_inner());
             for (j, (e, stream)) in chunk.iter().enumerate() {
+                // the block map's slot of an event a little ahead, fetched meanwhile
+                if let Some((ahead, _)) = chunk.get(j + 16) {
+                    run.blocks.prefetch(ahead.addr);
+                }
                 run.event(first + j, e, *stream);
             }
         });
@@ -987,7 +1014,7 @@ pub struct SegmentLog {
 /// One scenario's replay, event by event.
 pub struct Replay {
     alloc: Allocator,
-    blocks: FxHashMap<u64, BlockId>,
+    blocks: AddressMap<BlockId>,
     /// Whether `free_requested` also completes the free: traces without `free_completed`.
     free_completes: bool,
     /// Indices of the program events that an `empty_cache()` release came just before.
@@ -1014,7 +1041,7 @@ impl Replay {
         recorded_addresses: bool,
     ) -> Replay {
         let mut alloc = Allocator::new(settings.clone(), limit);
-        let mut blocks = FxHashMap::default();
+        let mut blocks = AddressMap::new();
         for s in &init.segments {
             for (a, id) in
                 alloc.place_segment(s.address, s.size, s.stream as u64, s.small, &s.blocks)
@@ -1102,15 +1129,15 @@ impl Replay {
             }
             Action::FreeRequested => {
                 if self.free_completes {
-                    if let Some(id) = self.blocks.remove(&e.addr) {
+                    if let Some(id) = self.blocks.remove(e.addr) {
                         self.alloc.free_completed(id);
                     }
-                } else if let Some(&id) = self.blocks.get(&e.addr) {
+                } else if let Some(&id) = self.blocks.get(e.addr) {
                     self.alloc.free_requested(id);
                 }
             }
             Action::FreeCompleted => {
-                if let Some(id) = self.blocks.remove(&e.addr) {
+                if let Some(id) = self.blocks.remove(e.addr) {
                     self.alloc.free_completed(id);
                 }
             }

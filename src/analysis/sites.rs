@@ -11,12 +11,15 @@
 //! ([`LiveAt`]), keeping the live blocks and per origin totals, not the trace. The same
 //! gathering finds any other moment of the trace (an event, a time, an OOM).
 
+use std::collections::VecDeque;
+
 use rustc_hash::FxHashMap;
 
 use crate::model::is_agent_file;
 use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, TraceEvent};
 use crate::model::trace::{TraceEvents, TraceSink};
 
+use super::address_map::AddressMap;
 use super::memviz::FrameFilter;
 use super::timeline::{Timeline, TimelineBuilder};
 
@@ -157,6 +160,9 @@ pub struct LiveConfig {
     pub freed_by: bool,
 }
 
+/// Events [`LiveAt`] holds before taking them, while their live-map slots are fetched.
+const LOOKAHEAD: usize = 16;
+
 /// A trace allocation not freed yet.
 #[derive(Clone, Copy)]
 struct LiveAlloc {
@@ -165,6 +171,17 @@ struct LiveAlloc {
     extra: u32,
     /// The event that made it.
     index: u32,
+}
+
+impl Default for LiveAlloc {
+    fn default() -> Self {
+        LiveAlloc {
+            bytes: 0,
+            stack: StackId::MISSING,
+            extra: 0,
+            index: 0,
+        }
+    }
 }
 
 /// Allocations live right after one event of a device's trace (the moment: the timeline's
@@ -180,7 +197,10 @@ pub struct LiveAt {
     /// For the peak, by the timeline's own rule.
     timeline: TimelineBuilder,
     /// Allocations of the trace not freed yet, by address.
-    live: FxHashMap<u64, LiveAlloc>,
+    live: AddressMap<LiveAlloc>,
+    /// Events given and not yet taken: the live map's slot of each is being fetched meanwhile
+    /// (with a large live set every lookup is a cache miss).
+    pending: VecDeque<(TraceEvent, Option<EventAux>)>,
     /// Live at the moment and freed since, by origin (older allocations by the freeing stack).
     freed: FxHashMap<Origin, (u64, u64)>,
     moment: Option<usize>,
@@ -315,6 +335,23 @@ impl LiveAt {
 
     /// Feed the next trace event.
     pub fn push(&mut self, e: &TraceEvent, aux: Option<&EventAux>) {
+        self.live.prefetch(e.addr);
+        self.pending.push_back((*e, aux.cloned()));
+        if self.pending.len() > LOOKAHEAD {
+            let (e, aux) = self.pending.pop_front().expect("not empty");
+            self.take(&e, aux.as_ref());
+        }
+    }
+
+    /// Take the events still pending.
+    fn drain(&mut self) {
+        while let Some((e, aux)) = self.pending.pop_front() {
+            self.take(&e, aux.as_ref());
+        }
+    }
+
+    /// Take the next trace event.
+    fn take(&mut self, e: &TraceEvent, aux: Option<&EventAux>) {
         let index = self.timeline.events();
         self.timeline.push(e, aux);
         if let Some(t) = e.time() {
@@ -336,7 +373,7 @@ impl LiveAt {
             }
             Action::FreeRequested => {
                 let by = self.config.freed_by.then_some(e.stack);
-                match self.live.remove(&e.addr) {
+                match self.live.remove(e.addr) {
                     Some(a) => self.freed_now(a, by),
                     // allocated before the trace began: live at the moment if freed after it
                     None => {
@@ -353,7 +390,7 @@ impl LiveAt {
             }
             Action::Annotate => {
                 if let Some(id) = self.tagger.retag(aux) {
-                    if let Some(a) = self.live.get_mut(&e.addr) {
+                    if let Some(a) = self.live.get_mut(e.addr) {
                         a.extra = id;
                     }
                 }
@@ -389,11 +426,12 @@ impl LiveAt {
     /// each with what the trace's allocation of it carried); `stack_ids`: the snapshot's ids of
     /// the stacks the events carried, when those were a reading's own.
     pub fn finish(
-        self,
+        mut self,
         snap: &Snapshot,
         device: u32,
         stack_ids: Option<&[StackId]>,
     ) -> LiveAtMoment {
+        self.drain();
         let timeline = self.timeline.finish(snap, device);
         let id = |s: StackId| match stack_ids {
             Some(ids) if !s.is_missing() => ids[s.0 as usize],
@@ -408,7 +446,7 @@ impl LiveAt {
         for s in snap.segments_on(device) {
             for b in s.blocks(&snap.blocks) {
                 if b.state.is_allocated() {
-                    let extra = self.live.get(&b.address).map_or(0, |a| a.extra);
+                    let extra = self.live.get(b.address).map_or(0, |a| a.extra);
                     let o = Origin {
                         stack: b.alloc_stack(&snap.history),
                         extra,
@@ -436,7 +474,7 @@ impl LiveAt {
             // blocks live at the end that no trace allocation accounts for were live all along
             for s in snap.segments_on(device) {
                 for b in s.blocks(&snap.blocks) {
-                    if b.state.is_allocated() && !self.live.contains_key(&b.address) {
+                    if b.state.is_allocated() && !self.live.contains_key(b.address) {
                         set.add(
                             Origin::of(b.alloc_stack(&snap.history)),
                             b.requested(&snap.history),

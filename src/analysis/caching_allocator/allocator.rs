@@ -151,14 +151,20 @@ impl Allocator {
         let n = &mut self.nodes[id as usize];
         n.gc_base = calls;
         let key = (n.stream, n.size, n.addr, id);
-        self.pools[p].blocks.insert(key);
+        if self.pools[p].blocks.insert(key) {
+            self.pools[p].free_bytes += key.1;
+        }
     }
 
     /// Take a block out of its pool's free blocks; false when it was not there.
     pub(super) fn remove_free(&mut self, id: BlockId) -> bool {
         let n = self.nodes[id as usize];
         let p = self.pool_of(id);
-        self.pools[p].blocks.remove(&(n.stream, n.size, n.addr, id))
+        let removed = self.pools[p].blocks.remove(&(n.stream, n.size, n.addr, id));
+        if removed {
+            self.pools[p].free_bytes -= n.size;
+        }
+        removed
     }
 
     /// Put an unmapped range of an expandable segment in its pool.
@@ -373,6 +379,7 @@ impl Allocator {
             return None; // an oversized block for a large request
         }
         self.pools[p].blocks.remove(&cur);
+        self.pools[p].free_bytes -= cur.1;
         Some(cur.3)
     }
 
@@ -508,9 +515,12 @@ impl Allocator {
         let mut total = 0;
         let mut largest = 0;
         for p in &self.pools {
-            for b in &p.blocks {
-                total += b.1;
+            total += p.free_bytes;
+            // the largest of each stream is the last of its run (ordered by stream, size)
+            let mut last = p.blocks.last();
+            while let Some(b) = last {
                 largest = largest.max(b.1);
+                last = p.blocks.range(..(b.0, 0, 0, 0)).next_back();
             }
         }
         (total, largest)

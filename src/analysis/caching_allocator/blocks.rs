@@ -46,5 +46,7 @@ pub(super) struct Pool {
     pub(super) blocks: BTreeSet<(u64, u64, u64, BlockId)>,
     /// Unmapped ranges of expandable segments: (stream, address, id).
     pub(super) unmapped: BTreeSet<(u64, u64, BlockId)>,
+    /// Bytes of `blocks`, kept as they come and go (asked at every new peak of reserved).
+    pub(super) free_bytes: u64,
     pub(super) get_free_blocks_calls: u64,
 }
