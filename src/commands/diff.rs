@@ -16,31 +16,71 @@ enum Side {
     Stats(Box<TrackerStats>),
 }
 
-/// Read `path` and keep what `diff` compares; a snapshot is let go of before the next read,
+/// A file read: what is compared and the kind of file.
+type Read = (Side, &'static str);
+
+/// A file read and its inconsistency warning, if any (said before whatever went wrong after
+/// the reading).
+type Reading = Result<(Option<String>, Result<Read>)>;
+
+/// Read `path` and keep what `diff` compares; a snapshot is let go of when that is taken,
 /// and its trace events as they are read (its totals and what was live at its peak are
 /// gathered from them as they go by).
-fn read_side(
-    path: &Path,
-    device: Option<u32>,
-    by: &GroupBy,
-    json: bool,
-) -> Result<(Side, &'static str)> {
+fn read_side(path: &Path, device: Option<u32>, by: &GroupBy, json: bool) -> Reading {
     let mut peaks = LiveAtMoments::new(LiveConfig {
         extra: by.extra(&[], 0),
         freed_by: by.needs_lifetimes(),
         ..LiveConfig::default()
     });
     let input = formats::load_streaming(path, formats::SnapshotParts::All, &mut peaks)?;
-    super::warn_inconsistent_input(path, &input, json);
     let kind = input.kind();
     Ok(match input {
         Input::Snapshot(s) => {
-            let devices = super::snapshot_devices(path, &s, device)?;
-            let side = snapshot_side(&s, &devices, &mut peaks, by);
-            (Side::Snapshot(side, devices), kind)
+            let warning = super::inconsistency_warning(path, &s, json);
+            let side = super::snapshot_devices(path, &s, device).map(|devices| {
+                let side = snapshot_side(&s, &devices, &mut peaks, by);
+                (Side::Snapshot(side, devices), kind)
+            });
+            (warning, side)
         }
-        Input::Tracker(t) => (Side::Stats(t), kind),
+        Input::Tracker(t) => (None, Ok((Side::Stats(t), kind))),
     })
+}
+
+/// Files that together are at most this large are read both at once, one a thread (the
+/// machine's second core otherwise idles through part of each reading); larger ones one after
+/// the other, so that two large snapshots are never held at once (a reading of a 10 GB capture
+/// holds about 650 MiB at its peak).
+const BOTH_AT_ONCE_BYTES: u64 = 2_500_000_000;
+
+/// Both files read: each one's warning said (in the files' order), the first error returned as
+/// reading them one after the other would.
+fn read_sides(a: &DiffArgs, by: &GroupBy, json: bool) -> Result<(Read, Read)> {
+    let size = |p: &Path| std::fs::metadata(p).map_or(u64::MAX, |m| m.len());
+    let said = |r: Reading| -> Result<Read> {
+        let (warning, read) = r?;
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
+        read
+    };
+    let small = size(&a.before).saturating_add(size(&a.after)) <= BOTH_AT_ONCE_BYTES;
+    let multi = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    if !(small && multi) {
+        let before = said(read_side(&a.before, a.device, by, json))?;
+        let after = said(read_side(&a.after, a.device, by, json))?;
+        return Ok((before, after));
+    }
+    let (before, after) = std::thread::scope(|scope| {
+        let after = scope.spawn(|| read_side(&a.after, a.device, by, json));
+        let before = read_side(&a.before, a.device, by, json);
+        // a panic in a reading is a bug: let it surface as on one thread
+        let after = after.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (before, after)
+    });
+    let before = said(before)?;
+    let after = said(after)?;
+    Ok((before, after))
 }
 
 pub fn run(a: DiffArgs) -> Result<()> {
@@ -56,8 +96,7 @@ pub fn run(a: DiffArgs) -> Result<()> {
         ));
     }
     let json = matches!(a.common.format, crate::render::Format::Json);
-    let (before, before_kind) = read_side(&a.before, a.device, &by, json)?;
-    let (after, after_kind) = read_side(&a.after, a.device, &by, json)?;
+    let ((before, before_kind), (after, after_kind)) = read_sides(&a, &by, json)?;
     let title = format!(
         "{} → {}",
         super::display_name(&a.before),

@@ -233,9 +233,21 @@ pub(crate) fn live_at(
 /// a warning on stderr, one JSON line there under `--format json` (stdout keeps the command's
 /// own document). The command goes on with the figures the file gives.
 pub(crate) fn warn_inconsistent(path: &std::path::Path, snap: &crate::model::Snapshot, json: bool) {
+    if let Some(warning) = inconsistency_warning(path, snap, json) {
+        eprintln!("{warning}");
+    }
+}
+
+/// The line `warn_inconsistent` writes, if any (for a command that reads files on several
+/// threads and says their warnings in the files' order).
+pub(crate) fn inconsistency_warning(
+    path: &std::path::Path,
+    snap: &crate::model::Snapshot,
+    json: bool,
+) -> Option<String> {
     let found = crate::analysis::consistency::check(snap);
     if found.is_empty() {
-        return;
+        return None;
     }
     if json {
         let doc = serde_json::json!({
@@ -244,21 +256,20 @@ pub(crate) fn warn_inconsistent(path: &std::path::Path, snap: &crate::model::Sna
             "file": path.display().to_string(),
             "segments": found,
         });
-        eprintln!("{doc}");
-        return;
+        return Some(doc.to_string());
     }
     const SHOWN: usize = 3;
     let mut said: Vec<String> = found.iter().take(SHOWN).map(|d| d.describe()).collect();
     if found.len() > SHOWN {
         said.push(format!("and {} more", found.len() - SHOWN));
     }
-    eprintln!(
+    Some(format!(
         "memtrack: warning: {}: the capture contradicts itself in {} segment(s); the figures \
          shown are the file's: {}",
         display_name(path),
         found.len(),
         said.join("; ")
-    );
+    ))
 }
 
 /// `warn_inconsistent` for any input read (a snapshot is checked; tracker stats are not).
