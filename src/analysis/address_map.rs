@@ -238,7 +238,11 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             // few distinct keys, multiples of 512, so probe runs collide and wrap
-            let key = if x % 997 == 0 { EMPTY } else { (x % 5000) * 512 };
+            let key = if x % 997 == 0 {
+                EMPTY
+            } else {
+                (x % 5000) * 512
+            };
             match x % 3 {
                 0 => assert_eq!(m.remove(key), want.remove(&key), "step {step}"),
                 _ => assert_eq!(m.insert(key, step), want.insert(key, step), "step {step}"),

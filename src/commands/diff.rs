@@ -75,7 +75,9 @@ fn read_sides(a: &DiffArgs, by: &GroupBy, json: bool) -> Result<(Read, Read)> {
         let after = scope.spawn(|| read_side(&a.after, a.device, by, json));
         let before = read_side(&a.before, a.device, by, json);
         // a panic in a reading is a bug: let it surface as on one thread
-        let after = after.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let after = after
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
         (before, after)
     });
     let before = said(before)?;
