@@ -238,7 +238,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             // few distinct keys, multiples of 512, so probe runs collide and wrap
-            let key = if x % 997 == 0 {
+            let key = if x.is_multiple_of(997) {
                 EMPTY
             } else {
                 (x % 5000) * 512
