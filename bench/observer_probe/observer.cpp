@@ -14,6 +14,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <pybind11/pybind11.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
 
 #include <atomic>
 #include <cstring>
@@ -126,16 +127,38 @@ void end_record(const at::RecordFunction& fn, at::ObserverContext*) {
   }
 }
 
-struct MemoryObserver : public c10::MemoryReportingInfoBase {
+inline void report(void* ptr, int64_t size, c10::Device device) {
+  if (size >= 0) {
+    allocs.fetch_add(1, std::memory_order_relaxed);
+    alloc_bytes.fetch_add((uint64_t)size, std::memory_order_relaxed);
+    put(ALLOC, (uint32_t)device.index(), (uint64_t)ptr, (uint64_t)size);
+  } else {
+    frees.fetch_add(1, std::memory_order_relaxed);
+    put(FREE, (uint32_t)device.index(), (uint64_t)ptr, (uint64_t)(-size));
+  }
+}
+
+// memory=1: a bare MemoryReportingInfoBase in the PROFILER_STATE slot. The profiler
+// static_casts whatever sits there to ProfilerStateBase (profilerEnabled(), profilerType()),
+// so this one makes torch.autograd._profiler_enabled() read foreign memory: kept to show it.
+struct RawMemoryObserver : public c10::MemoryReportingInfoBase {
   void reportMemoryUsage(void* ptr, int64_t size, size_t, size_t, c10::Device device) override {
-    if (size >= 0) {
-      allocs.fetch_add(1, std::memory_order_relaxed);
-      alloc_bytes.fetch_add((uint64_t)size, std::memory_order_relaxed);
-      put(ALLOC, (uint32_t)device.index(), (uint64_t)ptr, (uint64_t)size);
-    } else {
-      frees.fetch_add(1, std::memory_order_relaxed);
-      put(FREE, (uint32_t)device.index(), (uint64_t)ptr, (uint64_t)(-size));
-    }
+    report(ptr, size, device);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+};
+
+// memory=2: a ProfilerStateBase whose config says Disabled, so profilerEnabled() is false
+// and the user's own torch.profiler can push its state on top (ours is shadowed meanwhile).
+struct MemoryObserver : public torch::profiler::impl::ProfilerStateBase {
+  MemoryObserver()
+      : ProfilerStateBase(
+            torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::Disabled)) {}
+  torch::profiler::impl::ActiveProfilerType profilerType() override {
+    return torch::profiler::impl::ActiveProfilerType::NONE;
+  }
+  void reportMemoryUsage(void* ptr, int64_t size, size_t, size_t, c10::Device device) override {
+    report(ptr, size, device);
   }
   bool memoryProfilingEnabled() const override { return true; }
 };
@@ -145,8 +168,9 @@ bool memory_pushed = false;
 
 // variant: "A" counts in a start callback; "B" records outputs in an end callback.
 // global: addGlobalCallback (every thread) rather than addThreadLocalCallback (this thread
-// and what inherits its ThreadLocalState). memory: push a MemoryReportingInfoBase.
-void install(const std::string& variant, bool global, bool memory) {
+// and what inherits its ThreadLocalState). memory: 0 none, 1 RawMemoryObserver,
+// 2 MemoryObserver, pushed as this thread's PROFILER_STATE.
+void install(const std::string& variant, bool global, int memory) {
   TORCH_CHECK(handle == 0, "observer already installed");
   main_thread = std::this_thread::get_id();
   if (ring.empty()) ring.assign(kRing, Record{0, 0, 0, 0});  // touch every page up front
@@ -162,8 +186,12 @@ void install(const std::string& variant, bool global, bool memory) {
   cb.scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION});
   handle = global ? at::addGlobalCallback(cb) : at::addThreadLocalCallback(cb);
   if (memory) {
-    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE,
-                                     std::make_shared<MemoryObserver>());
+    std::shared_ptr<c10::DebugInfoBase> info;
+    if (memory == 1)
+      info = std::make_shared<RawMemoryObserver>();
+    else
+      info = std::make_shared<MemoryObserver>();
+    c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, info);
     memory_pushed = true;
   }
 }
@@ -216,7 +244,7 @@ py::list tail(size_t n) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install", &install, py::arg("variant"), py::arg("global_") = false,
-        py::arg("memory") = false);
+        py::arg("memory") = 0);
   m.def("uninstall", &uninstall);
   m.def("module_push", &module_push);
   m.def("module_pop", &module_pop);
