@@ -77,13 +77,13 @@ def start(mode):
     return ext, load_s
 
 
-def worker(mode, steps, threads):
+def worker(mode, model_name, steps, threads):
     import torch
     from record_overhead import build
 
     torch.set_num_threads(threads)
     ext, load_s = start(mode)
-    model, opt, loss_fn, x, y = build("lstmcell")
+    model, opt, loss_fn, x, y = build(model_name)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -92,6 +92,20 @@ def worker(mode, steps, threads):
 
     for _ in range(3):
         step()
+    dispatch_ops = None
+    if mode == "plain":  # the ops a TorchDispatchMode sees, for comparison with RecordFunction's
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Count(TorchDispatchMode):
+            n = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                Count.n += 1
+                return func(*args, **(kwargs or {}))
+
+        with Count():
+            step()
+        dispatch_ops = Count.n
     if ext:
         ext.reset()
     blocks, per = 7, max(1, steps // 7)
@@ -107,11 +121,13 @@ def worker(mode, steps, threads):
         "median_s": statistics.median(cpu), "min_s": min(cpu), "load_s": load_s,
         "ops_per_step": st.get("ops", 0) / n, "records_per_step": st.get("records", 0) / n,
         "allocs_per_step": st.get("allocs", 0) / n, "cuda_stats": st.get("cuda_stats"),
+        "dispatch_ops_per_step": dispatch_ops,
     }))
 
 
 def run_cell(args, mode):
-    cmd = [args.python, os.path.abspath(__file__), "--worker", mode, "--steps", str(args.steps),
+    cmd = [args.python, os.path.abspath(__file__), "--worker", mode, "--model", args.model,
+           "--steps", str(args.steps),
            "--threads", str(args.threads)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     for line in p.stdout.splitlines():
@@ -121,18 +137,27 @@ def run_cell(args, mode):
 
 
 def cold_compile(args):
-    """Seconds a first load() takes in a fresh build directory (a compile), then a second
-    (warm: ninja finds nothing to do, then dlopen)."""
+    """Seconds load() takes in a fresh build directory (a compile), then the median of three
+    warm load() (ninja finds nothing to do, then dlopen), then the median of three imports of
+    the built .so as a prebuilt module would be imported (no cpp_extension at all); each in a
+    fresh process, after `import torch`."""
     d = tempfile.mkdtemp(prefix="observer-cold-")
     env = dict(os.environ, MEMTRACK_OBSERVER_BUILD=d)
-    code = ("import sys; sys.path.insert(0, %r); import torch, observer; "
+    load = ("import sys; sys.path.insert(0, %r); import torch, observer; "
             "print('LOAD_S', observer.load()[1])" % HERE)
-    out = []
-    for _ in range(2):
+    prebuilt = ("import sys, time; import torch; t = time.perf_counter(); "
+                "sys.path.insert(0, %r); import memtrack_observer_probe; "
+                "print('LOAD_S', time.perf_counter() - t)" % d)
+
+    def one(code):
         p = subprocess.run([args.python, "-c", code], capture_output=True, text=True, env=env)
-        out.append(float(p.stdout.split("LOAD_S")[1]))
+        return float(p.stdout.split("LOAD_S")[1])
+
+    cold = one(load)
+    warm = statistics.median(one(load) for _ in range(3))
+    pre = statistics.median(one(prebuilt) for _ in range(3))
     shutil.rmtree(d, ignore_errors=True)
-    return out
+    return cold, warm, pre
 
 
 # ---------------------------------------------------------------------------------------
@@ -272,13 +297,14 @@ def main():
     ap.add_argument("--check", action="store_true", help="what the callbacks see; no timing")
     ap.add_argument("--cold", action="store_true", help="also time a cold compile")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--model", default="lstmcell", help="a model of bench/record_overhead.py")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=21)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     ap.add_argument("--python", default=sys.executable)
     args = ap.parse_args()
     if args.worker:
-        return worker(args.worker, args.steps, args.threads)
+        return worker(args.worker, args.model, args.steps, args.threads)
     if args.check_one:
         print("CHECK " + json.dumps(CHECKS[args.check_one](), default=str))
         return
@@ -297,7 +323,8 @@ def main():
     med = {m: statistics.median(x["median_s"] for x in v) for m, v in res.items()}
     low = {m: min(x["min_s"] for x in v) for m, v in res.items()}
     base, base_low = med["plain"], low["plain"]
-    print(f"\nLSTMCell loop, CPU time per step (torch threads {args.threads}); median over "
+    dops = res["plain"][-1].get("dispatch_ops_per_step") if "plain" in res else None
+    print(f"\n{args.model}, CPU time per step (torch threads {args.threads}); median over "
           f"{args.rounds} rounds of each process's median of 7 blocks; fastest block in brackets\n")
     print(f"{'mode':12} {'ms/step':>8} {'x plain':>8} {'[fastest':>9} {'x]':>6} "
           f"{'ops/step':>9} {'records/step':>13} {'allocs/step':>12} {'load s':>7}")
@@ -308,14 +335,17 @@ def main():
               f"{low[m] / base_low:5.2f}x {v['ops_per_step'] or 0:9.0f} "
               f"{v['records_per_step'] or 0:13.0f} {v['allocs_per_step'] or 0:12.0f} "
               + (f"{load:7.3f}" if load is not None else f"{'-':>7}"))
+    print(f"(ops/step counts RecordFunction calls, composite ops and autograd nodes included; "
+          f"a TorchDispatchMode sees {dops} ops a step)")
     cuda = {x.get("cuda_stats") for v in res.values() for x in v} - {None}
     print(f"\nCUDA allocator stats read per op: {'yes' if True in cuda else 'no (no CUDA allocator initialized)'}")
     if "C+D" in med:
         print(f"whole design (C+D): {med['C+D'] / base:.2f}x, floor {FLOOR}x: "
               + ("ok" if med["C+D"] / base <= FLOOR else "OVER"))
     if args.cold:
-        cold, warm = cold_compile(args)
-        print(f"\nextension load(): cold (compile) {cold:.1f} s, warm {warm:.3f} s")
+        cold, warm, pre = cold_compile(args)
+        print(f"\nextension: cpp_extension.load() cold (compile) {cold:.1f} s wall, warm "
+              f"{warm:.3f} s; import of the built .so (as if shipped prebuilt) {pre:.3f} s")
     print("OBSERVER_PROBE_REPORT " + json.dumps({"median_s": med, "min_s": low}))
 
 
