@@ -6,7 +6,8 @@
 //   B  end callback with needsOutputs: one record per output tensor (storage ptr, nbytes),
 //      plus the device allocator's stats when a CUDA allocator is initialized;
 //   C  B plus allocation/free events from the allocator's memory report;
-//   D  C's per-op path (B) plus module push/pop records from Python module hooks.
+//   D  B plus module push/pop records from Python module hooks;
+//   S  B plus a start record per op (op name, sequence number).
 // Nothing here is part of memtrack; it is a probe.
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
@@ -29,7 +30,9 @@ namespace py = pybind11;
 
 namespace {
 
-enum Kind : uint32_t { OP = 0, OUT = 1, ALLOC = 2, FREE = 3, MOD_PUSH = 4, MOD_POP = 5, STATS = 6 };
+enum Kind : uint32_t {
+  OP = 0, OUT = 1, ALLOC = 2, FREE = 3, MOD_PUSH = 4, MOD_POP = 5, STATS = 6, OP_START = 7
+};
 
 struct Record {
   uint64_t a;     // ptr (OUT, ALLOC, FREE), module id (MOD_*), bytes (STATS)
@@ -109,6 +112,14 @@ inline bool put_tensor(uint32_t id, const at::Tensor& t) {
   return true;
 }
 
+// Variant S: a start record too, so that allocations made inside an op (which precede its
+// end record) can be attributed to it; a = the op's sequence number (links autograd nodes
+// to their forward op).
+std::unique_ptr<at::ObserverContext> start_record(const at::RecordFunction& fn) {
+  put(OP_START, intern(fn.name()), (uint64_t)fn.seqNr(), 0);
+  return nullptr;
+}
+
 void end_record(const at::RecordFunction& fn, at::ObserverContext*) {
   count(fn);
   uint32_t id = intern(fn.name());
@@ -166,7 +177,8 @@ struct MemoryObserver : public torch::profiler::impl::ProfilerStateBase {
 at::CallbackHandle handle = 0;
 bool memory_pushed = false;
 
-// variant: "A" counts in a start callback; "B" records outputs in an end callback.
+// variant: "A" counts in a start callback; "B" records outputs in an end callback; "S" is B
+// with a start record.
 // global: addGlobalCallback (every thread) rather than addThreadLocalCallback (this thread
 // and what inherits its ThreadLocalState). memory: 0 none, 1 RawMemoryObserver,
 // 2 MemoryObserver, pushed as this thread's PROFILER_STATE.
@@ -180,9 +192,11 @@ void install(const std::string& variant, bool global, int memory) {
   } catch (const std::exception&) {
     cuda_stats = false;
   }
+  TORCH_CHECK(variant == "A" || variant == "B" || variant == "S", "variant A, B or S");
   at::RecordFunctionCallback cb =
-      variant == "A" ? at::RecordFunctionCallback(start_count)
-                     : at::RecordFunctionCallback(nullptr, end_record).needsOutputs(true);
+      variant == "A"   ? at::RecordFunctionCallback(start_count)
+      : variant == "B" ? at::RecordFunctionCallback(nullptr, end_record).needsOutputs(true)
+                       : at::RecordFunctionCallback(start_record, end_record).needsOutputs(true);
   cb.scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION});
   handle = global ? at::addGlobalCallback(cb) : at::addThreadLocalCallback(cb);
   if (memory) {

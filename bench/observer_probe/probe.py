@@ -12,6 +12,8 @@ torch.profiler(profile_memory=True). Observer variants (observer.cpp):
   D     B plus global module forward pre/post hooks (Python) pushing/popping id(module)
         into the same ring through a pybind11 call
   C+D   C plus the hooks: the whole proposed design
+  S+C+D C+D with a start record per op too (op name, sequence number), which attributing an
+        allocation to the op that made it needs (end records come after nested ops' records)
 
     python bench/observer_probe/probe.py                 # timings, 3 interleaved rounds
     python bench/observer_probe/probe.py --check         # what the callbacks see (no timing)
@@ -37,7 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
-MODES = ["plain", "dispatch-nop", "profiler", "A", "B", "B-glb", "C", "D", "C+D"]
+MODES = ["plain", "dispatch-nop", "profiler", "A", "B", "B-glb", "C", "D", "C+D", "S+C+D"]
 from record_overhead import FLOORS  # noqa: E402 - issue 26's slowdown floors per model
 
 
@@ -71,8 +73,9 @@ def start(mode):
         import observer
 
         ext, load_s = observer.load()
-        ext.install(mode[0], global_=mode == "B-glb", memory=2 if mode.startswith("C") else 0)
-        if mode in ("D", "C+D"):
+        variant = {"A": "A", "S+C+D": "S"}.get(mode, "B")
+        ext.install(variant, global_=mode == "B-glb", memory=2 if "C" in mode else 0)
+        if "D" in mode:
             hooks(ext)
     return ext, load_s
 
