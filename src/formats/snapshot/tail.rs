@@ -36,9 +36,12 @@ use super::fields::{
 
 /// Strings of the memo the main reading had stored when it started this reader (the event
 /// keys and action names, fetched by reference in every event).
-#[derive(Default)]
 pub struct Known {
     ids: FxHashMap<u64, u32>,
+    /// A direct-mapped front to `ids`, looked up for every key and value of every event (a
+    /// few dozen ids): each id goes to the slot its hash picks if that slot is still free,
+    /// else to `ids` only, so a slot that is free means the id is not known.
+    front: Box<[(u64, u32); FRONT_SLOTS]>,
     texts: Vec<Box<str>>,
     /// Of each text: the event field it names as a key, the action it names as a value.
     fields: Vec<u8>,
@@ -47,22 +50,58 @@ pub struct Known {
     action_key: Option<u64>,
 }
 
+const FRONT_SLOTS: usize = 256;
+/// A free slot of `Known::front` (no memo id is this large).
+const FREE: u64 = u64::MAX;
+
+fn front_slot(id: u64) -> usize {
+    (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize
+}
+
+impl Default for Known {
+    fn default() -> Self {
+        Known {
+            ids: FxHashMap::default(),
+            front: Box::new([(FREE, 0); FRONT_SLOTS]),
+            texts: Vec::new(),
+            fields: Vec::new(),
+            actions: Vec::new(),
+            action_key: None,
+        }
+    }
+}
+
 impl Known {
     pub fn insert(&mut self, id: u64, text: &str) {
-        if self.ids.contains_key(&id) {
+        if id == FREE || self.ids.contains_key(&id) {
             return;
         }
         if text == "action" {
             self.action_key = Some(id);
         }
-        self.ids.insert(id, self.texts.len() as u32);
+        let i = self.texts.len() as u32;
+        let slot = &mut self.front[front_slot(id)];
+        if slot.0 == FREE {
+            *slot = (id, i);
+        }
+        self.ids.insert(id, i);
         self.texts.push(text.into());
         self.fields.push(field_named(text));
         self.actions.push(Action::from_name(text));
     }
 
     pub fn contains(&self, id: u64) -> bool {
-        self.ids.contains_key(&id)
+        self.index(id).is_some()
+    }
+
+    /// Which known string memo id `id` is.
+    #[inline]
+    fn index(&self, id: u64) -> Option<u32> {
+        match self.front[front_slot(id)] {
+            (FREE, _) => None,
+            (k, i) if k == id => Some(i),
+            _ => self.ids.get(&id).copied(),
+        }
     }
 
     /// Each known id with its string.
@@ -405,8 +444,8 @@ impl Reader<'_, '_> {
             Op::Float(f) => Val::Float(f),
             Op::None => Val::None,
             Op::Bool(b) => Val::Bool(b),
-            Op::Get(id) => match self.known.ids.get(&id) {
-                Some(&i) => Val::Known(i),
+            Op::Get(id) => match self.known.index(id) {
+                Some(i) => Val::Known(i),
                 None => Val::Ref(id),
             },
             Op::Unicode(raw) => return self.text(raw),
