@@ -169,9 +169,9 @@ struct Pairing {
 
 /// What an event did to the allocations.
 enum Paired {
-    /// Allocation `id` begins; an allocation still open at the same address (a file that
-    /// never freed it) is displaced: never freed, live to the end.
-    Alloc(u32, Option<Open>),
+    /// An allocation begins; one still open at the same address (a file that never freed it)
+    /// is displaced: never freed, live to the end.
+    Alloc(Option<Open>),
     /// An allocation ends: the open one it was (`Some`), or one from before the trace
     /// (`None`), numbered `id`.
     Free(u32, Option<Open>),
@@ -193,7 +193,7 @@ impl Pairing {
                     extra: extra(),
                     x,
                 };
-                Paired::Alloc(id, self.open.insert(e.addr, open))
+                Paired::Alloc(self.open.insert(e.addr, open))
             }
             Action::FreeRequested => match self.open.remove(&e.addr) {
                 Some(o) => Paired::Free(o.id, Some(o)),
@@ -299,6 +299,11 @@ pub fn stacked(
     // where each allocation came from
     let mut pairing = Pairing::default();
     let mut picks = ColumnPicks::new(x_range, columns.max(1));
+    let mut origins = OriginIds::new(
+        &grouping.extra,
+        grouping.by.needs_lifetimes(),
+        snap.stacks.stack_count(),
+    );
     let mut tagger = Tagger::new(grouping.extra);
     let peak_index = tl.peak_allocated.as_ref().map(|p| p.index);
     let mut finder = grouping.moment.as_ref().map(|(_, c)| MomentFinder::new(*c));
@@ -311,9 +316,10 @@ pub fn stacked(
     let mut chosen: FxHashMap<u32, Chosen> = FxHashMap::default();
     // by site: each allocation's origin (an id of `origins`), and those from before the trace
     let mut origin_of: Vec<u32> = Vec::new();
-    let mut origins: Vec<(StackId, u32, Option<StackId>)> = Vec::new();
-    let mut origin_ids: FxHashMap<(StackId, u32, Option<StackId>), u32> = FxHashMap::default();
     let mut before: Vec<(u32, u64)> = Vec::new();
+    // the events that free an allocation from before the trace (numbered without pairing by
+    // the last pass)
+    let mut unpaired_frees: Vec<usize> = Vec::new();
     // by site: the area (below) each origin's allocations cover (to rank sites as
     // allocations), how many there are and the first of them
     let mut origin_stats: Vec<OriginStats> = Vec::new();
@@ -365,15 +371,11 @@ pub fn stacked(
                 }
             }
             BandBy::Site => {
-                let key = match open {
-                    Some(o) => (o.stack, o.extra, free.map(|f| f.0)),
-                    None => (free.map_or(StackId::MISSING, |f| f.0), 0, free.map(|f| f.0)),
+                let freed_by = free.map(|f| f.0);
+                let origin = match open {
+                    Some(o) => origins.id(o.stack, o.extra, freed_by),
+                    None => origins.id(freed_by.unwrap_or(StackId::MISSING), 0, freed_by),
                 };
-                let next = origins.len() as u32;
-                let origin = *origin_ids.entry(key).or_insert_with(|| {
-                    origins.push(key);
-                    next
-                });
                 if origin_of.len() <= id as usize {
                     origin_of.resize(id as usize + 1, u32::MAX);
                 }
@@ -410,12 +412,15 @@ pub fn stacked(
             }
         }
         match pairing.event(i, e, x, || tagger.tag(e, aux)) {
-            Paired::Alloc(_, displaced) => {
+            Paired::Alloc(displaced) => {
                 if let Some(o) = displaced {
                     close(o.id, Some(o), o.size, None);
                 }
             }
             Paired::Free(id, open) => {
+                if open.is_none() {
+                    unpaired_frees.push(i);
+                }
                 let size = open.map_or(e.size, |o| o.size);
                 close(id, open, size, Some((e.stack, x)));
             }
@@ -469,6 +474,7 @@ pub fn stacked(
             let mut grouper = Grouper::new(snap, device, grouping.by, tagger.into_strings());
             let mut labels: Vec<String> = Vec::new();
             let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
+            let origins = origins.origins;
             let site_of_origin: Vec<u32> = (origins.iter())
                 .map(|&(stack, extra, freed_by)| {
                     let origin = Origin {
@@ -547,28 +553,43 @@ pub fn stacked(
         }
     }
     let mut most = level.clone();
-    let mut pairing = Pairing::default();
+    // the allocations in a band still open, by address: (band, bytes). The others need no
+    // pairing: allocations are numbered in order of their `alloc`s and of the frees the first
+    // pass found unpaired, and an `alloc` at an address displaces what was open there (live
+    // to the end) whether banded or not
+    let mut open_banded: FxHashMap<u64, (u32, u64)> = FxHashMap::default();
+    let mut unpaired = unpaired_frees.iter().peekable();
+    let mut next_id = 0u32;
     let mut walk = Walk::new(&tl, x_is_time);
     let mut next = picks.iter().peekable();
     events.visit(device, &mut |i, e, _, _| {
         let (x, allocated) = walk.step(i, e);
-        match pairing.event(i, e, x, || 0) {
-            Paired::Alloc(id, _) => {
-                let b = band_of(id);
+        match e.action {
+            Action::Alloc => {
+                let b = band_of(next_id);
+                next_id += 1;
                 if b != u32::MAX {
                     banded += 1;
                     level[b as usize] += e.size as i64;
                     most[b as usize] = most[b as usize].max(level[b as usize]);
+                    open_banded.insert(e.addr, (b, e.size));
+                } else if !open_banded.is_empty() {
+                    open_banded.remove(&e.addr);
                 }
             }
-            Paired::Free(id, open) => {
-                let b = band_of(id);
-                if b != u32::MAX {
-                    banded += open.is_none() as usize;
-                    level[b as usize] -= open.map_or(e.size, |o| o.size) as i64;
+            Action::FreeRequested => {
+                if unpaired.next_if(|&&k| k == i).is_some() {
+                    let b = band_of(next_id);
+                    next_id += 1;
+                    if b != u32::MAX {
+                        banded += 1;
+                        level[b as usize] -= e.size as i64;
+                    }
+                } else if let Some((b, size)) = open_banded.remove(&e.addr) {
+                    level[b as usize] -= size as i64;
                 }
             }
-            Paired::Neither => {}
+            _ => {}
         }
         if next.peek() == Some(&&i) {
             next.next();
@@ -614,6 +635,63 @@ pub fn stacked(
         ooms: tl.ooms,
         annotations: tl.annotations,
     })
+}
+
+/// The origins of allocations (by site), numbered as first seen: what allocated them, and
+/// only what of the rest the grouping reads (what the allocation carried, the stack that freed
+/// it). Keyed by the stack alone, the common case, an origin is found by indexing a table by
+/// stack id: one per allocation, no hashing.
+struct OriginIds {
+    /// (stack, extra, freed_by) of each origin.
+    origins: Vec<(StackId, u32, Option<StackId>)>,
+    /// Keyed by the stack alone: the origin of stack id `s` at `s + 1`, of no stack at 0
+    /// (`u32::MAX`: none yet).
+    by_stack: Option<Vec<u32>>,
+    /// Otherwise.
+    by_key: FxHashMap<(StackId, u32, Option<StackId>), u32>,
+    keep_freed_by: bool,
+}
+
+impl OriginIds {
+    /// For a grouping keeping `extra` and, if `keep_freed_by`, the freeing stack, over
+    /// `stacks` stack ids.
+    fn new(extra: &Extra, keep_freed_by: bool, stacks: usize) -> OriginIds {
+        let stack_alone = matches!(extra, Extra::Nothing) && !keep_freed_by;
+        OriginIds {
+            origins: Vec::new(),
+            by_stack: stack_alone.then(|| vec![u32::MAX; stacks + 1]),
+            by_key: FxHashMap::default(),
+            keep_freed_by,
+        }
+    }
+
+    /// The origin of an allocation made at `stack`, carrying `extra`, freed at `freed_by`.
+    #[inline]
+    fn id(&mut self, stack: StackId, extra: u32, freed_by: Option<StackId>) -> u32 {
+        let next = self.origins.len() as u32;
+        let freed_by = freed_by.filter(|_| self.keep_freed_by);
+        if let Some(table) = &mut self.by_stack {
+            let slot = if stack.is_missing() {
+                0
+            } else {
+                stack.0 as usize + 1
+            };
+            if slot >= table.len() {
+                table.resize(slot + 1, u32::MAX);
+            }
+            if table[slot] == u32::MAX {
+                table[slot] = next;
+                self.origins.push((stack, extra, freed_by));
+            }
+            return table[slot];
+        }
+        let key = (stack, extra, freed_by);
+        let origins = &mut self.origins;
+        *self.by_key.entry(key).or_insert_with(|| {
+            origins.push(key);
+            next
+        })
+    }
 }
 
 /// Of one origin's (or site's) allocations: the area they cover on the picture, how many there
