@@ -228,6 +228,16 @@ impl<'s> Grouper<'s> {
         }
     }
 
+    /// Replaces the strings of what the gathering interned (`Extra`'s ids).
+    pub fn set_strings(&mut self, strings: Vec<String>) {
+        self.strings = strings;
+    }
+
+    /// Whether `stack` is backward's: an allocation it frees counts as freed by backward.
+    pub fn is_backward(&mut self, stack: StackId) -> bool {
+        self.traits(stack).backward
+    }
+
     fn traits(&mut self, stack: StackId) -> StackTraits {
         if let Some(&t) = self.traits_of.get(&stack) {
             return t;
@@ -298,7 +308,7 @@ impl<'s> Grouper<'s> {
             return c;
         }
         let t = self.traits(stack);
-        let freed_in_backward = freed_by.is_some_and(|f| self.traits(f).backward);
+        let freed_in_backward = freed_by.is_some_and(|f| self.is_backward(f));
         let c = if t.optimizer_state {
             "optimizer state"
         } else if t.optimizer {

@@ -304,6 +304,8 @@ pub fn stacked(
         grouping.by.needs_lifetimes(),
         snap.stacks.stack_count(),
     );
+    // (the strings the grouping reads are known once the events are read)
+    let mut grouper = Grouper::new(snap, device, grouping.by, Vec::new());
     let mut tagger = Tagger::new(grouping.extra);
     let peak_index = tl.peak_allocated.as_ref().map(|p| p.index);
     let mut finder = grouping.moment.as_ref().map(|(_, c)| MomentFinder::new(*c));
@@ -373,8 +375,13 @@ pub fn stacked(
             BandBy::Site => {
                 let freed_by = free.map(|f| f.0);
                 let origin = match open {
-                    Some(o) => origins.id(o.stack, o.extra, freed_by),
-                    None => origins.id(freed_by.unwrap_or(StackId::MISSING), 0, freed_by),
+                    Some(o) => origins.id(o.stack, o.extra, freed_by, &mut grouper),
+                    None => origins.id(
+                        freed_by.unwrap_or(StackId::MISSING),
+                        0,
+                        freed_by,
+                        &mut grouper,
+                    ),
                 };
                 if origin_of.len() <= id as usize {
                     origin_of.resize(id as usize + 1, u32::MAX);
@@ -471,7 +478,7 @@ pub fn stacked(
             }
         }
         BandBy::Site => {
-            let mut grouper = Grouper::new(snap, device, grouping.by, tagger.into_strings());
+            grouper.set_strings(tagger.into_strings());
             let mut labels: Vec<String> = Vec::new();
             let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
             let origins = origins.origins;
@@ -638,59 +645,110 @@ pub fn stacked(
 }
 
 /// The origins of allocations (by site), numbered as first seen: what allocated them, and
-/// only what of the rest the grouping reads (what the allocation carried, the stack that freed
-/// it). Keyed by the stack alone, the common case, an origin is found by indexing a table by
-/// stack id: one per allocation, no hashing.
+/// only what of the rest the grouping reads. By the stack alone (the common case) or by the
+/// stack and how the allocation ended (categories), an origin is found by indexing a table
+/// by stack id: no hashing per allocation.
 struct OriginIds {
-    /// (stack, extra, freed_by) of each origin.
+    /// (stack, extra, freed_by) of each origin (for lifetimes, the first freeing stack of its
+    /// kind: the category reads only whether it is backward's).
     origins: Vec<(StackId, u32, Option<StackId>)>,
-    /// Keyed by the stack alone: the origin of stack id `s` at `s + 1`, of no stack at 0
-    /// (`u32::MAX`: none yet).
-    by_stack: Option<Vec<u32>>,
-    /// Otherwise.
-    by_key: FxHashMap<(StackId, u32, Option<StackId>), u32>,
-    keep_freed_by: bool,
+    key: OriginKey,
+}
+
+/// How an origin is found.
+enum OriginKey {
+    /// By the stack alone: the origin of stack slot `s` (see `slot`) at `s`.
+    Stack(Vec<u32>),
+    /// By the stack and how the allocation ended (live to the end, freed by backward, freed
+    /// otherwise: 0, 1, 2): the origin at `3 s + ended`. `backward[s]`: whether stack slot
+    /// `s` is backward's (0: not read yet, 1: it is, 2: it is not).
+    Lifetime { table: Vec<u32>, backward: Vec<u8> },
+    /// By the stack, what the allocation carried and, if `lifetimes`, the freeing stack.
+    Keyed {
+        map: FxHashMap<(StackId, u32, Option<StackId>), u32>,
+        lifetimes: bool,
+    },
+}
+
+/// The index of `stack` in tables by stack: 0 for no stack.
+#[inline]
+fn slot(stack: StackId) -> usize {
+    if stack.is_missing() {
+        0
+    } else {
+        stack.0 as usize + 1
+    }
+}
+
+/// `table[i]`, the table grown with `fill` if short.
+#[inline]
+fn at<T: Copy>(table: &mut Vec<T>, i: usize, fill: T) -> &mut T {
+    if i >= table.len() {
+        table.resize(i + 1, fill);
+    }
+    &mut table[i]
 }
 
 impl OriginIds {
-    /// For a grouping keeping `extra` and, if `keep_freed_by`, the freeing stack, over
+    /// For a grouping keeping `extra` and, if `lifetimes`, how each allocation ended, over
     /// `stacks` stack ids.
-    fn new(extra: &Extra, keep_freed_by: bool, stacks: usize) -> OriginIds {
-        let stack_alone = matches!(extra, Extra::Nothing) && !keep_freed_by;
+    fn new(extra: &Extra, lifetimes: bool, stacks: usize) -> OriginIds {
+        let key = match (extra, lifetimes) {
+            (Extra::Nothing, false) => OriginKey::Stack(vec![u32::MAX; stacks + 1]),
+            (Extra::Nothing, true) => OriginKey::Lifetime {
+                table: vec![u32::MAX; 3 * (stacks + 1)],
+                backward: vec![0; stacks + 1],
+            },
+            _ => OriginKey::Keyed {
+                map: FxHashMap::default(),
+                lifetimes,
+            },
+        };
         OriginIds {
             origins: Vec::new(),
-            by_stack: stack_alone.then(|| vec![u32::MAX; stacks + 1]),
-            by_key: FxHashMap::default(),
-            keep_freed_by,
+            key,
         }
     }
 
-    /// The origin of an allocation made at `stack`, carrying `extra`, freed at `freed_by`.
+    /// The origin of an allocation made at `stack`, carrying `extra`, freed at `freed_by`
+    /// (`grouper` tells which stacks are backward's).
     #[inline]
-    fn id(&mut self, stack: StackId, extra: u32, freed_by: Option<StackId>) -> u32 {
+    fn id(
+        &mut self,
+        stack: StackId,
+        extra: u32,
+        freed_by: Option<StackId>,
+        grouper: &mut Grouper,
+    ) -> u32 {
         let next = self.origins.len() as u32;
-        let freed_by = freed_by.filter(|_| self.keep_freed_by);
-        if let Some(table) = &mut self.by_stack {
-            let slot = if stack.is_missing() {
-                0
-            } else {
-                stack.0 as usize + 1
-            };
-            if slot >= table.len() {
-                table.resize(slot + 1, u32::MAX);
+        let (id, freed_by) = match &mut self.key {
+            OriginKey::Stack(table) => (at(table, slot(stack), u32::MAX), None),
+            OriginKey::Lifetime { table, backward } => {
+                let ended = match freed_by {
+                    None => 0,
+                    Some(f) => {
+                        let b = at(backward, slot(f), 0);
+                        if *b == 0 {
+                            *b = if grouper.is_backward(f) { 1 } else { 2 };
+                        }
+                        *b as usize
+                    }
+                };
+                (at(table, 3 * slot(stack) + ended, u32::MAX), freed_by)
             }
-            if table[slot] == u32::MAX {
-                table[slot] = next;
-                self.origins.push((stack, extra, freed_by));
+            OriginKey::Keyed { map, lifetimes } => {
+                let freed_by = freed_by.filter(|_| *lifetimes);
+                (
+                    map.entry((stack, extra, freed_by)).or_insert(u32::MAX),
+                    freed_by,
+                )
             }
-            return table[slot];
+        };
+        if *id == u32::MAX {
+            *id = next;
+            self.origins.push((stack, extra, freed_by));
         }
-        let key = (stack, extra, freed_by);
-        let origins = &mut self.origins;
-        *self.by_key.entry(key).or_insert_with(|| {
-            origins.push(key);
-            next
-        })
+        *id
     }
 }
 
