@@ -936,6 +936,55 @@ mod tests {
         }
     }
 
+    /// The last pass pairs only the allocations in a band: each band holds its bytes exactly
+    /// from its alloc to its free, whichever allocations are banded, with an allocation from
+    /// before the trace and one displaced at its address by another (banded or not).
+    #[test]
+    fn each_band_holds_its_bytes_from_alloc_to_free_whatever_else_is_banded() {
+        use crate::model::snapshot::{DeviceTrace, TraceEvent};
+        let ev = |action, addr, size| TraceEvent {
+            addr,
+            size,
+            action,
+            ..TraceEvent::default()
+        };
+        let mut snap = Snapshot::default();
+        let mut t = DeviceTrace::default();
+        t.stream_index(0).unwrap();
+        for e in [
+            ev(Action::FreeRequested, 0x3000, 4096),
+            ev(Action::Alloc, 0x1000, 512),
+            ev(Action::Alloc, 0x1000, 1024),
+            ev(Action::FreeRequested, 0x1000, 1024),
+            ev(Action::Alloc, 0x2000, 2048),
+            ev(Action::Alloc, 0x1000, 256),
+            ev(Action::FreeRequested, 0x1000, 256),
+        ] {
+            t.events.push(e);
+        }
+        snap.traces.push(t);
+        for n in 1..=5 {
+            let tl = timeline(&snap, 0, false);
+            let by = BandBy::Allocation;
+            let s = stacked(&snap, n, by, Grouping::sites(), 20, true, tl, &mut &snap).unwrap();
+            assert_eq!(s.bands.len(), n, "{n}");
+            assert_eq!(s.samples.len(), 7, "{n}");
+            for sm in &s.samples {
+                for (b, &bytes) in s.bands.iter().zip(&sm.bands) {
+                    let live =
+                        b.alloc_x.is_none_or(|a| a <= sm.x) && b.free_x.is_none_or(|f| f > sm.x);
+                    let want = if live { b.bytes as i64 } else { 0 };
+                    assert_eq!(
+                        bytes, want,
+                        "{n} bands, event {}, {:?}",
+                        sm.index, b.alloc_x
+                    );
+                }
+            }
+            assert_eq!(s.other_allocations, 5 - n, "{n}");
+        }
+    }
+
     #[test]
     fn column_picks_keep_a_one_event_spike() {
         let x: Vec<f64> = (0..1000).map(|i| i as f64).collect();
