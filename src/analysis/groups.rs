@@ -193,6 +193,8 @@ pub struct Grouper<'s> {
     annotation_labels: Vec<String>,
     stack_label: FxHashMap<StackId, String>,
     category_of: FxHashMap<(StackId, Option<StackId>), &'static str>,
+    /// Each stack read once: a stack frees many allocations made at many others.
+    traits_of: FxHashMap<StackId, StackTraits>,
 }
 
 /// How an allocation's stack reads, for categories.
@@ -222,10 +224,30 @@ impl<'s> Grouper<'s> {
             annotation_labels,
             stack_label: FxHashMap::default(),
             category_of: FxHashMap::default(),
+            traits_of: FxHashMap::default(),
         }
     }
 
-    fn traits(&self, stack: StackId) -> StackTraits {
+    /// Replaces the strings of what the gathering interned (`Extra`'s ids).
+    pub fn set_strings(&mut self, strings: Vec<String>) {
+        self.strings = strings;
+    }
+
+    /// Whether `stack` is backward's: an allocation it frees counts as freed by backward.
+    pub fn is_backward(&mut self, stack: StackId) -> bool {
+        self.traits(stack).backward
+    }
+
+    fn traits(&mut self, stack: StackId) -> StackTraits {
+        if let Some(&t) = self.traits_of.get(&stack) {
+            return t;
+        }
+        let t = self.read_traits(stack);
+        self.traits_of.insert(stack, t);
+        t
+    }
+
+    fn read_traits(&self, stack: StackId) -> StackTraits {
         let mut t = StackTraits::default();
         if stack.is_missing() {
             return t;
@@ -286,7 +308,7 @@ impl<'s> Grouper<'s> {
             return c;
         }
         let t = self.traits(stack);
-        let freed_in_backward = freed_by.is_some_and(|f| self.traits(f).backward);
+        let freed_in_backward = freed_by.is_some_and(|f| self.is_backward(f));
         let c = if t.optimizer_state {
             "optimizer state"
         } else if t.optimizer {

@@ -169,9 +169,9 @@ struct Pairing {
 
 /// What an event did to the allocations.
 enum Paired {
-    /// Allocation `id` begins; an allocation still open at the same address (a file that
-    /// never freed it) is displaced: never freed, live to the end.
-    Alloc(u32, Option<Open>),
+    /// An allocation begins; one still open at the same address (a file that never freed it)
+    /// is displaced: never freed, live to the end.
+    Alloc(Option<Open>),
     /// An allocation ends: the open one it was (`Some`), or one from before the trace
     /// (`None`), numbered `id`.
     Free(u32, Option<Open>),
@@ -193,7 +193,7 @@ impl Pairing {
                     extra: extra(),
                     x,
                 };
-                Paired::Alloc(id, self.open.insert(e.addr, open))
+                Paired::Alloc(self.open.insert(e.addr, open))
             }
             Action::FreeRequested => match self.open.remove(&e.addr) {
                 Some(o) => Paired::Free(o.id, Some(o)),
@@ -299,6 +299,13 @@ pub fn stacked(
     // where each allocation came from
     let mut pairing = Pairing::default();
     let mut picks = ColumnPicks::new(x_range, columns.max(1));
+    let mut origins = OriginIds::new(
+        &grouping.extra,
+        grouping.by.needs_lifetimes(),
+        snap.stacks.stack_count(),
+    );
+    // (the strings the grouping reads are known once the events are read)
+    let mut grouper = Grouper::new(snap, device, grouping.by, Vec::new());
     let mut tagger = Tagger::new(grouping.extra);
     let peak_index = tl.peak_allocated.as_ref().map(|p| p.index);
     let mut finder = grouping.moment.as_ref().map(|(_, c)| MomentFinder::new(*c));
@@ -311,9 +318,10 @@ pub fn stacked(
     let mut chosen: FxHashMap<u32, Chosen> = FxHashMap::default();
     // by site: each allocation's origin (an id of `origins`), and those from before the trace
     let mut origin_of: Vec<u32> = Vec::new();
-    let mut origins: Vec<(StackId, u32, Option<StackId>)> = Vec::new();
-    let mut origin_ids: FxHashMap<(StackId, u32, Option<StackId>), u32> = FxHashMap::default();
     let mut before: Vec<(u32, u64)> = Vec::new();
+    // the events that free an allocation from before the trace (numbered without pairing by
+    // the last pass)
+    let mut unpaired_frees: Vec<usize> = Vec::new();
     // by site: the area (below) each origin's allocations cover (to rank sites as
     // allocations), how many there are and the first of them
     let mut origin_stats: Vec<OriginStats> = Vec::new();
@@ -365,15 +373,16 @@ pub fn stacked(
                 }
             }
             BandBy::Site => {
-                let key = match open {
-                    Some(o) => (o.stack, o.extra, free.map(|f| f.0)),
-                    None => (free.map_or(StackId::MISSING, |f| f.0), 0, free.map(|f| f.0)),
+                let freed_by = free.map(|f| f.0);
+                let origin = match open {
+                    Some(o) => origins.id(o.stack, o.extra, freed_by, &mut grouper),
+                    None => origins.id(
+                        freed_by.unwrap_or(StackId::MISSING),
+                        0,
+                        freed_by,
+                        &mut grouper,
+                    ),
                 };
-                let next = origins.len() as u32;
-                let origin = *origin_ids.entry(key).or_insert_with(|| {
-                    origins.push(key);
-                    next
-                });
                 if origin_of.len() <= id as usize {
                     origin_of.resize(id as usize + 1, u32::MAX);
                 }
@@ -410,12 +419,15 @@ pub fn stacked(
             }
         }
         match pairing.event(i, e, x, || tagger.tag(e, aux)) {
-            Paired::Alloc(_, displaced) => {
+            Paired::Alloc(displaced) => {
                 if let Some(o) = displaced {
                     close(o.id, Some(o), o.size, None);
                 }
             }
             Paired::Free(id, open) => {
+                if open.is_none() {
+                    unpaired_frees.push(i);
+                }
                 let size = open.map_or(e.size, |o| o.size);
                 close(id, open, size, Some((e.stack, x)));
             }
@@ -466,9 +478,10 @@ pub fn stacked(
             }
         }
         BandBy::Site => {
-            let mut grouper = Grouper::new(snap, device, grouping.by, tagger.into_strings());
+            grouper.set_strings(tagger.into_strings());
             let mut labels: Vec<String> = Vec::new();
             let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
+            let origins = origins.origins;
             let site_of_origin: Vec<u32> = (origins.iter())
                 .map(|&(stack, extra, freed_by)| {
                     let origin = Origin {
@@ -547,28 +560,43 @@ pub fn stacked(
         }
     }
     let mut most = level.clone();
-    let mut pairing = Pairing::default();
+    // the allocations in a band still open, by address: (band, bytes). The others need no
+    // pairing: allocations are numbered in order of their `alloc`s and of the frees the first
+    // pass found unpaired, and an `alloc` at an address displaces what was open there (live
+    // to the end) whether banded or not
+    let mut open_banded: FxHashMap<u64, (u32, u64)> = FxHashMap::default();
+    let mut unpaired = unpaired_frees.iter().peekable();
+    let mut next_id = 0u32;
     let mut walk = Walk::new(&tl, x_is_time);
     let mut next = picks.iter().peekable();
     events.visit(device, &mut |i, e, _, _| {
         let (x, allocated) = walk.step(i, e);
-        match pairing.event(i, e, x, || 0) {
-            Paired::Alloc(id, _) => {
-                let b = band_of(id);
+        match e.action {
+            Action::Alloc => {
+                let b = band_of(next_id);
+                next_id += 1;
                 if b != u32::MAX {
                     banded += 1;
                     level[b as usize] += e.size as i64;
                     most[b as usize] = most[b as usize].max(level[b as usize]);
+                    open_banded.insert(e.addr, (b, e.size));
+                } else if !open_banded.is_empty() {
+                    open_banded.remove(&e.addr);
                 }
             }
-            Paired::Free(id, open) => {
-                let b = band_of(id);
-                if b != u32::MAX {
-                    banded += open.is_none() as usize;
-                    level[b as usize] -= open.map_or(e.size, |o| o.size) as i64;
+            Action::FreeRequested => {
+                if unpaired.next_if(|&&k| k == i).is_some() {
+                    let b = band_of(next_id);
+                    next_id += 1;
+                    if b != u32::MAX {
+                        banded += 1;
+                        level[b as usize] -= e.size as i64;
+                    }
+                } else if let Some((b, size)) = open_banded.remove(&e.addr) {
+                    level[b as usize] -= size as i64;
                 }
             }
-            Paired::Neither => {}
+            _ => {}
         }
         if next.peek() == Some(&&i) {
             next.next();
@@ -614,6 +642,114 @@ pub fn stacked(
         ooms: tl.ooms,
         annotations: tl.annotations,
     })
+}
+
+/// The origins of allocations (by site), numbered as first seen: what allocated them, and
+/// only what of the rest the grouping reads. By the stack alone (the common case) or by the
+/// stack and how the allocation ended (categories), an origin is found by indexing a table
+/// by stack id: no hashing per allocation.
+struct OriginIds {
+    /// (stack, extra, freed_by) of each origin (for lifetimes, the first freeing stack of its
+    /// kind: the category reads only whether it is backward's).
+    origins: Vec<(StackId, u32, Option<StackId>)>,
+    key: OriginKey,
+}
+
+/// How an origin is found.
+enum OriginKey {
+    /// By the stack alone: the origin of stack slot `s` (see `slot`) at `s`.
+    Stack(Vec<u32>),
+    /// By the stack and how the allocation ended (live to the end, freed by backward, freed
+    /// otherwise: 0, 1, 2): the origin at `3 s + ended`. `backward[s]`: whether stack slot
+    /// `s` is backward's (0: not read yet, 1: it is, 2: it is not).
+    Lifetime { table: Vec<u32>, backward: Vec<u8> },
+    /// By the stack, what the allocation carried and, if `lifetimes`, the freeing stack.
+    Keyed {
+        map: FxHashMap<(StackId, u32, Option<StackId>), u32>,
+        lifetimes: bool,
+    },
+}
+
+/// The index of `stack` in tables by stack: 0 for no stack.
+#[inline]
+fn slot(stack: StackId) -> usize {
+    if stack.is_missing() {
+        0
+    } else {
+        stack.0 as usize + 1
+    }
+}
+
+/// `table[i]`, the table grown with `fill` if short.
+#[inline]
+fn at<T: Copy>(table: &mut Vec<T>, i: usize, fill: T) -> &mut T {
+    if i >= table.len() {
+        table.resize(i + 1, fill);
+    }
+    &mut table[i]
+}
+
+impl OriginIds {
+    /// For a grouping keeping `extra` and, if `lifetimes`, how each allocation ended, over
+    /// `stacks` stack ids.
+    fn new(extra: &Extra, lifetimes: bool, stacks: usize) -> OriginIds {
+        let key = match (extra, lifetimes) {
+            (Extra::Nothing, false) => OriginKey::Stack(vec![u32::MAX; stacks + 1]),
+            (Extra::Nothing, true) => OriginKey::Lifetime {
+                table: vec![u32::MAX; 3 * (stacks + 1)],
+                backward: vec![0; stacks + 1],
+            },
+            _ => OriginKey::Keyed {
+                map: FxHashMap::default(),
+                lifetimes,
+            },
+        };
+        OriginIds {
+            origins: Vec::new(),
+            key,
+        }
+    }
+
+    /// The origin of an allocation made at `stack`, carrying `extra`, freed at `freed_by`
+    /// (`grouper` tells which stacks are backward's).
+    #[inline]
+    fn id(
+        &mut self,
+        stack: StackId,
+        extra: u32,
+        freed_by: Option<StackId>,
+        grouper: &mut Grouper,
+    ) -> u32 {
+        let next = self.origins.len() as u32;
+        let (id, freed_by) = match &mut self.key {
+            OriginKey::Stack(table) => (at(table, slot(stack), u32::MAX), None),
+            OriginKey::Lifetime { table, backward } => {
+                let ended = match freed_by {
+                    None => 0,
+                    Some(f) => {
+                        let b = at(backward, slot(f), 0);
+                        if *b == 0 {
+                            *b = if grouper.is_backward(f) { 1 } else { 2 };
+                        }
+                        *b as usize
+                    }
+                };
+                (at(table, 3 * slot(stack) + ended, u32::MAX), freed_by)
+            }
+            OriginKey::Keyed { map, lifetimes } => {
+                let freed_by = freed_by.filter(|_| *lifetimes);
+                (
+                    map.entry((stack, extra, freed_by)).or_insert(u32::MAX),
+                    freed_by,
+                )
+            }
+        };
+        if *id == u32::MAX {
+            *id = next;
+            self.origins.push((stack, extra, freed_by));
+        }
+        *id
+    }
 }
 
 /// Of one origin's (or site's) allocations: the area they cover on the picture, how many there
@@ -797,6 +933,55 @@ mod tests {
             let last = s.samples.last().unwrap();
             assert_eq!(last.total - s.initial_bytes, 512 + 2048, "{by:?}");
             assert_eq!(last.bands.iter().sum::<i64>(), 512 + 2048, "{by:?}");
+        }
+    }
+
+    /// The last pass pairs only the allocations in a band: each band holds its bytes exactly
+    /// from its alloc to its free, whichever allocations are banded, with an allocation from
+    /// before the trace and one displaced at its address by another (banded or not).
+    #[test]
+    fn each_band_holds_its_bytes_from_alloc_to_free_whatever_else_is_banded() {
+        use crate::model::snapshot::{DeviceTrace, TraceEvent};
+        let ev = |action, addr, size| TraceEvent {
+            addr,
+            size,
+            action,
+            ..TraceEvent::default()
+        };
+        let mut snap = Snapshot::default();
+        let mut t = DeviceTrace::default();
+        t.stream_index(0).unwrap();
+        for e in [
+            ev(Action::FreeRequested, 0x3000, 4096),
+            ev(Action::Alloc, 0x1000, 512),
+            ev(Action::Alloc, 0x1000, 1024),
+            ev(Action::FreeRequested, 0x1000, 1024),
+            ev(Action::Alloc, 0x2000, 2048),
+            ev(Action::Alloc, 0x1000, 256),
+            ev(Action::FreeRequested, 0x1000, 256),
+        ] {
+            t.events.push(e);
+        }
+        snap.traces.push(t);
+        for n in 1..=5 {
+            let tl = timeline(&snap, 0, false);
+            let by = BandBy::Allocation;
+            let s = stacked(&snap, n, by, Grouping::sites(), 20, true, tl, &mut &snap).unwrap();
+            assert_eq!(s.bands.len(), n, "{n}");
+            assert_eq!(s.samples.len(), 7, "{n}");
+            for sm in &s.samples {
+                for (b, &bytes) in s.bands.iter().zip(&sm.bands) {
+                    let live =
+                        b.alloc_x.is_none_or(|a| a <= sm.x) && b.free_x.is_none_or(|f| f > sm.x);
+                    let want = if live { b.bytes as i64 } else { 0 };
+                    assert_eq!(
+                        bytes, want,
+                        "{n} bands, event {}, {:?}",
+                        sm.index, b.alloc_x
+                    );
+                }
+            }
+            assert_eq!(s.other_allocations, 5 - n, "{n}");
         }
     }
 
