@@ -140,8 +140,13 @@ pub enum Line {
         /// The event's `size` field.
         size: u64,
     },
-    /// (its name and fields are the event's)
-    Other,
+    /// An action the listing has no form for (its name is the event's).
+    Other {
+        /// The event's address.
+        addr: u64,
+        /// The event's `size` field.
+        size: u64,
+    },
 }
 
 /// Totals over the listing's entries.
@@ -242,7 +247,7 @@ impl DeviceListing {
         Namer {
             finals,
             live_segs: BTreeMap::new(),
-            alloc_names: FxHashMap::default(),
+            alloc_names: AddrNames::new(),
             seg_names: FxHashMap::default(),
             next: 0,
         }
@@ -255,12 +260,24 @@ pub struct Namer {
     /// of the trace covers lies.
     finals: Vec<(u64, u64, usize)>,
     live_segs: BTreeMap<u64, (u64, u32)>,
-    alloc_names: FxHashMap<u64, u32>,
+    alloc_names: AddrNames,
     seg_names: FxHashMap<u64, u32>,
     next: u32,
 }
 
 impl Namer {
+    /// Ask for what naming `e` will look up, ahead of [`Namer::line`] (a hint: the lookups of
+    /// allocations' names miss the caches on long traces).
+    #[inline]
+    pub fn prefetch(&self, e: &TraceEvent) {
+        if matches!(
+            e.action,
+            Action::Alloc | Action::FreeRequested | Action::FreeCompleted
+        ) {
+            self.alloc_names.prefetch(e.addr);
+        }
+    }
+
     fn place_of(&self, addr: u64) -> (Place, u64) {
         if let Some((&start, &(size, name))) = self.live_segs.range(..=addr).next_back() {
             if addr < start.saturating_add(size) {
@@ -293,13 +310,13 @@ impl Namer {
                 }
             }
             Action::FreeRequested => Line::FreeRequested {
-                target: lookup(&self.alloc_names, e.addr),
+                target: self.alloc_names.get(e.addr),
                 size: e.size,
             },
             // the name stays bound to the address until the next allocation there, so a
             // late `annotate` or a repeated free still reads by name
             Action::FreeCompleted => Line::FreeCompleted {
-                target: lookup(&self.alloc_names, e.addr),
+                target: self.alloc_names.get(e.addr),
                 size: e.size,
             },
             Action::SegmentAlloc | Action::SegmentMap => {
@@ -343,10 +360,13 @@ impl Namer {
                 device_free: aux.and_then(|a| a.device_free),
             },
             Action::Annotate => Line::Annotate {
-                target: lookup(&self.alloc_names, e.addr),
+                target: self.alloc_names.get(e.addr),
             },
             Action::Snapshot => Line::Snapshot { size: e.size },
-            Action::Other => Line::Other,
+            Action::Other => Line::Other {
+                addr: e.addr,
+                size: e.size,
+            },
         }
     }
 }
@@ -358,9 +378,144 @@ fn lookup(names: &FxHashMap<u64, u32>, addr: u64) -> Ref {
     }
 }
 
+/// Address -> the name last given to an allocation there, with open addressing and linear
+/// probing. Names are never removed (one stays bound until the next allocation at its address),
+/// so the table holds every address the trace allocated at: on long traces it outgrows the
+/// caches, and a lookup per allocation and per free that misses them was the listing's largest
+/// cost. Here a lookup is one slot of 16 bytes, which [`AddrNames::prefetch`] asks for ahead.
+struct AddrNames {
+    /// (address, name); `EMPTY` where free. A power of two long, at most 70% full.
+    slots: Vec<(u64, u32)>,
+    len: usize,
+    /// 64 minus log2 of the slot count: a hash's top bits index the slots.
+    shift: u32,
+    /// The name at address `EMPTY` itself, which no slot can hold.
+    at_empty: Option<u32>,
+}
+
+const EMPTY: u64 = u64::MAX;
+
+impl AddrNames {
+    fn new() -> AddrNames {
+        const BITS: u32 = 12;
+        AddrNames {
+            slots: vec![(EMPTY, 0); 1 << BITS],
+            len: 0,
+            shift: 64 - BITS,
+            at_empty: None,
+        }
+    }
+
+    #[inline]
+    fn slot_of(&self, addr: u64) -> usize {
+        // (Fibonacci hashing: addresses are multiples of 512, their top bits mix well)
+        (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn prefetch(&self, addr: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let p = self.slots.as_ptr().wrapping_add(self.slot_of(addr));
+            // SAFETY: a prefetch is a hint that never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = addr;
+    }
+
+    fn get(&self, addr: u64) -> Ref {
+        let found = if addr == EMPTY {
+            self.at_empty
+        } else {
+            let mask = self.slots.len() - 1;
+            let mut i = self.slot_of(addr);
+            loop {
+                let (k, v) = self.slots[i];
+                if k == addr {
+                    break Some(v);
+                }
+                if k == EMPTY {
+                    break None;
+                }
+                i = (i + 1) & mask;
+            }
+        };
+        match found {
+            Some(n) => Ref::Name(n),
+            None => Ref::Addr(addr),
+        }
+    }
+
+    fn insert(&mut self, addr: u64, name: u32) {
+        if addr == EMPTY {
+            self.at_empty = Some(name);
+            return;
+        }
+        if (self.len + 1) * 10 > self.slots.len() * 7 {
+            self.grow();
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.slot_of(addr);
+        loop {
+            let slot = &mut self.slots[i];
+            if slot.0 == addr {
+                slot.1 = name;
+                return;
+            }
+            if slot.0 == EMPTY {
+                *slot = (addr, name);
+                self.len += 1;
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn grow(&mut self) {
+        let bigger = vec![(EMPTY, 0); self.slots.len() * 2];
+        let old = std::mem::replace(&mut self.slots, bigger);
+        self.shift -= 1;
+        self.len = 0;
+        for (addr, name) in old {
+            if addr != EMPTY {
+                self.insert(addr, name);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table answers as a map would, through growth, rebinding and the one address no
+    /// slot can hold.
+    #[test]
+    fn addr_names_answer_as_a_map() {
+        let mut t = AddrNames::new();
+        let mut want = std::collections::HashMap::new();
+        let mut x = 0x1234_5678u64;
+        for n in 0..50_000u32 {
+            // (a few thousand distinct addresses, many bound again)
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let addr = match n % 1000 {
+                0 => EMPTY,
+                1 => 0,
+                _ => (x >> 52) << 9,
+            };
+            t.insert(addr, n);
+            want.insert(addr, n);
+            let probe = (x >> 40) << 9;
+            let expect = want.get(&probe).map_or(Ref::Addr(probe), |&v| Ref::Name(v));
+            assert_eq!(t.get(probe), expect);
+        }
+        for (&addr, &n) in &want {
+            assert_eq!(t.get(addr), Ref::Name(n));
+        }
+        assert_eq!(t.len + 1, want.len());
+    }
 
     #[test]
     fn names_run_like_memory_viz() {

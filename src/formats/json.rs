@@ -1,6 +1,6 @@
 //! `export --format json`: the whole model as JSON (layout in docs/export.md).
 
-use std::cell::RefCell;
+use std::io::{self, Write};
 
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -60,25 +60,161 @@ impl Serialize for TrackerJson<'_> {
 
 // ---- allocator snapshots ----
 
-use crate::model::snapshot::{Snapshot, StackId};
-use crate::model::trace::{serialize_events, TraceEvents};
+use crate::model::snapshot::{EventAux, Snapshot, StackId, TraceEvent};
+use crate::model::trace::TraceEvents;
 
 /// A snapshot as one JSON document (docs/snapshots.md, "export"): segments with their blocks,
 /// traces, and the interned `frames` and `stacks` tables that `stack` fields index
 /// (`null` where the file had no `frames` key). The trace events come from `events` (a kept
 /// trace, or where a reading put them aside) as they are written.
-pub struct SnapshotJson<'a, 'e> {
-    snap: &'a Snapshot,
-    events: RefCell<&'e mut dyn TraceEvents>,
+///
+/// Written a part at a time as serde_json writes it (compact), the trace events by hand: there
+/// are millions, and serde's way (a call through the writer per token, every key escaped) was
+/// most of the time `export` took.
+pub fn write_snapshot(
+    w: &mut dyn Write,
+    snap: &Snapshot,
+    events: &mut dyn TraceEvents,
+) -> io::Result<()> {
+    let part = |w: &mut dyn Write, key: &str, value: &dyn erased::Part| -> io::Result<()> {
+        w.write_all(b",")?;
+        serde_json::to_writer(&mut *w, key)?;
+        w.write_all(b":")?;
+        value.write(w)
+    };
+    w.write_all(br#"{"kind":"allocator_snapshot","format_version":1"#)?;
+    part(w, "layout", &erased::Ser(&snap.layout))?;
+    part(w, "devices", &erased::Ser(&snap.devices()))?;
+    let settings: Option<serde_json::Map<String, serde_json::Value>> = snap
+        .allocator_settings
+        .as_ref()
+        .map(|v| v.iter().cloned().collect());
+    part(w, "allocator_settings", &erased::Ser(&settings))?;
+    part(w, "segments", &erased::Ser(&Segs(snap)))?;
+    w.write_all(br#","device_traces":["#)?;
+    let mut out = Vec::with_capacity(FLUSH_AT + 4096);
+    for d in 0..snap.traces.len() {
+        if d > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(br#"{"device":"#);
+        out.extend_from_slice(itoa::Buffer::new().format(d).as_bytes());
+        out.extend_from_slice(br#","events":["#);
+        let mut first = true;
+        events.visit(d as u32, &mut |_, e, stream, aux| {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            push_event(&mut out, e, stream, aux);
+            if out.len() >= FLUSH_AT {
+                w.write_all(&out)?;
+                out.clear();
+            }
+            Ok(())
+        })?;
+        out.extend_from_slice(b"]}");
+    }
+    out.push(b']');
+    w.write_all(&out)?;
+    part(w, "external_annotations", &erased::Ser(&snap.annotations))?;
+    let st = &snap.stacks;
+    let frames = Seq(st.frame_count(), || {
+        (0..st.frame_count()).map(|i| {
+            let f = st.frame(crate::model::snapshot::FrameId(i as u32));
+            FrameOut {
+                filename: st.str(f.filename),
+                name: st.str(f.name),
+                line: f.line,
+            }
+        })
+    });
+    part(w, "frames", &erased::Ser(&frames))?;
+    let stacks = Seq(st.stack_count(), || {
+        (0..st.stack_count()).map(|i| {
+            st.stack(StackId(i as u32))
+                .iter()
+                .map(|f| f.0)
+                .collect::<Vec<u32>>()
+        })
+    });
+    part(w, "stacks", &erased::Ser(&stacks))?;
+    w.write_all(b"}")
 }
 
-impl<'a, 'e> SnapshotJson<'a, 'e> {
-    pub fn new(snap: &'a Snapshot, events: &'e mut dyn TraceEvents) -> Self {
-        SnapshotJson {
-            snap,
-            events: RefCell::new(events),
+/// Bytes of events gathered before they are written.
+const FLUSH_AT: usize = 1 << 20;
+
+/// (a value serde_json writes, behind one type for `write_snapshot`'s parts)
+mod erased {
+    use std::io::{self, Write};
+
+    pub trait Part {
+        fn write(&self, w: &mut dyn Write) -> io::Result<()>;
+    }
+
+    pub struct Ser<'a, T: serde::Serialize>(pub &'a T);
+
+    impl<T: serde::Serialize> Part for Ser<'_, T> {
+        fn write(&self, w: &mut dyn Write) -> io::Result<()> {
+            Ok(serde_json::to_writer(w, self.0)?)
         }
     }
+}
+
+/// One trace event as serde_json writes it: `{"action":…,"addr":…,"size":…,"time_us":…,
+/// "stream":…,"stack":…}`, then what the event carries (`device_free`, `user_metadata`,
+/// `compile_context`, `action_name`) where it carries it.
+fn push_event(out: &mut Vec<u8>, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+    let mut num = itoa::Buffer::new();
+    out.extend_from_slice(br#"{"action":"#);
+    match aux.and_then(|a| a.action_name.as_deref()) {
+        Some(name) => push_str(out, name),
+        None => {
+            // (the names of actions are plain words: nothing in them to escape)
+            out.push(b'"');
+            out.extend_from_slice(e.action.name().as_bytes());
+            out.push(b'"');
+        }
+    }
+    out.extend_from_slice(br#","addr":"#);
+    out.extend_from_slice(num.format(e.addr).as_bytes());
+    out.extend_from_slice(br#","size":"#);
+    out.extend_from_slice(num.format(e.size).as_bytes());
+    out.extend_from_slice(br#","time_us":"#);
+    match e.time() {
+        Some(t) => out.extend_from_slice(num.format(t).as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(br#","stream":"#);
+    out.extend_from_slice(num.format(stream).as_bytes());
+    out.extend_from_slice(br#","stack":"#);
+    match stack_ref(e.stack) {
+        Some(s) => out.extend_from_slice(num.format(s).as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+    if let Some(a) = aux {
+        if let Some(free) = a.device_free {
+            out.extend_from_slice(br#","device_free":"#);
+            out.extend_from_slice(num.format(free).as_bytes());
+        }
+        for (key, value) in [
+            (&br#","user_metadata":"#[..], &a.user_metadata),
+            (br#","compile_context":"#, &a.compile_context),
+            (br#","action_name":"#, &a.action_name),
+        ] {
+            if let Some(v) = value {
+                out.extend_from_slice(key);
+                push_str(out, v);
+            }
+        }
+    }
+    out.push(b'}');
+}
+
+/// A JSON string, escaped as serde_json escapes it.
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(&mut *out, s).expect("writing to memory does not fail");
 }
 
 fn stack_ref(s: StackId) -> Option<u32> {
@@ -138,139 +274,52 @@ struct HistoryOut {
 }
 
 #[derive(Serialize)]
-struct EventOut<'a> {
-    action: &'a str,
-    addr: u64,
-    size: u64,
-    time_us: Option<i64>,
-    stream: i64,
-    stack: Option<u32>,
-    #[serde(flatten)]
-    aux: Option<&'a crate::model::snapshot::EventAux>,
-}
-
-/// A device's events, as they are read from where they are.
-struct TraceEventsOut<'a, 'e>(u32, &'a RefCell<&'e mut dyn TraceEvents>);
-
-impl Serialize for TraceEventsOut<'_, '_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut events = self.1.borrow_mut();
-        serialize_events(s, *events, self.0, |seq, _, e, stream, aux| {
-            seq.serialize_element(&EventOut {
-                action: (aux.and_then(|a| a.action_name.as_deref())).unwrap_or(e.action.name()),
-                addr: e.addr,
-                size: e.size,
-                time_us: e.time(),
-                stream,
-                stack: stack_ref(e.stack),
-                aux,
-            })
-        })
-    }
-}
-
-#[derive(Serialize)]
 struct FrameOut<'a> {
     filename: &'a str,
     name: &'a str,
     line: i64,
 }
 
-impl Serialize for SnapshotJson<'_, '_> {
+struct Segs<'a>(&'a Snapshot);
+impl Serialize for Segs<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let snap = self.snap;
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("kind", "allocator_snapshot")?;
-        m.serialize_entry("format_version", &1)?;
-        m.serialize_entry("layout", &snap.layout)?;
-        m.serialize_entry("devices", &snap.devices())?;
-        let settings: Option<serde_json::Map<String, serde_json::Value>> = snap
-            .allocator_settings
-            .as_ref()
-            .map(|v| v.iter().cloned().collect());
-        m.serialize_entry("allocator_settings", &settings)?;
-        struct Segs<'a>(&'a Snapshot);
-        impl Serialize for Segs<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let snap = self.0;
-                let mut seq = s.serialize_seq(Some(snap.segments.len()))?;
-                for g in &snap.segments {
-                    let blocks = Seq(g.block_len as usize, || {
-                        g.blocks(&snap.blocks).iter().map(|b| BlockOut {
-                            address: b.address,
-                            size: b.size,
-                            requested_size: b.requested_size,
-                            state: b.state.name(),
-                            stack: stack_ref(b.stack),
-                            history: (b.history_len > 0).then_some({
-                                Seq(b.history_len as usize, move || {
-                                    b.history(&snap.history).iter().map(|h| HistoryOut {
-                                        addr: h.addr,
-                                        real_size: h.real_size,
-                                        stack: stack_ref(h.stack),
-                                    })
-                                })
-                            }),
+        let snap = self.0;
+        let mut seq = s.serialize_seq(Some(snap.segments.len()))?;
+        for g in &snap.segments {
+            let blocks = Seq(g.block_len as usize, || {
+                g.blocks(&snap.blocks).iter().map(|b| BlockOut {
+                    address: b.address,
+                    size: b.size,
+                    requested_size: b.requested_size,
+                    state: b.state.name(),
+                    stack: stack_ref(b.stack),
+                    history: (b.history_len > 0).then_some({
+                        Seq(b.history_len as usize, move || {
+                            b.history(&snap.history).iter().map(|h| HistoryOut {
+                                addr: h.addr,
+                                real_size: h.real_size,
+                                stack: stack_ref(h.stack),
+                            })
                         })
-                    });
-                    seq.serialize_element(&SegmentOut {
-                        device: g.device,
-                        address: g.address,
-                        total_size: g.total_size,
-                        stream: g.stream,
-                        size_class: g.size_class.name(),
-                        size_class_derived: g.size_class_derived,
-                        pool_id: g.pool_id,
-                        is_expandable: g.is_expandable,
-                        allocated_size: g.allocated_size,
-                        active_size: g.active_size,
-                        requested_size: g.requested_size,
-                        stack: stack_ref(g.stack),
-                        blocks: &blocks,
-                    })?;
-                }
-                seq.end()
-            }
-        }
-        m.serialize_entry("segments", &Segs(snap))?;
-        #[derive(Serialize)]
-        struct TraceOut<'a, 'e> {
-            device: usize,
-            events: TraceEventsOut<'a, 'e>,
-        }
-        let traces_out = Seq(snap.traces.len(), || {
-            (0..snap.traces.len()).map(|d| TraceOut {
-                device: d,
-                events: TraceEventsOut(d as u32, &self.events),
-            })
-        });
-        m.serialize_entry("device_traces", &traces_out)?;
-        m.serialize_entry("external_annotations", &snap.annotations)?;
-        let st = &snap.stacks;
-        m.serialize_entry(
-            "frames",
-            &Seq(st.frame_count(), || {
-                (0..st.frame_count()).map(|i| {
-                    let f = st.frame(crate::model::snapshot::FrameId(i as u32));
-                    FrameOut {
-                        filename: st.str(f.filename),
-                        name: st.str(f.name),
-                        line: f.line,
-                    }
+                    }),
                 })
-            }),
-        )?;
-        m.serialize_entry(
-            "stacks",
-            &Seq(st.stack_count(), || {
-                (0..st.stack_count()).map(|i| {
-                    st.stack(StackId(i as u32))
-                        .iter()
-                        .map(|f| f.0)
-                        .collect::<Vec<u32>>()
-                })
-            }),
-        )?;
-        m.end()
+            });
+            seq.serialize_element(&SegmentOut {
+                device: g.device,
+                address: g.address,
+                total_size: g.total_size,
+                stream: g.stream,
+                size_class: g.size_class.name(),
+                size_class_derived: g.size_class_derived,
+                pool_id: g.pool_id,
+                is_expandable: g.is_expandable,
+                allocated_size: g.allocated_size,
+                active_size: g.active_size,
+                requested_size: g.requested_size,
+                stack: stack_ref(g.stack),
+                blocks: &blocks,
+            })?;
+        }
+        seq.end()
     }
 }
