@@ -499,7 +499,9 @@ mod tests {
         let mut x = 0x1234_5678u64;
         for n in 0..50_000u32 {
             // (a few thousand distinct addresses, many bound again)
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let addr = match n % 1000 {
                 0 => EMPTY,
                 1 => 0,

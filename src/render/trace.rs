@@ -229,7 +229,6 @@ pub fn write_trace_text(
                 Ok(())
             })?;
             hand_over(&mut read, w, &mut pending)?;
-            drop(hand_over);
             drop(to_format);
             while pending > 0 {
                 match texts.recv() {
