@@ -248,6 +248,7 @@ impl DeviceListing {
             finals,
             live_segs: BTreeMap::new(),
             alloc_names: AddrNames::new(),
+            last_place: None,
             seg_names: FxHashMap::default(),
             next: 0,
         }
@@ -261,6 +262,8 @@ pub struct Namer {
     finals: Vec<(u64, u64, usize)>,
     live_segs: BTreeMap<u64, (u64, u32)>,
     alloc_names: AddrNames,
+    /// The place of the last allocation looked up, while no segment of the trace comes or goes.
+    last_place: Option<KnownPlace>,
     seg_names: FxHashMap<u64, u32>,
     next: u32,
 }
@@ -278,20 +281,56 @@ impl Namer {
         }
     }
 
-    fn place_of(&self, addr: u64) -> (Place, u64) {
+    fn place_of(&mut self, addr: u64) -> (Place, u64) {
+        // (allocations come in runs within one segment: most are answered by the last lookup)
+        if let Some(k) = self.last_place {
+            if k.from <= addr && addr < k.to {
+                return (k.place, addr - k.base);
+            }
+        }
+        let (place, offset, known) = self.look_up_place(addr);
+        self.last_place = Some(known);
+        (place, offset)
+    }
+
+    /// Where `addr` lies, and a range of addresses around it that lie in the same place.
+    fn look_up_place(&self, addr: u64) -> (Place, u64, KnownPlace) {
+        // (the next segment starting above `addr`, of each kind, ends the range known)
+        let next_live = || {
+            (self.live_segs.range(addr.saturating_add(1)..).next()).map_or(u64::MAX, |(&a, _)| a)
+        };
         if let Some((&start, &(size, name))) = self.live_segs.range(..=addr).next_back() {
             if addr < start.saturating_add(size) {
-                return (Place::Named(name), addr - start);
+                let known = KnownPlace {
+                    // no live segment starts in (start, addr]: the same one holds from `start`
+                    from: start,
+                    to: start.saturating_add(size).min(next_live()),
+                    base: start,
+                    place: Place::Named(name),
+                };
+                return (Place::Named(name), addr - start, known);
             }
         }
         let k = self.finals.partition_point(|&(a, _, _)| a <= addr);
+        let next_final = self.finals.get(k).map_or(u64::MAX, |&(a, _, _)| a);
+        // (segments starting below `addr` may reach past it: only from `addr` up is known)
+        let mut known = KnownPlace {
+            from: addr,
+            to: next_live().min(next_final),
+            base: 0,
+            place: Place::Mem,
+        };
         if k > 0 {
             let (start, size, i) = self.finals[k - 1];
             if addr < start.saturating_add(size) {
-                return (Place::Final(i), addr - start);
+                known.to = known.to.min(start.saturating_add(size));
+                known.base = start;
+                known.place = Place::Final(i);
+                return (Place::Final(i), addr - start, known);
             }
+            // (past the end of that one: Mem until the next segment starts)
         }
-        (Place::Mem, addr)
+        (Place::Mem, addr, known)
     }
 
     /// The line of the next event `e`, with what it carries.
@@ -323,6 +362,7 @@ impl Namer {
                 let name = self.next;
                 self.next += 1;
                 self.live_segs.insert(e.addr, (e.size, name));
+                self.last_place = None;
                 self.seg_names.insert(e.addr, name);
                 if e.action == Action::SegmentAlloc {
                     Line::SegmentAlloc {
@@ -342,6 +382,7 @@ impl Namer {
                 let target = lookup(&self.seg_names, e.addr);
                 if matches!(self.live_segs.get(&e.addr), Some(&(size, _)) if size == e.size) {
                     self.live_segs.remove(&e.addr);
+                    self.last_place = None;
                 }
                 if e.action == Action::SegmentFree {
                     Line::SegmentFree {
@@ -376,6 +417,15 @@ fn lookup(names: &FxHashMap<u64, u32>, addr: u64) -> Ref {
         Some(&n) => Ref::Name(n),
         None => Ref::Addr(addr),
     }
+}
+
+/// Addresses `from..to` lie in `place`, at offsets from `base`.
+#[derive(Clone, Copy)]
+struct KnownPlace {
+    from: u64,
+    to: u64,
+    base: u64,
+    place: Place,
 }
 
 /// Address -> the name last given to an allocation there, with open addressing and linear
@@ -489,6 +539,81 @@ impl AddrNames {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Places come out as the plain lookup gives them, whatever the last lookup remembered:
+    /// overlapping final segments, trace segments coming and going inside and around them.
+    #[test]
+    fn remembered_places_are_the_places() {
+        fn plain(n: &Namer, addr: u64) -> (Place, u64) {
+            if let Some((&start, &(size, name))) = n.live_segs.range(..=addr).next_back() {
+                if addr < start + size {
+                    return (Place::Named(name), addr - start);
+                }
+            }
+            let k = n.finals.partition_point(|&(a, _, _)| a <= addr);
+            if k > 0 {
+                let (start, size, i) = n.finals[k - 1];
+                if addr < start + size {
+                    return (Place::Final(i), addr - start);
+                }
+            }
+            (Place::Mem, addr)
+        }
+        let mut x = 7u64;
+        let mut rand = move |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let mut namer = Namer {
+            finals: vec![
+                (100, 50, 0),
+                (120, 10, 1),
+                (120, 200, 2),
+                (400, 10, 3),
+                (900, 1, 4),
+            ],
+            live_segs: BTreeMap::new(),
+            alloc_names: AddrNames::new(),
+            last_place: None,
+            seg_names: FxHashMap::default(),
+            next: 0,
+        };
+        namer.finals.sort_unstable();
+        let event = |action, addr, size| TraceEvent {
+            addr,
+            size,
+            time_us: crate::model::snapshot::NO_TIME,
+            stack: crate::model::snapshot::StackId::MISSING,
+            stream_index: 0,
+            action,
+        };
+        let mut segs: Vec<(u64, u64)> = Vec::new();
+        for _ in 0..20_000 {
+            match rand(20) {
+                0 => {
+                    let (a, size) = (rand(1000), 1 + rand(80));
+                    namer.line(&event(Action::SegmentAlloc, a, size), None);
+                    segs.push((a, size));
+                }
+                1 if !segs.is_empty() => {
+                    let (a, size) = segs.swap_remove(rand(segs.len() as u64) as usize);
+                    namer.line(&event(Action::SegmentFree, a, size), None);
+                }
+                _ => {
+                    let addr = rand(1000);
+                    let want = plain(&namer, addr);
+                    let Line::Alloc { place, offset, .. } =
+                        namer.line(&event(Action::Alloc, addr, 1), None)
+                    else {
+                        unreachable!("an alloc's line")
+                    };
+                    assert_eq!((place, offset), want, "at {addr}");
+                }
+            }
+        }
+    }
 
     /// The table answers as a map would, through growth, rebinding and the one address no
     /// slot can hold.

@@ -92,31 +92,15 @@ pub fn write_snapshot(
     part(w, "allocator_settings", &erased::Ser(&settings))?;
     part(w, "segments", &erased::Ser(&Segs(snap)))?;
     w.write_all(br#","device_traces":["#)?;
-    let mut out = Vec::with_capacity(FLUSH_AT + 4096);
     for d in 0..snap.traces.len() {
         if d > 0 {
-            out.push(b',');
+            w.write_all(b",")?;
         }
-        out.extend_from_slice(br#"{"device":"#);
-        out.extend_from_slice(itoa::Buffer::new().format(d).as_bytes());
-        out.extend_from_slice(br#","events":["#);
-        let mut first = true;
-        events.visit(d as u32, &mut |_, e, stream, aux| {
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            push_event(&mut out, e, stream, aux);
-            if out.len() >= FLUSH_AT {
-                w.write_all(&out)?;
-                out.clear();
-            }
-            Ok(())
-        })?;
-        out.extend_from_slice(b"]}");
+        write!(w, r#"{{"device":{d},"events":["#)?;
+        write_events(w, events, d as u32)?;
+        w.write_all(b"]}")?;
     }
-    out.push(b']');
-    w.write_all(&out)?;
+    w.write_all(b"]")?;
     part(w, "external_annotations", &erased::Ser(&snap.annotations))?;
     let st = &snap.stacks;
     let frames = Seq(st.frame_count(), || {
@@ -142,8 +126,86 @@ pub fn write_snapshot(
     w.write_all(b"}")
 }
 
-/// Bytes of events gathered before they are written.
-const FLUSH_AT: usize = 1 << 20;
+/// A batch of events on their way to be written as JSON: each with its stream, and what the
+/// few that carry something carry (by index in the batch).
+#[derive(Default)]
+struct EventBatch {
+    events: Vec<(TraceEvent, i64)>,
+    aux: Vec<(usize, EventAux)>,
+    /// Whether it starts the device's list (no comma before its first event).
+    first: bool,
+}
+
+/// A device's events, comma-separated: read back here while a second thread writes them as
+/// JSON, in batches handed over in order (and handed back, to be used again).
+fn write_events(w: &mut dyn Write, events: &mut dyn TraceEvents, device: u32) -> io::Result<()> {
+    const BATCH: usize = 8192;
+    std::thread::scope(|scope| -> io::Result<()> {
+        // (bounded: reading waits when the writer is 4 batches behind)
+        let (to_format, batches) = std::sync::mpsc::sync_channel::<(EventBatch, Vec<u8>)>(4);
+        let (to_write, texts) = std::sync::mpsc::channel::<(EventBatch, Vec<u8>)>();
+        scope.spawn(move || {
+            for (batch, mut out) in batches {
+                out.clear();
+                let mut aux = batch.aux.iter().peekable();
+                for (i, (e, stream)) in batch.events.iter().enumerate() {
+                    if i > 0 || !batch.first {
+                        out.push(b',');
+                    }
+                    let a = aux.next_if(|(at, _)| *at == i).map(|(_, a)| a);
+                    push_event(&mut out, e, *stream, a);
+                }
+                if to_write.send((batch, out)).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut batch = EventBatch {
+            first: true,
+            ..EventBatch::default()
+        };
+        let mut spare: Vec<(EventBatch, Vec<u8>)> = Vec::new();
+        let mut pending = 0usize; // batches handed over, not yet written
+        let mut hand_over =
+            |batch: &mut EventBatch, w: &mut dyn Write, pending: &mut usize| -> io::Result<()> {
+                let (mut next, out) = spare.pop().unwrap_or_default();
+                next.events.clear();
+                next.aux.clear();
+                next.first = false;
+                // (the writer only stops early when this side has gone)
+                let _ = to_format.send((std::mem::replace(batch, next), out));
+                *pending += 1;
+                while let Ok((done, out)) = texts.try_recv() {
+                    *pending -= 1;
+                    w.write_all(&out)?;
+                    spare.push((done, out));
+                }
+                Ok(())
+            };
+        events.visit(device, &mut |_, e, stream, aux| {
+            if let Some(a) = aux {
+                batch.aux.push((batch.events.len(), a.clone()));
+            }
+            batch.events.push((*e, stream));
+            if batch.events.len() == BATCH {
+                hand_over(&mut batch, w, &mut pending)?;
+            }
+            Ok(())
+        })?;
+        hand_over(&mut batch, w, &mut pending)?;
+        drop(to_format);
+        while pending > 0 {
+            match texts.recv() {
+                Ok((_, out)) => {
+                    pending -= 1;
+                    w.write_all(&out)?;
+                }
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    })
+}
 
 /// (a value serde_json writes, behind one type for `write_snapshot`'s parts)
 mod erased {
