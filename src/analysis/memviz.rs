@@ -48,38 +48,27 @@ pub fn format_size(bytes: i64) -> String {
 pub fn push_size(out: &mut String, bytes: i64) {
     const UNITS: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
     let neg = bytes < 0;
-    let mag = bytes.unsigned_abs() as u128;
-    let mut k = 0;
-    while k + 1 < UNITS.len() && mag >= 1u128 << (10 * (k + 1)) {
-        k += 1;
-    }
-    let d = 1u128 << (10 * k);
-    let (mut q, r) = (mag * 10 / d, mag * 10 % d);
+    let mag = bytes.unsigned_abs();
+    // the largest unit not above the value: 2^(10 k) <= mag
+    let k = match mag {
+        0 => 0,
+        _ => ((63 - mag.leading_zeros()) / 10).min(6),
+    };
+    // tenths of the unit, by shifts and masks (a u128 division is a library call)
+    let (t, shift) = (mag as u128 * 10, 10 * k);
+    let d = 1u128 << shift;
+    let (mut q, r) = ((t >> shift) as u64, t & (d - 1));
     if 2 * r > d || (2 * r == d && q % 2 == 1) {
         q += 1;
     }
     if neg {
         out.push('-');
     }
-    push_u128(out, q / 10);
+    out.push_str(itoa::Buffer::new().format(q / 10));
     out.push('.');
     out.push((b'0' + (q % 10) as u8) as char);
-    out.push_str(UNITS[k]);
+    out.push_str(UNITS[k as usize]);
     out.push('B');
-}
-
-fn push_u128(out: &mut String, mut v: u128) {
-    let mut buf = [0u8; 40];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.push_str(std::str::from_utf8(&buf[i..]).expect("digits"));
 }
 
 /// Per-frame and per-stack results of the filter, computed once per distinct frame/stack.

@@ -140,8 +140,13 @@ pub enum Line {
         /// The event's `size` field.
         size: u64,
     },
-    /// (its name and fields are the event's)
-    Other,
+    /// An action the listing has no form for (its name is the event's).
+    Other {
+        /// The event's address.
+        addr: u64,
+        /// The event's `size` field.
+        size: u64,
+    },
 }
 
 /// Totals over the listing's entries.
@@ -242,7 +247,8 @@ impl DeviceListing {
         Namer {
             finals,
             live_segs: BTreeMap::new(),
-            alloc_names: FxHashMap::default(),
+            alloc_names: AddrNames::new(),
+            last_place: None,
             seg_names: FxHashMap::default(),
             next: 0,
         }
@@ -255,26 +261,76 @@ pub struct Namer {
     /// of the trace covers lies.
     finals: Vec<(u64, u64, usize)>,
     live_segs: BTreeMap<u64, (u64, u32)>,
-    alloc_names: FxHashMap<u64, u32>,
+    alloc_names: AddrNames,
+    /// The place of the last allocation looked up, while no segment of the trace comes or goes.
+    last_place: Option<KnownPlace>,
     seg_names: FxHashMap<u64, u32>,
     next: u32,
 }
 
 impl Namer {
-    fn place_of(&self, addr: u64) -> (Place, u64) {
+    /// Ask for what naming `e` will look up, ahead of [`Namer::line`] (a hint: the lookups of
+    /// allocations' names miss the caches on long traces).
+    #[inline]
+    pub fn prefetch(&self, e: &TraceEvent) {
+        if matches!(
+            e.action,
+            Action::Alloc | Action::FreeRequested | Action::FreeCompleted
+        ) {
+            self.alloc_names.prefetch(e.addr);
+        }
+    }
+
+    fn place_of(&mut self, addr: u64) -> (Place, u64) {
+        // (allocations come in runs within one segment: most are answered by the last lookup)
+        if let Some(k) = self.last_place {
+            if k.from <= addr && addr < k.to {
+                return (k.place, addr - k.base);
+            }
+        }
+        let (place, offset, known) = self.look_up_place(addr);
+        self.last_place = Some(known);
+        (place, offset)
+    }
+
+    /// Where `addr` lies, and a range of addresses around it that lie in the same place.
+    fn look_up_place(&self, addr: u64) -> (Place, u64, KnownPlace) {
+        // (the next segment starting above `addr`, of each kind, ends the range known)
+        let next_live = || {
+            (self.live_segs.range(addr.saturating_add(1)..).next()).map_or(u64::MAX, |(&a, _)| a)
+        };
         if let Some((&start, &(size, name))) = self.live_segs.range(..=addr).next_back() {
             if addr < start.saturating_add(size) {
-                return (Place::Named(name), addr - start);
+                let known = KnownPlace {
+                    // no live segment starts in (start, addr]: the same one holds from `start`
+                    from: start,
+                    to: start.saturating_add(size).min(next_live()),
+                    base: start,
+                    place: Place::Named(name),
+                };
+                return (Place::Named(name), addr - start, known);
             }
         }
         let k = self.finals.partition_point(|&(a, _, _)| a <= addr);
+        let next_final = self.finals.get(k).map_or(u64::MAX, |&(a, _, _)| a);
+        // (segments starting below `addr` may reach past it: only from `addr` up is known)
+        let mut known = KnownPlace {
+            from: addr,
+            to: next_live().min(next_final),
+            base: 0,
+            place: Place::Mem,
+        };
         if k > 0 {
             let (start, size, i) = self.finals[k - 1];
             if addr < start.saturating_add(size) {
-                return (Place::Final(i), addr - start);
+                known.to = known.to.min(start.saturating_add(size));
+                known.base = start;
+                known.place = Place::Final(i);
+                return (Place::Final(i), addr - start, known);
             }
+            // (past the end of that one: Mem until the next segment starts)
         }
-        (Place::Mem, addr)
+        (Place::Mem, addr, known)
     }
 
     /// The line of the next event `e`, with what it carries.
@@ -293,19 +349,20 @@ impl Namer {
                 }
             }
             Action::FreeRequested => Line::FreeRequested {
-                target: lookup(&self.alloc_names, e.addr),
+                target: self.alloc_names.get(e.addr),
                 size: e.size,
             },
             // the name stays bound to the address until the next allocation there, so a
             // late `annotate` or a repeated free still reads by name
             Action::FreeCompleted => Line::FreeCompleted {
-                target: lookup(&self.alloc_names, e.addr),
+                target: self.alloc_names.get(e.addr),
                 size: e.size,
             },
             Action::SegmentAlloc | Action::SegmentMap => {
                 let name = self.next;
                 self.next += 1;
                 self.live_segs.insert(e.addr, (e.size, name));
+                self.last_place = None;
                 self.seg_names.insert(e.addr, name);
                 if e.action == Action::SegmentAlloc {
                     Line::SegmentAlloc {
@@ -325,6 +382,7 @@ impl Namer {
                 let target = lookup(&self.seg_names, e.addr);
                 if matches!(self.live_segs.get(&e.addr), Some(&(size, _)) if size == e.size) {
                     self.live_segs.remove(&e.addr);
+                    self.last_place = None;
                 }
                 if e.action == Action::SegmentFree {
                     Line::SegmentFree {
@@ -343,10 +401,13 @@ impl Namer {
                 device_free: aux.and_then(|a| a.device_free),
             },
             Action::Annotate => Line::Annotate {
-                target: lookup(&self.alloc_names, e.addr),
+                target: self.alloc_names.get(e.addr),
             },
             Action::Snapshot => Line::Snapshot { size: e.size },
-            Action::Other => Line::Other,
+            Action::Other => Line::Other {
+                addr: e.addr,
+                size: e.size,
+            },
         }
     }
 }
@@ -358,9 +419,247 @@ fn lookup(names: &FxHashMap<u64, u32>, addr: u64) -> Ref {
     }
 }
 
+/// Addresses `from..to` lie in `place`, at offsets from `base`.
+#[derive(Clone, Copy)]
+struct KnownPlace {
+    from: u64,
+    to: u64,
+    base: u64,
+    place: Place,
+}
+
+/// Address -> the name last given to an allocation there, with open addressing and linear
+/// probing. Names are never removed (one stays bound until the next allocation at its address),
+/// so the table holds every address the trace allocated at: on long traces it outgrows the
+/// caches, and a lookup per allocation and per free that misses them was the listing's largest
+/// cost. Here a lookup is one slot of 12 bytes, which [`AddrNames::prefetch`] asks for ahead.
+struct AddrNames {
+    /// `EMPTY` where free. A power of two long, at most 80% full.
+    slots: Vec<Slot>,
+    len: usize,
+    /// 64 minus log2 of the slot count: a hash's top bits index the slots.
+    shift: u32,
+    /// The name at address `EMPTY` itself, which no slot can hold.
+    at_empty: Option<u32>,
+}
+
+const EMPTY: u64 = u64::MAX;
+
+/// An address and its name in 12 bytes, not 16: the table holds every address a trace
+/// allocated at (tens of millions in a 10 GB capture).
+#[derive(Clone, Copy)]
+#[repr(C, packed(4))]
+struct Slot {
+    addr: u64,
+    name: u32,
+}
+
+impl Slot {
+    const FREE: Slot = Slot {
+        addr: EMPTY,
+        name: 0,
+    };
+}
+
+impl AddrNames {
+    fn new() -> AddrNames {
+        const BITS: u32 = 12;
+        AddrNames {
+            slots: vec![Slot::FREE; 1 << BITS],
+            len: 0,
+            shift: 64 - BITS,
+            at_empty: None,
+        }
+    }
+
+    #[inline]
+    fn slot_of(&self, addr: u64) -> usize {
+        // (Fibonacci hashing: addresses are multiples of 512, their top bits mix well)
+        (addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    #[inline]
+    fn prefetch(&self, addr: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let p = self.slots.as_ptr().wrapping_add(self.slot_of(addr));
+            // SAFETY: a prefetch is a hint that never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = addr;
+    }
+
+    fn get(&self, addr: u64) -> Ref {
+        let found = if addr == EMPTY {
+            self.at_empty
+        } else {
+            let mask = self.slots.len() - 1;
+            let mut i = self.slot_of(addr);
+            loop {
+                let Slot { addr: k, name } = self.slots[i];
+                if k == addr {
+                    break Some(name);
+                }
+                if k == EMPTY {
+                    break None;
+                }
+                i = (i + 1) & mask;
+            }
+        };
+        match found {
+            Some(n) => Ref::Name(n),
+            None => Ref::Addr(addr),
+        }
+    }
+
+    fn insert(&mut self, addr: u64, name: u32) {
+        if addr == EMPTY {
+            self.at_empty = Some(name);
+            return;
+        }
+        if (self.len + 1) * 5 > self.slots.len() * 4 {
+            self.grow();
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.slot_of(addr);
+        loop {
+            let slot = &mut self.slots[i];
+            let k = slot.addr;
+            if k == addr {
+                slot.name = name;
+                return;
+            }
+            if k == EMPTY {
+                *slot = Slot { addr, name };
+                self.len += 1;
+                return;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn grow(&mut self) {
+        let bigger = vec![Slot::FREE; self.slots.len() * 2];
+        let old = std::mem::replace(&mut self.slots, bigger);
+        self.shift -= 1;
+        self.len = 0;
+        for Slot { addr, name } in old {
+            if addr != EMPTY {
+                self.insert(addr, name);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Places come out as the plain lookup gives them, whatever the last lookup remembered:
+    /// overlapping final segments, trace segments coming and going inside and around them.
+    #[test]
+    fn remembered_places_are_the_places() {
+        fn plain(n: &Namer, addr: u64) -> (Place, u64) {
+            if let Some((&start, &(size, name))) = n.live_segs.range(..=addr).next_back() {
+                if addr < start + size {
+                    return (Place::Named(name), addr - start);
+                }
+            }
+            let k = n.finals.partition_point(|&(a, _, _)| a <= addr);
+            if k > 0 {
+                let (start, size, i) = n.finals[k - 1];
+                if addr < start + size {
+                    return (Place::Final(i), addr - start);
+                }
+            }
+            (Place::Mem, addr)
+        }
+        let mut x = 7u64;
+        let mut rand = move |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let mut namer = Namer {
+            finals: vec![
+                (100, 50, 0),
+                (120, 10, 1),
+                (120, 200, 2),
+                (400, 10, 3),
+                (900, 1, 4),
+            ],
+            live_segs: BTreeMap::new(),
+            alloc_names: AddrNames::new(),
+            last_place: None,
+            seg_names: FxHashMap::default(),
+            next: 0,
+        };
+        namer.finals.sort_unstable();
+        let event = |action, addr, size| TraceEvent {
+            addr,
+            size,
+            time_us: crate::model::snapshot::NO_TIME,
+            stack: crate::model::snapshot::StackId::MISSING,
+            stream_index: 0,
+            action,
+        };
+        let mut segs: Vec<(u64, u64)> = Vec::new();
+        for _ in 0..20_000 {
+            match rand(20) {
+                0 => {
+                    let (a, size) = (rand(1000), 1 + rand(80));
+                    namer.line(&event(Action::SegmentAlloc, a, size), None);
+                    segs.push((a, size));
+                }
+                1 if !segs.is_empty() => {
+                    let (a, size) = segs.swap_remove(rand(segs.len() as u64) as usize);
+                    namer.line(&event(Action::SegmentFree, a, size), None);
+                }
+                _ => {
+                    let addr = rand(1000);
+                    let want = plain(&namer, addr);
+                    let Line::Alloc { place, offset, .. } =
+                        namer.line(&event(Action::Alloc, addr, 1), None)
+                    else {
+                        unreachable!("an alloc's line")
+                    };
+                    assert_eq!((place, offset), want, "at {addr}");
+                }
+            }
+        }
+    }
+
+    /// The table answers as a map would, through growth, rebinding and the one address no
+    /// slot can hold.
+    #[test]
+    fn addr_names_answer_as_a_map() {
+        let mut t = AddrNames::new();
+        let mut want = std::collections::HashMap::new();
+        let mut x = 0x1234_5678u64;
+        for n in 0..50_000u32 {
+            // (a few thousand distinct addresses, many bound again)
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let addr = match n % 1000 {
+                0 => EMPTY,
+                1 => 0,
+                _ => (x >> 52) << 9,
+            };
+            t.insert(addr, n);
+            want.insert(addr, n);
+            let probe = (x >> 40) << 9;
+            let expect = want.get(&probe).map_or(Ref::Addr(probe), |&v| Ref::Name(v));
+            assert_eq!(t.get(probe), expect);
+        }
+        for (&addr, &n) in &want {
+            assert_eq!(t.get(addr), Ref::Name(n));
+        }
+        assert_eq!(t.len + 1, want.len());
+    }
 
     #[test]
     fn names_run_like_memory_viz() {

@@ -1,7 +1,7 @@
 use crate::cli::{ExportArgs, ExportFormat};
 use crate::error::Result;
 use crate::formats::event_spool::EventSpool;
-use crate::formats::json::{SnapshotJson, TrackerJson};
+use crate::formats::json::{write_snapshot, TrackerJson};
 use crate::formats::{self, Input, SnapshotParts};
 use crate::output;
 use crate::progress::Stage;
@@ -22,9 +22,7 @@ pub fn run(a: ExportArgs) -> Result<()> {
     output::emit_with(&a.output, |w| {
         match &input {
             Input::Tracker(t) => serde_json::to_writer(&mut *w, &TrackerJson(t))?,
-            Input::Snapshot(s) => {
-                serde_json::to_writer(&mut *w, &SnapshotJson::new(s, &mut spool))?
-            }
+            Input::Snapshot(s) => write_snapshot(w, s, &mut spool)?,
         }
         w.write_all(b"\n")
     })

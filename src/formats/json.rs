@@ -1,6 +1,6 @@
 //! `export --format json`: the whole model as JSON (layout in docs/export.md).
 
-use std::cell::RefCell;
+use std::io::{self, Write};
 
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
@@ -60,25 +60,223 @@ impl Serialize for TrackerJson<'_> {
 
 // ---- allocator snapshots ----
 
-use crate::model::snapshot::{Snapshot, StackId};
-use crate::model::trace::{serialize_events, TraceEvents};
+use crate::model::snapshot::{EventAux, Snapshot, StackId, TraceEvent};
+use crate::model::trace::TraceEvents;
 
 /// A snapshot as one JSON document (docs/snapshots.md, "export"): segments with their blocks,
 /// traces, and the interned `frames` and `stacks` tables that `stack` fields index
 /// (`null` where the file had no `frames` key). The trace events come from `events` (a kept
 /// trace, or where a reading put them aside) as they are written.
-pub struct SnapshotJson<'a, 'e> {
-    snap: &'a Snapshot,
-    events: RefCell<&'e mut dyn TraceEvents>,
+///
+/// Written a part at a time as serde_json writes it (compact), the trace events by hand: there
+/// are millions, and serde's way (a call through the writer per token, every key escaped) was
+/// most of the time `export` took.
+pub fn write_snapshot(
+    w: &mut dyn Write,
+    snap: &Snapshot,
+    events: &mut dyn TraceEvents,
+) -> io::Result<()> {
+    let part = |w: &mut dyn Write, key: &str, value: &dyn erased::Part| -> io::Result<()> {
+        w.write_all(b",")?;
+        serde_json::to_writer(&mut *w, key)?;
+        w.write_all(b":")?;
+        value.write(w)
+    };
+    w.write_all(br#"{"kind":"allocator_snapshot","format_version":1"#)?;
+    part(w, "layout", &erased::Ser(&snap.layout))?;
+    part(w, "devices", &erased::Ser(&snap.devices()))?;
+    let settings: Option<serde_json::Map<String, serde_json::Value>> = snap
+        .allocator_settings
+        .as_ref()
+        .map(|v| v.iter().cloned().collect());
+    part(w, "allocator_settings", &erased::Ser(&settings))?;
+    part(w, "segments", &erased::Ser(&Segs(snap)))?;
+    w.write_all(br#","device_traces":["#)?;
+    for d in 0..snap.traces.len() {
+        if d > 0 {
+            w.write_all(b",")?;
+        }
+        write!(w, r#"{{"device":{d},"events":["#)?;
+        write_events(w, events, d as u32)?;
+        w.write_all(b"]}")?;
+    }
+    w.write_all(b"]")?;
+    part(w, "external_annotations", &erased::Ser(&snap.annotations))?;
+    let st = &snap.stacks;
+    let frames = Seq(st.frame_count(), || {
+        (0..st.frame_count()).map(|i| {
+            let f = st.frame(crate::model::snapshot::FrameId(i as u32));
+            FrameOut {
+                filename: st.str(f.filename),
+                name: st.str(f.name),
+                line: f.line,
+            }
+        })
+    });
+    part(w, "frames", &erased::Ser(&frames))?;
+    let stacks = Seq(st.stack_count(), || {
+        (0..st.stack_count()).map(|i| {
+            st.stack(StackId(i as u32))
+                .iter()
+                .map(|f| f.0)
+                .collect::<Vec<u32>>()
+        })
+    });
+    part(w, "stacks", &erased::Ser(&stacks))?;
+    w.write_all(b"}")
 }
 
-impl<'a, 'e> SnapshotJson<'a, 'e> {
-    pub fn new(snap: &'a Snapshot, events: &'e mut dyn TraceEvents) -> Self {
-        SnapshotJson {
-            snap,
-            events: RefCell::new(events),
+/// A batch of events on their way to be written as JSON: each with its stream, and what the
+/// few that carry something carry (by index in the batch).
+#[derive(Default)]
+struct EventBatch {
+    events: Vec<(TraceEvent, i64)>,
+    aux: Vec<(usize, EventAux)>,
+    /// Whether it starts the device's list (no comma before its first event).
+    first: bool,
+}
+
+/// A device's events, comma-separated: read back here while a second thread writes them as
+/// JSON, in batches handed over in order (and handed back, to be used again).
+fn write_events(w: &mut dyn Write, events: &mut dyn TraceEvents, device: u32) -> io::Result<()> {
+    const BATCH: usize = 8192;
+    std::thread::scope(|scope| -> io::Result<()> {
+        // (bounded: reading waits when the writer is 4 batches behind)
+        let (to_format, batches) = std::sync::mpsc::sync_channel::<(EventBatch, Vec<u8>)>(4);
+        let (to_write, texts) = std::sync::mpsc::channel::<(EventBatch, Vec<u8>)>();
+        scope.spawn(move || {
+            for (batch, mut out) in batches {
+                out.clear();
+                let mut aux = batch.aux.iter().peekable();
+                for (i, (e, stream)) in batch.events.iter().enumerate() {
+                    if i > 0 || !batch.first {
+                        out.push(b',');
+                    }
+                    let a = aux.next_if(|(at, _)| *at == i).map(|(_, a)| a);
+                    push_event(&mut out, e, *stream, a);
+                }
+                if to_write.send((batch, out)).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut batch = EventBatch {
+            first: true,
+            ..EventBatch::default()
+        };
+        let mut spare: Vec<(EventBatch, Vec<u8>)> = Vec::new();
+        let mut pending = 0usize; // batches handed over, not yet written
+        let mut hand_over =
+            |batch: &mut EventBatch, w: &mut dyn Write, pending: &mut usize| -> io::Result<()> {
+                let (mut next, out) = spare.pop().unwrap_or_default();
+                next.events.clear();
+                next.aux.clear();
+                next.first = false;
+                // (the writer only stops early when this side has gone)
+                let _ = to_format.send((std::mem::replace(batch, next), out));
+                *pending += 1;
+                while let Ok((done, out)) = texts.try_recv() {
+                    *pending -= 1;
+                    w.write_all(&out)?;
+                    spare.push((done, out));
+                }
+                Ok(())
+            };
+        events.visit(device, &mut |_, e, stream, aux| {
+            if let Some(a) = aux {
+                batch.aux.push((batch.events.len(), a.clone()));
+            }
+            batch.events.push((*e, stream));
+            if batch.events.len() == BATCH {
+                hand_over(&mut batch, w, &mut pending)?;
+            }
+            Ok(())
+        })?;
+        hand_over(&mut batch, w, &mut pending)?;
+        drop(to_format);
+        while pending > 0 {
+            match texts.recv() {
+                Ok((_, out)) => {
+                    pending -= 1;
+                    w.write_all(&out)?;
+                }
+                Err(_) => break,
+            }
+        }
+        Ok(())
+    })
+}
+
+/// (a value serde_json writes, behind one type for `write_snapshot`'s parts)
+mod erased {
+    use std::io::{self, Write};
+
+    pub trait Part {
+        fn write(&self, w: &mut dyn Write) -> io::Result<()>;
+    }
+
+    pub struct Ser<'a, T: serde::Serialize>(pub &'a T);
+
+    impl<T: serde::Serialize> Part for Ser<'_, T> {
+        fn write(&self, w: &mut dyn Write) -> io::Result<()> {
+            Ok(serde_json::to_writer(w, self.0)?)
         }
     }
+}
+
+/// One trace event as serde_json writes it: `{"action":…,"addr":…,"size":…,"time_us":…,
+/// "stream":…,"stack":…}`, then what the event carries (`device_free`, `user_metadata`,
+/// `compile_context`, `action_name`) where it carries it.
+fn push_event(out: &mut Vec<u8>, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+    let mut num = itoa::Buffer::new();
+    out.extend_from_slice(br#"{"action":"#);
+    match aux.and_then(|a| a.action_name.as_deref()) {
+        Some(name) => push_str(out, name),
+        None => {
+            // (the names of actions are plain words: nothing in them to escape)
+            out.push(b'"');
+            out.extend_from_slice(e.action.name().as_bytes());
+            out.push(b'"');
+        }
+    }
+    out.extend_from_slice(br#","addr":"#);
+    out.extend_from_slice(num.format(e.addr).as_bytes());
+    out.extend_from_slice(br#","size":"#);
+    out.extend_from_slice(num.format(e.size).as_bytes());
+    out.extend_from_slice(br#","time_us":"#);
+    match e.time() {
+        Some(t) => out.extend_from_slice(num.format(t).as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(br#","stream":"#);
+    out.extend_from_slice(num.format(stream).as_bytes());
+    out.extend_from_slice(br#","stack":"#);
+    match stack_ref(e.stack) {
+        Some(s) => out.extend_from_slice(num.format(s).as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
+    if let Some(a) = aux {
+        if let Some(free) = a.device_free {
+            out.extend_from_slice(br#","device_free":"#);
+            out.extend_from_slice(num.format(free).as_bytes());
+        }
+        for (key, value) in [
+            (&br#","user_metadata":"#[..], &a.user_metadata),
+            (br#","compile_context":"#, &a.compile_context),
+            (br#","action_name":"#, &a.action_name),
+        ] {
+            if let Some(v) = value {
+                out.extend_from_slice(key);
+                push_str(out, v);
+            }
+        }
+    }
+    out.push(b'}');
+}
+
+/// A JSON string, escaped as serde_json escapes it.
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(&mut *out, s).expect("writing to memory does not fail");
 }
 
 fn stack_ref(s: StackId) -> Option<u32> {
@@ -138,139 +336,131 @@ struct HistoryOut {
 }
 
 #[derive(Serialize)]
-struct EventOut<'a> {
-    action: &'a str,
-    addr: u64,
-    size: u64,
-    time_us: Option<i64>,
-    stream: i64,
-    stack: Option<u32>,
-    #[serde(flatten)]
-    aux: Option<&'a crate::model::snapshot::EventAux>,
-}
-
-/// A device's events, as they are read from where they are.
-struct TraceEventsOut<'a, 'e>(u32, &'a RefCell<&'e mut dyn TraceEvents>);
-
-impl Serialize for TraceEventsOut<'_, '_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut events = self.1.borrow_mut();
-        serialize_events(s, *events, self.0, |seq, _, e, stream, aux| {
-            seq.serialize_element(&EventOut {
-                action: (aux.and_then(|a| a.action_name.as_deref())).unwrap_or(e.action.name()),
-                addr: e.addr,
-                size: e.size,
-                time_us: e.time(),
-                stream,
-                stack: stack_ref(e.stack),
-                aux,
-            })
-        })
-    }
-}
-
-#[derive(Serialize)]
 struct FrameOut<'a> {
     filename: &'a str,
     name: &'a str,
     line: i64,
 }
 
-impl Serialize for SnapshotJson<'_, '_> {
+struct Segs<'a>(&'a Snapshot);
+impl Serialize for Segs<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let snap = self.snap;
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("kind", "allocator_snapshot")?;
-        m.serialize_entry("format_version", &1)?;
-        m.serialize_entry("layout", &snap.layout)?;
-        m.serialize_entry("devices", &snap.devices())?;
-        let settings: Option<serde_json::Map<String, serde_json::Value>> = snap
-            .allocator_settings
-            .as_ref()
-            .map(|v| v.iter().cloned().collect());
-        m.serialize_entry("allocator_settings", &settings)?;
-        struct Segs<'a>(&'a Snapshot);
-        impl Serialize for Segs<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let snap = self.0;
-                let mut seq = s.serialize_seq(Some(snap.segments.len()))?;
-                for g in &snap.segments {
-                    let blocks = Seq(g.block_len as usize, || {
-                        g.blocks(&snap.blocks).iter().map(|b| BlockOut {
-                            address: b.address,
-                            size: b.size,
-                            requested_size: b.requested_size,
-                            state: b.state.name(),
-                            stack: stack_ref(b.stack),
-                            history: (b.history_len > 0).then_some({
-                                Seq(b.history_len as usize, move || {
-                                    b.history(&snap.history).iter().map(|h| HistoryOut {
-                                        addr: h.addr,
-                                        real_size: h.real_size,
-                                        stack: stack_ref(h.stack),
-                                    })
-                                })
-                            }),
+        let snap = self.0;
+        let mut seq = s.serialize_seq(Some(snap.segments.len()))?;
+        for g in &snap.segments {
+            let blocks = Seq(g.block_len as usize, || {
+                g.blocks(&snap.blocks).iter().map(|b| BlockOut {
+                    address: b.address,
+                    size: b.size,
+                    requested_size: b.requested_size,
+                    state: b.state.name(),
+                    stack: stack_ref(b.stack),
+                    history: (b.history_len > 0).then_some({
+                        Seq(b.history_len as usize, move || {
+                            b.history(&snap.history).iter().map(|h| HistoryOut {
+                                addr: h.addr,
+                                real_size: h.real_size,
+                                stack: stack_ref(h.stack),
+                            })
                         })
-                    });
-                    seq.serialize_element(&SegmentOut {
-                        device: g.device,
-                        address: g.address,
-                        total_size: g.total_size,
-                        stream: g.stream,
-                        size_class: g.size_class.name(),
-                        size_class_derived: g.size_class_derived,
-                        pool_id: g.pool_id,
-                        is_expandable: g.is_expandable,
-                        allocated_size: g.allocated_size,
-                        active_size: g.active_size,
-                        requested_size: g.requested_size,
-                        stack: stack_ref(g.stack),
-                        blocks: &blocks,
-                    })?;
+                    }),
+                })
+            });
+            seq.serialize_element(&SegmentOut {
+                device: g.device,
+                address: g.address,
+                total_size: g.total_size,
+                stream: g.stream,
+                size_class: g.size_class.name(),
+                size_class_derived: g.size_class_derived,
+                pool_id: g.pool_id,
+                is_expandable: g.is_expandable,
+                allocated_size: g.allocated_size,
+                active_size: g.active_size,
+                requested_size: g.requested_size,
+                stack: stack_ref(g.stack),
+                blocks: &blocks,
+            })?;
+        }
+        seq.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::snapshot::{Action, NO_TIME};
+
+    /// An event as serde_json writes it from a derived struct (as `export` once did).
+    #[derive(Serialize)]
+    struct EventOut<'a> {
+        action: &'a str,
+        addr: u64,
+        size: u64,
+        time_us: Option<i64>,
+        stream: i64,
+        stack: Option<u32>,
+        #[serde(flatten)]
+        aux: Option<&'a EventAux>,
+    }
+
+    /// The hand-written events are byte for byte serde_json's: every action, missing times and
+    /// stacks, extreme numbers, and strings that need escaping (quotes, backslashes, control
+    /// characters, non-ASCII).
+    #[test]
+    fn events_are_written_as_serde_json_writes_them() {
+        let strings = [
+            "",
+            "step 7",
+            "a \"quoted\" \\ path\n\t\r\u{8}\u{c}\u{1}\u{1f}\u{7f}",
+            "héllo ✓ 🦀",
+        ];
+        let mut n = 0u64;
+        for &action in Action::ALL.iter() {
+            for (i, s) in strings.iter().enumerate() {
+                n += 1;
+                let e = TraceEvent {
+                    addr: [0, u64::MAX, 140441613762560][i % 3],
+                    size: n << (i * 20),
+                    time_us: [NO_TIME, -5, i64::MAX, 1795372996501459][i],
+                    stack: if i == 1 {
+                        StackId::MISSING
+                    } else {
+                        StackId(i as u32)
+                    },
+                    stream_index: 0,
+                    action,
+                };
+                let auxes = [
+                    None,
+                    Some(EventAux::default()),
+                    Some(EventAux {
+                        device_free: Some(u64::MAX - n),
+                        user_metadata: Some(s.to_string()),
+                        compile_context: Some(strings[3 - i].to_string()),
+                        action_name: (i % 2 == 0).then(|| s.to_string()),
+                    }),
+                ];
+                for (aux, stream) in auxes.iter().zip([0, -1, i64::MIN]) {
+                    let mut got = Vec::new();
+                    push_event(&mut got, &e, stream, aux.as_ref());
+                    let want = serde_json::to_vec(&EventOut {
+                        action: (aux.as_ref().and_then(|a| a.action_name.as_deref()))
+                            .unwrap_or(e.action.name()),
+                        addr: e.addr,
+                        size: e.size,
+                        time_us: e.time(),
+                        stream,
+                        stack: stack_ref(e.stack),
+                        aux: aux.as_ref(),
+                    })
+                    .unwrap();
+                    assert_eq!(
+                        String::from_utf8(got).unwrap(),
+                        String::from_utf8(want).unwrap()
+                    );
                 }
-                seq.end()
             }
         }
-        m.serialize_entry("segments", &Segs(snap))?;
-        #[derive(Serialize)]
-        struct TraceOut<'a, 'e> {
-            device: usize,
-            events: TraceEventsOut<'a, 'e>,
-        }
-        let traces_out = Seq(snap.traces.len(), || {
-            (0..snap.traces.len()).map(|d| TraceOut {
-                device: d,
-                events: TraceEventsOut(d as u32, &self.events),
-            })
-        });
-        m.serialize_entry("device_traces", &traces_out)?;
-        m.serialize_entry("external_annotations", &snap.annotations)?;
-        let st = &snap.stacks;
-        m.serialize_entry(
-            "frames",
-            &Seq(st.frame_count(), || {
-                (0..st.frame_count()).map(|i| {
-                    let f = st.frame(crate::model::snapshot::FrameId(i as u32));
-                    FrameOut {
-                        filename: st.str(f.filename),
-                        name: st.str(f.name),
-                        line: f.line,
-                    }
-                })
-            }),
-        )?;
-        m.serialize_entry(
-            "stacks",
-            &Seq(st.stack_count(), || {
-                (0..st.stack_count()).map(|i| {
-                    st.stack(StackId(i as u32))
-                        .iter()
-                        .map(|f| f.0)
-                        .collect::<Vec<u32>>()
-                })
-            }),
-        )?;
-        m.end()
     }
 }

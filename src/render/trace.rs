@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::fmt::Write;
 
 use crate::analysis::memviz::push_size;
-use crate::analysis::trace_listing::{name_of, push_name, DeviceListing, Line, Place, Ref};
+use crate::analysis::trace_listing::{name_of, push_name, DeviceListing, Line, Namer, Place, Ref};
 use crate::model::snapshot::{EventAux, Snapshot, TraceEvent};
 use crate::model::trace::{serialize_events, TraceEvents};
 
@@ -13,12 +13,14 @@ use super::document::Document;
 use super::table::{csv_cell, csv_record, or_empty, Table};
 use super::Format;
 
+fn push_u64(out: &mut String, v: u64) {
+    out.push_str(itoa::Buffer::new().format(v));
+}
+
 fn push_ref(out: &mut String, r: Ref) {
     match r {
         Ref::Name(n) => push_name(out, n),
-        Ref::Addr(a) => {
-            let _ = write!(out, "{a}");
-        }
+        Ref::Addr(a) => push_u64(out, a),
     }
 }
 
@@ -31,8 +33,8 @@ fn push_ref_line(out: &mut String, before: &str, target: Ref, after: &str, size:
     out.push('\n');
 }
 
-/// One line of the listing (`line` of event `e`, which carries `aux`), with its newline.
-fn push_line(out: &mut String, e: &TraceEvent, aux: Option<&EventAux>, line: Line) {
+/// One line of the listing (`line` of an event which carries `aux`), with its newline.
+fn push_line(out: &mut String, aux: Option<&EventAux>, line: Line) {
     match line {
         Line::Alloc {
             name,
@@ -45,11 +47,14 @@ fn push_line(out: &mut String, e: &TraceEvent, aux: Option<&EventAux>, line: Lin
             match place {
                 Place::Named(s) => push_name(out, s),
                 Place::Final(i) => {
-                    let _ = write!(out, "seg_{i}");
+                    out.push_str("seg_");
+                    push_u64(out, i as u64);
                 }
                 Place::Mem => out.push_str("MEM"),
             }
-            let _ = write!(out, "[{offset}:");
+            out.push('[');
+            push_u64(out, offset);
+            out.push(':');
             push_size(out, size as i64);
             out.push_str("]\n");
         }
@@ -58,12 +63,18 @@ fn push_line(out: &mut String, e: &TraceEvent, aux: Option<&EventAux>, line: Lin
             push_ref_line(out, "# free completed for ", target, " ", size)
         }
         Line::SegmentAlloc { name, addr, size } => {
-            let _ = write!(out, "{} = cudaMalloc({addr}, ", name_of(name));
+            push_name(out, name);
+            out.push_str(" = cudaMalloc(");
+            push_u64(out, addr);
+            out.push_str(", ");
             push_size(out, size as i64);
             out.push_str(")\n");
         }
         Line::SegmentMap { name, addr, size } => {
-            let _ = write!(out, "{} = cuMemMap({addr}, ", name_of(name));
+            push_name(out, name);
+            out.push_str(" = cuMemMap(");
+            push_u64(out, addr);
+            out.push_str(", ");
             push_size(out, size as i64);
             out.push_str(")\n");
         }
@@ -94,21 +105,65 @@ fn push_line(out: &mut String, e: &TraceEvent, aux: Option<&EventAux>, line: Lin
             push_size(out, size as i64);
             out.push_str(")\n");
         }
-        Line::Other => {
+        Line::Other { addr, size } => {
             let name = aux
                 .and_then(|a| a.action_name.as_deref())
                 .unwrap_or("unknown");
-            let _ = write!(out, "# {name} addr={} size=", e.addr);
-            push_size(out, e.size as i64);
+            out.push_str("# ");
+            out.push_str(name);
+            out.push_str(" addr=");
+            push_u64(out, addr);
+            out.push_str(" size=");
+            push_size(out, size as i64);
             out.push('\n');
         }
+    }
+}
+
+/// A batch of named events on its way to be written: their lines, and what the few events that
+/// carry something carry (by index in the batch).
+#[derive(Default)]
+struct NamedBatch {
+    lines: Vec<Line>,
+    aux: Vec<(usize, EventAux)>,
+}
+
+/// Events read back, waiting to be named: naming looks ahead to ask for the table entries
+/// it will need ([`Namer::prefetch`]).
+#[derive(Default)]
+struct ReadBatch {
+    events: Vec<TraceEvent>,
+    aux: Vec<(usize, EventAux)>,
+}
+
+impl ReadBatch {
+    /// Name the events into `out` (emptied first), and empty this batch.
+    fn name_into(&mut self, namer: &mut Namer, out: &mut NamedBatch) {
+        // events ahead whose lookups are asked for: enough to cover a cache miss
+        const AHEAD: usize = 16;
+        out.lines.clear();
+        out.aux.clear();
+        let mut aux = self.aux.drain(..).peekable();
+        for (i, e) in self.events.iter().enumerate() {
+            if let Some(next) = self.events.get(i + AHEAD) {
+                namer.prefetch(next);
+            }
+            match aux.next_if(|(at, _)| *at == i) {
+                Some((_, a)) => {
+                    out.lines.push(namer.line(e, Some(&a)));
+                    out.aux.push((i, a));
+                }
+                None => out.lines.push(namer.line(e, None)),
+            }
+        }
+        self.events.clear();
     }
 }
 
 /// The listing as text, written to `w` a chunk at a time: 10M events make gigabytes of text,
 /// which never need to be in memory at once. Naming is sequential (names are given in event
 /// order) but writing the lines is not: a second thread writes them while this one reads and
-/// names the next events, in batches handed over in order.
+/// names the next events, in batches handed over in order (and handed back, to be used again).
 pub fn write_trace_text(
     w: &mut dyn std::io::Write,
     snap: &Snapshot,
@@ -116,8 +171,6 @@ pub fn write_trace_text(
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<()> {
     const BATCH: usize = 4096;
-    // (what only some events carry is boxed: most events carry nothing)
-    type Named = (TraceEvent, Option<Box<EventAux>>, Line);
     let mut head = String::new();
     for l in listings {
         let _ = writeln!(head, "Device {} ----------------", l.device);
@@ -127,46 +180,59 @@ pub fn write_trace_text(
         let mut namer = l.namer(snap);
         std::thread::scope(|scope| -> std::io::Result<()> {
             // (bounded: the namer waits when the writer is 4 batches behind)
-            let (to_format, batches) = std::sync::mpsc::sync_channel::<Vec<Named>>(4);
-            let (to_write, texts) = std::sync::mpsc::channel::<String>();
+            let (to_format, batches) = std::sync::mpsc::sync_channel::<(NamedBatch, String)>(4);
+            let (to_write, texts) = std::sync::mpsc::channel::<(NamedBatch, String)>();
             scope.spawn(move || {
-                for batch in batches {
-                    let mut out = String::with_capacity(BATCH * 40);
-                    for (e, aux, line) in &batch {
-                        push_line(&mut out, e, aux.as_deref(), *line);
+                for (batch, mut out) in batches {
+                    out.clear();
+                    let mut aux = batch.aux.iter().peekable();
+                    for (i, line) in batch.lines.iter().enumerate() {
+                        let a = aux.next_if(|(at, _)| *at == i).map(|(_, a)| a);
+                        push_line(&mut out, a, *line);
                     }
-                    if to_write.send(out).is_err() {
+                    if to_write.send((batch, out)).is_err() {
                         return;
                     }
                 }
             });
-            let mut batch: Vec<Named> = Vec::with_capacity(BATCH);
+            let mut read = ReadBatch::default();
+            read.events.reserve(BATCH);
+            // batches and texts written, to be used again
+            let mut spare: Vec<(NamedBatch, String)> = Vec::new();
             let mut pending = 0usize; // batches handed over, not yet written
-            let write_ready = |w: &mut dyn std::io::Write, pending: &mut usize| {
-                while let Ok(text) = texts.try_recv() {
+            let mut hand_over = |read: &mut ReadBatch,
+                                 w: &mut dyn std::io::Write,
+                                 pending: &mut usize|
+             -> std::io::Result<()> {
+                let (mut named, text) = spare
+                    .pop()
+                    .unwrap_or_else(|| (NamedBatch::default(), String::with_capacity(BATCH * 40)));
+                read.name_into(&mut namer, &mut named);
+                // (the writer only stops early when this side has gone)
+                let _ = to_format.send((named, text));
+                *pending += 1;
+                while let Ok((named, text)) = texts.try_recv() {
                     *pending -= 1;
                     w.write_all(text.as_bytes())?;
+                    spare.push((named, text));
                 }
-                Ok::<(), std::io::Error>(())
+                Ok(())
             };
             events.visit(l.device, &mut |_, e, _, aux| {
-                let line = namer.line(e, aux);
-                batch.push((*e, aux.map(|a| Box::new(a.clone())), line));
-                if batch.len() == BATCH {
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-                    // (the writer only stops early when this side has gone)
-                    let _ = to_format.send(full);
-                    pending += 1;
-                    write_ready(w, &mut pending)?;
+                if let Some(a) = aux {
+                    read.aux.push((read.events.len(), a.clone()));
+                }
+                read.events.push(*e);
+                if read.events.len() == BATCH {
+                    hand_over(&mut read, w, &mut pending)?;
                 }
                 Ok(())
             })?;
-            let _ = to_format.send(batch);
-            pending += 1;
+            hand_over(&mut read, w, &mut pending)?;
             drop(to_format);
             while pending > 0 {
                 match texts.recv() {
-                    Ok(text) => {
+                    Ok((_, text)) => {
                         pending -= 1;
                         w.write_all(text.as_bytes())?;
                     }
@@ -311,7 +377,7 @@ pub fn write_trace(
                 let mut namer = l.namer(snap);
                 events.visit(l.device, &mut |i, e, _, aux| {
                     line_text.clear();
-                    push_line(&mut line_text, e, aux, namer.line(e, aux));
+                    push_line(&mut line_text, aux, namer.line(e, aux));
                     let line = line_text.strip_suffix('\n').unwrap_or(&line_text);
                     let time = or_empty(e.time());
                     let (action, addr, size) = (e.action.name(), e.addr, e.size);
