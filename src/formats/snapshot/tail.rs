@@ -433,6 +433,40 @@ impl Reader<'_, '_> {
     /// project's opcode decoder, as the main reading's `scalar` decodes them).
     #[inline]
     fn value(&mut self) -> Option<Val> {
+        // an event's keys are memo references and its numbers short ints: those are decoded
+        // here, as the opcode decoder would, without its whole table (each event has a dozen)
+        let b = &self.b[self.p.min(self.b.len())..];
+        let (v, len) = match *b {
+            [b'h', a, ..] => (self.known_or_ref(a as u64), 2),
+            [b'j', a0, a1, a2, a3, ..] => (
+                self.known_or_ref(u32::from_le_bytes([a0, a1, a2, a3]) as u64),
+                5,
+            ),
+            [b'K', a, ..] => (Val::Int(a as i64), 2),
+            [b'M', a0, a1, ..] => (Val::Int(u16::from_le_bytes([a0, a1]) as i64), 3),
+            [b'J', a0, a1, a2, a3, ..] => {
+                (Val::Int(i32::from_le_bytes([a0, a1, a2, a3]) as i64), 5)
+            }
+            [0x8a, n, ref rest @ ..] if n <= 8 && rest.len() >= n as usize => (
+                Val::Int(int_from_short_le(&rest[..n as usize])),
+                2 + n as usize,
+            ),
+            _ => return self.any_value(),
+        };
+        self.p += len;
+        Some(v)
+    }
+
+    #[inline(always)]
+    fn known_or_ref(&self, id: u64) -> Val {
+        match self.known.index(id) {
+            Some(i) => Val::Known(i),
+            None => Val::Ref(id),
+        }
+    }
+
+    /// A scalar of any form (FRAME markers skipped first).
+    fn any_value(&mut self) -> Option<Val> {
         self.peek()?;
         let mut ops = Cursor::new(self.b);
         ops.advance(self.p);
