@@ -201,22 +201,7 @@ impl<V: Copy + Default> AddressMap<V> {
 /// random lookups), which the kernel may or may not give.
 fn table<V: Copy + Default>(n: usize) -> Vec<(u64, V)> {
     let mut slots: Vec<(u64, V)> = Vec::with_capacity(n);
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let bytes = n * std::mem::size_of::<(u64, V)>();
-        if bytes >= 2 * HUGE {
-            let start = (slots.as_ptr() as usize).next_multiple_of(HUGE);
-            let end = (slots.as_ptr() as usize + bytes) / HUGE * HUGE;
-            if end > start {
-                // SAFETY: advice on pages of our own allocation, before they are touched;
-                // failure only means ordinary pages
-                unsafe {
-                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE)
-                };
-            }
-        }
-    }
+    crate::memory::advise_huge_pages(slots.as_ptr().cast(), n * std::mem::size_of::<(u64, V)>());
     slots.resize(n, (EMPTY, V::default()));
     slots
 }

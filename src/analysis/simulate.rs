@@ -62,8 +62,13 @@ impl InitialState {
     }
 }
 
-/// A live block while rewinding: size when the final state has it, requested, pending free.
-type LiveBlock = (Option<u64>, u64, bool);
+/// A live block while rewinding: size when the final state has it ([`UNKNOWN_SIZE`] when not),
+/// requested, pending free. 24 bytes, so that a slot of the live map (32) lies in one cache
+/// line: the rewind of millions of live blocks misses on nearly every slot it touches.
+type LiveBlock = (u64, u64, bool);
+
+/// The size of a [`LiveBlock`] the final state does not give (no block is 2^64 - 1 bytes).
+const UNKNOWN_SIZE: u64 = u64::MAX;
 
 /// The final segments and active blocks with every trace event undone: what
 /// [`InitialState`] is placed from, whatever the settings.
@@ -93,11 +98,7 @@ pub fn rewind(
             if b.state.is_active() {
                 live.insert(
                     b.address,
-                    (
-                        Some(b.size),
-                        b.requested(&snap.history),
-                        !b.state.is_allocated(),
-                    ),
+                    (b.size, b.requested(&snap.history), !b.state.is_allocated()),
                 );
             }
         }
@@ -111,13 +112,13 @@ pub fn rewind(
         Action::FreeCompleted => match live.get_mut(e.addr) {
             Some(b) => b.2 = true,
             None => {
-                live.insert(e.addr, (None, e.size, true));
+                live.insert(e.addr, (UNKNOWN_SIZE, e.size, true));
             }
         },
         Action::FreeRequested => match live.get_mut(e.addr) {
             Some(b) => b.2 = false,
             None => {
-                live.insert(e.addr, (None, e.size, false));
+                live.insert(e.addr, (UNKNOWN_SIZE, e.size, false));
             }
         },
         _ => {}
@@ -183,6 +184,7 @@ pub fn place(rewound: &Rewound, settings: &Settings) -> InitialState {
         let mut placed = Vec::with_capacity(mine.len());
         for (k, &(a, (known, req, pending))) in mine.iter().enumerate() {
             let next = mine.get(k + 1).map_or(end, |b| b.0);
+            let known = (known != UNKNOWN_SIZE).then_some(known);
             out.assumed_block_sizes += usize::from(known.is_none());
             let size = known.unwrap_or_else(|| {
                 let rounded = settings.round_size(req).min(next - a);
@@ -896,25 +898,47 @@ pub fn simulate_events(
         each_on_all_cores(replays.len(), |k| {
             let mut run = replays[k].lock().unwrap_or_else(|p| p.into_inner());
             for (j, (e, stream)) in chunk.iter().enumerate() {
-                // the block map's slot of an event a little ahead, fetched meanwhile
-                if let Some((ahead, _)) = chunk.get(j + 16) {
-                    run.blocks.prefetch(ahead.addr);
-                }
+                run.prefetch(chunk.get(j + 16), chunk.get(j + 8), chunk.get(j + 4));
                 run.event(first + j, e, *stream);
             }
         });
     };
-    let mut chunk: Vec<(TraceEvent, i64)> = Vec::with_capacity(CHUNK.min(plan.events));
-    events.visit(device, &mut |i, e, stream, _| {
-        chunk.push((*e, stream));
-        if chunk.len() == CHUNK {
-            replay_chunk(i + 1 - CHUNK, &chunk);
-            chunk.clear();
+    // the trace is read (on this thread) while the chunk before is replayed (on another)
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(usize, Vec<(TraceEvent, i64)>)>(1);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<(TraceEvent, i64)>>();
+    std::thread::scope(|scope| {
+        let replay_chunk = &replay_chunk;
+        let replayer = scope.spawn(move || {
+            for (first, chunk) in full_rx {
+                replay_chunk(first, &chunk);
+                // (its room used again for a later chunk; none wants it after the last)
+                let _ = empty_tx.send(chunk);
+            }
+        });
+        let mut chunk: Vec<(TraceEvent, i64)> = Vec::with_capacity(CHUNK.min(plan.events));
+        let read = events.visit(device, &mut |i, e, stream, _| {
+            chunk.push((*e, stream));
+            if chunk.len() == CHUNK {
+                let room = empty_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+                let full = std::mem::replace(&mut chunk, room);
+                // (the replayer stops only by a panic, which its join passes on)
+                let _ = full_tx.send((i + 1 - CHUNK, full));
+                chunk.clear();
+            }
+            Ok(())
+        });
+        if read.is_ok() {
+            let _ = full_tx.send((plan.events - chunk.len(), chunk));
         }
-        Ok(())
+        drop(full_tx);
+        // a panic in a replay is a bug: let it surface as on one thread
+        replayer
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        read
     })?;
-    replay_chunk(plan.events - chunk.len(), &chunk);
-    drop(chunk);
     let mut out_scenarios = Vec::with_capacity(scenarios.len());
     let mut validation = Validation::default();
     for (k, (run, init)) in replays.into_iter().zip(&inits).enumerate() {
@@ -1091,6 +1115,39 @@ impl Replay {
         p.free_bytes_at_peak = free;
         p.largest_free_block_at_peak_bytes = largest;
         p.fragmentation_at_peak = (free > 0).then(|| 1.0 - largest as f64 / free as f64);
+    }
+
+    /// Start loading what events a little ahead will touch, in steps, each loaded by the time
+    /// the next needs it: the block map's slot of `far`'s address; the record of the block
+    /// `near` frees (found in that slot); the records of the neighbours `next` frees into.
+    /// With millions of live blocks each is a cache miss the replay would otherwise wait on.
+    #[inline]
+    fn prefetch(
+        &self,
+        far: Option<&(TraceEvent, i64)>,
+        near: Option<&(TraceEvent, i64)>,
+        next: Option<&(TraceEvent, i64)>,
+    ) {
+        if let Some((e, _)) = far {
+            self.blocks.prefetch(e.addr);
+        }
+        let frees =
+            |e: &TraceEvent| matches!(e.action, Action::FreeRequested | Action::FreeCompleted);
+        if let Some((e, _)) = near.filter(|(e, _)| frees(e)) {
+            if let Some(&id) = self.blocks.get(e.addr) {
+                self.alloc.prefetch(id);
+            }
+        }
+        // a free that returns the block to its pool merges it with its free neighbours
+        let merges = |e: &TraceEvent| {
+            e.action == Action::FreeCompleted
+                || (self.free_completes && e.action == Action::FreeRequested)
+        };
+        if let Some((e, _)) = next.filter(|(e, _)| merges(e)) {
+            if let Some(&id) = self.blocks.get(e.addr) {
+                self.alloc.prefetch_neighbours(id);
+            }
+        }
     }
 
     /// Replay event `i`, `e`, made on `stream`.

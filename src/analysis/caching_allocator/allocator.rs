@@ -68,6 +68,9 @@ pub struct Allocator {
     pub(super) free_nodes: Vec<BlockId>,
     /// Every segment ever made, indexed by a block's `segment` (dead ones kept, `alive` false).
     pub(super) segments: Vec<SegmentInfo>,
+    /// Whether any segment made so far is expandable (else no block is, and the search for a
+    /// free block need not read the segment of the block it found).
+    pub(super) any_expandable: bool,
     /// The free blocks of the small (0) and large (1) pool.
     pub(super) pools: [Pool; 2],
     /// Start of the next new segment in the model's own address space (from 2^56 up).
@@ -101,6 +104,7 @@ impl Allocator {
             nodes: Vec::new(),
             free_nodes: Vec::new(),
             segments: Vec::new(),
+            any_expandable: false,
             pools: [Pool::default(), Pool::default()],
             // above any real device address, so segments placed from a file never collide
             next_address: 1 << 56,
@@ -133,6 +137,9 @@ impl Allocator {
                 id
             }
             None => {
+                if self.nodes.len() == self.nodes.capacity() {
+                    grow_on_huge_pages(&mut self.nodes);
+                }
                 self.nodes.push(n);
                 (self.nodes.len() - 1) as BlockId
             }
@@ -183,7 +190,7 @@ impl Allocator {
 
     /// Whether the block lies in an expandable segment.
     pub(super) fn is_expandable(&self, id: BlockId) -> bool {
-        self.segments[self.nodes[id as usize].segment as usize].page != 0
+        self.any_expandable && self.segments[self.nodes[id as usize].segment as usize].page != 0
     }
 
     /// The next free range of the model's address space for `size` bytes (kept 20 MiB-aligned).
@@ -378,6 +385,8 @@ impl Allocator {
         {
             return None; // an oversized block for a large request
         }
+        // the caller reads the block's record next: start loading it while the tree is walked
+        self.prefetch(cur.3);
         self.pools[p].blocks.remove(&cur);
         self.pools[p].free_bytes -= cur.1;
         Some(cur.3)
@@ -434,6 +443,7 @@ impl Allocator {
             page,
             alive: true,
         });
+        self.any_expandable |= page != 0;
         self.new_node(Node {
             addr,
             size,
@@ -448,6 +458,28 @@ impl Allocator {
             mapped: page == 0,
             gc_base: 0,
         })
+    }
+
+    /// Start loading the block's record, for a use a little later (a replay that knows which
+    /// block an event ahead frees). A hint only: any id is harmless.
+    #[inline]
+    pub fn prefetch(&self, id: BlockId) {
+        if let Some(n) = self.nodes.get(id as usize) {
+            prefetch_line(n);
+        }
+    }
+
+    /// Start loading the records of the block's neighbours (what freeing it merges with); its
+    /// own record should be loaded already ([`Allocator::prefetch`] a little earlier).
+    #[inline]
+    pub fn prefetch_neighbours(&self, id: BlockId) {
+        if let Some(n) = self.nodes.get(id as usize) {
+            for b in [n.prev, n.next] {
+                if let Some(m) = self.nodes.get(b as usize) {
+                    prefetch_line(m);
+                }
+            }
+        }
     }
 
     /// Merge free neighbour `src` into `dst` (both free, same mapped state).
@@ -566,6 +598,31 @@ impl Allocator {
     pub fn block_size(&self, id: BlockId) -> u64 {
         self.nodes[id as usize].size
     }
+}
+
+/// Start loading the cache line at `x`.
+#[inline]
+fn prefetch_line<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing and cannot fault
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(
+            (x as *const T).cast::<i8>(),
+            std::arch::x86_64::_MM_HINT_T0,
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}
+
+/// Double `v`'s room, a large one on huge pages where the kernel gives them: the block records
+/// are read at random, and with 4 KiB pages nearly every read is a TLB miss too.
+fn grow_on_huge_pages<T>(v: &mut Vec<T>) {
+    let want = (v.capacity() * 2).max(64);
+    let mut grown: Vec<T> = Vec::with_capacity(want);
+    crate::memory::advise_huge_pages(grown.as_ptr().cast(), want * std::mem::size_of::<T>());
+    grown.append(v);
+    *v = grown;
 }
 
 #[cfg(test)]

@@ -10,8 +10,11 @@ pub type BlockId = u32;
 pub(super) const NONE: BlockId = u32::MAX;
 
 /// A block: a range of a segment, free, allocated, awaiting its free, or (expandable) unmapped;
-/// linked to its neighbours in address order.
+/// linked to its neighbours in address order. One cache line each (56 bytes of fields): a
+/// replay of millions of live blocks misses on nearly every record it touches, and a record
+/// across two lines would miss twice.
 #[derive(Clone, Copy, Debug)]
+#[repr(align(64))]
 pub(super) struct Node {
     pub(super) addr: u64,
     pub(super) size: u64,
