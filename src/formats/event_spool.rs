@@ -18,24 +18,21 @@ use crate::model::trace::{EventVisitor, KeptTraces, TraceEvents, TraceSink};
 /// decoded at once when visiting the last first.
 const BLOCK: usize = 4096;
 
-/// Fields in the first byte of an encoded event: the action (its index in `Action::ALL`)...
-const ACTION_BITS: u8 = 0x0f;
-/// ... the stream index when below `STREAM_ESCAPE` (else a varint follows)...
-const STREAM_SHIFT: u8 = 4;
-const STREAM_ESCAPE: u8 = 3;
-/// ... the size written in units of 512 bytes (the allocator's granule: most sizes are)...
-const SIZE_GRANULES: u8 = 0x40;
-/// ... and the address's difference from the previous one written in units of 512 bytes.
-const ADDR_GRANULES: u8 = 0x80;
-const GRANULE_SHIFT: u32 = 9;
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+/// An encoded event starts with two bytes (little-endian): the action (its index in
+/// `Action::ALL`)...
+const ACTION_BITS: u16 = 0x0f;
+/// ... whether the stream index follows (two bytes) rather than being 0...
+const STREAM_FOLLOWS: u16 = 0x10;
+/// ... and the bytes of each field that follows, less one: the address's difference from the
+/// previous address (zigzag), the size, the time's difference from the previous time (zigzag)
+/// (three bits each, 1 to 8 bytes), the stack (plus one: `MISSING` is 0; two bits, 1 to 4
+/// bytes). Each field's bytes little-endian, so that one unaligned load and a mask read it.
+const ADDR_LEN_SHIFT: u32 = 5;
+const SIZE_LEN_SHIFT: u32 = 8;
+const TIME_LEN_SHIFT: u32 = 11;
+const STACK_LEN_SHIFT: u32 = 14;
+/// Zero bytes past a block's end when read back, so that every field is one 8-byte load.
+const PADDING: usize = 8;
 
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
@@ -45,27 +42,25 @@ fn unzigzag(v: u64) -> i64 {
     (v >> 1) as i64 ^ -((v & 1) as i64)
 }
 
-/// Reads what [`put_varint`] wrote at `*at`, moving past it; `None` past the end or on more
-/// than 64 bits.
-#[inline]
-fn take_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    let mut shift = 0u32;
-    loop {
-        let b = *bytes.get(*at)?;
-        *at += 1;
-        if shift == 63 && b > 1 {
-            return None;
-        }
-        v |= ((b & 0x7f) as u64) << shift;
-        if b < 0x80 {
-            return Some(v);
-        }
-        shift += 7;
-        if shift > 63 {
-            return None;
-        }
-    }
+/// Bytes `v` needs, 1 to 8.
+fn len_of(v: u64) -> usize {
+    ((64 - v.leading_zeros() as usize).div_ceil(8)).max(1)
+}
+
+/// Writes the `len_of(v)` low bytes of `v`, and returns their number less one.
+fn put_field(out: &mut Vec<u8>, v: u64) -> u16 {
+    let n = len_of(v);
+    out.extend_from_slice(&v.to_le_bytes()[..n]);
+    n as u16 - 1
+}
+
+/// Reads the field of `len` bytes (1 to 8) at `*at` (with `PADDING` bytes past the end of what
+/// is read), moving past it.
+#[inline(always)]
+fn take_field(bytes: &[u8], at: &mut usize, len: usize) -> Option<u64> {
+    let word = u64::from_le_bytes(bytes.get(*at..*at + 8)?.try_into().ok()?);
+    *at += len;
+    Some(word & (u64::MAX >> (64 - 8 * len)))
 }
 
 /// The events of one block being written, and what each is written against.
@@ -79,70 +74,50 @@ struct BlockWriter {
 
 impl BlockWriter {
     fn push(&mut self, e: &TraceEvent) {
-        let addr_delta = e.addr.wrapping_sub(self.addr) as i64;
-        let addr_in_granules = addr_delta & ((1 << GRANULE_SHIFT) - 1) == 0;
-        let size_in_granules = e.size & ((1 << GRANULE_SHIFT) - 1) == 0;
-        let stream = e.stream_index.min(STREAM_ESCAPE as u16) as u8;
-        let mut head = e.action as u8 | stream << STREAM_SHIFT;
-        if addr_in_granules {
-            head |= ADDR_GRANULES;
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&[0, 0]);
+        let mut head = e.action as u16;
+        if e.stream_index != 0 {
+            head |= STREAM_FOLLOWS;
+            self.bytes.extend_from_slice(&e.stream_index.to_le_bytes());
         }
-        if size_in_granules {
-            head |= SIZE_GRANULES;
-        }
-        self.bytes.push(head);
-        if stream == STREAM_ESCAPE {
-            put_varint(&mut self.bytes, e.stream_index as u64);
-        }
-        let addr = if addr_in_granules {
-            addr_delta >> GRANULE_SHIFT
-        } else {
-            addr_delta
-        };
-        put_varint(&mut self.bytes, zigzag(addr));
-        let size = if size_in_granules {
-            e.size >> GRANULE_SHIFT
-        } else {
-            e.size
-        };
-        put_varint(&mut self.bytes, size);
-        put_varint(
-            &mut self.bytes,
-            zigzag(e.time_us.wrapping_sub(self.time_us)),
-        );
+        let addr = zigzag(e.addr.wrapping_sub(self.addr) as i64);
+        head |= put_field(&mut self.bytes, addr) << ADDR_LEN_SHIFT;
+        head |= put_field(&mut self.bytes, e.size) << SIZE_LEN_SHIFT;
+        let time = zigzag(e.time_us.wrapping_sub(self.time_us));
+        head |= put_field(&mut self.bytes, time) << TIME_LEN_SHIFT;
         // (`MISSING`, u32::MAX, as 0)
-        put_varint(&mut self.bytes, e.stack.0.wrapping_add(1) as u64);
+        head |= put_field(&mut self.bytes, e.stack.0.wrapping_add(1) as u64) << STACK_LEN_SHIFT;
+        self.bytes[at..at + 2].copy_from_slice(&head.to_le_bytes());
         self.addr = e.addr;
         self.time_us = e.time_us;
         self.events += 1;
     }
 }
 
-/// Decodes a block of `events` events written by [`BlockWriter`] into `out` (emptied first);
-/// `None` when the bytes are not such a block.
-fn decode_block(bytes: &[u8], events: usize, out: &mut Vec<TraceEvent>) -> Option<()> {
+/// Decodes a block of `events` events written by [`BlockWriter`] (its bytes followed by
+/// `PADDING` zero bytes) into `out` (emptied first); `None` when the bytes are not such a
+/// block.
+fn decode_block(padded: &[u8], events: usize, out: &mut Vec<TraceEvent>) -> Option<()> {
     out.clear();
     out.reserve(events);
     let (mut at, mut addr, mut time_us) = (0usize, 0u64, 0i64);
     for _ in 0..events {
-        let head = *bytes.get(at)?;
-        at += 1;
+        let head = u16::from_le_bytes(padded.get(at..at + 2)?.try_into().ok()?);
+        at += 2;
         let action = *Action::ALL.get((head & ACTION_BITS) as usize)?;
-        let mut stream_index = ((head >> STREAM_SHIFT) & 3) as u16;
-        if stream_index == STREAM_ESCAPE as u16 {
-            stream_index = u16::try_from(take_varint(bytes, &mut at)?).ok()?;
+        let mut stream_index = 0;
+        if head & STREAM_FOLLOWS != 0 {
+            stream_index = u16::from_le_bytes(padded.get(at..at + 2)?.try_into().ok()?);
+            at += 2;
         }
-        let mut addr_delta = unzigzag(take_varint(bytes, &mut at)?);
-        if head & ADDR_GRANULES != 0 {
-            addr_delta <<= GRANULE_SHIFT;
-        }
-        addr = addr.wrapping_add(addr_delta as u64);
-        let mut size = take_varint(bytes, &mut at)?;
-        if head & SIZE_GRANULES != 0 {
-            size <<= GRANULE_SHIFT;
-        }
-        time_us = time_us.wrapping_add(unzigzag(take_varint(bytes, &mut at)?));
-        let stack = u32::try_from(take_varint(bytes, &mut at)?).ok()?;
+        let len = |shift: u32, mask: u16| ((head >> shift) & mask) as usize + 1;
+        let addr_delta = take_field(padded, &mut at, len(ADDR_LEN_SHIFT, 7))?;
+        addr = addr.wrapping_add(unzigzag(addr_delta) as u64);
+        let size = take_field(padded, &mut at, len(SIZE_LEN_SHIFT, 7))?;
+        let time_delta = take_field(padded, &mut at, len(TIME_LEN_SHIFT, 7))?;
+        time_us = time_us.wrapping_add(unzigzag(time_delta));
+        let stack = take_field(padded, &mut at, len(STACK_LEN_SHIFT, 3))? as u32;
         out.push(TraceEvent {
             addr,
             size,
@@ -152,7 +127,7 @@ fn decode_block(bytes: &[u8], events: usize, out: &mut Vec<TraceEvent>) -> Optio
             action,
         });
     }
-    (at == bytes.len()).then_some(())
+    (at + PADDING == padded.len()).then_some(())
 }
 
 /// Where a block lies in the file and which of its device's events it holds.
@@ -251,10 +226,11 @@ impl EventSpool {
     /// Device `device`'s events from its block `b` into `self.read_events`.
     fn read_block(&mut self, device: usize, b: usize) -> io::Result<()> {
         let block = &self.devices[device].blocks[b];
-        self.read_bytes.resize(block.len, 0);
+        self.read_bytes.clear();
+        self.read_bytes.resize(block.len + PADDING, 0);
         let mut file = self.file.get_ref();
         file.seek(SeekFrom::Start(block.offset))?;
-        file.read_exact(&mut self.read_bytes)?;
+        file.read_exact(&mut self.read_bytes[..block.len])?;
         decode_block(&self.read_bytes, block.events, &mut self.read_events).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -705,35 +681,30 @@ mod tests {
         assert!(read_back_from(&mut s, DEVICES as u32, 0).is_empty());
     }
 
-    /// The integers as written: every length of varint, and zigzag at the ends of i64.
+    /// The integers as written: every length of field, and zigzag at the ends of i64.
     #[test]
-    fn varints_and_zigzag_round_trip() {
-        let mut values = vec![0, 1, 127, 128, 16_383, 16_384, u64::MAX, u64::MAX - 1];
+    fn fields_and_zigzag_round_trip() {
+        let mut values = vec![0, 1, 255, 256, u64::MAX, u64::MAX - 1];
         values.extend((0..64).map(|b| 1u64 << b));
         values.extend((1..64).map(|b| (1u64 << b) - 1));
         let mut bytes = Vec::new();
-        for &v in &values {
-            put_varint(&mut bytes, v);
-        }
+        let lens: Vec<usize> = (values.iter())
+            .map(|&v| put_field(&mut bytes, v) as usize + 1)
+            .collect();
+        let end = bytes.len();
+        bytes.extend([0xff; PADDING]);
         let mut at = 0;
-        for &v in &values {
-            assert_eq!(take_varint(&bytes, &mut at), Some(v));
+        for (&v, &len) in values.iter().zip(&lens) {
+            assert_eq!(len, len_of(v));
+            assert_eq!(take_field(&bytes, &mut at, len), Some(v));
         }
-        assert_eq!((at, take_varint(&bytes, &mut at)), (bytes.len(), None));
+        assert_eq!(at, end);
+        // (a field is read as 8 bytes: past the padding there are none)
+        let mut past = end + 1;
+        assert_eq!(take_field(&bytes, &mut past, 1), None);
         for v in [0, 1, -1, i64::MAX, i64::MIN, i64::MIN + 1, 12345, -12345] {
             assert_eq!(unzigzag(zigzag(v)), v);
         }
-        // eleven bytes, or a tenth byte past 64 bits, are not a varint
-        let mut at = 0;
-        assert_eq!(take_varint(&[0xff; 11], &mut at), None);
-        let mut at = 0;
-        assert_eq!(
-            take_varint(
-                &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
-                &mut at
-            ),
-            None
-        );
     }
 
     fn fed(snap: &Snapshot, limit: usize) -> String {
