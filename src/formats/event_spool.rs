@@ -1,22 +1,150 @@
 //! Trace events kept in a temporary file instead of memory, as they are read, and read back in
-//! order as often as asked: for output that needs the whole trace before its first line (the
-//! listing of `trace` starts with its count of entries), memory then stays bounded however long
-//! the trace. 32 bytes an event on disk (in the system's temporary directory, `TMPDIR`); what
-//! only some events carry stays in memory.
+//! order (or the last first) as often as asked: for output that needs the whole trace before
+//! its first line (the listing of `trace` starts with its count of entries), memory then stays
+//! bounded however long the trace. On disk (in the system's temporary directory, `TMPDIR`) a
+//! device's events lie in independent blocks of up to [`BLOCK`] events, each event a few
+//! variable-length integers (addresses and times as differences from the previous event of
+//! its block): about a third of their 32 bytes in memory, so writing and reading them back
+//! costs a third of the system's time. The blocks' index, and what only some events carry,
+//! stay in memory.
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 
 use crate::model::snapshot::{Action, DeviceTrace, EventAux, StackId, TraceEvent};
 use crate::model::trace::{EventVisitor, KeptTraces, TraceEvents, TraceSink};
 
-const RECORD: usize = 32;
+/// Events a block: a block is what one read brings back (tens of kilobytes), and what is
+/// decoded at once when visiting the last first.
+const BLOCK: usize = 4096;
 
-/// One device's events: where they lie in the file, their streams, what some carry.
+/// An encoded event starts with two bytes (little-endian): the action (its index in
+/// `Action::ALL`)...
+const ACTION_BITS: u16 = 0x0f;
+/// ... whether the stream index follows (two bytes) rather than being 0...
+const STREAM_FOLLOWS: u16 = 0x10;
+/// ... and the bytes of each field that follows, less one: the address's difference from the
+/// previous address (zigzag), the size, the time's difference from the previous time (zigzag)
+/// (three bits each, 1 to 8 bytes), the stack (plus one: `MISSING` is 0; two bits, 1 to 4
+/// bytes). Each field's bytes little-endian, so that one unaligned load and a mask read it.
+const ADDR_LEN_SHIFT: u32 = 5;
+const SIZE_LEN_SHIFT: u32 = 8;
+const TIME_LEN_SHIFT: u32 = 11;
+const STACK_LEN_SHIFT: u32 = 14;
+/// Zero bytes past a block's end when read back, so that every field is one 8-byte load.
+const PADDING: usize = 8;
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    (v >> 1) as i64 ^ -((v & 1) as i64)
+}
+
+/// Bytes `v` needs, 1 to 8.
+fn len_of(v: u64) -> usize {
+    ((64 - v.leading_zeros() as usize).div_ceil(8)).max(1)
+}
+
+/// Writes the `len_of(v)` low bytes of `v`, and returns their number less one.
+fn put_field(out: &mut Vec<u8>, v: u64) -> u16 {
+    let n = len_of(v);
+    out.extend_from_slice(&v.to_le_bytes()[..n]);
+    n as u16 - 1
+}
+
+/// Reads the field of `len` bytes (1 to 8) at `*at` (with `PADDING` bytes past the end of what
+/// is read), moving past it.
+#[inline(always)]
+fn take_field(bytes: &[u8], at: &mut usize, len: usize) -> Option<u64> {
+    let word = u64::from_le_bytes(bytes.get(*at..*at + 8)?.try_into().ok()?);
+    *at += len;
+    Some(word & (u64::MAX >> (64 - 8 * len)))
+}
+
+/// The events of one block being written, and what each is written against.
+#[derive(Default)]
+struct BlockWriter {
+    bytes: Vec<u8>,
+    events: usize,
+    addr: u64,
+    time_us: i64,
+}
+
+impl BlockWriter {
+    fn push(&mut self, e: &TraceEvent) {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&[0, 0]);
+        let mut head = e.action as u16;
+        if e.stream_index != 0 {
+            head |= STREAM_FOLLOWS;
+            self.bytes.extend_from_slice(&e.stream_index.to_le_bytes());
+        }
+        let addr = zigzag(e.addr.wrapping_sub(self.addr) as i64);
+        head |= put_field(&mut self.bytes, addr) << ADDR_LEN_SHIFT;
+        head |= put_field(&mut self.bytes, e.size) << SIZE_LEN_SHIFT;
+        let time = zigzag(e.time_us.wrapping_sub(self.time_us));
+        head |= put_field(&mut self.bytes, time) << TIME_LEN_SHIFT;
+        // (`MISSING`, u32::MAX, as 0)
+        head |= put_field(&mut self.bytes, e.stack.0.wrapping_add(1) as u64) << STACK_LEN_SHIFT;
+        self.bytes[at..at + 2].copy_from_slice(&head.to_le_bytes());
+        self.addr = e.addr;
+        self.time_us = e.time_us;
+        self.events += 1;
+    }
+}
+
+/// Decodes a block of `events` events written by [`BlockWriter`] (its bytes followed by
+/// `PADDING` zero bytes) into `out` (emptied first); `None` when the bytes are not such a
+/// block.
+fn decode_block(padded: &[u8], events: usize, out: &mut Vec<TraceEvent>) -> Option<()> {
+    out.clear();
+    out.reserve(events);
+    let (mut at, mut addr, mut time_us) = (0usize, 0u64, 0i64);
+    for _ in 0..events {
+        let head = u16::from_le_bytes(padded.get(at..at + 2)?.try_into().ok()?);
+        at += 2;
+        let action = *Action::ALL.get((head & ACTION_BITS) as usize)?;
+        let mut stream_index = 0;
+        if head & STREAM_FOLLOWS != 0 {
+            stream_index = u16::from_le_bytes(padded.get(at..at + 2)?.try_into().ok()?);
+            at += 2;
+        }
+        let len = |shift: u32, mask: u16| ((head >> shift) & mask) as usize + 1;
+        let addr_delta = take_field(padded, &mut at, len(ADDR_LEN_SHIFT, 7))?;
+        addr = addr.wrapping_add(unzigzag(addr_delta) as u64);
+        let size = take_field(padded, &mut at, len(SIZE_LEN_SHIFT, 7))?;
+        let time_delta = take_field(padded, &mut at, len(TIME_LEN_SHIFT, 7))?;
+        time_us = time_us.wrapping_add(unzigzag(time_delta));
+        let stack = take_field(padded, &mut at, len(STACK_LEN_SHIFT, 3))? as u32;
+        out.push(TraceEvent {
+            addr,
+            size,
+            time_us,
+            stack: StackId(stack.wrapping_sub(1)),
+            stream_index,
+            action,
+        });
+    }
+    (at + PADDING == padded.len()).then_some(())
+}
+
+/// Where a block lies in the file and which of its device's events it holds.
+struct Block {
+    offset: u64,
+    len: usize,
+    /// The device's index of its first event.
+    first: usize,
+    events: usize,
+}
+
+/// One device's events: their blocks, their streams, what some carry.
 #[derive(Default)]
 struct DeviceEvents {
-    /// (first record, records): a device's events come in one run when read from a file.
-    runs: Vec<(u64, u64)>,
+    blocks: Vec<Block>,
+    /// The block being filled, not yet in the file.
+    open: BlockWriter,
     count: usize,
     /// The distinct streams, indexed as the events' `stream_index`.
     streams: Vec<i64>,
@@ -27,12 +155,16 @@ struct DeviceEvents {
 /// A [`TraceSink`] that writes the events to an unnamed temporary file.
 pub struct EventSpool {
     file: BufWriter<File>,
-    records: u64,
+    /// Bytes written to the file.
+    written: u64,
     devices: Vec<DeviceEvents>,
     /// The snapshot's ids of the stacks the events carry, when those are the reading's own.
     stack_ids: Option<Vec<StackId>>,
     /// The first write that failed (a sink cannot fail: `finish` says it).
     error: Option<io::Error>,
+    /// A block's bytes read back, and its events decoded.
+    read_bytes: Vec<u8>,
+    read_events: Vec<TraceEvent>,
 }
 
 impl EventSpool {
@@ -40,43 +172,90 @@ impl EventSpool {
     pub fn new() -> io::Result<EventSpool> {
         Ok(EventSpool {
             file: BufWriter::with_capacity(1 << 20, tempfile::tempfile()?),
-            records: 0,
+            written: 0,
             devices: Vec::new(),
             stack_ids: None,
             error: None,
+            read_bytes: Vec::new(),
+            read_events: Vec::new(),
         })
     }
 
     /// Ready to be read back; the first error writing it, if any.
     pub fn finish(&mut self) -> io::Result<()> {
+        for d in 0..self.devices.len() {
+            self.close_block(d);
+        }
         if let Some(e) = self.error.take() {
             return Err(e);
         }
         self.file.flush()
     }
 
-    fn encode(e: &TraceEvent) -> [u8; RECORD] {
-        let mut r = [0u8; RECORD];
-        r[0..8].copy_from_slice(&e.addr.to_le_bytes());
-        r[8..16].copy_from_slice(&e.size.to_le_bytes());
-        r[16..24].copy_from_slice(&e.time_us.to_le_bytes());
-        r[24..28].copy_from_slice(&e.stack.0.to_le_bytes());
-        r[28..30].copy_from_slice(&e.stream_index.to_le_bytes());
-        r[30] = e.action as u8;
-        r
+    /// Bytes of the file an event, on average (what the encoding saves).
+    pub fn bytes_per_event(&self) -> f64 {
+        let events: usize = self.devices.iter().map(|d| d.count).sum();
+        self.written as f64 / events.max(1) as f64
     }
 
-    fn decode(r: &[u8]) -> TraceEvent {
-        let u64_at = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().expect("8 bytes"));
-        TraceEvent {
-            addr: u64_at(0),
-            size: u64_at(8),
-            time_us: u64_at(16) as i64,
-            stack: StackId(u32::from_le_bytes(r[24..28].try_into().expect("4 bytes"))),
-            stream_index: u16::from_le_bytes([r[28], r[29]]),
-            // (written by `encode` from an `Action`)
-            action: Action::ALL[r[30] as usize],
+    /// Writes device `d`'s open block to the file, if it holds any event.
+    fn close_block(&mut self, d: usize) {
+        let dev = &mut self.devices[d];
+        if dev.open.events == 0 {
+            return;
         }
+        let open = std::mem::take(&mut dev.open);
+        dev.blocks.push(Block {
+            offset: self.written,
+            len: open.bytes.len(),
+            first: dev.count - open.events,
+            events: open.events,
+        });
+        self.written += open.bytes.len() as u64;
+        if self.error.is_none() {
+            if let Err(err) = self.file.write_all(&open.bytes) {
+                self.error = Some(err);
+            }
+        }
+        // (its buffer serves the next block)
+        let mut bytes = open.bytes;
+        bytes.clear();
+        dev.open.bytes = bytes;
+    }
+
+    /// Device `device`'s events from its block `b` into `self.read_events`.
+    fn read_block(&mut self, device: usize, b: usize) -> io::Result<()> {
+        let block = &self.devices[device].blocks[b];
+        self.read_bytes.clear();
+        self.read_bytes.resize(block.len + PADDING, 0);
+        let mut file = self.file.get_ref();
+        file.seek(SeekFrom::Start(block.offset))?;
+        file.read_exact(&mut self.read_bytes[..block.len])?;
+        decode_block(&self.read_bytes, block.events, &mut self.read_events).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the temporary file of trace events does not read back as written",
+            )
+        })?;
+        if let Some(ids) = &self.stack_ids {
+            for e in &mut self.read_events {
+                if !e.stack.is_missing() {
+                    e.stack = ids[e.stack.0 as usize];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ready to read device `device`'s events back: every block in the file.
+    fn ready(&mut self, device: usize) -> io::Result<()> {
+        if self.devices[device].open.events > 0 {
+            self.close_block(device);
+            if let Some(e) = self.error.take() {
+                return Err(e);
+            }
+        }
+        self.file.flush()
     }
 }
 
@@ -87,10 +266,6 @@ impl TraceSink for EventSpool {
             self.devices.resize_with(d + 1, DeviceEvents::default);
         }
         let dev = &mut self.devices[d];
-        match dev.runs.last_mut() {
-            Some((first, n)) if *first + *n == self.records => *n += 1,
-            _ => dev.runs.push((self.records, 1)),
-        }
         let s = e.stream_index as usize;
         if dev.streams.len() <= s {
             dev.streams.resize(s + 1, 0);
@@ -100,16 +275,14 @@ impl TraceSink for EventSpool {
             dev.aux.push((dev.count, a.clone()));
         }
         dev.count += 1;
-        self.records += 1;
-        if self.error.is_none() {
-            if let Err(err) = self.file.write_all(&EventSpool::encode(e)) {
-                self.error = Some(err);
-            }
+        dev.open.push(e);
+        if dev.open.events == BLOCK {
+            self.close_block(d);
         }
     }
 
     fn restart(&mut self) {
-        self.records = 0;
+        self.written = 0;
         self.devices.clear();
         self.stack_ids = None;
         self.error = None;
@@ -133,26 +306,26 @@ impl TraceEvents for EventSpool {
     }
 
     fn visit(&mut self, device: u32, f: &mut EventVisitor<'_>) -> io::Result<()> {
-        let Some(dev) = self.devices.get(device as usize) else {
+        let d = device as usize;
+        if d >= self.devices.len() {
             return Ok(());
-        };
-        let file = self.file.get_ref();
-        let mut index = 0;
-        let mut aux = dev.aux.iter().peekable();
-        let mut record = [0u8; RECORD];
-        for &(first, n) in &dev.runs {
-            let mut file = file;
-            file.seek(SeekFrom::Start(first * RECORD as u64))?;
-            let mut r = BufReader::with_capacity(1 << 20, file.take(n * RECORD as u64));
-            for _ in 0..n {
-                r.read_exact(&mut record)?;
-                let mut e = EventSpool::decode(&record);
-                if let (Some(ids), false) = (&self.stack_ids, e.stack.is_missing()) {
-                    e.stack = ids[e.stack.0 as usize];
-                }
-                let a = aux.next_if(|(at, _)| *at == index).map(|(_, a)| a);
-                f(index, &e, dev.streams[e.stream_index as usize], a)?;
-                index += 1;
+        }
+        self.ready(d)?;
+        let mut aux = 0;
+        for b in 0..self.devices[d].blocks.len() {
+            self.read_block(d, b)?;
+            let dev = &self.devices[d];
+            let first = dev.blocks[b].first;
+            for (k, e) in self.read_events.iter().enumerate() {
+                let i = first + k;
+                let a = match dev.aux.get(aux) {
+                    Some((at, a)) if *at == i => {
+                        aux += 1;
+                        Some(a)
+                    }
+                    _ => None,
+                };
+                f(i, e, dev.streams[e.stream_index as usize], a)?;
             }
         }
         Ok(())
@@ -164,46 +337,36 @@ impl TraceEvents for EventSpool {
         from: usize,
         f: &mut EventVisitor<'_>,
     ) -> io::Result<()> {
-        const CHUNK: u64 = 1 << 15; // records read at a time, from the end backwards
-        let Some(dev) = self.devices.get(device as usize) else {
+        let d = device as usize;
+        if d >= self.devices.len() || from >= self.devices[d].count {
             return Ok(());
-        };
-        let mut file = self.file.get_ref();
-        let mut buf = vec![0u8; CHUNK as usize * RECORD];
-        // the index of the first event of each run
-        let mut firsts = Vec::with_capacity(dev.runs.len());
-        let mut index = 0u64;
-        for &(_, n) in &dev.runs {
-            firsts.push(index);
-            index += n;
         }
-        let mut aux = dev.aux.iter().rev().peekable();
-        for (&(first_record, n), &first_index) in dev.runs.iter().zip(&firsts).rev() {
-            // events of this run from `from` on: [skip, n) of it
-            let skip = (from as u64).saturating_sub(first_index).min(n);
-            let mut end = n;
-            while end > skip {
-                let start = end.saturating_sub(CHUNK).max(skip);
-                let bytes = &mut buf[..((end - start) as usize) * RECORD];
-                file.seek(SeekFrom::Start((first_record + start) * RECORD as u64))?;
-                file.read_exact(bytes)?;
-                for (k, record) in bytes.chunks_exact(RECORD).enumerate().rev() {
-                    let i = (first_index + start) as usize + k;
-                    let mut e = EventSpool::decode(record);
-                    if let (Some(ids), false) = (&self.stack_ids, e.stack.is_missing()) {
-                        e.stack = ids[e.stack.0 as usize];
-                    }
-                    while aux.next_if(|(at, _)| *at > i).is_some() {}
-                    let a = aux.next_if(|(at, _)| *at == i).map(|(_, a)| a);
-                    f(i, &e, dev.streams[e.stream_index as usize], a)?;
+        self.ready(d)?;
+        // the first block to read: the one that holds event `from`
+        let dev = &self.devices[d];
+        let first_block = dev.blocks.partition_point(|b| b.first + b.events <= from);
+        // the aux past the last event, walked back from there
+        let mut aux = dev.aux.len();
+        for b in (first_block..dev.blocks.len()).rev() {
+            self.read_block(d, b)?;
+            let dev = &self.devices[d];
+            let first = dev.blocks[b].first;
+            let skip = from.saturating_sub(first);
+            for (k, e) in self.read_events.iter().enumerate().skip(skip).rev() {
+                let i = first + k;
+                while aux > 0 && dev.aux[aux - 1].0 > i {
+                    aux -= 1;
                 }
-                end = start;
+                let a = match aux.checked_sub(1).map(|at| &dev.aux[at]) {
+                    Some((at, a)) if *at == i => Some(a),
+                    _ => None,
+                };
+                f(i, e, dev.streams[e.stream_index as usize], a)?;
             }
         }
         Ok(())
     }
 }
-
 /// Trace events kept for a use the end of the reading may or may not call for: in memory up
 /// to a number of events, and past that all put aside in an [`EventSpool`] (memory stays
 /// bounded), to be had back whole only if wanted.
@@ -385,6 +548,163 @@ mod tests {
             assert_eq!(back, forward, "after {after}");
         }
         assert!(read_back(&mut s, 2).is_empty());
+    }
+
+    /// A varied event: every field at its extremes now and then (`u64::MAX` addresses and
+    /// sizes, times before 1970, `NO_TIME` and `i64::MAX`, stacks `MISSING`, far streams),
+    /// else near its neighbours as in a real trace.
+    fn varied(rng: &mut u64, prev: &TraceEvent) -> TraceEvent {
+        let mut next = || {
+            // (xorshift64)
+            *rng ^= *rng << 13;
+            *rng ^= *rng >> 7;
+            *rng ^= *rng << 17;
+            *rng
+        };
+        let r = next();
+        let addr = match r % 7 {
+            0 => u64::MAX,
+            1 => 0,
+            2 => next(),
+            3 => prev.addr.wrapping_sub(512 * (next() % 1000)),
+            _ => prev.addr.wrapping_add(512 * (next() % 100_000) + (r >> 60)),
+        };
+        let size = match (r >> 8) % 6 {
+            0 => u64::MAX,
+            1 => 0,
+            2 => next(),
+            3 => next() % 1000,
+            _ => 512 * (next() % (1 << 22)),
+        };
+        let time_us = match (r >> 16) % 8 {
+            0 => crate::model::snapshot::NO_TIME,
+            1 => i64::MAX,
+            2 => -(next() as i64 >> 3),
+            3 => next() as i64,
+            _ => prev.time_us.wrapping_add((next() % 5000) as i64),
+        };
+        let stack = match (r >> 24) % 5 {
+            0 => StackId::MISSING,
+            1 => StackId(u32::MAX - 1),
+            _ => StackId((next() % 50_000) as u32),
+        };
+        let stream_index = match (r >> 32) % 9 {
+            0 => 3,
+            1 => 2,
+            2 => 1000,
+            _ => 0,
+        };
+        let action = Action::ALL[(next() % Action::ALL.len() as u64) as usize];
+        TraceEvent {
+            addr,
+            size,
+            time_us,
+            stack,
+            stream_index,
+            action,
+        }
+    }
+
+    fn read_back_from(s: &mut EventSpool, device: u32, from: usize) -> Vec<String> {
+        let mut got = Vec::new();
+        s.visit_back_from(device, from, &mut |i, e, stream, aux| {
+            got.push(format!("{i} {e:?} {stream} {aux:?}"));
+            Ok(())
+        })
+        .unwrap();
+        got
+    }
+
+    /// Many blocks' worth of events on several devices, interleaved, with every field at its
+    /// extremes: each comes back as it went in, forwards, backwards from any event (at a
+    /// block's edges too), and after more events are added to a spool already read.
+    #[test]
+    fn events_across_blocks_come_back_forwards_and_backwards() {
+        const DEVICES: usize = 3;
+        let mut s = EventSpool::new().unwrap();
+        let mut want: [Vec<String>; DEVICES] = Default::default();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut prev = TraceEvent::default();
+        let mut add = |s: &mut EventSpool, want: &mut [Vec<String>; DEVICES], n: usize| {
+            for k in 0..n {
+                // device 0 has most events, in long runs; the others come between
+                let device = match k % 1000 {
+                    0..=899 => 0,
+                    900..=989 => 1,
+                    _ => 2,
+                };
+                let e = varied(&mut rng, &prev);
+                prev = e;
+                let stream = -(e.stream_index as i64) - 1;
+                let oom = EventAux {
+                    device_free: Some(k as u64),
+                    ..EventAux::default()
+                };
+                let aux = (e.action == Action::Oom).then_some(&oom);
+                s.event(device as u32, &e, stream, aux);
+                let index = want[device].len();
+                want[device].push(format!("{index} {e:?} {stream} {aux:?}"));
+            }
+        };
+        add(&mut s, &mut want, 3 * BLOCK * 10 / 9 + 777);
+        s.finish().unwrap();
+        assert!(want[0].len() > 3 * BLOCK, "{}", want[0].len());
+        assert!(s.bytes_per_event() < 32.0, "{}", s.bytes_per_event());
+        for round in 0..2 {
+            for (d, want) in want.iter().enumerate() {
+                let n = want.len();
+                assert_eq!(s.count(d as u32), n);
+                assert_eq!(&read_back(&mut s, d as u32), want, "device {d}");
+                let mut edges = vec![0, 1, n / 2, n.saturating_sub(1), n, n + 5];
+                for b in 1..=n / BLOCK {
+                    edges.extend([b * BLOCK - 1, b * BLOCK, b * BLOCK + 1]);
+                }
+                for from in edges {
+                    let mut suffix = want[from.min(n)..].to_vec();
+                    suffix.reverse();
+                    assert_eq!(read_back_from(&mut s, d as u32, from), suffix, "{d} {from}");
+                }
+                let mut none = Vec::new();
+                s.visit_back(d as u32, usize::MAX, &mut |i, _, _, _| {
+                    none.push(i);
+                    Ok(())
+                })
+                .unwrap();
+                assert!(none.is_empty());
+            }
+            if round == 0 {
+                // more events after reading: they go on from where the others ended
+                add(&mut s, &mut want, BLOCK + 5);
+            }
+        }
+        assert!(read_back(&mut s, DEVICES as u32).is_empty());
+        assert!(read_back_from(&mut s, DEVICES as u32, 0).is_empty());
+    }
+
+    /// The integers as written: every length of field, and zigzag at the ends of i64.
+    #[test]
+    fn fields_and_zigzag_round_trip() {
+        let mut values = vec![0, 1, 255, 256, u64::MAX, u64::MAX - 1];
+        values.extend((0..64).map(|b| 1u64 << b));
+        values.extend((1..64).map(|b| (1u64 << b) - 1));
+        let mut bytes = Vec::new();
+        let lens: Vec<usize> = (values.iter())
+            .map(|&v| put_field(&mut bytes, v) as usize + 1)
+            .collect();
+        let end = bytes.len();
+        bytes.extend([0xff; PADDING]);
+        let mut at = 0;
+        for (&v, &len) in values.iter().zip(&lens) {
+            assert_eq!(len, len_of(v));
+            assert_eq!(take_field(&bytes, &mut at, len), Some(v));
+        }
+        assert_eq!(at, end);
+        // (a field is read as 8 bytes: past the padding there are none)
+        let mut past = end + 1;
+        assert_eq!(take_field(&bytes, &mut past, 1), None);
+        for v in [0, 1, -1, i64::MAX, i64::MIN, i64::MIN + 1, 12345, -12345] {
+            assert_eq!(unzigzag(zigzag(v)), v);
+        }
     }
 
     fn fed(snap: &Snapshot, limit: usize) -> String {
