@@ -17,7 +17,7 @@
 //! a 10 GB capture draws in bounded memory.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -25,6 +25,7 @@ use serde::Serialize;
 use crate::model::snapshot::{Action, Snapshot, StackId, TraceEvent, NO_TIME};
 use crate::model::trace::TraceEvents;
 
+use super::address_map::AddressMap;
 use super::groups::{GroupBy, Grouper};
 use super::sites::{Capture, Extra, MomentFinder, Origin, Sites, Tagger};
 use super::timeline::{allocated_delta, AnnotationMark, Clock, OomMark, Point, Timeline};
@@ -143,6 +144,11 @@ impl Grouping {
     }
 }
 
+/// Events each pass holds back before taking them, while the slot of their address in the
+/// table of open allocations is fetched (with millions open at once every lookup is a cache
+/// miss: at 10 GB they were most of the first pass).
+const LOOKAHEAD: usize = 16;
+
 /// An allocation still open while the events are read (its `alloc` seen, its free not yet).
 #[derive(Clone, Copy)]
 struct Open {
@@ -158,12 +164,25 @@ struct Open {
     x: f64,
 }
 
+impl Default for Open {
+    fn default() -> Open {
+        Open {
+            id: 0,
+            start: 0,
+            size: 0,
+            stack: StackId::MISSING,
+            extra: 0,
+            x: 0.0,
+        }
+    }
+}
+
 /// Pairs each `alloc` with its `free_requested` by address, numbering the allocations the
 /// same way on every pass over the events; a free without an alloc was allocated before the
 /// trace began. Holds only the allocations open, never all of them.
 #[derive(Default)]
 struct Pairing {
-    open: FxHashMap<u64, Open>,
+    open: AddressMap<Open>,
     next: u32,
 }
 
@@ -180,7 +199,7 @@ enum Paired {
 
 impl Pairing {
     /// Event `i`, `e`, at `x`; `extra` tags a new allocation.
-    fn event(&mut self, i: usize, e: &TraceEvent, x: f64, extra: impl FnOnce() -> u32) -> Paired {
+    fn event(&mut self, i: usize, e: &TraceEvent, x: f64, extra: u32) -> Paired {
         match e.action {
             Action::Alloc => {
                 let id = self.next;
@@ -190,12 +209,12 @@ impl Pairing {
                     start: i as u32,
                     size: e.size,
                     stack: e.stack,
-                    extra: extra(),
+                    extra,
                     x,
                 };
                 Paired::Alloc(self.open.insert(e.addr, open))
             }
-            Action::FreeRequested => match self.open.remove(&e.addr) {
+            Action::FreeRequested => match self.open.remove(e.addr) {
                 Some(o) => Paired::Free(o.id, Some(o)),
                 None => {
                     let id = self.next;
@@ -400,7 +419,9 @@ pub fn stacked(
             before.push((id, size));
         }
     };
-    events.visit(device, &mut |i, e, _, aux| {
+    // event `i`, `e`; `tag`: what an `alloc` carries, or what an `annotate` gives its
+    // allocation (tagged as the events are read, in their order)
+    let mut take = |pairing: &mut Pairing, i: usize, e: &TraceEvent, tag: Option<u32>| {
         let (x, allocated) = walk.step(i, e);
         if !annotation_order.is_empty() {
             let (time_x, _) = time_walk.step(i, e);
@@ -418,7 +439,7 @@ pub fn stacked(
                 moment = Some((i, x, allocated));
             }
         }
-        match pairing.event(i, e, x, || tagger.tag(e, aux)) {
+        match pairing.event(i, e, x, tag.unwrap_or(0)) {
             Paired::Alloc(displaced) => {
                 if let Some(o) = displaced {
                     close(o.id, Some(o), o.size, None);
@@ -433,15 +454,32 @@ pub fn stacked(
             }
             Paired::Neither => {
                 if e.action == Action::Annotate {
-                    if let (Some(tag), Some(o)) = (tagger.retag(aux), pairing.open.get_mut(&e.addr))
-                    {
+                    if let (Some(tag), Some(o)) = (tag, pairing.open.get_mut(e.addr)) {
                         o.extra = tag;
                     }
                 }
             }
         }
+    };
+    let mut pending: VecDeque<(usize, TraceEvent, Option<u32>)> =
+        VecDeque::with_capacity(LOOKAHEAD + 1);
+    events.visit(device, &mut |i, e, _, aux| {
+        let tag = match e.action {
+            Action::Alloc => Some(tagger.tag(e, aux)),
+            Action::Annotate => tagger.retag(aux),
+            _ => None,
+        };
+        pairing.open.prefetch(e.addr);
+        pending.push_back((i, *e, tag));
+        if pending.len() > LOOKAHEAD {
+            let (i, e, tag) = pending.pop_front().expect("not empty");
+            take(&mut pairing, i, &e, tag);
+        }
         Ok(())
     })?;
+    for (i, e, tag) in pending.drain(..) {
+        take(&mut pairing, i, &e, tag);
+    }
     for k in annotation_order.iter().skip(placed) {
         tl.annotations[*k].x = event_count as f64;
     }
@@ -564,12 +602,12 @@ pub fn stacked(
     // pairing: allocations are numbered in order of their `alloc`s and of the frees the first
     // pass found unpaired, and an `alloc` at an address displaces what was open there (live
     // to the end) whether banded or not
-    let mut open_banded: FxHashMap<u64, (u32, u64)> = FxHashMap::default();
+    let mut open_banded: AddressMap<(u32, u64)> = AddressMap::new();
     let mut unpaired = unpaired_frees.iter().peekable();
     let mut next_id = 0u32;
     let mut walk = Walk::new(&tl, x_is_time);
     let mut next = picks.iter().peekable();
-    events.visit(device, &mut |i, e, _, _| {
+    let mut take = |open_banded: &mut AddressMap<(u32, u64)>, i: usize, e: &TraceEvent| {
         let (x, allocated) = walk.step(i, e);
         match e.action {
             Action::Alloc => {
@@ -581,7 +619,7 @@ pub fn stacked(
                     most[b as usize] = most[b as usize].max(level[b as usize]);
                     open_banded.insert(e.addr, (b, e.size));
                 } else if !open_banded.is_empty() {
-                    open_banded.remove(&e.addr);
+                    open_banded.remove(e.addr);
                 }
             }
             Action::FreeRequested => {
@@ -592,7 +630,7 @@ pub fn stacked(
                         banded += 1;
                         level[b as usize] -= e.size as i64;
                     }
-                } else if let Some((b, size)) = open_banded.remove(&e.addr) {
+                } else if let Some((b, size)) = open_banded.remove(e.addr) {
                     level[b as usize] -= size as i64;
                 }
             }
@@ -607,8 +645,20 @@ pub fn stacked(
                 bands: level.clone(),
             });
         }
+    };
+    let mut pending: VecDeque<(usize, TraceEvent)> = VecDeque::with_capacity(LOOKAHEAD + 1);
+    events.visit(device, &mut |i, e, _, _| {
+        open_banded.prefetch(e.addr);
+        pending.push_back((i, *e));
+        if pending.len() > LOOKAHEAD {
+            let (i, e) = pending.pop_front().expect("not empty");
+            take(&mut open_banded, i, &e);
+        }
         Ok(())
     })?;
+    for (i, e) in pending.drain(..) {
+        take(&mut open_banded, i, &e);
+    }
     if matches!(by, BandBy::Site) {
         // a site's band says the most it held at once
         for (band, most) in bands.iter_mut().zip(most) {
