@@ -953,29 +953,34 @@ mod tests {
         }
     }
 
+    /// A snapshot of one device whose trace is `events` (action, address, size), on stream 0.
+    fn one_trace(events: &[(Action, u64, u64)]) -> Snapshot {
+        use crate::model::snapshot::{DeviceTrace, TraceEvent};
+        let mut t = DeviceTrace::default();
+        t.stream_index(0).unwrap();
+        for &(action, addr, size) in events {
+            t.events.push(TraceEvent {
+                addr,
+                size,
+                action,
+                ..TraceEvent::default()
+            });
+        }
+        let mut snap = Snapshot::default();
+        snap.traces.push(t);
+        snap
+    }
+
     /// An address allocated twice without a free between (a file that contradicts itself):
     /// the first allocation is never freed, live to the end, in both kinds of bands.
     #[test]
     fn an_allocation_displaced_at_its_address_stays_live() {
-        use crate::model::snapshot::{DeviceTrace, TraceEvent};
-        let ev = |action, addr, size| TraceEvent {
-            addr,
-            size,
-            action,
-            ..TraceEvent::default()
-        };
-        let mut snap = Snapshot::default();
-        let mut t = DeviceTrace::default();
-        t.stream_index(0).unwrap();
-        for e in [
-            ev(Action::Alloc, 0x1000, 512),
-            ev(Action::Alloc, 0x1000, 1024),
-            ev(Action::FreeRequested, 0x1000, 1024),
-            ev(Action::Alloc, 0x2000, 2048),
-        ] {
-            t.events.push(e);
-        }
-        snap.traces.push(t);
+        let snap = one_trace(&[
+            (Action::Alloc, 0x1000, 512),
+            (Action::Alloc, 0x1000, 1024),
+            (Action::FreeRequested, 0x1000, 1024),
+            (Action::Alloc, 0x2000, 2048),
+        ]);
         for by in [BandBy::Allocation, BandBy::Site] {
             let tl = timeline(&snap, 0, false);
             let s = stacked(&snap, 5, by, Grouping::sites(), 10, true, tl, &mut &snap).unwrap();
@@ -991,28 +996,15 @@ mod tests {
     /// before the trace and one displaced at its address by another (banded or not).
     #[test]
     fn each_band_holds_its_bytes_from_alloc_to_free_whatever_else_is_banded() {
-        use crate::model::snapshot::{DeviceTrace, TraceEvent};
-        let ev = |action, addr, size| TraceEvent {
-            addr,
-            size,
-            action,
-            ..TraceEvent::default()
-        };
-        let mut snap = Snapshot::default();
-        let mut t = DeviceTrace::default();
-        t.stream_index(0).unwrap();
-        for e in [
-            ev(Action::FreeRequested, 0x3000, 4096),
-            ev(Action::Alloc, 0x1000, 512),
-            ev(Action::Alloc, 0x1000, 1024),
-            ev(Action::FreeRequested, 0x1000, 1024),
-            ev(Action::Alloc, 0x2000, 2048),
-            ev(Action::Alloc, 0x1000, 256),
-            ev(Action::FreeRequested, 0x1000, 256),
-        ] {
-            t.events.push(e);
-        }
-        snap.traces.push(t);
+        let snap = one_trace(&[
+            (Action::FreeRequested, 0x3000, 4096),
+            (Action::Alloc, 0x1000, 512),
+            (Action::Alloc, 0x1000, 1024),
+            (Action::FreeRequested, 0x1000, 1024),
+            (Action::Alloc, 0x2000, 2048),
+            (Action::Alloc, 0x1000, 256),
+            (Action::FreeRequested, 0x1000, 256),
+        ]);
         for n in 1..=5 {
             let tl = timeline(&snap, 0, false);
             let by = BandBy::Allocation;
