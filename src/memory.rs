@@ -1,4 +1,5 @@
-//! How the process's allocator hands memory back.
+//! How the process gets memory from the system and hands it back: large frees returned at
+//! once, huge pages for the large tables read at random (tables keyed by address).
 
 /// Serve every allocation of 1 MiB or more with its own mapping, returned to the system when
 /// freed. glibc raises that threshold to the largest block freed so far (up to 32 MiB), after
