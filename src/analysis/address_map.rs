@@ -76,14 +76,7 @@ impl<V: Copy + Default> AddressMap<V> {
     /// Start loading the slot `key` lives in (or would), for a lookup soon after.
     #[inline]
     pub fn prefetch(&self, key: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let p = self.slots.as_ptr().wrapping_add(self.home(key)) as *const i8;
-            // SAFETY: a prefetch is a hint; it reads nothing and cannot fault
-            unsafe { std::arch::x86_64::_mm_prefetch(p, std::arch::x86_64::_MM_HINT_T0) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = key;
+        crate::memory::prefetch(self.slots.as_ptr().wrapping_add(self.home(key)));
     }
 
     /// The value of `key`.

@@ -482,15 +482,7 @@ impl AddrNames {
 
     #[inline]
     fn prefetch(&self, addr: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let p = self.slots.as_ptr().wrapping_add(self.slot_of(addr));
-            // SAFETY: a prefetch is a hint that never faults, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = addr;
+        crate::memory::prefetch(self.slots.as_ptr().wrapping_add(self.slot_of(addr)));
     }
 
     fn get(&self, addr: u64) -> Ref {

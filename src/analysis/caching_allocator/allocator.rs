@@ -465,7 +465,7 @@ impl Allocator {
     #[inline]
     pub fn prefetch(&self, id: BlockId) {
         if let Some(n) = self.nodes.get(id as usize) {
-            prefetch_line(n);
+            crate::memory::prefetch(n);
         }
     }
 
@@ -476,7 +476,7 @@ impl Allocator {
         if let Some(n) = self.nodes.get(id as usize) {
             for b in [n.prev, n.next] {
                 if let Some(m) = self.nodes.get(b as usize) {
-                    prefetch_line(m);
+                    crate::memory::prefetch(m);
                 }
             }
         }
@@ -598,21 +598,6 @@ impl Allocator {
     pub fn block_size(&self, id: BlockId) -> u64 {
         self.nodes[id as usize].size
     }
-}
-
-/// Start loading the cache line at `x`.
-#[inline]
-fn prefetch_line<T>(x: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it reads nothing and cannot fault
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(
-            (x as *const T).cast::<i8>(),
-            std::arch::x86_64::_MM_HINT_T0,
-        )
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
 }
 
 /// Double `v`'s room, a large one on huge pages where the kernel gives them: the block records
