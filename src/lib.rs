@@ -8,6 +8,7 @@ pub mod cli;
 pub mod commands;
 pub mod device;
 pub mod error;
+pub mod format_thread;
 pub mod formats;
 pub mod memory;
 pub mod model;

@@ -2,6 +2,8 @@
 
 use std::io::{self, Write};
 
+use crate::format_thread::{write_formatted, Handover};
+
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 
@@ -140,70 +142,40 @@ struct EventBatch {
 /// JSON, in batches handed over in order (and handed back, to be used again).
 fn write_events(w: &mut dyn Write, events: &mut dyn TraceEvents, device: u32) -> io::Result<()> {
     const BATCH: usize = 8192;
-    std::thread::scope(|scope| -> io::Result<()> {
-        // (bounded: reading waits when the writer is 4 batches behind)
-        let (to_format, batches) = std::sync::mpsc::sync_channel::<(EventBatch, Vec<u8>)>(4);
-        let (to_write, texts) = std::sync::mpsc::channel::<(EventBatch, Vec<u8>)>();
-        scope.spawn(move || {
-            for (batch, mut out) in batches {
-                out.clear();
-                let mut aux = batch.aux.iter().peekable();
-                for (i, (e, stream)) in batch.events.iter().enumerate() {
-                    if i > 0 || !batch.first {
-                        out.push(b',');
-                    }
-                    let a = aux.next_if(|(at, _)| *at == i).map(|(_, a)| a);
-                    push_event(&mut out, e, *stream, a);
-                }
-                if to_write.send((batch, out)).is_err() {
-                    return;
-                }
+    let format = |batch: &EventBatch, out: &mut Vec<u8>| {
+        out.clear();
+        let mut aux = batch.aux.iter().peekable();
+        for (i, (e, stream)) in batch.events.iter().enumerate() {
+            if i > 0 || !batch.first {
+                out.push(b',');
             }
-        });
+            let a = aux.next_if(|(at, _)| *at == i).map(|(_, a)| a);
+            push_event(out, e, *stream, a);
+        }
+    };
+    write_formatted(w, format, |handover| {
         let mut batch = EventBatch {
             first: true,
             ..EventBatch::default()
         };
-        let mut spare: Vec<(EventBatch, Vec<u8>)> = Vec::new();
-        let mut pending = 0usize; // batches handed over, not yet written
-        let mut hand_over =
-            |batch: &mut EventBatch, w: &mut dyn Write, pending: &mut usize| -> io::Result<()> {
-                let (mut next, out) = spare.pop().unwrap_or_default();
-                next.events.clear();
-                next.aux.clear();
-                next.first = false;
-                // (the writer only stops early when this side has gone)
-                let _ = to_format.send((std::mem::replace(batch, next), out));
-                *pending += 1;
-                while let Ok((done, out)) = texts.try_recv() {
-                    *pending -= 1;
-                    w.write_all(&out)?;
-                    spare.push((done, out));
-                }
-                Ok(())
-            };
+        let hand_over = |batch: &mut EventBatch, h: &mut Handover<'_, EventBatch, Vec<u8>>| {
+            let mut next = h.batch();
+            next.events.clear();
+            next.aux.clear();
+            next.first = false;
+            h.send(std::mem::replace(batch, next))
+        };
         events.visit(device, &mut |_, e, stream, aux| {
             if let Some(a) = aux {
                 batch.aux.push((batch.events.len(), a.clone()));
             }
             batch.events.push((*e, stream));
             if batch.events.len() == BATCH {
-                hand_over(&mut batch, w, &mut pending)?;
+                hand_over(&mut batch, handover)?;
             }
             Ok(())
         })?;
-        hand_over(&mut batch, w, &mut pending)?;
-        drop(to_format);
-        while pending > 0 {
-            match texts.recv() {
-                Ok((_, out)) => {
-                    pending -= 1;
-                    w.write_all(&out)?;
-                }
-                Err(_) => break,
-            }
-        }
-        Ok(())
+        hand_over(&mut batch, handover)
     })
 }
 

@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 use crate::analysis::memviz::push_size;
 use crate::analysis::trace_listing::{name_of, push_name, DeviceListing, Line, Namer, Place, Ref};
+use crate::format_thread::{write_formatted, Handover};
 use crate::model::snapshot::{EventAux, Snapshot, TraceEvent};
 use crate::model::trace::{serialize_events, TraceEvents};
 
@@ -178,45 +179,21 @@ pub fn write_trace_text(
         w.write_all(head.as_bytes())?;
         head.clear();
         let mut namer = l.namer(snap);
-        std::thread::scope(|scope| -> std::io::Result<()> {
-            // (bounded: the namer waits when the writer is 4 batches behind)
-            let (to_format, batches) = std::sync::mpsc::sync_channel::<(NamedBatch, String)>(4);
-            let (to_write, texts) = std::sync::mpsc::channel::<(NamedBatch, String)>();
-            scope.spawn(move || {
-                for (batch, mut out) in batches {
-                    out.clear();
-                    let mut aux = batch.aux.iter().peekable();
-                    for (i, line) in batch.lines.iter().enumerate() {
-                        let a = aux.next_if(|(at, _)| *at == i).map(|(_, a)| a);
-                        push_line(&mut out, a, *line);
-                    }
-                    if to_write.send((batch, out)).is_err() {
-                        return;
-                    }
-                }
-            });
+        let format = |batch: &NamedBatch, out: &mut String| {
+            out.clear();
+            let mut aux = batch.aux.iter().peekable();
+            for (i, line) in batch.lines.iter().enumerate() {
+                let a = aux.next_if(|(at, _)| *at == i).map(|(_, a)| a);
+                push_line(out, a, *line);
+            }
+        };
+        write_formatted(&mut *w, format, |handover| {
             let mut read = ReadBatch::default();
             read.events.reserve(BATCH);
-            // batches and texts written, to be used again
-            let mut spare: Vec<(NamedBatch, String)> = Vec::new();
-            let mut pending = 0usize; // batches handed over, not yet written
-            let mut hand_over = |read: &mut ReadBatch,
-                                 w: &mut dyn std::io::Write,
-                                 pending: &mut usize|
-             -> std::io::Result<()> {
-                let (mut named, text) = spare
-                    .pop()
-                    .unwrap_or_else(|| (NamedBatch::default(), String::with_capacity(BATCH * 40)));
+            let mut hand_over = |read: &mut ReadBatch, h: &mut Handover<'_, NamedBatch, String>| {
+                let mut named = h.batch();
                 read.name_into(&mut namer, &mut named);
-                // (the writer only stops early when this side has gone)
-                let _ = to_format.send((named, text));
-                *pending += 1;
-                while let Ok((named, text)) = texts.try_recv() {
-                    *pending -= 1;
-                    w.write_all(text.as_bytes())?;
-                    spare.push((named, text));
-                }
-                Ok(())
+                h.send(named)
             };
             events.visit(l.device, &mut |_, e, _, aux| {
                 if let Some(a) = aux {
@@ -224,22 +201,11 @@ pub fn write_trace_text(
                 }
                 read.events.push(*e);
                 if read.events.len() == BATCH {
-                    hand_over(&mut read, w, &mut pending)?;
+                    hand_over(&mut read, handover)?;
                 }
                 Ok(())
             })?;
-            hand_over(&mut read, w, &mut pending)?;
-            drop(to_format);
-            while pending > 0 {
-                match texts.recv() {
-                    Ok((_, text)) => {
-                        pending -= 1;
-                        w.write_all(text.as_bytes())?;
-                    }
-                    Err(_) => break,
-                }
-            }
-            Ok(())
+            hand_over(&mut read, handover)
         })?;
         head.push_str("TOTAL MEM: ");
         push_size(&mut head, l.totals.net_bytes);
