@@ -19,6 +19,12 @@ def raises_under_a_mode(torch):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Passthrough(TorchDispatchMode):
+        # (never under torch.compile: without this its __torch_dispatch__ is wrapped in
+        # torch._disable_dynamo, whose first call imports torch._dynamo, ~1.7 s a process)
+        @classmethod
+        def _should_skip_dynamo(cls):
+            return False
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             return func(*args, **(kwargs or {}))
 
