@@ -2,8 +2,9 @@
 """Step-time overhead of recording, side by side: the same models run plain, under PyTorch's
 MemTracker, under PyTorch's profiler with profile_memory=True, under a do-nothing
 TorchDispatchMode (the floor any dispatch-mode tool pays) and under `memtrack record` (a
-release build); then the start-up cost per process (`python -c "import torch"` plain and
-under `memtrack record`). `lstmcell` is a loop of small ops (an LSTMCell unrolled 16 steps,
+release build) with each of its observers (`--observer python`, the default, and
+`--observer compiled`, built before the timings); then the start-up cost per process
+(`python -c "import torch"` plain and under `memtrack record`). `lstmcell` is a loop of small ops (an LSTMCell unrolled 16 steps,
 about 1,000 ops a step); `conv` a small conv net. `conv-compiled` is the conv model under
 torch.compile: its slowdown is reported separately, against the compiled model run plain
 (MemTracker and a dispatch mode would switch compilation off, so they are not run on it).
@@ -29,8 +30,20 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODES = ["plain", "dispatch-nop", "profiler", "memtracker", "memtrack"]
-COMPILED_MODES = ["plain", "profiler", "memtrack"]
+MODES = ["plain", "dispatch-nop", "profiler", "memtracker", "memtrack", "memtrack-compiled"]
+COMPILED_MODES = ["plain", "profiler", "memtrack", "memtrack-compiled"]
+# memtrack record's two observers (record --observer): the mode names here
+RECORD_MODES = {"memtrack": "python", "memtrack-compiled": "compiled"}
+
+
+def under_record(args, mode, cmd, name):
+    """cmd as `memtrack record` runs it with the observer `mode` names (cmd itself for any
+    other mode)."""
+    if mode not in RECORD_MODES:
+        return cmd
+    out = os.path.join(tempfile.mkdtemp(prefix="memtrack-bench-"), name)
+    return [args.memtrack, "record", "--backend", "cpu", "--observer", RECORD_MODES[mode],
+            "-o", out, "--"] + cmd
 
 
 def modes_for(model_name):
@@ -145,11 +158,10 @@ def worker(model_name, mode, steps, threads):
 
 
 def run_cell(args, model_name, mode):
-    cmd = [args.python, os.path.abspath(__file__), "--worker", model_name, mode if mode != "memtrack" else "plain",
+    cmd = [args.python, os.path.abspath(__file__), "--worker", model_name,
+           "plain" if mode in RECORD_MODES else mode,
            "--steps", str(args.steps), "--threads", str(args.threads)]
-    if mode == "memtrack":
-        out = os.path.join(tempfile.mkdtemp(prefix="memtrack-bench-"), "bench.pkl")
-        cmd = [args.memtrack, "record", "--backend", "cpu", "-o", out, "--"] + cmd
+    cmd = under_record(args, mode, cmd, "bench.pkl")
     env = dict(os.environ)
     env.pop("MEMTRACK_SOCKET", None)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -172,10 +184,7 @@ IMPORT_TORCH = (
 def run_startup(args, mode):
     """One start of `python -c "import torch"`: (seconds the import took inside the process,
     including the agent's activation; wall seconds of the whole command, collector included)."""
-    cmd = [args.python, "-c", IMPORT_TORCH]
-    if mode == "memtrack":
-        out = os.path.join(tempfile.mkdtemp(prefix="memtrack-bench-"), "start.pkl")
-        cmd = [args.memtrack, "record", "--backend", "cpu", "-o", out, "--"] + cmd
+    cmd = under_record(args, mode, [args.python, "-c", IMPORT_TORCH], "start.pkl")
     env = dict(os.environ)
     env.pop("MEMTRACK_SOCKET", None)
     w = time.perf_counter()
@@ -243,7 +252,9 @@ def main():
             )
         us = best[(m, "memtrack")]["cpu_s"] / base
         if m in FLOORS:
-            floors.append((f"{m} slowdown under record", us, FLOORS[m], "x"))
+            for mode, observer in RECORD_MODES.items():
+                floors.append((f"{m} slowdown under record, {observer} observer",
+                               best[(m, mode)]["cpu_s"] / base, FLOORS[m], "x"))
         mt = best[(m, "memtracker")]["cpu_s"] / base if (m, "memtracker") in best else None
         ratio = f"{us / mt:20.2f}" if mt else f"{'-':>20}"
         pr = best[(m, "profiler")]["cpu_s"] / base
@@ -252,10 +263,11 @@ def main():
         report[m] = {mode: best[(m, mode)] for mode in modes_for(m) if (m, mode) in best}
         report[m]["slowdown_memtracker"] = mt
         report[m]["slowdown_memtrack"] = us
+        report[m]["slowdown_memtrack_compiled"] = best[(m, "memtrack-compiled")]["cpu_s"] / base
         report[m]["slowdown_profiler"] = best[(m, "profiler")]["cpu_s"] / base
     print("\nslowdown = step time / plain step time")
 
-    starts = {"plain": [], "memtrack": []}
+    starts = {"plain": [], "memtrack": [], "memtrack-compiled": []}
     for _ in range(args.starts):
         for mode in starts:
             starts[mode].append(run_startup(args, mode))
@@ -265,10 +277,13 @@ def main():
           f"{imp['plain']:.3f} s plain, {imp['memtrack']:.3f} s under record "
           f"(+{imp['memtrack'] - imp['plain']:.3f} s); the whole command "
           f"{wall['plain']:.3f} s plain, {wall['memtrack']:.3f} s under record "
-          f"(+{wall['memtrack'] - wall['plain']:.3f} s)")
+          f"(+{wall['memtrack'] - wall['plain']:.3f} s); with the compiled observer (built "
+          f"before) +{imp['memtrack-compiled'] - imp['plain']:.3f} s, "
+          f"+{wall['memtrack-compiled'] - wall['plain']:.3f} s")
     report["startup"] = {"import_s": imp, "command_s": wall}
-    floors.append(("start-up added per process (import torch)", imp["memtrack"] - imp["plain"],
-                   STARTUP_FLOOR_S, "s"))
+    for mode, observer in RECORD_MODES.items():
+        floors.append((f"start-up added per process, {observer} observer",
+                       imp[mode] - imp["plain"], STARTUP_FLOOR_S, "s"))
 
     print("\nfloors:")
     for what, got, limit, unit in floors:

@@ -421,6 +421,15 @@ pub enum BackendArg {
     Cpu,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ObserverArg {
+    /// A TorchDispatchMode in Python, as MemoryTracker and MemTracker use
+    Python,
+    /// A RecordFunction callback in C++, built once per torch with the machine's C++
+    /// compiler (about 30 s); falls back to `python`, with a warning, where it cannot be
+    Compiled,
+}
+
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  memtrack record -o run.pkl -- python train.py --epochs 1\n  memtrack record -o run.pkl -- python -m torch.distributed.run --nproc-per-node 2 train.py\n    (writes run.rank0.pkl, run.rank1.pkl)"
@@ -434,6 +443,10 @@ pub struct RecordArgs {
     /// Which memory the per-op samples count
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
+    /// What sees each operator (docs/record.md, "Observers"): `compiled` costs a small part
+    /// of `python`'s time on programs of many small ops
+    #[arg(long, value_enum, default_value_t = ObserverArg::Python)]
+    pub observer: ObserverArg,
     /// Also record the CUDA allocator's history and write allocator snapshots at exit and at
     /// a CUDA out-of-memory error (NAME.rank0.exit.pickle, NAME.rank0.oom.pickle)
     #[arg(long)]

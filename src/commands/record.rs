@@ -1,4 +1,4 @@
-use crate::cli::{BackendArg, RecordArgs};
+use crate::cli::{BackendArg, ObserverArg, RecordArgs};
 use crate::error::Result;
 use crate::record::{self, Backend, Options};
 
@@ -14,6 +14,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
             BackendArg::Cuda => Backend::Cuda,
             BackendArg::Cpu => Backend::Cpu,
         },
+        compiled_observer: a.observer == ObserverArg::Compiled,
         snapshot: a.snapshot,
         max_snapshot_entries: a.max_snapshot_entries,
         cycles: a.cycles,

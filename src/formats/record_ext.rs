@@ -23,6 +23,7 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     let strings = |key: &str| string_list(doc, d.get(key));
     info.pid = d.get("pid").and_then(|v| doc.as_int(v));
     info.torch_version = s("torch_version");
+    info.observer = s("observer");
     info.agent_errors = strings("agent_errors");
     if let Some(starts) = d.get("iteration_starts").and_then(|v| doc.as_seq(v)) {
         info.iteration_starts = starts
@@ -430,6 +431,7 @@ fn str_list(w: &mut Writer, items: &[String]) {
 pub fn write(w: &mut Writer, r: &RecordInfo) {
     w.entry("pid", |w| w.opt_int(r.pid));
     w.entry("torch_version", |w| w.opt_str(r.torch_version.as_deref()));
+    w.entry("observer", |w| w.opt_str(r.observer.as_deref()));
     w.entry("iteration_starts", |w| {
         w.list(&r.iteration_starts, |w, &i| w.int(i));
     });

@@ -355,6 +355,7 @@ mod record_ext_tests {
             backend: "cpu".into(),
             pid: Some(42),
             torch_version: Some("2.15.0".into()),
+            observer: Some("compiled".into()),
             modules: vec![IterationModules {
                 iteration: 1,
                 first_op: 0,
@@ -383,6 +384,7 @@ mod record_ext_tests {
         let r = round_trip(record);
         assert_eq!(r.pid, Some(42));
         assert_eq!(r.torch_version.as_deref(), Some("2.15.0"));
+        assert_eq!(r.observer.as_deref(), Some("compiled"));
         assert_eq!(r.memory_stats["num_alloc_retries"], 3);
         assert_eq!(r.peak, Some(snap(40)));
         let e = r.exit.unwrap();

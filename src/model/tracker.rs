@@ -222,6 +222,9 @@ pub struct RecordInfo {
     pub pid: Option<i64>,
     /// `torch.__version__` in the recorded process.
     pub torch_version: Option<String>,
+    /// What saw each op: `python` (the agent's TorchDispatchMode) or `compiled` (its
+    /// RecordFunction observer, `record --observer compiled`); None in older files.
+    pub observer: Option<String>,
     /// MemTracker's module breakdown, one entry per iteration.
     pub modules: Vec<IterationModules>,
     /// Memory by category at the run's highest total (MemTracker's `get_tracker_snapshot("peak")`).

@@ -16,7 +16,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 19] = [
+pub const FILES: [(&str, &str); 21] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
@@ -31,6 +31,8 @@ pub const FILES: [(&str, &str); 19] = [
     agent_file!("inprocess.py"),
     agent_file!("modules.py"),
     agent_file!("names.py"),
+    agent_file!("native.py"),
+    agent_file!("observer.cpp"),
     agent_file!("ops.py"),
     agent_file!("optim.py"),
     agent_file!("process.py"),
@@ -65,7 +67,7 @@ mod tests {
             .unwrap()
             .filter_map(|e| {
                 let name = e.unwrap().file_name().into_string().unwrap();
-                name.ends_with(".py")
+                (name.ends_with(".py") || name.ends_with(".cpp"))
                     .then(|| format!("{}/{name}", crate::model::AGENT_PACKAGE))
             })
             .collect();

@@ -47,6 +47,8 @@ impl Backend {
 pub struct Options {
     pub output: PathBuf,
     pub backend: Backend,
+    /// Ops seen by the agent's compiled observer rather than its dispatch mode.
+    pub compiled_observer: bool,
     pub snapshot: bool,
     pub max_snapshot_entries: usize,
     /// Watch the garbage collector for cycles holding tensors.
@@ -99,6 +101,9 @@ pub fn run(o: &Options) -> Result<i32> {
         .env("MEMTRACK_BACKEND", o.backend.name());
     if o.cycles {
         cmd.env("MEMTRACK_CYCLES", "1");
+    }
+    if o.compiled_observer {
+        cmd.env("MEMTRACK_OBSERVER", "compiled");
     }
     if o.snapshot {
         cmd.env("MEMTRACK_SNAPSHOT", snapshot_prefix(&o.output))

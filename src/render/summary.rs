@@ -206,6 +206,9 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
         if let Some(d) = &r.device_name {
             line.push_str(&format!(" ({d})"));
         }
+        if r.observer.as_deref() == Some("compiled") {
+            line.push_str(", ops seen by the compiled observer");
+        }
         if let (Some(rank), Some(w)) = (r.rank, r.world_size) {
             line.push_str(&format!(", rank {rank} of {w}"));
         }

@@ -6,7 +6,7 @@ exit handling, CUDA setup, --cycles) and enter the dispatch mode.
 import os
 import sys
 
-from . import compiled, cuda, cycles, dynamo, modules, ops, optim, process, state, subclass, transport, versions
+from . import compiled, cuda, cycles, dynamo, modules, native, ops, optim, process, state, subclass, transport, versions
 from .importhook import after_import
 from .protocol import FRAME_JSON, MSG_CUDA_UNAVAILABLE, MSG_HELLO, MSG_TORCH_UNSUPPORTED
 
@@ -63,10 +63,21 @@ def activate(torch):
 
 
 def begin(torch, backend):
-    """Say hello and install what samples ops and follows modules and optimizers, the dispatch
-    mode entered last; `memtrack record` and the in-process recording (inprocess.py) alike."""
+    """Say hello and install what samples ops and follows modules and optimizers, the observer
+    of ops (the dispatch mode, or the compiled observer: MEMTRACK_OBSERVER=compiled) started
+    last; `memtrack record` and the in-process recording (inprocess.py) alike."""
     if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
         ops.min_alloc = 1
+    observer, native_observer = "python", None
+    if os.environ.get("MEMTRACK_OBSERVER") == "compiled":
+        native_observer, why = native.load(torch)
+        if native_observer is None:
+            sys.stderr.write(
+                f"memtrack: the compiled observer cannot be used ({why}); "
+                "recording with the Python observer\n"
+            )
+        else:
+            observer = "compiled"
     hello = {
         "t": MSG_HELLO,
         "pid": os.getpid(),
@@ -79,22 +90,32 @@ def begin(torch, backend):
         "world_size": state.int_env("WORLD_SIZE"),
         "local_rank": state.int_env("LOCAL_RANK"),
         "cycles": bool(os.environ.get("MEMTRACK_CYCLES")),
+        "observer": observer,
     }
     transport.message(hello)
     state.active = state.started = True
     transport.time_mark()
 
     mode = ops.install(torch, backend)
-    try:
-        ops.keep_warning_locations()
-    except Exception as e:
-        transport.internal_error(e)
     modules.install(torch)
     optim.install(torch)
     compiled.install(torch)
-    subclass.install(torch)
     dynamo.mark_every_function(__package__)
-    mode.__enter__()
+    # the observer starts last, so that it sees none of the agent's own set-up
+    if native_observer is not None:
+        why = ops.observe_compiled(torch, native_observer)
+        if why is not None:  # (after the hello: the file says so in its agent errors)
+            transport.internal_error(RuntimeError(f"the compiled observer: {why}"))
+            native_observer = None
+    if native_observer is None:
+        # what only a dispatch mode needs: warnings from C++ ops keep the program's line, and
+        # Tensor.as_subclass works on a torch where it raises under a mode
+        try:
+            ops.keep_warning_locations()
+        except Exception as e:
+            transport.internal_error(e)
+        subclass.install(torch)
+        mode.__enter__()
     state.undo.append(ops.leave_dispatch_stack)
     for name, then in (
         ("torch._inductor.output_code", compiled.watch_compiled_graphs),

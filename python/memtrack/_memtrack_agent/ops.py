@@ -67,6 +67,9 @@ _funcs = []
 _OpOverload = None
 _op_names = []
 _wref = weakref.ref
+_native = None  # the compiled observer (native.py), when it observes instead of the mode
+_native_codes = []  # its op ids -> codes
+_Storage = None
 
 # bound by install()
 _torch = None
@@ -221,6 +224,170 @@ def _dispatch(self, func, types, args=(), kwargs=None):
     return out
 
 
+def observed(fid, out, dev):
+    """The compiled observer's per-op entry (observer.cpp): op `fid` ran, and `out` is its
+    output's storage (a plain dense tensor's, on device `dev`: -1 the CPU), the tensor itself
+    (anything else), None, or a tuple of these. The same accounting and sample as
+    _dispatch's after the op."""
+    try:
+        code = _native_codes[fid]
+    except IndexError:
+        code = _native_code(fid)
+    if code < 0:
+        return
+    try:
+        bw = _gtid() != -1
+        if type(out) is _Storage:
+            k = id(out)
+            e = _known_get(k)
+            if e is None:
+                if _new_dense(out, k, bw, dev, code | bw):
+                    return  # sampled with it
+            elif code & 2:
+                _resized(out, k, e, dev)
+        elif out is not None:
+            _other_observed(out, code, bw)
+        if _cuda:
+            _ext((code | bw,) + _stats_reader())
+        else:
+            _ap(code | bw)
+    except Exception as e:  # the agent's own failure: reported, never the program's
+        _internal_error(e)
+
+
+def _native_code(fid):
+    """The code of the compiled observer's op `fid`, interned by name when first seen."""
+    try:
+        while len(_native_codes) <= fid:
+            name, mutable = _native.op(len(_native_codes))
+            # (keyed apart from the pseudo-ops' names)
+            code = -1 if name == "detach.default" else intern(("op", name), name, mutable)
+            _native_codes.append(code)
+        return _native_codes[fid]
+    except Exception as e:
+        _internal_error(e)
+        return -1
+
+
+def _device_index(st):
+    d = st.device
+    return -1 if d.type == "cpu" or d.index is None else d.index
+
+
+def _new_dense(st, k, bw, dev, sample=None):
+    """_new_storage for a storage the compiled observer handed over (never a meta one), on
+    device `dev`."""
+    cat = OPT if in_opt else (TEMP if bw and not in_ac else ACT)
+    nb = st.nbytes()
+    if dev >= 0:
+        nb = -(-nb // min_alloc) * min_alloc
+    _known[k] = [cat, nb, _wref(st, lambda w, k=k: _on_del(k))]
+    if sample is None or _cuda:
+        _ext((ADD, k, cat, dev, nb))
+        return False
+    _ext6(ADD, k, cat, dev, nb, sample)
+    return True
+
+
+def _other_observed(out, code, bw):
+    # several outputs, or a tensor that is not a plain dense one; False: a plain meta tensor
+    # (the observer gives it no Python object: it is noted without being known again)
+    for o in out if type(out) is tuple else (out,):
+        if o is False:
+            _ext((NOTE, WHY_META, OPT if in_opt else (TEMP if bw and not in_ac else ACT), -1))
+        elif type(o) is _Storage:
+            k = id(o)
+            e = _known_get(k)
+            if e is None:
+                _new_dense(o, k, bw, _device_index(o))
+            elif code & 2:
+                _resized(o, k, e, _device_index(o))
+        elif isinstance(o, _Tensor):
+            track(o, code, bw)
+
+
+def observe_compiled(torch, ext):
+    """Observe ops with the compiled observer `ext` (native.load) instead of the dispatch mode
+    (install() first); None, or why it cannot (the caller enters the mode instead)."""
+    global _native, _Storage
+    _Storage = torch.UntypedStorage
+    _native = ext
+    if _skip_code is not None:
+        for f in (observed, _native_code, _new_dense, _other_observed, _device_index):
+            _skip_code(f.__code__)
+    try:
+        ext.install(observed)
+    except Exception as e:
+        _native = None
+        return f"{type(e).__name__}: {e}"
+    _sample_record_functions(torch)
+    from .importhook import after_import
+
+    waiting = after_import("torch._dynamo.callback", _pause_while_compiling)
+    if waiting is not None:
+        state.undo.append(lambda: waiting in sys.meta_path and sys.meta_path.remove(waiting))
+    return None
+
+
+def _pause_while_compiling(callback):
+    """torch.compile's tracing runs real and fake ops that are not the program's; a dispatch
+    mode is switched off for them (ignore_compile_internals), the compiled observer is paused
+    between dynamo's compile start and end callbacks (a torch without them: docs/record.md,
+    Observers). Called when torch._dynamo.callback is imported."""
+    handler = getattr(callback, "callback_handler", None)
+    if handler is None or _native is None:
+        return
+    ext = _native
+
+    def start(args):
+        ext.pause()
+
+    def end(args):
+        ext.resume()
+
+    handler.register_start_callback(start)
+    handler.register_end_callback(end)
+
+    def undo():
+        for remove, fn in ((handler.remove_start_callback, start), (handler.remove_end_callback, end)):
+            try:
+                remove(fn)
+            except Exception:
+                pass
+
+    state.undo.append(undo)
+
+
+def _sample_record_functions(torch):
+    """record_function's enter and exit ops make a RecordFunction and are not observed by one,
+    yet a dispatch mode sees them (MemoryTracker names them): sample them as they return.
+    (C++'s own user scopes, as c10d's collectives open, are not ops and are not sampled.)"""
+    try:
+        rf = torch.autograd.profiler.record_function
+        profiler_ops = torch.ops.profiler
+        enter = profiler_ops._record_function_enter_new.default
+        exit_ = profiler_ops._record_function_exit._RecordFunction
+    except Exception:
+        return
+    codes = [intern(("op", f.__name__), f.__name__, bool(f._schema.is_mutable)) for f in (enter, exit_)]
+    orig_enter, orig_exit = rf.__enter__, rf.__exit__
+
+    def __enter__(self):
+        r = orig_enter(self)
+        if _native is not None and state.active:
+            sample(codes[0], _gtid() != -1)
+        return r
+
+    def __exit__(self, *exc):
+        r = orig_exit(self, *exc)
+        if _native is not None and state.active:
+            sample(codes[1], _gtid() != -1)
+        return r
+
+    rf.__enter__, rf.__exit__ = __enter__, __exit__
+    state.undo.append(lambda: (setattr(rf, "__enter__", orig_enter), setattr(rf, "__exit__", orig_exit)))
+
+
 def sample(code, bw):
     """One sample outside the mode (a compiled graph's call)."""
     if _cuda:
@@ -290,9 +457,12 @@ def _forget_storages():
 
 def leave_dispatch_stack():
     """Take the agent's mode off torch's dispatch stack, wherever it is, keeping the others in
-    their order (a forked child, or the end of an in-process recording)."""
+    their order, and stop the compiled observer (a forked child, or the end of an in-process
+    recording)."""
     from torch.utils._python_dispatch import _pop_mode, _push_mode
 
+    if _native is not None:
+        _native.uninstall()
     C = state.torch._C
     others = []
     while C._len_torch_dispatch_stack() > 0:

@@ -96,6 +96,7 @@ impl Replay {
             snapshot_paths: self.snapshot_paths.clone(),
             pid: int("pid"),
             torch_version: as_string(&hello["torch"]),
+            observer: as_string(&hello["observer"]),
             modules: std::mem::take(&mut self.iterations),
             peak: Some(snapshot(&self.peak)),
             memory_stats: std::mem::take(&mut self.memory_stats),

@@ -1,0 +1,306 @@
+// The compiled observer (`record --observer compiled`): an at::RecordFunction callback that
+// does the per-op trampoline's work in C++ and hands each op a TorchDispatchMode would see to
+// the agent's Python body (ops.observed: the storage table, categories, the spool), so the
+// ~6 us an op that torch's C++-to-Python dispatch costs a Python mode is not paid. Built by
+// native.py on the user's machine, once per torch and Python (a plain C extension: Python's C
+// API and torch's headers, no pybind11).
+//
+// Which RecordFunction calls are the ops a dispatch mode sees (RecordFunction fires at every
+// Dispatcher::call; a dispatch mode only where the op reaches the Python key):
+//   - a CompositeImplicitAutograd op decomposes above the Python key: not an op, and the ops
+//     of its decomposition are, one by one;
+//   - a call made while an op runs (inside its kernel) is not seen by a mode (which is off its
+//     stack while it runs the op): neither is it here, at any depth;
+//   - a call made while one of the program's dispatch modes is on the stack goes to that
+//     mode first, and the agent's mode (at the bottom of the stack) would see the calls the
+//     mode makes: the call is passed over, and the mode's calls are seen as ops; torch's own
+//     infrastructure modes (FakeTensorMode, the tracer's proxy mode) run after every other
+//     mode, so a call made under them is an op, and their work under it is nested;
+//   - a call made with the Python key excluded (torch.tensor() builds its tensor so, a mode
+//     runs an op with dispatch off) is not seen by any mode, nor what runs under it;
+//   - detach_ is done whole by its autograd kernel, which never calls below it: not an op;
+//     detach is not sampled (as MemoryTracker), so it is not handed over either;
+//   - autograd nodes (BACKWARD_FUNCTION scopes) are not ops, and do not nest;
+//   - `record_function` blocks: their enter and exit ops are not observed by RecordFunction
+//     (they make one); the agent samples them from Python (ops.observe_compiled).
+// Ops the agent's own Python body runs (reading a sparse tensor's parts) are not seen.
+//
+// A tensor is never given a Python object here that it did not have: one made inside torch
+// (Parameter's detach, FakeTensor's meta tensor) would be tied to it, and
+// Tensor._make_subclass then refuses it.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
+#include <Python.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Storage.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+struct OpInfo {
+  int32_t id;      // index into ops; -1: not an op (composite, unnamed)
+};
+
+struct Op {
+  std::string name;  // "add.Tensor", as OpOverload.__name__
+  bool mutable_;
+};
+
+std::mutex ops_mu;                                // ops and by_name grow from any thread
+std::vector<Op> ops;
+std::unordered_map<std::string, int32_t> by_name;
+PyObject* on_op = nullptr;                        // ops.observed(op id, outputs)
+at::CallbackHandle handle = 0;
+bool stopped = false;  // uninstalled: callbacks still running finish without calling Python
+// > 0 while torch.compile compiles (any thread: its callbacks are global): the ops of its
+// tracing are not the program's (a dispatch mode is switched off for them the same way)
+std::atomic<int> paused{0};
+
+thread_local int depth = 0;           // > 0: inside an op (or another mode's handling)
+thread_local bool in_python = false;  // the agent's body is running on this thread
+// fn.name() points into the op's schema (stable while the op is registered): a per-thread
+// cache from it to the op, so the common lookup takes no lock
+thread_local std::unordered_map<const char*, OpInfo>* by_ptr = nullptr;
+
+int32_t intern(const std::string& name, bool mutable_) {
+  std::lock_guard<std::mutex> g(ops_mu);
+  auto it = by_name.find(name);
+  if (it != by_name.end()) return it->second;
+  int32_t id = (int32_t)ops.size();
+  ops.push_back(Op{name, mutable_});
+  by_name.emplace(name, id);
+  return id;
+}
+
+OpInfo info_of(const at::RecordFunction& fn) {
+  if (!by_ptr) by_ptr = new std::unordered_map<const char*, OpInfo>();
+  const char* p = fn.name();
+  auto it = by_ptr->find(p);
+  if (it != by_ptr->end()) return it->second;
+  OpInfo info{-1};
+  auto op_name = fn.operator_name();
+  if (op_name) {
+    std::string n = op_name->name;
+    auto colon = n.find("::");
+    if (colon != std::string::npos) n = n.substr(colon + 2);
+    n += "." + (op_name->overload_name.empty() ? std::string("default") : op_name->overload_name);
+    auto h = c10::Dispatcher::singleton().findOp(*op_name);
+    bool composite =
+        h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    if (!composite && n != "detach_.default" && n != "detach.default") {
+      bool mutable_ = true;
+      if (h) {
+        try {
+          mutable_ = h->schema().is_mutable();
+        } catch (...) {
+        }
+      }
+      info.id = intern(n, mutable_);
+    }
+  }
+  by_ptr->emplace(p, info);
+  return info;
+}
+
+struct Ctx : at::ObserverContext {
+  int32_t id;  // the op to hand over at its end; -1: nested or another mode's
+  explicit Ctx(int32_t i) : id(i) {}
+};
+
+PyObject* storage_of(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) Py_RETURN_NONE;
+    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    // a plain dense tensor: its storage's Python object; a plain meta tensor (no memory):
+    // False; anything else (sparse, nested, functorch's wrappers, Python subclasses, which
+    // reach Python as they are) as the tensor, for the agent's slow path
+    bool plain = t.layout() == c10::kStrided &&
+                 !impl->key_set().has(c10::DispatchKey::Python) &&
+                 !impl->key_set().has_any(c10::functorch_transforms_ks);
+    // (a fake tensor is a Python subclass whose storage is on the meta device)
+    if ((plain && t.is_meta()) ||
+        (impl->has_storage() && impl->storage().device_type() == c10::DeviceType::Meta))
+      Py_RETURN_FALSE;
+    if (plain && impl->has_storage()) return THPStorage_Wrap(t.storage());
+    return THPVariable_Wrap(t);
+  }
+  if (v.isTensorList()) {
+    auto list = v.toTensorList();
+    PyObject* tuple = PyTuple_New((Py_ssize_t)list.size());
+    if (!tuple) return nullptr;
+    for (size_t i = 0; i < list.size(); ++i) {
+      PyObject* o = storage_of(c10::IValue(list.get(i)));
+      if (!o) {
+        Py_DECREF(tuple);
+        return nullptr;
+      }
+      PyTuple_SET_ITEM(tuple, (Py_ssize_t)i, o);
+    }
+    return tuple;
+  }
+  Py_RETURN_NONE;
+}
+
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// The device index of a plain dense output (-1 on the CPU), for the agent's body.
+long device_of(const std::vector<c10::IValue>* outs) {
+  if (!outs || outs->size() != 1 || !(*outs)[0].isTensor()) return -1;
+  const at::Tensor& t = (*outs)[0].toTensor();
+  return t.defined() && !t.is_cpu() ? (long)t.get_device() : -1L;
+}
+
+// Hand op `id` and its outputs to the agent: (id, None | storage | tensor | tuple of them,
+// the device index of a single storage).
+void hand_over(int32_t id, const std::vector<c10::IValue>* outs) {
+  if (id < 0 || stopped || !Py_IsInitialized() || finalizing()) return;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  if (!stopped && on_op) {
+    in_python = true;
+    // an exception of the program's may be on its way through this op's caller: set it
+    // aside while the agent's body runs, and put it back as it was
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject* out;
+    if (!outs || outs->empty()) {
+      out = Py_None;
+      Py_INCREF(out);
+    } else if (outs->size() == 1) {
+      out = storage_of((*outs)[0]);
+    } else {
+      out = PyTuple_New((Py_ssize_t)outs->size());
+      for (size_t i = 0; out && i < outs->size(); ++i) {
+        PyObject* o = storage_of((*outs)[i]);
+        if (!o) {
+          Py_CLEAR(out);
+          break;
+        }
+        PyTuple_SET_ITEM(out, (Py_ssize_t)i, o);
+      }
+    }
+    PyObject* pid = out ? PyLong_FromLong(id) : nullptr;
+    PyObject* dev = pid ? PyLong_FromLong(device_of(outs)) : nullptr;
+    if (dev) {
+      PyObject* args[3] = {pid, out, dev};
+      PyObject* r = PyObject_Vectorcall(on_op, args, 3, nullptr);
+      Py_XDECREF(r);
+    }
+    Py_XDECREF(dev);
+    Py_XDECREF(pid);
+    Py_XDECREF(out);
+    // the body reports its own failures; whatever is left is never the program's
+    if (PyErr_Occurred()) PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+    in_python = false;
+  }
+  PyGILState_Release(gil);
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  if (in_python || paused.load(std::memory_order_relaxed) > 0) return nullptr;
+  if (depth > 0 || c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Python)) {
+    ++depth;
+    return std::make_unique<Ctx>(-1);
+  }
+  if (c10::impl::TorchDispatchModeTLS::any_modes_set(/*skip_infra_modes=*/true)) return nullptr;
+  OpInfo info = info_of(fn);
+  if (info.id < 0) return nullptr;
+  ++depth;
+  return std::make_unique<Ctx>(info.id);
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx_) {
+  if (!ctx_) return;
+  auto* ctx = static_cast<Ctx*>(ctx_);
+  --depth;
+  // an op that raised (its RecordFunction ends as the exception passes) gave nothing, and a
+  // dispatch mode would not have seen it end
+  if (ctx->id >= 0 && std::uncaught_exceptions() == 0) hand_over(ctx->id, &fn.outputs());
+}
+
+// ---- the module: install(on_op), uninstall(), op(id) -> (name, mutable), pause(), resume()
+
+PyObject* install(PyObject*, PyObject* fn) {
+  if (handle != 0) {
+    PyErr_SetString(PyExc_RuntimeError, "the compiled observer is installed already");
+    return nullptr;
+  }
+  try {
+    Py_INCREF(fn);
+    Py_XDECREF(on_op);
+    on_op = fn;
+    stopped = false;
+    at::RecordFunctionCallback cb(on_start, on_end);
+    cb.needsOutputs(true);
+    cb.scopes({at::RecordScope::FUNCTION});
+    handle = at::addThreadLocalCallback(cb);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* uninstall(PyObject*, PyObject*) {
+  stopped = true;
+  if (handle != 0) {
+    try {
+      at::removeCallback(handle);
+    } catch (const std::exception&) {
+    }
+  }
+  handle = 0;
+  Py_RETURN_NONE;
+}
+
+PyObject* op(PyObject*, PyObject* arg) {
+  long id = PyLong_AsLong(arg);
+  if (id == -1 && PyErr_Occurred()) return nullptr;
+  std::lock_guard<std::mutex> g(ops_mu);
+  if (id < 0 || (size_t)id >= ops.size()) {
+    PyErr_SetString(PyExc_IndexError, "no such op");
+    return nullptr;
+  }
+  return Py_BuildValue("(sO)", ops[id].name.c_str(), ops[id].mutable_ ? Py_True : Py_False);
+}
+
+PyObject* pause(PyObject*, PyObject*) {
+  paused.fetch_add(1);
+  Py_RETURN_NONE;
+}
+
+PyObject* resume(PyObject*, PyObject*) {
+  if (paused.fetch_sub(1) <= 0) paused.fetch_add(1);  // (never below zero)
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"install", install, METH_O, "Start handing every op of this thread to the callable."},
+    {"uninstall", uninstall, METH_NOARGS, "Stop (this thread's callback is removed)."},
+    {"op", op, METH_O, "(name, mutable) of an op id handed over."},
+    {"pause", pause, METH_NOARGS, "Hand over no op until resume() (nested: counted)."},
+    {"resume", resume, METH_NOARGS, "Undo one pause()."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "memtrack_observer", nullptr, -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_memtrack_observer() { return PyModule_Create(&module); }
