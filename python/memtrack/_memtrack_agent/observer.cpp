@@ -117,21 +117,35 @@ struct Ctx : at::ObserverContext {
   explicit Ctx(int32_t i) : id(i) {}
 };
 
+// Whether a tensor has its Python object already (PyObjectSlot::load_pyobj, torch 2.15; on a
+// torch without it: no, and the tensor is not handed over).
+template <typename Slot>
+auto slot_pyobj(const Slot* slot, int) -> decltype(slot->load_pyobj()) {
+  return slot->load_pyobj();
+}
+template <typename Slot>
+PyObject* slot_pyobj(const Slot*, long) {
+  return nullptr;
+}
+bool has_pyobj(const c10::TensorImpl* impl) { return slot_pyobj(impl->pyobj_slot(), 0) != nullptr; }
+
 PyObject* storage_of(const c10::IValue& v) {
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) Py_RETURN_NONE;
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     // a plain dense tensor: its storage's Python object; a plain meta tensor (no memory):
-    // False; anything else (sparse, nested, functorch's wrappers, Python subclasses, which
-    // reach Python as they are) as the tensor, for the agent's slow path
+    // False; a Python subclass (DTensor) with its Python object; a subclass still being made
+    // (by Tensor._make_wrapper_subclass, which gives it its object next): nothing; anything
+    // else (sparse, nested, functorch's wrappers) as the tensor, for the agent's slow path
+    bool subclass = impl->key_set().has(c10::DispatchKey::Python);
+    if (subclass) {
+      if (has_pyobj(impl)) return THPVariable_Wrap(t);
+      Py_RETURN_NONE;
+    }
     bool plain = t.layout() == c10::kStrided &&
-                 !impl->key_set().has(c10::DispatchKey::Python) &&
                  !impl->key_set().has_any(c10::functorch_transforms_ks);
-    // (a fake tensor is a Python subclass whose storage is on the meta device)
-    if ((plain && t.is_meta()) ||
-        (impl->has_storage() && impl->storage().device_type() == c10::DeviceType::Meta))
-      Py_RETURN_FALSE;
+    if (plain && t.is_meta()) Py_RETURN_FALSE;
     if (plain && impl->has_storage()) return THPStorage_Wrap(t.storage());
     return THPVariable_Wrap(t);
   }
@@ -150,6 +164,33 @@ PyObject* storage_of(const c10::IValue& v) {
     return tuple;
   }
   Py_RETURN_NONE;
+}
+
+// A KeyboardInterrupt or SystemExit raised while the agent's body ran (a signal handler of the
+// program's runs at any bytecode, the body's included) belongs to the program: it cannot pass
+// through the op's C++ frames from here, so it is raised again in the program's own code at
+// its next bytecode (a pending call, as CPython raises a signal handler's exception).
+PyObject *deferred_type = nullptr, *deferred_value = nullptr, *deferred_traceback = nullptr;
+
+int raise_deferred(void*) {
+  if (!deferred_type) return 0;
+  PyErr_Restore(deferred_type, deferred_value, deferred_traceback);
+  deferred_type = deferred_value = deferred_traceback = nullptr;
+  return -1;
+}
+
+void defer_if_the_programs() {
+  if (!PyErr_Occurred()) return;
+  if (PyErr_ExceptionMatches(PyExc_Exception) || deferred_type) {
+    PyErr_Clear();  // the body reports its own failures: whatever is left is never the program's
+    return;
+  }
+  PyErr_Fetch(&deferred_type, &deferred_value, &deferred_traceback);
+  if (Py_AddPendingCall(raise_deferred, nullptr) != 0) {
+    PyErr_Restore(deferred_type, deferred_value, deferred_traceback);
+    deferred_type = deferred_value = deferred_traceback = nullptr;
+    PyErr_Clear();
+  }
 }
 
 bool finalizing() {
@@ -205,8 +246,7 @@ void hand_over(int32_t id, const std::vector<c10::IValue>* outs) {
     Py_XDECREF(dev);
     Py_XDECREF(pid);
     Py_XDECREF(out);
-    // the body reports its own failures; whatever is left is never the program's
-    if (PyErr_Occurred()) PyErr_Clear();
+    defer_if_the_programs();
     PyErr_Restore(type, value, traceback);
     in_python = false;
   }

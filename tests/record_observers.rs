@@ -1,0 +1,232 @@
+//! `record --observer compiled` against the default Python dispatch mode, with the real torch:
+//! the same ops (names and allocated bytes, op for op), module tables and peaks where the mode
+//! does not change the program; never an exception into the program where they differ; a
+//! clean fall back to the dispatch mode where the observer cannot be built.
+//! (docs/record.md, "Observers")
+
+mod common;
+
+use std::path::Path;
+
+use common::{example, export, python, record, script};
+use serde_json::Value;
+
+/// Record `args` with one observer in `dir`; the file as `export` JSON, with no error of the
+/// agent's in it.
+fn recorded(dir: &Path, py: &Path, observer: &str, args: &[&str]) -> Value {
+    let j = recorded_as_it_ends(dir, py, observer, args);
+    assert_eq!(
+        j["memtrack"]["agent_errors"],
+        serde_json::json!([]),
+        "{args:?}"
+    );
+    j
+}
+
+/// `recorded`, whatever the agent reported of its own failures.
+fn recorded_as_it_ends(dir: &Path, py: &Path, observer: &str, args: &[&str]) -> Value {
+    let out = format!("{observer}.pkl");
+    let (code, stderr) = record(
+        dir,
+        &out,
+        &["--backend", "cpu", "--observer", observer],
+        py,
+        args,
+    );
+    assert_eq!(code, 0, "{args:?} under --observer {observer}: {stderr}");
+    let j = export(&dir.join(&out));
+    assert_eq!(j["memtrack"]["observer"], observer, "{args:?}");
+    j
+}
+
+/// Both observers on one program: the same op list, bytes, modules and peak.
+fn same_under_both(args: &[&str]) {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mode = recorded(dir.path(), &py, "python", args);
+    let compiled = recorded(dir.path(), &py, "compiled", args);
+    let ops = |j: &Value| -> Vec<(String, f64)> {
+        j["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let name = o["name"].as_str().unwrap().to_string();
+                (name, o["allocated_bytes"].as_f64().unwrap())
+            })
+            .collect()
+    };
+    let (a, b) = (ops(&mode), ops(&compiled));
+    let first = a.iter().zip(&b).position(|(x, y)| x != y);
+    assert!(
+        a.len() == b.len() && first.is_none(),
+        "{args:?}: {} ops under the dispatch mode, {} under the compiled observer; first \
+         difference at {first:?}: {:?} / {:?}",
+        a.len(),
+        b.len(),
+        first.map(|i| &a[i]),
+        first.map(|i| &b[i]),
+    );
+    assert!(a.len() > 10, "{args:?}: {} ops", a.len());
+    for key in [
+        "modules",
+        "peak",
+        "marker_events",
+        "iteration_starts",
+        "unmeasured",
+    ] {
+        assert_eq!(
+            mode["memtrack"][key], compiled["memtrack"][key],
+            "{args:?}: {key}"
+        );
+    }
+}
+
+#[test]
+fn same_ops_on_the_mlp_example() {
+    same_under_both(&[&example("mlp_batchnorm.py"), "--steps", "2"]);
+}
+
+#[test]
+fn same_ops_with_gradient_accumulation() {
+    same_under_both(&[&script("grad_accumulation.py"), "--steps", "2"]);
+}
+
+#[test]
+fn same_ops_on_an_lstm_cell_loop() {
+    same_under_both(&[&script("lstm_cell_loop.py"), "--steps", "3", "--seq", "6"]);
+}
+
+#[test]
+fn same_ops_on_a_no_grad_generation_loop() {
+    same_under_both(&[&script("nograd_generation.py"), "--tokens", "6"]);
+}
+
+#[test]
+fn same_ops_with_parametrizations_and_two_models() {
+    same_under_both(&[&script("parametrization_naming.py"), "--steps", "2"]);
+    same_under_both(&[&script("two_models.py"), "--steps-a", "2", "--steps-b", "2"]);
+}
+
+#[test]
+fn same_ops_on_sparse_csr() {
+    same_under_both(&[&script("sparse_csr.py")]);
+}
+
+/// Compilation's own ops (dynamo's tracing, fake tensors) are not the program's: paused.
+#[test]
+fn same_ops_under_torch_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let counters = dir.path().join("counters.json");
+    same_under_both(&[&script("compiled_mlp.py"), counters.to_str().unwrap(), "2"]);
+}
+
+/// Programs where the two observers see different op lists (docs/record.md): each exits as
+/// it does alone, with a file that says the compiled observer saw its ops (tensor_subclass.py
+/// has a subclass whose `__tensor_flatten__` raises: the agent's error, in the file).
+#[test]
+fn never_raises_into_the_program() {
+    let Some(py) = python() else { return };
+    for (name, args) in [
+        ("meta_init.py", vec![]),
+        ("export_then_source.py", vec!["--steps", "2"]),
+        ("sparse_embedding.py", vec![]),
+        ("tensor_subclass.py", vec![]),
+        ("nested_tensor.py", vec![]),
+        ("functorch_grad.py", vec![]),
+        ("func_functional_call.py", vec![]),
+        ("dtensor.py", vec![]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = script(name);
+        let mut all = vec![s.as_str()];
+        all.extend(args);
+        let j = recorded_as_it_ends(dir.path(), &py, "compiled", &all);
+        assert!(j["op_count"].as_u64().unwrap() > 0, "{name}");
+    }
+}
+
+/// Under a dispatch mode torch sums gradients and adds attention masks out of place; without
+/// one (the compiled observer) in place, as the program does: fewer bytes at those ops.
+#[test]
+fn the_dispatch_mode_changes_what_the_compiled_observer_sees_unchanged() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let args = [example("tiny_transformer_ckpt.py")];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mode = recorded(dir.path(), &py, "python", &args);
+    let compiled = recorded(dir.path(), &py, "compiled", &args);
+    let names =
+        |j: &Value| -> Vec<String> { common::op_names(j).iter().map(|s| s.to_string()).collect() };
+    let (a, b) = (names(&mode), names(&compiled));
+    assert_eq!(a.len(), b.len());
+    let in_place = a
+        .iter()
+        .zip(&b)
+        .filter(|(x, y)| x.contains(".add.Tensor_") && y.contains(".add_.Tensor_"))
+        .count();
+    assert!(in_place > 0, "no op done in place only without the mode");
+    assert!(a
+        .iter()
+        .zip(&b)
+        .all(|(x, y)| x == y || x.contains(".add.Tensor_") || y.contains(".add")));
+    let peak = |j: &Value| j["memtrack"]["peak"]["cpu"]["Total"].as_i64().unwrap();
+    assert!(peak(&compiled) <= peak(&mode));
+}
+
+/// Without a compiler the observer cannot be built: `record` says so and records with the
+/// dispatch mode; the failed build is remembered, so the next run falls back at once.
+#[test]
+fn falls_back_to_the_dispatch_mode_when_it_cannot_be_built() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    for run in 0..2 {
+        let o = common::memtrack_process()
+            .current_dir(dir.path())
+            .env("MEMTRACK_OBSERVER_CACHE", &cache)
+            .env("CXX", dir.path().join("no-such-compiler"))
+            .args(["record", "--backend", "cpu", "--observer", "compiled"])
+            .args(["-o", "run.pkl", "--"])
+            .arg(&py)
+            .args([&example("mlp_batchnorm.py"), "--steps", "1"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "run {run}: {stderr}");
+        assert!(
+            stderr.contains("the compiled observer cannot be used")
+                && stderr.contains("recording with the Python observer"),
+            "run {run}: {stderr}"
+        );
+        // the first run tried to build it; the second knew it had failed
+        assert_eq!(
+            stderr.contains("building the compiled observer"),
+            run == 0,
+            "{stderr}"
+        );
+        let j = export(&dir.path().join("run.pkl"));
+        assert_eq!(j["memtrack"]["observer"], "python");
+        assert!(j["op_count"].as_u64().unwrap() > 100);
+    }
+    let logs: Vec<_> = walk(&cache)
+        .into_iter()
+        .filter(|p| p.ends_with("failed.log"))
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let log = std::fs::read_to_string(&logs[0]).unwrap();
+    assert!(log.contains("no-such-compiler"), "{log}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
