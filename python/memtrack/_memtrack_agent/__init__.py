@@ -2,7 +2,7 @@
 into a private folder (the wheel also installs it as memtrack._memtrack_agent, for
 memtrack.record); sitecustomize.py calls install(), which arms a one-shot import hook;
 when the program imports torch, activate.activate() connects to the collector and starts a
-TorchDispatchMode plus global module and optimizer hooks.
+TorchDispatchMode (or the compiled observer) plus global module and optimizer hooks.
 
 Modules, each owning one part (imports go one way, down this list):
   protocol   the constants shared with the collector (src/record/protocol.rs checks them)
@@ -12,7 +12,9 @@ Modules, each owning one part (imports go one way, down this list):
   importhook code run right after a module is imported
   dynamo     marking the agent's code never to be traced by torch.compile
   names      module and optimizer names announced once
-  ops        the dispatch mode: per-op samples and storage accounting (the hot path)
+  native     the compiled observer (observer.cpp, --observer compiled): built once, loaded
+  ops        the dispatch mode, or the compiled observer's entry: per-op samples and storage
+             accounting (the hot path)
   modules    module hooks: names, forward/backward, activation checkpointing, iterations
   optim      optimizer step hooks
   compiled   torch.compile: compiled graph calls, module.compile(), dynamo's counters

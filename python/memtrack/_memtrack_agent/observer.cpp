@@ -25,9 +25,11 @@
 //     (they make one); the agent samples them from Python (ops.observe_compiled).
 // Ops the agent's own Python body runs (reading a sparse tensor's parts) are not seen.
 //
-// A tensor is never given a Python object here that it did not have: one made inside torch
-// (Parameter's detach, FakeTensor's meta tensor) would be tied to it, and
-// Tensor._make_subclass then refuses it.
+// A dense or meta tensor, or a subclass, is never given a Python object here that it did not
+// have: one made inside torch (Parameter's detach, FakeTensor's meta tensor, a subclass being
+// made) would be tied to it, and Tensor._make_subclass then refuses it. Only sparse, nested
+// and functorch tensors are (the agent needs their parts; `detach`, through which torch makes
+// a Parameter of one, is never handed over).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
@@ -48,7 +50,7 @@
 namespace {
 
 struct OpInfo {
-  int32_t id;      // index into ops; -1: not an op (composite, unnamed)
+  int32_t id;  // index into ops; -1: not an op (composite, unnamed, detach)
 };
 
 struct Op {
@@ -59,7 +61,7 @@ struct Op {
 std::mutex ops_mu;                                // ops and by_name grow from any thread
 std::vector<Op> ops;
 std::unordered_map<std::string, int32_t> by_name;
-PyObject* on_op = nullptr;                        // ops.observed(op id, outputs)
+PyObject* on_op = nullptr;                        // ops.observed(op id, outputs, device)
 at::CallbackHandle handle = 0;
 bool stopped = false;  // uninstalled: callbacks still running finish without calling Python
 // > 0 while torch.compile compiles (any thread: its callbacks are global): the ops of its
@@ -113,7 +115,7 @@ OpInfo info_of(const at::RecordFunction& fn) {
 }
 
 struct Ctx : at::ObserverContext {
-  int32_t id;  // the op to hand over at its end; -1: nested or another mode's
+  int32_t id;  // the op to hand over at its end; -1: nested, or hidden from modes
   explicit Ctx(int32_t i) : id(i) {}
 };
 

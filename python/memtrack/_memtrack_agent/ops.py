@@ -1,4 +1,5 @@
-"""Per-op sampling and storage accounting: the TorchDispatchMode, the table of live storages
+"""Per-op sampling and storage accounting: the TorchDispatchMode (or the compiled observer's
+entry, `observed`, with MEMTRACK_OBSERVER=compiled: observer.cpp, native.py), the table of live storages
 (id(storage) -> category, bytes, weakref reporting its death), op ids and names, the CUDA
 allocator reader, and `track_as` for the hooks that categorise tensors (parameters, gradients,
 optimizer state).
@@ -226,9 +227,9 @@ def _dispatch(self, func, types, args=(), kwargs=None):
 
 def observed(fid, out, dev):
     """The compiled observer's per-op entry (observer.cpp): op `fid` ran, and `out` is its
-    output's storage (a plain dense tensor's, on device `dev`: -1 the CPU), the tensor itself
-    (anything else), None, or a tuple of these. The same accounting and sample as
-    _dispatch's after the op."""
+    output's storage (a plain dense tensor's, on device `dev`: -1 the CPU), False (a plain
+    meta tensor), the tensor itself (sparse, nested, functorch's, a subclass), None, or a tuple
+    of these. The same accounting and sample as _dispatch's after the op."""
     try:
         code = _native_codes[fid]
     except IndexError:
@@ -261,8 +262,7 @@ def _native_code(fid):
         while len(_native_codes) <= fid:
             name, mutable = _native.op(len(_native_codes))
             # (keyed apart from the pseudo-ops' names)
-            code = -1 if name == "detach.default" else intern(("op", name), name, mutable)
-            _native_codes.append(code)
+            _native_codes.append(intern(("op", name), name, mutable))
         return _native_codes[fid]
     except Exception as e:
         _internal_error(e)
