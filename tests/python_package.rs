@@ -122,6 +122,11 @@ fn wheel_installs_the_command_and_the_in_process_api_records() {
             .arg(&wheel),
         "pip install the wheel",
     );
+    // the compiled observer's source comes with the agent: native.py builds it from there
+    let agent = Path::new(&site(&vpy)).join("memtrack/_memtrack_agent");
+    for file in ["observer.cpp", "native.py"] {
+        assert!(agent.join(file).is_file(), "the wheel has no {file}");
+    }
 
     let bin = venv.join("bin/memtrack");
     let version = ok(Command::new(&bin).arg("--version"), "memtrack --version");

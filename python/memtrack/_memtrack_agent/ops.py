@@ -1,5 +1,6 @@
 """Per-op sampling and storage accounting: the TorchDispatchMode (or the compiled observer's
-entry, `observed`, with MEMTRACK_OBSERVER=compiled: observer.cpp, native.py), the table of live storages
+entry, `observed`, with MEMTRACK_OBSERVER=compiled: observer.cpp, native.py), the table of
+live storages
 (id(storage) -> category, bytes, weakref reporting its death), op ids and names, the CUDA
 allocator reader, and `track_as` for the hooks that categorise tensors (parameters, gradients,
 optimizer state).
@@ -104,21 +105,11 @@ def _on_del(k):
 def _new_storage(st, k, t, bw, sample=None):
     """Start counting a dense tensor's storage; on CPU, `sample` (an op's record) is written
     with the ADD record in one go. True when it was."""
-    cat = OPT if in_opt else (TEMP if bw and not in_ac else ACT)
     dev = t.get_device()
-    if dev >= 0:
-        nb = -(-st.nbytes() // min_alloc) * min_alloc
-    elif t.is_meta:  # CPU and meta both say -1: a meta tensor holds no memory
-        note(t, WHY_META, cat)
+    if dev < 0 and t.is_meta:  # CPU and meta both say -1: a meta tensor holds no memory
+        note(t, WHY_META, OPT if in_opt else (TEMP if bw and not in_ac else ACT))
         return False
-    else:
-        nb = st.nbytes()
-    _known[k] = [cat, nb, _wref(st, lambda w, k=k: _on_del(k))]
-    if sample is None or _cuda:
-        _ext((ADD, k, cat, dev, nb))
-        return False
-    _ext6(ADD, k, cat, dev, nb, sample)
-    return True
+    return _new_dense(st, k, bw, dev, sample)
 
 
 def _new_part(st, k, cat):
@@ -275,8 +266,8 @@ def _device_index(st):
 
 
 def _new_dense(st, k, bw, dev, sample=None):
-    """_new_storage for a storage the compiled observer handed over (never a meta one), on
-    device `dev`."""
+    """Start counting a storage on device `dev` (never a meta one) made by an op in backward
+    or not (`bw`); `sample` as _new_storage's."""
     cat = OPT if in_opt else (TEMP if bw and not in_ac else ACT)
     nb = st.nbytes()
     if dev >= 0:
@@ -349,7 +340,8 @@ def _pause_while_compiling(callback):
     handler.register_end_callback(end)
 
     def undo():
-        for remove, fn in ((handler.remove_start_callback, start), (handler.remove_end_callback, end)):
+        pairs = ((handler.remove_start_callback, start), (handler.remove_end_callback, end))
+        for remove, fn in pairs:
             try:
                 remove(fn)
             except Exception:
@@ -369,7 +361,9 @@ def _sample_record_functions(torch):
         exit_ = profiler_ops._record_function_exit._RecordFunction
     except Exception:
         return
-    codes = [intern(("op", f.__name__), f.__name__, bool(f._schema.is_mutable)) for f in (enter, exit_)]
+    codes = [
+        intern(("op", f.__name__), f.__name__, bool(f._schema.is_mutable)) for f in (enter, exit_)
+    ]
     orig_enter, orig_exit = rf.__enter__, rf.__exit__
 
     def __enter__(self):
@@ -385,7 +379,10 @@ def _sample_record_functions(torch):
         return r
 
     rf.__enter__, rf.__exit__ = __enter__, __exit__
-    state.undo.append(lambda: (setattr(rf, "__enter__", orig_enter), setattr(rf, "__exit__", orig_exit)))
+    def undo():
+        rf.__enter__, rf.__exit__ = orig_enter, orig_exit
+
+    state.undo.append(undo)
 
 
 def sample(code, bw):
@@ -439,7 +436,8 @@ def install(torch, backend):
         __torch_dispatch__ = _dispatch
 
     if _skip_code is not None:
-        for f in (_dispatch, _new_func, _new_storage, _new_part, _resized, _other_output, track, parts):
+        hot = (_dispatch, _new_func, _new_storage, _new_dense, _new_part, _resized, _other_output)
+        for f in hot + (track, parts):
             _skip_code(f.__code__)
         _skip_code(_on_del.__code__)
     mode = MemtrackMode()
