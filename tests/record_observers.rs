@@ -113,6 +113,36 @@ fn same_ops_on_sparse_csr() {
     same_under_both(&[&script("sparse_csr.py")]);
 }
 
+/// Under the program's own dispatch mode the calls that mode makes are the ops, for the
+/// compiled observer as for the agent's mode below it.
+#[test]
+fn same_ops_under_the_programs_own_dispatch_mode() {
+    same_under_both(&[&script("user_mode.py")]);
+}
+
+/// A SIGINT's KeyboardInterrupt raised while the agent's per-op code runs (most of a loop of
+/// small ops' Python time) reaches the program, which catches it.
+#[test]
+fn a_keyboard_interrupt_reaches_the_program() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let o = common::memtrack_process()
+        .current_dir(dir.path())
+        .args(["record", "--backend", "cpu", "--observer", "compiled"])
+        .args(["-o", "run.pkl", "--"])
+        .arg(&py)
+        .arg(script("interrupt_loop.py"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout.trim(), "interrupted");
+    assert_eq!(
+        export(&dir.path().join("run.pkl"))["memtrack"]["observer"],
+        "compiled"
+    );
+}
+
 /// Compilation's own ops (dynamo's tracing, fake tensors) are not the program's: paused.
 #[test]
 fn same_ops_under_torch_compile() {
