@@ -1,6 +1,7 @@
 """Starting the agent in a process that imported torch: connect, choose the backend, say
 hello, then install every part (op sampling, module, optimizer and compile hooks, the process's
-exit handling, CUDA setup, --cycles) and enter the dispatch mode.
+exit handling, CUDA setup, --cycles) and start the observer of ops (the dispatch mode, or the
+compiled observer).
 """
 
 import os
