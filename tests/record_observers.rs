@@ -108,6 +108,12 @@ fn same_ops_with_parametrizations_and_two_models() {
     same_under_both(&[&script("two_models.py"), "--steps-a", "2", "--steps-b", "2"]);
 }
 
+/// Under inference mode composite ops are ops (no autograd key decomposes them first).
+#[test]
+fn same_ops_under_inference_mode() {
+    same_under_both(&[&script("inference_mode.py")]);
+}
+
 #[test]
 fn same_ops_on_sparse_csr() {
     same_under_both(&[&script("sparse_csr.py")]);

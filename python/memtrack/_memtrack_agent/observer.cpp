@@ -8,7 +8,8 @@
 // Which RecordFunction calls are the ops a dispatch mode sees (RecordFunction fires at every
 // Dispatcher::call; a dispatch mode only where the op reaches the Python key):
 //   - a CompositeImplicitAutograd op decomposes above the Python key: not an op, and the ops
-//     of its decomposition are, one by one;
+//     of its decomposition are, one by one; but under inference mode (the autograd keys
+//     excluded) it reaches the Python key whole: an op, its decomposition nested;
 //   - a call made while an op runs (inside its kernel) is not seen by a mode (which is off its
 //     stack while it runs the op): neither is it here, at any depth;
 //   - a call made while one of the program's dispatch modes is on the stack goes to that
@@ -34,6 +35,7 @@
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
 #include <Python.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Storage.h>
@@ -50,7 +52,8 @@
 namespace {
 
 struct OpInfo {
-  int32_t id;  // index into ops; -1: not an op (composite, unnamed, detach)
+  int32_t id;      // index into ops; -1: never an op (unnamed, detach)
+  bool composite;  // CompositeImplicitAutograd: an op only under inference mode
 };
 
 struct Op {
@@ -89,7 +92,7 @@ OpInfo info_of(const at::RecordFunction& fn) {
   const char* p = fn.name();
   auto it = by_ptr->find(p);
   if (it != by_ptr->end()) return it->second;
-  OpInfo info{-1};
+  OpInfo info{-1, false};
   auto op_name = fn.operator_name();
   if (op_name) {
     std::string n = op_name->name;
@@ -97,9 +100,9 @@ OpInfo info_of(const at::RecordFunction& fn) {
     if (colon != std::string::npos) n = n.substr(colon + 2);
     n += "." + (op_name->overload_name.empty() ? std::string("default") : op_name->overload_name);
     auto h = c10::Dispatcher::singleton().findOp(*op_name);
-    bool composite =
+    info.composite =
         h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
-    if (!composite && n != "detach_.default" && n != "detach.default") {
+    if (n != "detach_.default" && n != "detach.default") {
       bool mutable_ = true;
       if (h) {
         try {
@@ -263,7 +266,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   }
   if (c10::impl::TorchDispatchModeTLS::any_modes_set(/*skip_infra_modes=*/true)) return nullptr;
   OpInfo info = info_of(fn);
-  if (info.id < 0) return nullptr;
+  if (info.id < 0 || (info.composite && !c10::InferenceMode::is_enabled())) return nullptr;
   ++depth;
   return std::make_unique<Ctx>(info.id);
 }
