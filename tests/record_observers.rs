@@ -108,6 +108,14 @@ fn same_ops_with_parametrizations_and_two_models() {
     same_under_both(&[&script("two_models.py"), "--steps-a", "2", "--steps-b", "2"]);
 }
 
+/// Selective activation checkpointing runs forward and recomputation under torch's own
+/// dispatch modes; a packed LSTM under autocast.
+#[test]
+fn same_ops_with_selective_checkpointing_and_an_autocast_lstm() {
+    same_under_both(&[&script("selective_checkpoint.py")]);
+    same_under_both(&[&script("autocast_packed_lstm.py")]);
+}
+
 /// Under inference mode composite ops are ops (no autograd key decomposes them first).
 #[test]
 fn same_ops_under_inference_mode() {
