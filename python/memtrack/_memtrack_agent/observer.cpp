@@ -174,7 +174,9 @@ PyObject* storage_of(const c10::IValue& v) {
 // A KeyboardInterrupt or SystemExit raised while the agent's body ran (a signal handler of the
 // program's runs at any bytecode, the body's included) belongs to the program: it cannot pass
 // through the op's C++ frames from here, so it is raised again in the program's own code at
-// its next bytecode (a pending call, as CPython raises a signal handler's exception).
+// its next bytecode (a pending call, as CPython raises a signal handler's exception). Until
+// then no op is handed over: the pending call would run at the body's first bytecode again,
+// and in a loop of ops it would never reach the program.
 PyObject *deferred_type = nullptr, *deferred_value = nullptr, *deferred_traceback = nullptr;
 
 int raise_deferred(void*) {
@@ -218,7 +220,7 @@ long device_of(const std::vector<c10::IValue>* outs) {
 void hand_over(int32_t id, const std::vector<c10::IValue>* outs) {
   if (id < 0 || stopped || !Py_IsInitialized() || finalizing()) return;
   PyGILState_STATE gil = PyGILState_Ensure();
-  if (!stopped && on_op) {
+  if (!stopped && on_op && !deferred_type) {
     in_python = true;
     // an exception of the program's may be on its way through this op's caller: set it
     // aside while the agent's body runs, and put it back as it was
