@@ -18,10 +18,9 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observer.cpp"
 
 
 def cache_folder():
-    root = os.environ.get("MEMTRACK_OBSERVER_CACHE") or os.path.join(
+    return os.environ.get("MEMTRACK_OBSERVER_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "memtrack", "observer"
     )
-    return root
 
 
 def _key(torch, source):

@@ -1,9 +1,8 @@
 """Per-op sampling and storage accounting: the TorchDispatchMode (or the compiled observer's
 entry, `observed`, with MEMTRACK_OBSERVER=compiled: observer.cpp, native.py), the table of
-live storages
-(id(storage) -> category, bytes, weakref reporting its death), op ids and names, the CUDA
-allocator reader, and `track_as` for the hooks that categorise tensors (parameters, gradients,
-optimizer state).
+live storages (id(storage) -> category, bytes, weakref reporting its death), op ids and
+names, the CUDA allocator reader, and `track_as` for the hooks that categorise tensors
+(parameters, gradients, optimizer state).
 
 What runs per operator is kept to a minimum: the op's outputs' storages are looked up in a
 dict, new ones get a weakref whose callback reports the free, and one int (four on CUDA) is
@@ -94,6 +93,12 @@ def storage_bytes(key):
     return None if e is None else e[1]
 
 
+def _new_category(bw):
+    """MemTracker's category of a storage an op makes: Optstate inside optimizer.step(), Temp
+    in backward (but for a checkpoint's recomputation), else Activation."""
+    return OPT if in_opt else (TEMP if bw and not in_ac else ACT)
+
+
 def _on_del(k):
     try:
         if _known.pop(k, None) is not None:
@@ -107,7 +112,7 @@ def _new_storage(st, k, t, bw, sample=None):
     with the ADD record in one go. True when it was."""
     dev = t.get_device()
     if dev < 0 and t.is_meta:  # CPU and meta both say -1: a meta tensor holds no memory
-        note(t, WHY_META, OPT if in_opt else (TEMP if bw and not in_ac else ACT))
+        note(t, WHY_META, _new_category(bw))
         return False
     return _new_dense(st, k, bw, dev, sample)
 
@@ -159,7 +164,7 @@ def track(t, code, bw):
             elif code & 2:
                 _resized(st, k, e, t.get_device())
         return
-    cat = OPT if in_opt else (TEMP if bw and not in_ac else ACT)
+    cat = _new_category(bw)
     if why is not None:
         note(t, why, cat)
     for st in sts:
@@ -268,7 +273,7 @@ def _device_index(st):
 def _new_dense(st, k, bw, dev, sample=None):
     """Start counting a storage on device `dev` (never a meta one) made by an op in backward
     or not (`bw`); `sample` as _new_storage's."""
-    cat = OPT if in_opt else (TEMP if bw and not in_ac else ACT)
+    cat = _new_category(bw)
     nb = st.nbytes()
     if dev >= 0:
         nb = -(-nb // min_alloc) * min_alloc
@@ -285,7 +290,7 @@ def _other_observed(out, code, bw):
     # (the observer gives it no Python object: it is noted without being known again)
     for o in out if type(out) is tuple else (out,):
         if o is False:
-            _ext((NOTE, WHY_META, OPT if in_opt else (TEMP if bw and not in_ac else ACT), -1))
+            _ext((NOTE, WHY_META, _new_category(bw), -1))
         elif type(o) is _Storage:
             k = id(o)
             e = _known_get(k)
@@ -379,6 +384,7 @@ def _sample_record_functions(torch):
         return r
 
     rf.__enter__, rf.__exit__ = __enter__, __exit__
+
     def undo():
         rf.__enter__, rf.__exit__ = orig_enter, orig_exit
 
@@ -436,7 +442,8 @@ def install(torch, backend):
         __torch_dispatch__ = _dispatch
 
     if _skip_code is not None:
-        hot = (_dispatch, _new_func, _new_storage, _new_dense, _new_part, _resized, _other_output)
+        hot = (_dispatch, _new_func, _new_storage, _new_dense, _new_category, _new_part, _resized)
+        hot += (_other_output,)
         for f in hot + (track, parts):
             _skip_code(f.__code__)
         _skip_code(_on_del.__code__)
