@@ -197,6 +197,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--out")
     ap.add_argument("--memtrack", default=os.path.join(ROOT, "target", "release", "memtrack"))
+    ap.add_argument("--observer", default="auto", choices=["auto", "python", "compiled"],
+                    help="record's --observer for every check (the timing check runs both)")
     args = ap.parse_args()
     if args.mode:
         {"time": mode_time, "trace": mode_trace, "oom": mode_oom,
@@ -218,7 +220,7 @@ def main():
     ours = os.path.join(tmp, "memtrack.pkl")
     p = sh([py, me, "--mode", "trace", "--tool", "memorytracker", "--steps", "2", "--out", ref])
     last_json(p)
-    p = sh([mt, "record", "--backend", "cuda", "-o", ours, "--", py, me, "--mode", "trace", "--steps", "2"])
+    p = sh([mt, "record", "--observer", args.observer, "--backend", "cuda", "-o", ours, "--", py, me, "--mode", "trace", "--steps", "2"])
     last_json(p)
     with open(ref, "rb") as f:
         r = pickle.load(f)
@@ -244,8 +246,16 @@ def main():
     steps = str(args.steps)
     plain = last_json(sh([py, me, "--mode", "time", "--steps", steps]))["step_s"]
     mtk = last_json(sh([py, me, "--mode", "time", "--tool", "memorytracker", "--steps", steps]))["step_s"]
-    ours_t = last_json(sh([mt, "record", "--backend", "cuda", "-o", os.path.join(tmp, "t.pkl"), "--",
+    ours_t = last_json(sh([mt, "record", "--observer", args.observer, "--backend", "cuda", "-o", os.path.join(tmp, "t.pkl"), "--",
                            py, me, "--mode", "time", "--steps", steps]))["step_s"]
+    # issue 26's CUDA floor: a step under record at most 2.0x plain, per observer
+    for observer in ("python", "compiled"):
+        t = last_json(sh([mt, "record", "--observer", observer, "--backend", "cuda", "-o",
+                          os.path.join(tmp, f"t-{observer}.pkl"), "--",
+                          py, me, "--mode", "time", "--steps", steps]))["step_s"]
+        report[f"slowdown_{observer}_observer"] = t / plain
+        if observer == "compiled" and t > 2.0 * plain:
+            failures.append(f"a step under record --observer compiled is {t / plain:.2f}x plain (floor 2.0x)")
     per_step_ops = len(rops) / 2
     report.update(
         plain_step_ms=plain * 1e3, memorytracker_step_ms=mtk * 1e3, memtrack_step_ms=ours_t * 1e3,
@@ -258,7 +268,7 @@ def main():
 
     # 3. snapshots at exit and at OOM
     snap_out = os.path.join(tmp, "oom.pkl")
-    p = sh([mt, "record", "--backend", "cuda", "--snapshot", "-o", snap_out, "--", py, me, "--mode", "oom"])
+    p = sh([mt, "record", "--observer", args.observer, "--backend", "cuda", "--snapshot", "-o", snap_out, "--", py, me, "--mode", "oom"])
     report["oom_exit_code"] = p.returncode
     o = json.loads(sh([mt, "export", snap_out]).stdout)["memtrack"]
     paths = o["snapshot_paths"]
@@ -349,7 +359,7 @@ def main():
 
     # 7. a reference cycle holding a CUDA tensor
     cyc = os.path.join(tmp, "cycles.pkl")
-    sh([mt, "record", "--cycles", "-o", cyc, "--", py, me, "--mode", "cuda_cycle"])
+    sh([mt, "record", "--observer", args.observer, "--cycles", "-o", cyc, "--", py, me, "--mode", "cuda_cycle"])
     c = json.loads(sh([mt, "cycles", cyc, "--format", "json"]).stdout)["cycles"]
     report["cycles"] = [(x["bytes"], len(x["tensor_paths"][0]["stack"]) if x["tensor_paths"] else 0) for x in c]
     if not c or c[0]["bytes"] != 1 << 20:
@@ -364,7 +374,7 @@ def main():
     # 8. torch.compile stays compiled under record, sampled per compiled graph call
     comp = os.path.join(tmp, "compiled.pkl")
     plain_c = last_json(sh([py, me, "--mode", "compiled", "--steps", steps]))
-    rec = sh([mt, "record", "--backend", "cuda", "-o", comp, "--", py, me, "--mode", "compiled",
+    rec = sh([mt, "record", "--observer", args.observer, "--backend", "cuda", "-o", comp, "--", py, me, "--mode", "compiled",
               "--steps", steps])
     ours_c = last_json(rec)
     report.update(compiled_plain_step_ms=plain_c["step_s"] * 1e3,
@@ -383,8 +393,8 @@ def main():
 
     # 9. SIGKILL right after an op loses nothing
     killed, whole = os.path.join(tmp, "killed.pkl"), os.path.join(tmp, "whole.pkl")
-    p = sh([mt, "record", "--backend", "cuda", "-o", killed, "--", py, me, "--mode", "killed"])
-    sh([mt, "record", "--backend", "cuda", "-o", whole, "--", py, me, "--mode", "killed", "--tool", "exit"])
+    p = sh([mt, "record", "--observer", args.observer, "--backend", "cuda", "-o", killed, "--", py, me, "--mode", "killed"])
+    sh([mt, "record", "--observer", args.observer, "--backend", "cuda", "-o", whole, "--", py, me, "--mode", "killed", "--tool", "exit"])
     k = [(x["name"], x["allocated_bytes"]) for x in json.loads(sh([mt, "export", killed]).stdout)["ops"]]
     w = [(x["name"], x["allocated_bytes"]) for x in json.loads(sh([mt, "export", whole]).stdout)["ops"]]
     report.update(killed_exit_code=p.returncode, killed_ops=len(k), whole_ops=len(w))

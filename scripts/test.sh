@@ -15,6 +15,12 @@ cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
 MEMTRACK_PYTHON="$(scripts/setup-python.sh)"
 export MEMTRACK_PYTHON
+# record's default observer on the CPU is built once per torch (about 30 s): build it now, so
+# that no test waits for the build or is stopped in the middle of it
+"$MEMTRACK_PYTHON" -c 'import sys, torch; sys.path.insert(0, "python/memtrack")
+from _memtrack_agent import native
+ext, why = native.load(torch)
+ext or print(f"memtrack: the compiled observer cannot be built: {why}", file=sys.stderr)' >&2
 # the HTML page of `plot --stacked` is tested in a real headless browser; CI installs one
 if [ -n "${CI:-}" ] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null \
    && [ -z "${MEMTRACK_BROWSER:-}" ] && command -v apt-get >/dev/null; then

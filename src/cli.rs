@@ -423,6 +423,9 @@ pub enum BackendArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ObserverArg {
+    /// `compiled` on the cpu backend, `python` on cuda (where the compiled observer has not
+    /// been checked on a GPU yet)
+    Auto,
     /// A TorchDispatchMode in Python, as MemoryTracker and MemTracker use
     Python,
     /// A RecordFunction callback in C++, built once per torch with the machine's C++
@@ -445,7 +448,7 @@ pub struct RecordArgs {
     pub backend: BackendArg,
     /// What sees each operator (docs/record.md, "Observers"): `compiled` costs a small part
     /// of `python`'s time on programs of many small ops
-    #[arg(long, value_enum, default_value_t = ObserverArg::Python)]
+    #[arg(long, value_enum, default_value_t = ObserverArg::Auto)]
     pub observer: ObserverArg,
     /// Also record the CUDA allocator's history and write allocator snapshots at exit and at
     /// a CUDA out-of-memory error (NAME.rank0.exit.pickle, NAME.rank0.oom.pickle)

@@ -158,9 +158,13 @@ fn wheel_installs_the_command_and_the_in_process_api_records() {
     assert_eq!(facts["ok"], true, "{facts}");
     assert_eq!(facts["record_warnings"], serde_json::json!([]));
     assert_eq!(facts["journal_left"], serde_json::json!([]));
-    // the agent's mode was on the stack in the block, and nothing of it is left after
-    assert_eq!(facts["modes_inside"], 1);
+    // the default observer on the CPU is the compiled one: no dispatch mode in the block;
+    // `observer="python"` puts the agent's mode on the stack in its block only
+    assert_eq!(facts["modes_inside"], 0);
     assert_eq!(facts["modes_after"], 0);
+    assert_eq!(facts["python_ok"], true, "{facts}");
+    assert_eq!(facts["python_modes_inside"], 1);
+    assert_eq!(facts["python_modes_after"], 0);
     // the methods it wrapped and the warning filters are the program's again
     assert_eq!(facts["patched_inside"], true);
     assert_eq!(facts["restored"], true);
@@ -192,6 +196,11 @@ fn wheel_installs_the_command_and_the_in_process_api_records() {
         "MemoryTracker.load",
     );
     let inproc = export(&file);
+    assert_eq!(inproc["memtrack"]["observer"], "compiled");
+    assert_eq!(
+        export(&out.join("python_observer.pkl"))["memtrack"]["observer"],
+        "python"
+    );
     assert_eq!(
         loaded.lines().last().unwrap_or(""),
         format!("OK {} ops", inproc["op_count"]),

@@ -254,7 +254,15 @@ fn dtensor_parameters_are_their_local_shards() {
     let dir = tempfile::tempdir().unwrap();
     let (j, _) = recorded(&py, dir.path(), "dtensor.py");
     assert!(agent_errors(&j).is_empty(), "{:?}", agent_errors(&j));
-    assert!(unmeasured(&j).is_empty(), "{:?}", unmeasured(&j));
+    // nothing unreadable: at most the placeholder tensors `distribute_tensor` makes on the
+    // meta device, which the compiled observer sees (the dispatch mode is off for them)
+    for (reason, category, _) in unmeasured(&j) {
+        assert!(
+            reason == "meta" && category == "Activation",
+            "{:?}",
+            unmeasured(&j)
+        );
+    }
     // Linear(16, 8), replicated on a one-process mesh: the local tensors' bytes
     for it in parameter_bytes(&j) {
         assert_eq!(it[0], ("Linear".to_string(), 544), "{it:?}");

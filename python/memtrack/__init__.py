@@ -90,9 +90,10 @@ class Recording(contextlib.ContextDecorator):
     (the file was written), ``summary()``, ``plot()``, and in Jupyter the summary and the plot
     inline."""
 
-    def __init__(self, path="memtrack.pkl", backend="auto"):
+    def __init__(self, path="memtrack.pkl", backend="auto", observer="auto"):
         self.path = os.fspath(path)
         self.backend = backend
+        self.observer = observer
         self.ok = False
         self.message = "not recorded yet"
         self._agent = None
@@ -127,7 +128,7 @@ class Recording(contextlib.ContextDecorator):
         self._journal = os.path.join(directory, f"{name}.journal-{os.getpid()}")
         os.makedirs(self._journal)
         agent = _fresh_agent()
-        agent.start(torch, self._journal, self.backend)
+        agent.start(torch, self._journal, self.backend, self.observer)
         self._agent = agent
         _recording[0] = self
         self.message = "recording"
@@ -204,13 +205,14 @@ class Recording(contextlib.ContextDecorator):
         return f"<memtrack.Recording {self.path!r}: {self.message}>"
 
 
-def record(path="memtrack.pkl", *, backend="auto"):
+def record(path="memtrack.pkl", *, backend="auto", observer="auto"):
     """Record the block (or each call of the decorated function) into ``path``: the file
     ``memtrack record -o path -- python …`` writes, per op and per module, read by every
     memtrack command and by PyTorch's ``MemoryTracker.load``. ``backend``: ``"auto"`` (CUDA
-    when available), ``"cuda"`` or ``"cpu"``. Nothing raises into the program: a recording
+    when available), ``"cuda"`` or ``"cpu"``. ``observer``: what sees each op, as ``memtrack
+    record --observer`` (``"auto"``, ``"python"`` or ``"compiled"``). Nothing raises into the program: a recording
     that cannot start or be written is a warning, and the block runs all the same."""
-    return Recording(path, backend)
+    return Recording(path, backend, observer)
 
 
 # ---- allocator snapshots

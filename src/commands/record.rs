@@ -1,6 +1,6 @@
 use crate::cli::{BackendArg, ObserverArg, RecordArgs};
 use crate::error::Result;
-use crate::record::{self, Backend, Options};
+use crate::record::{self, Backend, Observer, Options};
 
 /// Runs the program, writes the stats, then exits with the program's own exit code.
 pub fn run(a: RecordArgs) -> Result<()> {
@@ -14,7 +14,11 @@ pub fn run(a: RecordArgs) -> Result<()> {
             BackendArg::Cuda => Backend::Cuda,
             BackendArg::Cpu => Backend::Cpu,
         },
-        compiled_observer: a.observer == ObserverArg::Compiled,
+        observer: match a.observer {
+            ObserverArg::Auto => Observer::Auto,
+            ObserverArg::Python => Observer::Python,
+            ObserverArg::Compiled => Observer::Compiled,
+        },
         snapshot: a.snapshot,
         max_snapshot_entries: a.max_snapshot_entries,
         cycles: a.cycles,

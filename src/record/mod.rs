@@ -44,11 +44,32 @@ impl Backend {
     }
 }
 
+/// What sees each operator in the recorded processes (docs/record.md, "Observers").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observer {
+    /// The compiled observer on the cpu backend, the dispatch mode on cuda.
+    Auto,
+    /// The agent's TorchDispatchMode.
+    Python,
+    /// The agent's RecordFunction callback, built once per torch.
+    Compiled,
+}
+
+impl Observer {
+    /// As MEMTRACK_OBSERVER names it for the agent.
+    pub fn name(self) -> &'static str {
+        match self {
+            Observer::Auto => "auto",
+            Observer::Python => "python",
+            Observer::Compiled => "compiled",
+        }
+    }
+}
+
 pub struct Options {
     pub output: PathBuf,
     pub backend: Backend,
-    /// Ops seen by the agent's compiled observer rather than its dispatch mode.
-    pub compiled_observer: bool,
+    pub observer: Observer,
     pub snapshot: bool,
     pub max_snapshot_entries: usize,
     /// Watch the garbage collector for cycles holding tensors.
@@ -98,12 +119,10 @@ pub fn run(o: &Options) -> Result<i32> {
     cmd.env("PYTHONPATH", pythonpath)
         .env("MEMTRACK_SOCKET", &socket)
         .env("MEMTRACK_SPOOL", &spool)
-        .env("MEMTRACK_BACKEND", o.backend.name());
+        .env("MEMTRACK_BACKEND", o.backend.name())
+        .env("MEMTRACK_OBSERVER", o.observer.name());
     if o.cycles {
         cmd.env("MEMTRACK_CYCLES", "1");
-    }
-    if o.compiled_observer {
-        cmd.env("MEMTRACK_OBSERVER", "compiled");
     }
     if o.snapshot {
         cmd.env("MEMTRACK_SNAPSHOT", snapshot_prefix(&o.output))

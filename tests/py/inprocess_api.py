@@ -53,6 +53,14 @@ facts["param_hooks_after"] = sum(
 )
 facts["loss_after"] = mlp_batchnorm.step(model, opt, loss_fn, x, y)
 
+# the Python observer asked for by name: its dispatch mode is on the stack in the block only
+path = os.path.join(out_dir, "python_observer.pkl")
+with memtrack.record(path, observer="python") as by_mode:
+    mlp_batchnorm.step(model, opt, loss_fn, x, y)
+    facts["python_modes_inside"] = len(_get_current_dispatch_mode_stack())
+facts["python_modes_after"] = len(_get_current_dispatch_mode_stack())
+facts["python_ok"] = by_mode.ok
+
 
 # a decorator, twice, and a block that raises: the exception is the program's, the file written
 @memtrack.record(os.path.join(out_dir, "decorated.pkl"))

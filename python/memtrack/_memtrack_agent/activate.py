@@ -51,7 +51,7 @@ def activate(torch):
             f"(torch {getattr(torch, '__version__', '?')}); use --backend cpu or auto\n"
         )
         stop({"t": MSG_CUDA_UNAVAILABLE, "pid": os.getpid()})
-    begin(torch, backend)
+    begin(torch, backend, os.environ.get("MEMTRACK_OBSERVER"))
     transport.start_flusher()
     process.install()
     if backend == "cuda":
@@ -63,22 +63,32 @@ def activate(torch):
             transport.internal_error(e)
 
 
-def begin(torch, backend):
+def choose_observer(torch, backend, want):
+    """The compiled observer's module, or None for the dispatch mode (docs/record.md,
+    "Observers"). `want` (MEMTRACK_OBSERVER): "python"; "compiled"; "auto" or unset, the
+    compiled observer on the cpu backend and the dispatch mode on cuda, where the compiled
+    one has not run on a GPU yet. Where it cannot be built, the dispatch mode, and stderr
+    says why."""
+    want = want or "auto"
+    if want == "python" or (want == "auto" and backend != "cpu"):
+        return None
+    native_observer, why = native.load(torch)
+    if native_observer is None:
+        sys.stderr.write(
+            f"memtrack: the compiled observer cannot be used ({why}); "
+            "recording with the Python observer\n"
+        )
+    return native_observer
+
+
+def begin(torch, backend, observer):
     """Say hello and install what samples ops and follows modules and optimizers, the observer
-    of ops (the dispatch mode, or the compiled observer: MEMTRACK_OBSERVER=compiled) started
-    last; `memtrack record` and the in-process recording (inprocess.py) alike."""
+    of ops (choose_observer(..., observer)) started last; `memtrack record` and the in-process recording
+    (inprocess.py) alike."""
     if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
         ops.min_alloc = 1
-    observer, native_observer = "python", None
-    if os.environ.get("MEMTRACK_OBSERVER") == "compiled":
-        native_observer, why = native.load(torch)
-        if native_observer is None:
-            sys.stderr.write(
-                f"memtrack: the compiled observer cannot be used ({why}); "
-                "recording with the Python observer\n"
-            )
-        else:
-            observer = "compiled"
+    native_observer = choose_observer(torch, backend, observer)
+    observer = "python" if native_observer is None else "compiled"
     hello = {
         "t": MSG_HELLO,
         "pid": os.getpid(),

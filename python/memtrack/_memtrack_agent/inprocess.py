@@ -15,9 +15,10 @@ from . import activate, cuda, optim, process, state, transport, versions
 from .protocol import MSG_EXCEPTION
 
 
-def start(torch, spool, backend="auto"):
-    """Record this process from now on into the journal folder `spool`; raises (before
-    installing anything) where it cannot."""
+def start(torch, spool, backend="auto", observer="auto"):
+    """Record this process from now on into the journal folder `spool`, its ops seen by
+    `observer` (activate.choose_observer); raises (before installing anything) where it
+    cannot."""
     if state.started:
         raise RuntimeError("this agent has recorded already: import it anew")
     version = getattr(torch, "__version__", "?")
@@ -26,6 +27,8 @@ def start(torch, spool, backend="auto"):
         raise RuntimeError(why)
     if backend not in ("auto", "cuda", "cpu"):
         raise ValueError(f"backend {backend!r}: expected 'auto', 'cuda' or 'cpu'")
+    if observer not in ("auto", "python", "compiled"):
+        raise ValueError(f"observer {observer!r}: expected 'auto', 'python' or 'compiled'")
     if backend == "auto":
         backend = "cuda" if cuda.available(torch) else "cpu"
     elif backend == "cuda" and not cuda.available(torch):
@@ -39,7 +42,7 @@ def start(torch, spool, backend="auto"):
     # a DataLoader worker forked inside the block must not write into this spool
     os.register_at_fork(after_in_child=process.after_fork_in_child)
     try:
-        activate.begin(torch, backend)
+        activate.begin(torch, backend, observer)
         # optimizers made before the block: their step ends an iteration, as under `record`
         seen = optim.hooks.optimizers
         Optimizer = torch.optim.Optimizer
