@@ -335,11 +335,19 @@ def _pause_while_compiling(callback):
         return
     ext = _native
 
-    def start(args):
-        ext.pause()
+    # torch 2.3 calls them with no argument, later torches with a CallbackArgs; whatever
+    # happens, nothing raises into dynamo (it would end the program's compile)
+    def start(*args):
+        try:
+            ext.pause()
+        except Exception as e:
+            _internal_error(e)
 
-    def end(args):
-        ext.resume()
+    def end(*args):
+        try:
+            ext.resume()
+        except Exception as e:
+            _internal_error(e)
 
     handler.register_start_callback(start)
     handler.register_end_callback(end)

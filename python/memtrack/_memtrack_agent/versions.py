@@ -42,3 +42,27 @@ def unsupported(version, override):
         f"{supported_range()}. Install a torch in that range, or set MEMTRACK_ANY_TORCH=1 to "
         "record anyway (untested)"
     )
+
+
+# `--observer auto` picks the compiled observer from this torch on: before it, torch.compile's
+# backward is compiled lazily at the first backward with no compile callback around it (2.3.1:
+# its ops sampled as the program's), and the agent's dispatch mode is taken off while compiled
+# functions run (compiled.watch_dynamo_calls), which the compiled observer does not mirror
+COMPILED_OBSERVER_FROM = (2, 9)
+
+
+def compiled_observer_checked(torch):
+    """Whether `auto` may pick the compiled observer on this torch: COMPILED_OBSERVER_FROM on,
+    with dynamo's callbacks around the lazy backward compile (looked for in the source, since
+    importing torch._dynamo costs about a second at start-up)."""
+    found = parse(getattr(torch, "__version__", ""))
+    if found is None or found < COMPILED_OBSERVER_FROM:
+        return False
+    import os
+
+    try:
+        path = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "callback.py")
+        with open(path, encoding="utf-8") as f:
+            return "LAZY_BACKWARD" in f.read()
+    except OSError:
+        return False
