@@ -423,8 +423,8 @@ pub enum BackendArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ObserverArg {
-    /// `compiled` on the cpu backend with torch 2.9 or newer; else `python` (the compiled
-    /// observer has not been checked on a GPU yet)
+    /// `compiled` where there is no CUDA device, with torch 2.9 or newer; else `python`
+    /// (the compiled observer has not been checked on a GPU yet)
     Auto,
     /// A TorchDispatchMode in Python, as MemoryTracker and MemTracker use
     Python,

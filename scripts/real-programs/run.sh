@@ -4,6 +4,9 @@
 # on each file. Needs torchvision, transformers and accelerate on PYTHONPATH (README.md).
 #
 #   scripts/real-programs/run.sh [OUT_DIR]      (MEMTRACK, PYTHON override the defaults)
+#
+# With COMPARE_OBSERVERS=1 each program is also recorded with `--observer python` and
+# compare_observers.py says whether the two files' peaks and module tables are equal.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -27,6 +30,13 @@ while read -r name args; do
     "$memtrack" plot "$d/run.pkl" -o "$d/run.svg" >/dev/null 2>&1 || verdict="$verdict; plot failed"
     "$py" "$root/tests/py/check_memory_tracker.py" "$d/run.pkl" >"$d/memory_tracker.txt" 2>&1 \
         || verdict="$verdict; MemoryTracker.load failed"
+    if [ -n "${COMPARE_OBSERVERS:-}" ]; then
+        # shellcheck disable=SC2086
+        (cd "$d" && "$memtrack" record --observer python -o mode.pkl -- "$py" "$here"/$args >/dev/null 2>&1)
+        "$py" "$here/compare_observers.py" "$memtrack" "$d/mode.pkl" "$d/run.pkl" >"$d/observers.txt" 2>&1 \
+            || verdict="$verdict; observers differ"
+        cat "$d/observers.txt"
+    fi
     echo "$name: $verdict ($(tail -1 "$d/rec.err"))"
     [ "$verdict" = ok ] || status=1
 done <<'PROGRAMS'

@@ -47,7 +47,7 @@ impl Backend {
 /// What sees each operator in the recorded processes (docs/record.md, "Observers").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observer {
-    /// The compiled observer on the cpu backend of torch 2.9 on, else the dispatch mode.
+    /// The compiled observer without CUDA on torch 2.9 on, else the dispatch mode.
     Auto,
     /// The agent's TorchDispatchMode.
     Python,

@@ -66,13 +66,16 @@ def activate(torch):
 def choose_observer(torch, backend, want):
     """The compiled observer's module, or None for the dispatch mode (docs/record.md,
     "Observers"). `want` (MEMTRACK_OBSERVER): "python"; "compiled"; "auto" or unset, the
-    compiled observer on the cpu backend of a torch it was checked on (versions.py), else the
-    dispatch mode (on cuda, the compiled one has not run on a GPU yet). Where it cannot be
-    built, the dispatch mode, and stderr says why."""
+    compiled observer on a process without CUDA (the cpu backend) and a torch it was checked
+    on (versions.py), else the dispatch mode (with CUDA, the compiled observer would see CUDA
+    tensors, and it has not run on a GPU yet). Where it cannot be built, the dispatch mode,
+    and stderr says why."""
     want = want or "auto"
     if want == "python":
         return None
-    if want == "auto" and (backend != "cpu" or not versions.compiled_observer_checked(torch)):
+    if want == "auto" and (
+        backend != "cpu" or not versions.compiled_observer_checked(torch) or cuda.available(torch)
+    ):
         return None
     native_observer, why = native.load(torch)
     if native_observer is None:
