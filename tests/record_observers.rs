@@ -1,8 +1,8 @@
-//! `record --observer compiled` against the default Python dispatch mode, with the real torch:
-//! the same ops (names and allocated bytes, op for op), module tables and peaks where the mode
-//! does not change the program; never an exception into the program where they differ; a
-//! clean fall back to the dispatch mode where the observer cannot be built.
-//! (docs/record.md, "Observers")
+//! `record --observer compiled` against the Python dispatch mode (`--observer python`), with
+//! the real torch: the same ops (names and allocated bytes, op for op), module tables and
+//! peaks where the mode does not change the program; never an exception into the program
+//! where they differ; a clean fall back to the dispatch mode where the observer cannot be
+//! built; which one `auto`, the default, picks. (docs/record.md, "Observers")
 
 mod common;
 
@@ -155,6 +155,38 @@ fn a_keyboard_interrupt_reaches_the_program() {
         export(&dir.path().join("run.pkl"))["memtrack"]["observer"],
         "compiled"
     );
+}
+
+/// `auto` (no `--observer`) picks the compiled observer where torch sees no CUDA device and
+/// is 2.9 or newer, else the dispatch mode, whichever backend is asked for.
+#[test]
+fn auto_picks_the_compiled_observer_without_cuda_on_a_recent_torch() {
+    let Some(py) = python() else { return };
+    let probe = std::process::Command::new(&py)
+        .args([
+            "-c",
+            "import torch; v = tuple(int(x) for x in torch.__version__.split('.')[:2]); \
+             print(v >= (2, 9) and not torch.cuda.is_available())",
+        ])
+        .output()
+        .unwrap();
+    let expected = match String::from_utf8_lossy(&probe.stdout).trim() {
+        "True" => "compiled",
+        _ => "python",
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for backend in [&["--backend", "cpu"][..], &[]] {
+        let (code, stderr) = record(
+            dir.path(),
+            "auto.pkl",
+            backend,
+            &py,
+            &[&example("mlp_batchnorm.py"), "--steps", "1"],
+        );
+        assert_eq!(code, 0, "{stderr}");
+        let j = export(&dir.path().join("auto.pkl"));
+        assert_eq!(j["memtrack"]["observer"], expected, "{backend:?}");
+    }
 }
 
 /// Compilation's own ops (dynamo's tracing, fake tensors) are not the program's: paused.
