@@ -116,6 +116,14 @@ fn same_ops_with_selective_checkpointing_and_an_autocast_lstm() {
     same_under_both(&[&script("autocast_packed_lstm.py")]);
 }
 
+/// Under autocast an op with an autocast kernel (`addmm`, `bmm`) called directly, as GPT-2's
+/// Conv1D does: a dispatch mode sees the casts autocast makes and the op it calls again, not
+/// the op called (the compiled observer saw only that, and not the casts' copies, before).
+#[test]
+fn same_ops_for_ops_that_autocast_wraps() {
+    same_under_both(&[&script("autocast_addmm.py")]);
+}
+
 /// Under inference mode composite ops are ops (no autograd key decomposes them first).
 #[test]
 fn same_ops_under_inference_mode() {

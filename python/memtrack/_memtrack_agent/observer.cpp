@@ -12,6 +12,11 @@
 //     excluded) it reaches the Python key whole: an op, its decomposition nested;
 //   - a call made while an op runs (inside its kernel) is not seen by a mode (which is off its
 //     stack while it runs the op): neither is it here, at any depth;
+//   - but under autocast an op with an autocast kernel never reaches the Python key itself:
+//     the kernel (above it) casts the arguments and calls the op again with autocast
+//     switched off, and a mode sees those calls (the casts' `_to_copy`, then the op); so a
+//     call made with autocast switched off straight under an op that autocast wraps is an op,
+//     and that op is not;
 //   - a call made while one of the program's dispatch modes is on the stack goes to that
 //     mode first, and the agent's mode (at the bottom of the stack) would see the calls the
 //     mode makes: the call is passed over, and the mode's calls are seen as ops; torch's own
@@ -54,6 +59,7 @@ namespace {
 struct OpInfo {
   int32_t id;      // index into ops; -1: never an op (unnamed, detach)
   bool composite;  // CompositeImplicitAutograd: an op only under inference mode
+  c10::DispatchKeySet autocast;  // the autocast keys it has a kernel for (casts its arguments)
 };
 
 struct Op {
@@ -71,7 +77,8 @@ bool stopped = false;  // uninstalled: callbacks still running finish without ca
 // tracing are not the program's (a dispatch mode is switched off for them the same way)
 std::atomic<int> paused{0};
 
-thread_local int depth = 0;           // > 0: inside an op (or another mode's handling)
+struct Ctx;
+thread_local Ctx* top = nullptr;      // the innermost call this thread is in (not null: nested)
 thread_local bool in_python = false;  // the agent's body is running on this thread
 // fn.name() points into the op's schema (stable while the op is registered): a per-thread
 // cache from it to the op, so the common lookup takes no lock
@@ -92,7 +99,7 @@ OpInfo info_of(const at::RecordFunction& fn) {
   const char* p = fn.name();
   auto it = by_ptr->find(p);
   if (it != by_ptr->end()) return it->second;
-  OpInfo info{-1, false};
+  OpInfo info{-1, false, c10::DispatchKeySet()};
   auto op_name = fn.operator_name();
   if (op_name) {
     std::string n = op_name->name;
@@ -102,6 +109,9 @@ OpInfo info_of(const at::RecordFunction& fn) {
     auto h = c10::Dispatcher::singleton().findOp(*op_name);
     info.composite =
         h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    for (c10::DispatchKey k : c10::autocast_dispatch_keyset) {
+      if (h && h->hasKernelForDispatchKey(k)) info.autocast = info.autocast | c10::DispatchKeySet(k);
+    }
     if (n != "detach_.default" && n != "detach.default") {
       bool mutable_ = true;
       if (h) {
@@ -119,7 +129,11 @@ OpInfo info_of(const at::RecordFunction& fn) {
 
 struct Ctx : at::ObserverContext {
   int32_t id;  // the op to hand over at its end; -1: nested, or hidden from modes
-  explicit Ctx(int32_t i) : id(i) {}
+  Ctx* parent;
+  // an op's autocast keys that were on when it was called: its autocast kernel runs, and
+  // the calls it makes with one of them switched off are the ops (id is then -1)
+  c10::DispatchKeySet autocast;
+  Ctx(int32_t i, Ctx* p, c10::DispatchKeySet a = c10::DispatchKeySet()) : id(i), parent(p), autocast(a) {}
 };
 
 // Whether a tensor has its Python object already (PyObjectSlot::load_pyobj, torch 2.15; on a
@@ -260,23 +274,45 @@ void hand_over(int32_t id, const std::vector<c10::IValue>* outs) {
   PyGILState_Release(gil);
 }
 
+// Whether a call made now, straight under `parent`, is one of the calls its autocast kernel
+// makes with autocast switched off (the casts, then the op again): then the parent is not an
+// op, and the call is seen as if made outside any op.
+bool made_by_autocast(Ctx* parent) {
+  if (parent->autocast.empty()) return false;
+  c10::DispatchKeySet off = c10::impl::tls_local_dispatch_key_set().excluded_;
+  if (!off.has_any(parent->autocast)) return false;
+  parent->id = -1;
+  return true;
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (in_python || paused.load(std::memory_order_relaxed) > 0) return nullptr;
-  if (depth > 0 || c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Python)) {
-    ++depth;
-    return std::make_unique<Ctx>(-1);
+  Ctx* parent = top;
+  if ((parent && !made_by_autocast(parent)) ||
+      c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Python)) {
+    top = new Ctx(-1, parent);
+    return std::unique_ptr<at::ObserverContext>(top);
   }
   if (c10::impl::TorchDispatchModeTLS::any_modes_set(/*skip_infra_modes=*/true)) return nullptr;
   OpInfo info = info_of(fn);
   if (info.id < 0 || (info.composite && !c10::InferenceMode::is_enabled())) return nullptr;
-  ++depth;
-  return std::make_unique<Ctx>(info.id);
+  // autocast is on for a key where autocast is not excluded (autocast_dispatch_keyset is
+  // excluded by default, and each is taken out of the excluded set while it is enabled)
+  c10::DispatchKeySet autocast;
+  if (!info.autocast.empty()) {
+    c10::DispatchKeySet off = c10::impl::tls_local_dispatch_key_set().excluded_;
+    for (c10::DispatchKey k : info.autocast) {
+      if (!off.has(k)) autocast = autocast | c10::DispatchKeySet(k);
+    }
+  }
+  top = new Ctx(info.id, parent, autocast);
+  return std::unique_ptr<at::ObserverContext>(top);
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx_) {
   if (!ctx_) return;
   auto* ctx = static_cast<Ctx*>(ctx_);
-  --depth;
+  top = ctx->parent;
   // an op that raised (its RecordFunction ends as the exception passes) gave nothing, and a
   // dispatch mode would not have seen it end
   if (ctx->id >= 0 && std::uncaught_exceptions() == 0) hand_over(ctx->id, &fn.outputs());
