@@ -53,5 +53,7 @@ compile       compile_convnet.py
 compile-meth  compile_convnet.py --how method
 compile-rn18  compile_models.py resnet18
 compile-gpt2  compile_models.py gpt2
+t5-generate   t5_generate.py
+bert-mlm      bert_mlm.py
 PROGRAMS
 exit $status
