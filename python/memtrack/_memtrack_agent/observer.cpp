@@ -318,7 +318,27 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx_) {
   if (ctx->id >= 0 && std::uncaught_exceptions() == 0) hand_over(ctx->id, &fn.outputs());
 }
 
-// ---- the module: install(on_op), uninstall(), op(id) -> (name, mutable), pause(), resume()
+// guarded(fn, *args): fn(*args) for a weakref callback (the agent's storage deaths), called
+// from C so that no bytecode of the agent's runs before the call does: a signal handler's
+// exception raised as fn starts (at its first bytecode) would otherwise be lost, as Python
+// loses any exception of a weakref callback. It is deferred to the program as hand_over
+// defers one, and fn is called again, once, to do its work.
+PyObject* guarded(PyObject*, PyObject* const* args, Py_ssize_t n) {
+  if (n < 1) {
+    PyErr_SetString(PyExc_TypeError, "guarded(fn, *args)");
+    return nullptr;
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    PyObject* r = PyObject_Vectorcall(args[0], args + 1, (size_t)(n - 1), nullptr);
+    if (r) return r;
+    if (PyErr_ExceptionMatches(PyExc_Exception)) return nullptr;  // fn's own failure, as ever
+    defer_if_the_programs();
+  }
+  Py_RETURN_NONE;
+}
+
+// ---- the module: install(on_op), uninstall(), op(id) -> (name, mutable), pause(), resume(),
+// guarded(fn, *args)
 
 PyObject* install(PyObject*, PyObject* fn) {
   if (handle != 0) {
@@ -380,6 +400,8 @@ PyMethodDef methods[] = {
     {"op", op, METH_O, "(name, mutable) of an op id handed over."},
     {"pause", pause, METH_NOARGS, "Hand over no op until resume() (nested: counted)."},
     {"resume", resume, METH_NOARGS, "Undo one pause()."},
+    {"guarded", (PyCFunction)(void (*)(void))guarded, METH_FASTCALL,
+     "fn(*args), a signal's exception in it raised again in the program's code."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "memtrack_observer", nullptr, -1, methods};

@@ -21,6 +21,7 @@ body sits in a try whose except reports the agent's own failure (transport.inter
 and lets the program go on; a try costs nothing in CPython 3.11 while nothing raises.
 """
 
+import functools
 import sys
 import weakref
 
@@ -68,6 +69,11 @@ _funcs = []
 _OpOverload = None
 _op_names = []
 _wref = weakref.ref
+_partial = functools.partial
+# a storage's weakref callback, _on_del(k, weakref), with the compiled observer through its
+# guarded() (a signal's exception raised in the callback reaches the program: it is lost in
+# a Python callback, docs/record.md, Known limits)
+_guarded = None
 _native = None  # the compiled observer (native.py), when it observes instead of the mode
 _native_codes = []  # its op ids -> codes
 _Storage = None
@@ -99,7 +105,8 @@ def _new_category(bw):
     return OPT if in_opt else (TEMP if bw and not in_ac else ACT)
 
 
-def _on_del(k):
+def _on_del(k, w=None):
+    """A counted storage died: its weakref's callback, _died(k)."""
     try:
         if _known.pop(k, None) is not None:
             _ext2(DEL, k)
@@ -127,7 +134,7 @@ def _new_part(st, k, cat):
     nb = st.nbytes()
     if dev >= 0:
         nb = -(-nb // min_alloc) * min_alloc
-    _known[k] = e = [cat, nb, _wref(st, lambda w, k=k: _on_del(k))]
+    _known[k] = e = [cat, nb, _wref(st, _partial(_guarded, _on_del, k) if _guarded else _partial(_on_del, k))]
     _ext((ADD, k, cat, dev, nb))
     return e
 
@@ -277,7 +284,7 @@ def _new_dense(st, k, bw, dev, sample=None):
     nb = st.nbytes()
     if dev >= 0:
         nb = -(-nb // min_alloc) * min_alloc
-    _known[k] = [cat, nb, _wref(st, lambda w, k=k: _on_del(k))]
+    _known[k] = [cat, nb, _wref(st, _partial(_guarded, _on_del, k) if _guarded else _partial(_on_del, k))]
     if sample is None or _cuda:
         _ext((ADD, k, cat, dev, nb))
         return False
@@ -305,7 +312,7 @@ def _other_observed(out, code, bw):
 def observe_compiled(torch, ext):
     """Observe ops with the compiled observer `ext` (native.load) instead of the dispatch mode
     (install() first); None, or why it cannot (the caller enters the mode instead)."""
-    global _native, _Storage
+    global _native, _Storage, _guarded
     _Storage = torch.UntypedStorage
     _native = ext
     if _skip_code is not None:
@@ -316,6 +323,7 @@ def observe_compiled(torch, ext):
     except Exception as e:
         _native = None
         return f"{type(e).__name__}: {e}"
+    _guarded = getattr(ext, "guarded", None)
     _sample_record_functions(torch)
     from .importhook import after_import
 
