@@ -210,8 +210,9 @@ def record(path="memtrack.pkl", *, backend="auto", observer="auto"):
     ``memtrack record -o path -- python …`` writes, per op and per module, read by every
     memtrack command and by PyTorch's ``MemoryTracker.load``. ``backend``: ``"auto"`` (CUDA
     when available), ``"cuda"`` or ``"cpu"``. ``observer``: what sees each op, as ``memtrack
-    record --observer`` (``"auto"``, ``"python"`` or ``"compiled"``). Nothing raises into the program: a recording
-    that cannot start or be written is a warning, and the block runs all the same."""
+    record --observer`` (``"auto"``, ``"python"`` or ``"compiled"``). Nothing raises into the
+    program: a recording that cannot start or be written is a warning, and the block runs all
+    the same."""
     return Recording(path, backend, observer)
 
 

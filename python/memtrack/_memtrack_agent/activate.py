@@ -88,8 +88,8 @@ def choose_observer(torch, backend, want):
 
 def begin(torch, backend, observer):
     """Say hello and install what samples ops and follows modules and optimizers, the observer
-    of ops (choose_observer(..., observer)) started last; `memtrack record` and the in-process recording
-    (inprocess.py) alike."""
+    of ops (choose_observer(..., observer)) started last; `memtrack record` and the
+    in-process recording (inprocess.py) alike."""
     if int(os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") or 0) != 0:
         ops.min_alloc = 1
     native_observer = choose_observer(torch, backend, observer)

@@ -1,7 +1,8 @@
-// The compiled observer (`record --observer compiled`): an at::RecordFunction callback that
-// does the per-op trampoline's work in C++ and hands each op a TorchDispatchMode would see to
-// the agent's Python body (ops.observed: the storage table, categories, the spool), so the
-// ~6 us an op that torch's C++-to-Python dispatch costs a Python mode is not paid. Built by
+// The compiled observer (`record --observer compiled`, and `auto`'s choice without CUDA): an
+// at::RecordFunction callback that does the per-op trampoline's work in C++ and hands each op
+// a TorchDispatchMode would see to the agent's Python body (ops.observed: the storage table,
+// categories, the spool), so the ~6 us an op that torch's C++-to-Python dispatch costs a
+// Python mode is not paid. Built by
 // native.py on the user's machine, once per torch and Python (a plain C extension: Python's C
 // API and torch's headers, no pybind11).
 //
@@ -110,7 +111,9 @@ OpInfo info_of(const at::RecordFunction& fn) {
     info.composite =
         h && h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
     for (c10::DispatchKey k : c10::autocast_dispatch_keyset) {
-      if (h && h->hasKernelForDispatchKey(k)) info.autocast = info.autocast | c10::DispatchKeySet(k);
+      if (h && h->hasKernelForDispatchKey(k)) {
+        info.autocast = info.autocast | c10::DispatchKeySet(k);
+      }
     }
     if (n != "detach_.default" && n != "detach.default") {
       bool mutable_ = true;
@@ -133,7 +136,8 @@ struct Ctx : at::ObserverContext {
   // an op's autocast keys that were on when it was called: its autocast kernel runs, and
   // the calls it makes with one of them switched off are the ops (id is then -1)
   c10::DispatchKeySet autocast;
-  Ctx(int32_t i, Ctx* p, c10::DispatchKeySet a = c10::DispatchKeySet()) : id(i), parent(p), autocast(a) {}
+  Ctx(int32_t i, Ctx* p, c10::DispatchKeySet a = c10::DispatchKeySet())
+      : id(i), parent(p), autocast(a) {}
 };
 
 // Whether a tensor has its Python object already (PyObjectSlot::load_pyobj, torch 2.15; on a

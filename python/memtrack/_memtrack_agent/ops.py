@@ -1,5 +1,5 @@
 """Per-op sampling and storage accounting: the TorchDispatchMode (or the compiled observer's
-entry, `observed`, with MEMTRACK_OBSERVER=compiled: observer.cpp, native.py), the table of
+entry, `observed`: observer.cpp, native.py, activate.choose_observer), the table of
 live storages (id(storage) -> category, bytes, weakref reporting its death), op ids and
 names, the CUDA allocator reader, and `track_as` for the hooks that categorise tensors
 (parameters, gradients, optimizer state).
@@ -106,7 +106,8 @@ def _new_category(bw):
 
 
 def _on_del(k, w=None):
-    """A counted storage died: its weakref's callback, _died(k)."""
+    """A counted storage died: its weakref's callback (a partial, through the compiled
+    observer's guarded() when it observes)."""
     try:
         if _known.pop(k, None) is not None:
             _ext2(DEL, k)
@@ -134,7 +135,8 @@ def _new_part(st, k, cat):
     nb = st.nbytes()
     if dev >= 0:
         nb = -(-nb // min_alloc) * min_alloc
-    _known[k] = e = [cat, nb, _wref(st, _partial(_guarded, _on_del, k) if _guarded else _partial(_on_del, k))]
+    died = _partial(_guarded, _on_del, k) if _guarded else _partial(_on_del, k)
+    _known[k] = e = [cat, nb, _wref(st, died)]
     _ext((ADD, k, cat, dev, nb))
     return e
 
@@ -284,7 +286,8 @@ def _new_dense(st, k, bw, dev, sample=None):
     nb = st.nbytes()
     if dev >= 0:
         nb = -(-nb // min_alloc) * min_alloc
-    _known[k] = [cat, nb, _wref(st, _partial(_guarded, _on_del, k) if _guarded else _partial(_on_del, k))]
+    died = _partial(_guarded, _on_del, k) if _guarded else _partial(_on_del, k)
+    _known[k] = [cat, nb, _wref(st, died)]
     if sample is None or _cuda:
         _ext((ADD, k, cat, dev, nb))
         return False
