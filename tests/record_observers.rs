@@ -142,23 +142,35 @@ fn same_ops_under_the_programs_own_dispatch_mode() {
     same_under_both(&[&script("user_mode.py")]);
 }
 
+/// What `script ARGS` prints on stdout, recorded with the compiled observer in `dir` (run.pkl),
+/// having exited 0.
+fn stdout_under_the_compiled_observer(
+    dir: &Path,
+    py: &Path,
+    script_name: &str,
+    args: &[&str],
+) -> String {
+    let o = common::memtrack_process()
+        .current_dir(dir)
+        .args(["record", "--backend", "cpu", "--observer", "compiled"])
+        .args(["-o", "run.pkl", "--"])
+        .arg(py)
+        .arg(script(script_name))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
 /// A SIGINT's KeyboardInterrupt raised while the agent's per-op code runs (most of a loop of
 /// small ops' Python time) reaches the program, which catches it.
 #[test]
 fn a_keyboard_interrupt_reaches_the_program() {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let o = common::memtrack_process()
-        .current_dir(dir.path())
-        .args(["record", "--backend", "cpu", "--observer", "compiled"])
-        .args(["-o", "run.pkl", "--"])
-        .arg(&py)
-        .arg(script("interrupt_loop.py"))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(stdout.trim(), "interrupted");
+    let stdout = stdout_under_the_compiled_observer(dir.path(), &py, "interrupt_loop.py", &[]);
+    assert_eq!(stdout, "interrupted");
     assert_eq!(
         export(&dir.path().join("run.pkl"))["memtrack"]["observer"],
         "compiled"
@@ -174,18 +186,9 @@ fn a_keyboard_interrupt_in_a_storages_death_reaches_the_program() {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
     for delay in ["0.3", "0.45", "0.6", "0.75", "0.9", "1.05"] {
-        let o = common::memtrack_process()
-            .current_dir(dir.path())
-            .args(["record", "--backend", "cpu", "--observer", "compiled"])
-            .args(["-o", "run.pkl", "--"])
-            .arg(&py)
-            .arg(script("interrupt_dying.py"))
-            .arg(delay)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&o.stdout);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        assert_eq!(stdout.trim(), "interrupted", "SIGINT after {delay} s");
+        let stdout =
+            stdout_under_the_compiled_observer(dir.path(), &py, "interrupt_dying.py", &[delay]);
+        assert_eq!(stdout, "interrupted", "SIGINT after {delay} s");
     }
 }
 
