@@ -2,9 +2,8 @@
 // at::RecordFunction callback that does the per-op trampoline's work in C++ and hands each op
 // a TorchDispatchMode would see to the agent's Python body (ops.observed: the storage table,
 // categories, the spool), so the ~6 us an op that torch's C++-to-Python dispatch costs a
-// Python mode is not paid. Built by
-// native.py on the user's machine, once per torch and Python (a plain C extension: Python's C
-// API and torch's headers, no pybind11).
+// Python mode is not paid. Built by native.py on the user's machine, once per torch and
+// Python (a plain C extension: Python's C API and torch's headers, no pybind11).
 //
 // Which RecordFunction calls are the ops a dispatch mode sees (RecordFunction fires at every
 // Dispatcher::call; a dispatch mode only where the op reaches the Python key):
@@ -302,13 +301,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (info.id < 0 || (info.composite && !c10::InferenceMode::is_enabled())) return nullptr;
   // autocast is on for a key where autocast is not excluded (autocast_dispatch_keyset is
   // excluded by default, and each is taken out of the excluded set while it is enabled)
-  c10::DispatchKeySet autocast;
-  if (!info.autocast.empty()) {
-    c10::DispatchKeySet off = c10::impl::tls_local_dispatch_key_set().excluded_;
-    for (c10::DispatchKey k : info.autocast) {
-      if (!off.has(k)) autocast = autocast | c10::DispatchKeySet(k);
-    }
-  }
+  c10::DispatchKeySet autocast = info.autocast;
+  if (!autocast.empty()) autocast = autocast - c10::impl::tls_local_dispatch_key_set().excluded_;
   top = new Ctx(info.id, parent, autocast);
   return std::unique_ptr<at::ObserverContext>(top);
 }

@@ -69,11 +69,6 @@ _funcs = []
 _OpOverload = None
 _op_names = []
 _wref = weakref.ref
-_partial = functools.partial
-# a storage's weakref callback, _on_del(k, weakref), with the compiled observer through its
-# guarded() (a signal's exception raised in the callback reaches the program: it is lost in
-# a Python callback, docs/record.md, Known limits)
-_guarded = None
 _native = None  # the compiled observer (native.py), when it observes instead of the mode
 _native_codes = []  # its op ids -> codes
 _Storage = None
@@ -106,13 +101,19 @@ def _new_category(bw):
 
 
 def _on_del(k, w=None):
-    """A counted storage died: its weakref's callback (a partial, through the compiled
-    observer's guarded() when it observes)."""
+    """A counted storage died: its weakref's callback, as _death_callback(k) makes it."""
     try:
         if _known.pop(k, None) is not None:
             _ext2(DEL, k)
     except Exception:  # interpreter shutdown
         pass
+
+
+# _death_callback(k): the weakref callback of storage k, _on_del(k, weakref), made in C (no
+# Python frame per storage); with the compiled observer it calls _on_del through the
+# observer's guarded(), so that a signal's exception raised in it reaches the program
+# (Python loses one raised in a weakref callback: docs/record.md, Known limits)
+_death_callback = functools.partial(functools.partial, _on_del)
 
 
 def _new_storage(st, k, t, bw, sample=None):
@@ -135,8 +136,7 @@ def _new_part(st, k, cat):
     nb = st.nbytes()
     if dev >= 0:
         nb = -(-nb // min_alloc) * min_alloc
-    died = _partial(_guarded, _on_del, k) if _guarded else _partial(_on_del, k)
-    _known[k] = e = [cat, nb, _wref(st, died)]
+    _known[k] = e = [cat, nb, _wref(st, _death_callback(k))]
     _ext((ADD, k, cat, dev, nb))
     return e
 
@@ -286,8 +286,7 @@ def _new_dense(st, k, bw, dev, sample=None):
     nb = st.nbytes()
     if dev >= 0:
         nb = -(-nb // min_alloc) * min_alloc
-    died = _partial(_guarded, _on_del, k) if _guarded else _partial(_on_del, k)
-    _known[k] = [cat, nb, _wref(st, died)]
+    _known[k] = [cat, nb, _wref(st, _death_callback(k))]
     if sample is None or _cuda:
         _ext((ADD, k, cat, dev, nb))
         return False
@@ -315,7 +314,7 @@ def _other_observed(out, code, bw):
 def observe_compiled(torch, ext):
     """Observe ops with the compiled observer `ext` (native.load) instead of the dispatch mode
     (install() first); None, or why it cannot (the caller enters the mode instead)."""
-    global _native, _Storage, _guarded
+    global _native, _Storage, _death_callback
     _Storage = torch.UntypedStorage
     _native = ext
     if _skip_code is not None:
@@ -326,7 +325,7 @@ def observe_compiled(torch, ext):
     except Exception as e:
         _native = None
         return f"{type(e).__name__}: {e}"
-    _guarded = getattr(ext, "guarded", None)
+    _death_callback = functools.partial(functools.partial, ext.guarded, _on_del)
     _sample_record_functions(torch)
     from .importhook import after_import
 
@@ -461,9 +460,8 @@ def install(torch, backend):
         __torch_dispatch__ = _dispatch
 
     if _skip_code is not None:
-        hot = (_dispatch, _new_func, _new_storage, _new_dense, _new_category, _new_part, _resized)
-        hot += (_other_output,)
-        for f in hot + (track, parts):
+        hot = (_dispatch, _new_func, _new_storage, _new_dense, _new_category, _new_part)
+        for f in hot + (_resized, _other_output, track, parts):
             _skip_code(f.__code__)
         _skip_code(_on_del.__code__)
     mode = MemtrackMode()

@@ -8,6 +8,7 @@ NEWEST is the newest torch `scripts/torch-versions.sh` recorded with. A newer to
 MEMTRACK_ANY_TORCH=1 records under any version.
 """
 
+import os
 import re
 
 OLDEST = (2, 3)
@@ -58,8 +59,6 @@ def compiled_observer_checked(torch):
     found = parse(getattr(torch, "__version__", ""))
     if found is None or found < COMPILED_OBSERVER_FROM:
         return False
-    import os
-
     try:
         path = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "callback.py")
         with open(path, encoding="utf-8") as f:
