@@ -16,7 +16,7 @@ mod tail;
 mod traces;
 
 pub use document::{from_document, from_document_parts};
-pub use traces::{Reading, SecondCore, StreamedTraces, TraceReader};
+pub use traces::{ReadBy, Reading, SecondCore, StreamedTraces, TraceReader};
 
 use crate::formats::kind::{of_document, Kind};
 use crate::model::snapshot::{Parts, Snapshot};
@@ -83,13 +83,13 @@ pub fn read(data: &[u8], progress: &mut dyn Progress, parts: Parts) -> Streamed 
 
 /// `read`, with parts of a trace handed to a second core whatever the file's size
 /// (`formats::load` does so for large files only), `round_bytes` at a time, the events to
-/// `sink` if one is given; also how many events that core read.
+/// `sink` if one is given; also what the second core's reader read, on which core.
 pub fn read_on_two_cores(
     data: &[u8],
     parts: Parts,
     round_bytes: usize,
     sink: Option<&mut dyn TraceSink>,
-) -> (Streamed, usize) {
+) -> (Streamed, ReadBy) {
     let mut reader = TraceReader::new(parts, data.len()).with_second_core(SecondCore {
         min_bytes: 0,
         round_bytes,
@@ -99,6 +99,6 @@ pub fn read_on_two_cores(
         reader = reader.with_sink(sink);
     }
     let parsed = crate::pickle::parse_with_divert(data, &mut (), &mut reader);
-    let second = reader.second_core_events();
-    (finish(reader, parsed), second)
+    let read_by = reader.read_by();
+    (finish(reader, parsed), read_by)
 }

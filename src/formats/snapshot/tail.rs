@@ -36,6 +36,7 @@ use super::fields::{
 
 /// Strings of the memo the main reading had stored when it started this reader (the event
 /// keys and action names, fetched by reference in every event).
+#[derive(Clone)]
 pub struct Known {
     ids: FxHashMap<u64, u32>,
     /// A direct-mapped front to `ids`, looked up for every key and value of every event (a

@@ -61,6 +61,18 @@ pub struct StreamedTraces {
     pub any_time: bool,
 }
 
+/// What the second core's reader read in a reading on two cores.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadBy {
+    /// Events the second core read (and the main reading took over).
+    pub second_core_events: usize,
+    /// Rounds whose second core's part was taken over.
+    pub second_core_rounds: usize,
+    /// Events of the main reading's own shares that the reader read on the main thread
+    /// (`read_own_share`).
+    pub own_share_events: usize,
+}
+
 /// What a parse that used a [`TraceReader`] left, before the document is converted.
 pub enum Reading<'f> {
     /// The reader read the file's `device_traces`, and nothing it saw stops the reading from
@@ -84,7 +96,7 @@ pub struct TraceReader<'f> {
     sink: Option<&'f mut dyn TraceSink>,
     /// Hand parts of the trace to a second core (see `tail`).
     second_core: Option<SecondCore<'f>>,
-    second_core_events: usize,
+    read_by: ReadBy,
     /// Events the first device's vector is made room for up front: address space only until
     /// written, and the vector then never moves (a growing 60 MB vector is copied, page
     /// faults and all, at each doubling).
@@ -130,7 +142,7 @@ impl<'f> TraceReader<'f> {
             parts,
             sink: None,
             second_core: None,
-            second_core_events: 0,
+            read_by: ReadBy::default(),
             // an event takes at least ~48 bytes of pickle
             room: if parts == Parts::SegmentsOnly {
                 0
@@ -168,9 +180,9 @@ impl<'f> TraceReader<'f> {
         self
     }
 
-    /// Events the second core read (and the main reading took over).
-    pub fn second_core_events(&self) -> usize {
-        self.second_core_events
+    /// What the second core's reader read, on which core.
+    pub fn read_by(&self) -> ReadBy {
+        self.read_by
     }
 
     /// What the parse that used this reader left ([`Reading`]); a reading it cannot vouch
@@ -269,6 +281,9 @@ struct TailState<'s> {
     started: bool,
     /// Where the main reading went on after the last round it took over (0: none yet).
     resumed_at: usize,
+    /// What the second core was told, for the main reading's own share of the round (taken
+    /// at its first event).
+    own_known: Option<Known>,
     /// It gives back what it was told, with its reading and how long that took.
     handle: Option<ScopedJoinHandle<'s, (Known, Option<Tail>, Duration)>>,
     /// The share of a round the main reading takes: the two readings' speeds in the last
@@ -286,14 +301,24 @@ impl<'s> TailState<'s> {
             at: usize::MAX,
             started: false,
             resumed_at: 0,
+            own_known: None,
             handle: None,
-            // Per byte the main reading is the slower (the memo, the generic values): on
-            // gen_data's 1M-event capture (one round) the speeds of the first round make it
-            // 0.37, and 0.38 read it 5-10% faster than 0.43 in summary, segments, top and plot
-            main_share: 0.38,
+            // The main reading takes the second core's reading over after the round, but reads
+            // its own share as fast where the second core's reader reads it (`read_own_share`):
+            // on gen_data's 1M-event capture (one round), 0.45 read fastest (0.38 and 0.5 took
+            // 10% longer)
+            main_share: 0.45,
             round_began: (Instant::now(), 0),
         }
     }
+}
+
+/// What is left of a taken-over reading once its memo entries are stored: its events, their
+/// streams and aux, and the strings they fetched from the memo.
+struct Unadopted {
+    events: Vec<Vec<TraceEvent>>,
+    trace: DeviceTrace,
+    deferred: Vec<tail::Deferred>,
 }
 
 /// A second core's reading being taken over: its memo entries, which take the ids from
@@ -370,6 +395,13 @@ impl<'f> TraceReader<'f> {
                 if r.position() >= tail.at && self.take_over(r, device, tail, scope) {
                     return Ok(());
                 }
+                if tail.own_known.is_some() && r.position() < tail.at {
+                    let at = r.position();
+                    self.read_own_share(r, device, tail);
+                    if r.position() != at {
+                        return Ok(());
+                    }
+                }
                 self.event(r, device)
             }
             Walk::BatchRead { start } => {
@@ -439,6 +471,7 @@ impl<'f> TraceReader<'f> {
         tail.round_began = (Instant::now(), here);
         // (the last round's count, until this one reports)
         progress.done.store(0, Ordering::Relaxed);
+        tail.own_known = Some(known.clone());
         tail.handle = Some(scope.spawn(move || {
             let began = Instant::now();
             let read = tail::read(round, &known, progress);
@@ -461,10 +494,79 @@ impl<'f> TraceReader<'f> {
         let Some((t, first, texts, known)) = self.join_tail(r, tail) else {
             return false;
         };
+        let (end, rest) = self.adopt_entries(r, device, t, first);
+        // The next round starts now, not after the batch: the second core would idle while
+        // the events below go to the sink (a tenth of a round's time). It is told the strings
+        // of about the last thousand events, as a round started after a batch is.
+        if let Some(scan_from) =
+            known.event_start(r.data(), end.saturating_sub(SCAN_BYTES), SCAN_BYTES)
+        {
+            self.start_tail(r, scan_from, tail, scope);
+        }
+        self.adopt_events(device, rest, &texts);
+        true
+    }
+
+    /// The main reading's own share of a round, read by the second core's reader on this
+    /// thread (it decodes a third faster than the machine: no document values, no memo
+    /// lookups) up to where the second core started, and taken over as the second core's
+    /// reading is; nothing changes if it gives up or does not hold (the main reading then
+    /// reads its share itself, as before).
+    fn read_own_share(
+        &mut self,
+        r: &mut Diverted<'_, '_, '_>,
+        device: usize,
+        tail: &mut TailState<'_>,
+    ) {
+        let (Some(known), Some(second)) = (tail.own_known.take(), self.second_core) else {
+            return;
+        };
+        let (cancel, done) = (AtomicBool::new(false), AtomicUsize::new(0));
+        let round = tail::Round {
+            data: r.data(),
+            start: r.position(),
+            stop: tail.at,
+            parts: self.parts,
+            pages: second.pages,
+        };
+        let progress = tail::Progress {
+            cancel: &cancel,
+            done: &done,
+        };
+        let Some(t) = tail::read(round, &known, progress) else {
+            debug(&"own share: gave up (a layout it leaves to the machine)");
+            return;
+        };
+        let Some(first) = r.memo_dense_len() else {
+            return;
+        };
+        let Some(texts) = self.check_tail(r, first, &known, &t) else {
+            debug(&"own share: its reading did not hold");
+            return;
+        };
+        debug(&format_args!(
+            "own share: read {} events, bytes {}..{}",
+            t.count, t.start, t.end
+        ));
+        self.read_by.own_share_events += t.count;
+        let (_, rest) = self.adopt_entries(r, device, t, first);
+        self.adopt_events(device, rest, &texts);
+    }
+
+    /// A checked reading of the second core's reader taken over, first its memo entries: its
+    /// stacks mapped to the main reading's, its entries stored after `first`, its events
+    /// counted and the reading moved to its end (returned, with what is left to adopt).
+    fn adopt_entries(
+        &mut self,
+        r: &mut Diverted<'_, '_, '_>,
+        device: usize,
+        t: Tail,
+        first: u64,
+    ) -> (usize, Unadopted) {
         let Tail {
             end,
             mut events,
-            trace: mut tail_trace,
+            trace,
             count,
             entries,
             texts: tail_texts,
@@ -487,19 +589,28 @@ impl<'f> TraceReader<'f> {
         taken.memoize(r, keep);
         self.out.lengths[device] += count;
         r.skip_to(end);
-        // The next round starts now, not after the batch: the second core would idle while
-        // the events below go to the sink (a tenth of a round's time). It is told the strings
-        // of about the last thousand events, as a round started after a batch is.
-        if let Some(scan_from) =
-            known.event_start(r.data(), end.saturating_sub(SCAN_BYTES), SCAN_BYTES)
-        {
-            self.start_tail(r, scan_from, tail, scope);
-        }
+        (
+            end,
+            Unadopted {
+                events,
+                trace,
+                deferred,
+            },
+        )
+    }
+
+    /// Then its events: the strings they fetched from the memo (`texts`, now known) filled
+    /// in, and appended to the trace or given to the sink.
+    fn adopt_events(&mut self, device: usize, rest: Unadopted, texts: &[String]) {
+        let Unadopted {
+            mut events,
+            trace: mut tail_trace,
+            deferred,
+        } = rest;
         if self.parts == Parts::SegmentsOnly {
-            return true;
+            return;
         }
-        // the strings it fetched from the memo, now known
-        for (d, text) in deferred.iter().zip(&texts) {
+        for (d, text) in deferred.iter().zip(texts) {
             let (chunk, at) = (d.event as usize / TAIL_CHUNK, d.event as usize % TAIL_CHUNK);
             let e = &mut events[chunk][at];
             let aux = match tail_trace.aux.binary_search_by_key(&d.event, |&(i, _)| i) {
@@ -516,7 +627,6 @@ impl<'f> TraceReader<'f> {
         }
         tail_trace.aux.retain(|(_, a)| a.says_something());
         self.append_tail_events(device, events, tail_trace);
-        true
     }
 
     /// Wait for the second core's reading of this round and check it (`check_tail`): the
@@ -554,7 +664,8 @@ impl<'f> TraceReader<'f> {
             "second core: read {} events, bytes {}..{}, in {tail_took:?} (the main reading's {} bytes before: {main_took:?})",
             t.count, t.start, t.end, main_bytes
         ));
-        self.second_core_events += t.count;
+        self.read_by.second_core_events += t.count;
+        self.read_by.second_core_rounds += 1;
         let speed = |bytes: usize, took: Duration| bytes as f64 / took.as_secs_f64().max(1e-6);
         let (main_speed, tail_speed) = (speed(main_bytes, main_took), speed(t.end - at, tail_took));
         tail.main_share = (main_speed / (main_speed + tail_speed)).clamp(0.2, 0.8);
