@@ -1,5 +1,6 @@
-//! The back half of a snapshot's trace, read on a second core while `TraceReader` reads the
-//! front half.
+//! A part of a snapshot's trace read without the pickle machine: the back part of a round on a
+//! second core while `TraceReader` reads the front part, and that front part too, on the main
+//! thread (`TraceReader::read_own_share`), each then taken over by the main reading.
 //!
 //! Pickle opcodes do not say where a value starts, and a memo id counts everything memoized
 //! before it, so a reader dropped in the middle of the file knows neither where it is nor
