@@ -343,6 +343,12 @@ fn a_trace_read_on_two_cores_is_the_one_core_reading() {
             let generic = snapshot::from_document_parts(&doc, parts).unwrap();
             let (read, by) = snapshot::read_on_two_cores(&bytes, parts, round, None);
             let (second, own) = (by.second_core_events, by.own_share_events);
+            // a real capture is never read again the generic way
+            assert!(
+                matches!(read, Streamed::Snapshot(_))
+                    || !(real_multi_batch.contains(name) || extra.contains(name)),
+                "{name} ({parts:?}, rounds of {round} bytes): read again the generic way"
+            );
             if let Streamed::Snapshot(s) = read {
                 assert_eq!(
                     format!("{s:?}"),

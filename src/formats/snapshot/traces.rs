@@ -379,7 +379,8 @@ impl TakenOver {
 
 impl<'f> TraceReader<'f> {
     /// A device's list of events. A second core's reading is started after a batch and taken
-    /// over where it started (between two events); the next, after the batch that follows.
+    /// over where it started (between two events), the main reading's own share of the round
+    /// read before that (`read_own_share`); the next round starts as one is taken over.
     fn events<'s, 'a: 's>(
         &mut self,
         r: &mut Diverted<'_, 'a, '_>,
