@@ -396,12 +396,11 @@ impl<'f> TraceReader<'f> {
                 if r.position() >= tail.at && self.take_over(r, device, tail, scope) {
                     return Ok(());
                 }
-                if tail.own_known.is_some() && r.position() < tail.at {
-                    let at = r.position();
-                    self.read_own_share(r, device, tail);
-                    if r.position() != at {
-                        return Ok(());
-                    }
+                if tail.own_known.is_some()
+                    && r.position() < tail.at
+                    && self.read_own_share(r, device, tail)
+                {
+                    return Ok(());
                 }
                 self.event(r, device)
             }
@@ -511,16 +510,16 @@ impl<'f> TraceReader<'f> {
     /// The main reading's own share of a round, read by the second core's reader on this
     /// thread (it decodes a third faster than the machine: no document values, no memo
     /// lookups) up to where the second core started, and taken over as the second core's
-    /// reading is; nothing changes if it gives up or does not hold (the main reading then
-    /// reads its share itself, as before).
+    /// reading is (true, if that moved the reading on); nothing changes if it gives up or does
+    /// not hold (the main reading then reads its share itself, as before).
     fn read_own_share(
         &mut self,
         r: &mut Diverted<'_, '_, '_>,
         device: usize,
         tail: &mut TailState<'_>,
-    ) {
+    ) -> bool {
         let (Some(known), Some(second)) = (tail.own_known.take(), self.second_core) else {
-            return;
+            return false;
         };
         let (cancel, done) = (AtomicBool::new(false), AtomicUsize::new(0));
         let round = tail::Round {
@@ -536,22 +535,24 @@ impl<'f> TraceReader<'f> {
         };
         let Some(t) = tail::read(round, &known, progress) else {
             debug(&"own share: gave up (a layout it leaves to the machine)");
-            return;
+            return false;
         };
         let Some(first) = r.memo_dense_len() else {
-            return;
+            return false;
         };
         let Some(texts) = self.check_tail(r, first, &known, &t) else {
             debug(&"own share: its reading did not hold");
-            return;
+            return false;
         };
         debug(&format_args!(
             "own share: read {} events, bytes {}..{}",
             t.count, t.start, t.end
         ));
         self.read_by.own_share_events += t.count;
-        let (_, rest) = self.adopt_entries(r, device, t, first);
+        let start = t.start;
+        let (end, rest) = self.adopt_entries(r, device, t, first);
         self.adopt_events(device, rest, &texts);
+        end != start
     }
 
     /// A checked reading of the second core's reader taken over, first its memo entries: its
