@@ -213,8 +213,13 @@ impl TraceSink for KeptTraces {
         }
         let trace = &mut self.traces[d];
         if trace.events.capacity() == 0 {
-            // address space only until written, and the vector never moves
+            // address space only until written, and the vector never moves; faulted in by
+            // huge pages (4 KB faults of fresh memory are slow on VMs)
             let _ = trace.events.try_reserve_exact(self.limit - self.given + 1);
+            crate::memory::advise_huge_pages(
+                trace.events.as_ptr().cast(),
+                trace.events.capacity() * std::mem::size_of::<TraceEvent>(),
+            );
         }
         // (a stream past MAX_STREAMS failed the reading already)
         let _ = trace.push(*e, stream, aux.cloned().unwrap_or_default());

@@ -42,14 +42,23 @@ pub struct Known {
     ids: FxHashMap<u64, u32>,
     /// A direct-mapped front to `ids`, looked up for every key and value of every event (a
     /// few dozen ids): each id goes to the slot its hash picks if that slot is still free,
-    /// else to `ids` only, so a slot that is free means the id is not known.
-    front: Box<[(u64, u32); FRONT_SLOTS]>,
+    /// else to `ids` only, so a slot that is free means the id is not known. A slot holds the
+    /// field the string names too, saving a key a second lookup.
+    front: Box<[FrontSlot; FRONT_SLOTS]>,
     texts: Vec<Box<str>>,
     /// Of each text: the event field it names as a key, the action it names as a value.
     fields: Vec<u8>,
     actions: Vec<Action>,
     /// Memo id of the string "action": an event's first key, how a start is recognized.
     action_key: Option<u64>,
+}
+
+/// A known id, its index in `texts` and the event field it names.
+#[derive(Clone, Copy)]
+struct FrontSlot {
+    id: u64,
+    text: u32,
+    field: u8,
 }
 
 const FRONT_SLOTS: usize = 256;
@@ -64,7 +73,13 @@ impl Default for Known {
     fn default() -> Self {
         Known {
             ids: FxHashMap::default(),
-            front: Box::new([(FREE, 0); FRONT_SLOTS]),
+            front: Box::new(
+                [FrontSlot {
+                    id: FREE,
+                    text: 0,
+                    field: UNKNOWN,
+                }; FRONT_SLOTS],
+            ),
             texts: Vec::new(),
             fields: Vec::new(),
             actions: Vec::new(),
@@ -82,13 +97,14 @@ impl Known {
             self.action_key = Some(id);
         }
         let i = self.texts.len() as u32;
+        let field = field_named(text);
         let slot = &mut self.front[front_slot(id)];
-        if slot.0 == FREE {
-            *slot = (id, i);
+        if slot.id == FREE {
+            *slot = FrontSlot { id, text: i, field };
         }
         self.ids.insert(id, i);
         self.texts.push(text.into());
-        self.fields.push(field_named(text));
+        self.fields.push(field);
         self.actions.push(Action::from_name(text));
     }
 
@@ -96,13 +112,13 @@ impl Known {
         self.index(id).is_some()
     }
 
-    /// Which known string memo id `id` is.
-    #[inline]
-    fn index(&self, id: u64) -> Option<u32> {
+    /// Which known string memo id `id` is, and the event field it names.
+    #[inline(always)]
+    fn index(&self, id: u64) -> Option<(u32, u8)> {
         match self.front[front_slot(id)] {
-            (FREE, _) => None,
-            (k, i) if k == id => Some(i),
-            _ => self.ids.get(&id).copied(),
+            FrontSlot { id: FREE, .. } => None,
+            FrontSlot { id: k, text, field } if k == id => Some((text, field)),
+            _ => self.ids.get(&id).map(|&i| (i, self.fields[i as usize])),
         }
     }
 
@@ -259,8 +275,8 @@ enum Val {
     Float(f64),
     None,
     Bool(bool),
-    /// A known string (`Known::texts`).
-    Known(u32),
+    /// A known string (`Known::texts`) and the event field it names.
+    Known(u32, u8),
     /// One of the tail's own strings.
     Own(u32),
     /// A reference to something the tail was not told of.
@@ -432,8 +448,9 @@ impl Reader<'_, '_> {
     }
 
     /// A scalar: a number, None, a bool, a string or a memo reference (decoded by the
-    /// project's opcode decoder, as the main reading's `scalar` decodes them).
-    #[inline]
+    /// project's opcode decoder, as the main reading's `scalar` decodes them). Inlined: two
+    /// calls an item cost a sixth of the reading (the position went through memory).
+    #[inline(always)]
     fn value(&mut self) -> Option<Val> {
         // an event's keys are memo references and its numbers short ints: those are decoded
         // here, as the opcode decoder would, without its whole table (each event has a dozen)
@@ -462,12 +479,13 @@ impl Reader<'_, '_> {
     #[inline(always)]
     fn known_or_ref(&self, id: u64) -> Val {
         match self.known.index(id) {
-            Some(i) => Val::Known(i),
+            Some((i, field)) => Val::Known(i, field),
             None => Val::Ref(id),
         }
     }
 
     /// A scalar of any form (FRAME markers skipped first).
+    #[inline(never)]
     fn any_value(&mut self) -> Option<Val> {
         self.peek()?;
         let mut ops = Cursor::new(self.b);
@@ -481,7 +499,7 @@ impl Reader<'_, '_> {
             Op::None => Val::None,
             Op::Bool(b) => Val::Bool(b),
             Op::Get(id) => match self.known.index(id) {
-                Some(i) => Val::Known(i),
+                Some((i, field)) => Val::Known(i, field),
                 None => Val::Ref(id),
             },
             Op::Unicode(raw) => return self.text(raw),
@@ -501,7 +519,7 @@ impl Reader<'_, '_> {
 
     fn str_of(&self, v: Val) -> Option<&str> {
         match v {
-            Val::Known(i) => Some(&self.known.texts[i as usize]),
+            Val::Known(i, _) => Some(&self.known.texts[i as usize]),
             Val::Own(i) => Some(&self.out.texts[i as usize]),
             _ => None,
         }
@@ -525,7 +543,7 @@ impl Reader<'_, '_> {
                 break;
             }
             let field = match self.value()? {
-                Val::Known(i) => self.known.fields[i as usize],
+                Val::Known(_, field) => field,
                 Val::Own(i) => field_named(&self.out.texts[i as usize]),
                 Val::Ref(_) => return None, // a key the main reading resolves
                 _ => UNKNOWN,
@@ -557,7 +575,7 @@ impl Reader<'_, '_> {
             }
             match field {
                 F_ACTION => match v {
-                    Val::Known(i) if self.known.actions[i as usize] != Action::Other => {
+                    Val::Known(i, _) if self.known.actions[i as usize] != Action::Other => {
                         e.action = self.known.actions[i as usize];
                         aux.action_name = None;
                     }
@@ -610,7 +628,12 @@ impl Reader<'_, '_> {
             match self.out.events.last_mut() {
                 Some(chunk) if chunk.len() < CHUNK => chunk.push(e),
                 _ => {
-                    let mut chunk = Vec::with_capacity(CHUNK);
+                    // fresh memory faulted in 4 KB at a time cost a tenth of the reading
+                    let mut chunk: Vec<TraceEvent> = Vec::with_capacity(CHUNK);
+                    crate::memory::advise_huge_pages(
+                        chunk.as_ptr().cast(),
+                        CHUNK * std::mem::size_of::<TraceEvent>(),
+                    );
                     chunk.push(e);
                     self.out.events.push(chunk);
                 }
@@ -714,27 +737,55 @@ impl Reader<'_, '_> {
     /// before them.
     #[inline]
     fn frame_refs(&mut self, made: u32) {
-        let made = made as i64;
-        let mut ahead = self.out.max_ahead;
+        // the position and the largest id stay in registers (through `self` they went to
+        // memory and back at every reference); four 4-byte references are taken at once
+        let b = self.b;
+        let mut p = self.p;
+        let mut largest = 0u32;
+        let mut any = false;
         loop {
-            let (id, len) = match self.b[self.p..] {
+            if let Some(
+                &[b'j', a0, a1, a2, a3, b'j', b0, b1, b2, b3, b'j', c0, c1, c2, c3, b'j', d0, d1, d2, d3],
+            ) = b.get(p..p + 20)
+            {
+                let ids = [
+                    u32::from_le_bytes([a0, a1, a2, a3]),
+                    u32::from_le_bytes([b0, b1, b2, b3]),
+                    u32::from_le_bytes([c0, c1, c2, c3]),
+                    u32::from_le_bytes([d0, d1, d2, d3]),
+                ];
+                largest = largest.max(ids[0].max(ids[1]).max(ids[2].max(ids[3])));
+                any = true;
+                if self.stacks {
+                    self.frame_ids.extend_from_slice(&ids);
+                }
+                p += 20;
+                continue;
+            }
+            let (id, len) = match b[p..] {
                 [b'j', a, b, c, d, ..] => (u32::from_le_bytes([a, b, c, d]), 5),
                 [b'h', a, ..] => (a as u32, 2),
                 [0x95, ..] => {
+                    self.p = p;
                     if self.peek().is_none() {
                         break;
                     }
+                    p = self.p;
                     continue;
                 }
                 _ => break,
             };
-            ahead = ahead.max(id as i64 - made);
+            largest = largest.max(id);
+            any = true;
             if self.stacks {
                 self.frame_ids.push(id);
             }
-            self.p += len;
+            p += len;
         }
-        self.out.max_ahead = ahead;
+        self.p = p;
+        if any {
+            self.out.max_ahead = self.out.max_ahead.max(largest as i64 - made as i64);
+        }
     }
 
     /// A frame written in place: a flat dict of strings, numbers and references.
