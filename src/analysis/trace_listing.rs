@@ -31,15 +31,7 @@ pub fn push_name(out: &mut String, n: u32) {
     let (r, m) = (n / 26, n % 26);
     out.push((b'a' + m as u8) as char);
     if r > 0 {
-        let mut buf = [0u8; 10];
-        let mut i = buf.len();
-        let mut v = r;
-        while v > 0 {
-            i -= 1;
-            buf[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-        }
-        out.push_str(std::str::from_utf8(&buf[i..]).expect("digits"));
+        out.push_str(itoa::Buffer::new().format(r));
     }
 }
 
