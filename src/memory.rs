@@ -16,10 +16,15 @@ pub fn return_large_frees() {
     }
 }
 
-/// Ask the kernel for huge pages (2 MiB) for the untouched memory at `ptr`, `bytes` long, where
-/// it is large enough to hold one: a table read at random then misses the TLB far less. Only
+/// Ask the kernel for huge pages (2 MiB) for the untouched allocation of `v` (its whole
+/// capacity), where it is large enough to hold one: a table read at random then misses the TLB
+/// far less, and memory written end to end takes a fault per 2 MiB instead of per 4 KiB. Only
 /// advice: the kernel may give ordinary pages.
-pub fn advise_huge_pages(ptr: *const u8, bytes: usize) {
+pub fn advise_huge_pages<T>(v: &Vec<T>) {
+    let (ptr, bytes) = (
+        v.as_ptr() as *const u8,
+        v.capacity() * std::mem::size_of::<T>(),
+    );
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;

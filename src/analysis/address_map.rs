@@ -194,7 +194,7 @@ impl<V: Copy + Default> AddressMap<V> {
 /// random lookups), which the kernel may or may not give.
 fn table<V: Copy + Default>(n: usize) -> Vec<(u64, V)> {
     let mut slots: Vec<(u64, V)> = Vec::with_capacity(n);
-    crate::memory::advise_huge_pages(slots.as_ptr().cast(), n * std::mem::size_of::<(u64, V)>());
+    crate::memory::advise_huge_pages(&slots);
     slots.resize(n, (EMPTY, V::default()));
     slots
 }

@@ -216,10 +216,7 @@ impl TraceSink for KeptTraces {
             // address space only until written, and the vector never moves; faulted in by
             // huge pages (4 KB faults of fresh memory are slow on VMs)
             let _ = trace.events.try_reserve_exact(self.limit - self.given + 1);
-            crate::memory::advise_huge_pages(
-                trace.events.as_ptr().cast(),
-                trace.events.capacity() * std::mem::size_of::<TraceEvent>(),
-            );
+            crate::memory::advise_huge_pages(&trace.events);
         }
         // (a stream past MAX_STREAMS failed the reading already)
         let _ = trace.push(*e, stream, aux.cloned().unwrap_or_default());

@@ -605,7 +605,7 @@ impl Allocator {
 fn grow_on_huge_pages<T>(v: &mut Vec<T>) {
     let want = (v.capacity() * 2).max(64);
     let mut grown: Vec<T> = Vec::with_capacity(want);
-    crate::memory::advise_huge_pages(grown.as_ptr().cast(), want * std::mem::size_of::<T>());
+    crate::memory::advise_huge_pages(&grown);
     grown.append(v);
     *v = grown;
 }

@@ -630,10 +630,7 @@ impl Reader<'_, '_> {
                 _ => {
                     // fresh memory faulted in 4 KB at a time cost a tenth of the reading
                     let mut chunk: Vec<TraceEvent> = Vec::with_capacity(CHUNK);
-                    crate::memory::advise_huge_pages(
-                        chunk.as_ptr().cast(),
-                        CHUNK * std::mem::size_of::<TraceEvent>(),
-                    );
+                    crate::memory::advise_huge_pages(&chunk);
                     chunk.push(e);
                     self.out.events.push(chunk);
                 }

@@ -247,10 +247,7 @@ impl Divert for TraceReader<'_> {
                 let mut t = DeviceTrace::default();
                 if devices == 0 {
                     let _ = t.events.try_reserve(self.room); // only an optimization
-                    crate::memory::advise_huge_pages(
-                        t.events.as_ptr().cast(),
-                        t.events.capacity() * std::mem::size_of::<TraceEvent>(),
-                    );
+                    crate::memory::advise_huge_pages(&t.events);
                 }
                 self.out.traces.push(t);
                 self.out.lengths.push(0);
