@@ -872,10 +872,28 @@ pub fn simulate_events(
     memory: Option<u64>,
 ) -> std::io::Result<DeviceSimulation> {
     let initial_reserved = recorded.initial_reserved_bytes;
-    let plan = TracePlan::new(snap, device, events, initial_reserved)?;
-    let (limit, source, mut notes) =
-        memory_limit(snap, device, events, initial_reserved, &plan.runs, memory)?;
-    let rewound = rewind(snap, device, events)?;
+    let forward = |events: &mut dyn TraceEvents| -> std::io::Result<_> {
+        let plan = TracePlan::new(snap, device, events, initial_reserved)?;
+        let limit = memory_limit(snap, device, events, initial_reserved, &plan.runs, memory)?;
+        Ok((plan, limit))
+    };
+    // the walk back to the state before the trace needs nothing of the walks forward: where
+    // the events can be walked twice at once, it goes on another core meanwhile
+    let at_once = events.two_readers()?.map(|[mut ahead, mut back]| {
+        std::thread::scope(|scope| {
+            let rewinding = scope.spawn(move || rewind(snap, device, &mut *back));
+            let planned = forward(&mut *ahead);
+            // a panic in the walk back is a bug: let it surface as on one thread
+            let rewound = (rewinding.join()).unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (planned, rewound)
+        })
+    });
+    let (planned, rewound) = match at_once {
+        Some(walked) => walked,
+        None => (forward(events), rewind(snap, device, events)),
+    };
+    let (plan, (limit, source, mut notes)) = planned?;
+    let rewound = rewound?;
     let inits: Vec<InitialState> =
         each_on_all_cores(scenarios.len(), |k| place(&rewound, &scenarios[k]));
     drop(rewound);

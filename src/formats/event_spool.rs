@@ -9,7 +9,8 @@
 //! stay in memory.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 
 use crate::model::snapshot::{Action, DeviceTrace, EventAux, StackId, TraceEvent};
 use crate::model::trace::{EventVisitor, KeptTraces, TraceEvents, TraceSink};
@@ -162,9 +163,6 @@ pub struct EventSpool {
     stack_ids: Option<Vec<StackId>>,
     /// The first write that failed (a sink cannot fail: `finish` says it).
     error: Option<io::Error>,
-    /// A block's bytes read back, and its events decoded.
-    read_bytes: Vec<u8>,
-    read_events: Vec<TraceEvent>,
 }
 
 impl EventSpool {
@@ -176,8 +174,6 @@ impl EventSpool {
             devices: Vec::new(),
             stack_ids: None,
             error: None,
-            read_bytes: Vec::new(),
-            read_events: Vec::new(),
         })
     }
 
@@ -223,21 +219,53 @@ impl EventSpool {
         dev.open.bytes = bytes;
     }
 
+    /// Every event in the file, and a reader of them.
+    fn ready(&mut self) -> io::Result<SpoolReader<'_>> {
+        for d in 0..self.devices.len() {
+            self.close_block(d);
+        }
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.file.flush()?;
+        Ok(SpoolReader::new(self))
+    }
+}
+
+/// Walks of an [`EventSpool`] whose events are all in its file, with buffers of their own: several
+/// can walk one spool at once, each on its own thread (a read at an offset moves no shared
+/// position).
+pub struct SpoolReader<'s> {
+    spool: &'s EventSpool,
+    /// A block's bytes read back, and its events decoded.
+    read_bytes: Vec<u8>,
+    read_events: Vec<TraceEvent>,
+}
+
+impl SpoolReader<'_> {
+    /// A reader of `spool`, every event of which is in its file (`EventSpool::ready`).
+    fn new(spool: &EventSpool) -> SpoolReader<'_> {
+        SpoolReader {
+            spool,
+            read_bytes: Vec::new(),
+            read_events: Vec::new(),
+        }
+    }
+
     /// Device `device`'s events from its block `b` into `self.read_events`.
     fn read_block(&mut self, device: usize, b: usize) -> io::Result<()> {
-        let block = &self.devices[device].blocks[b];
+        let block = &self.spool.devices[device].blocks[b];
         self.read_bytes.clear();
         self.read_bytes.resize(block.len + PADDING, 0);
-        let mut file = self.file.get_ref();
-        file.seek(SeekFrom::Start(block.offset))?;
-        file.read_exact(&mut self.read_bytes[..block.len])?;
+        (self.spool.file.get_ref())
+            .read_exact_at(&mut self.read_bytes[..block.len], block.offset)?;
         decode_block(&self.read_bytes, block.events, &mut self.read_events).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the temporary file of trace events does not read back as written",
             )
         })?;
-        if let Some(ids) = &self.stack_ids {
+        if let Some(ids) = &self.spool.stack_ids {
             for e in &mut self.read_events {
                 if !e.stack.is_missing() {
                     e.stack = ids[e.stack.0 as usize];
@@ -245,17 +273,6 @@ impl EventSpool {
             }
         }
         Ok(())
-    }
-
-    /// Ready to read device `device`'s events back: every block in the file.
-    fn ready(&mut self, device: usize) -> io::Result<()> {
-        if self.devices[device].open.events > 0 {
-            self.close_block(device);
-            if let Some(e) = self.error.take() {
-                return Err(e);
-            }
-        }
-        self.file.flush()
     }
 }
 
@@ -306,15 +323,41 @@ impl TraceEvents for EventSpool {
     }
 
     fn visit(&mut self, device: u32, f: &mut EventVisitor<'_>) -> io::Result<()> {
+        self.ready()?.visit(device, f)
+    }
+
+    fn visit_back_from(
+        &mut self,
+        device: u32,
+        from: usize,
+        f: &mut EventVisitor<'_>,
+    ) -> io::Result<()> {
+        self.ready()?.visit_back_from(device, from, f)
+    }
+
+    fn two_readers(&mut self) -> io::Result<Option<[Box<dyn TraceEvents + Send + '_>; 2]>> {
+        self.ready()?;
+        Ok(Some([
+            Box::new(SpoolReader::new(self)),
+            Box::new(SpoolReader::new(self)),
+        ]))
+    }
+}
+
+impl TraceEvents for SpoolReader<'_> {
+    fn count(&self, device: u32) -> usize {
+        self.spool.count(device)
+    }
+
+    fn visit(&mut self, device: u32, f: &mut EventVisitor<'_>) -> io::Result<()> {
         let d = device as usize;
-        if d >= self.devices.len() {
+        if d >= self.spool.devices.len() {
             return Ok(());
         }
-        self.ready(d)?;
         let mut aux = 0;
-        for b in 0..self.devices[d].blocks.len() {
+        for b in 0..self.spool.devices[d].blocks.len() {
             self.read_block(d, b)?;
-            let dev = &self.devices[d];
+            let dev = &self.spool.devices[d];
             let first = dev.blocks[b].first;
             for (k, e) in self.read_events.iter().enumerate() {
                 let i = first + k;
@@ -338,18 +381,17 @@ impl TraceEvents for EventSpool {
         f: &mut EventVisitor<'_>,
     ) -> io::Result<()> {
         let d = device as usize;
-        if d >= self.devices.len() || from >= self.devices[d].count {
+        if d >= self.spool.devices.len() || from >= self.spool.devices[d].count {
             return Ok(());
         }
-        self.ready(d)?;
         // the first block to read: the one that holds event `from`
-        let dev = &self.devices[d];
+        let dev = &self.spool.devices[d];
         let first_block = dev.blocks.partition_point(|b| b.first + b.events <= from);
         // the aux past the last event, walked back from there
         let mut aux = dev.aux.len();
         for b in (first_block..dev.blocks.len()).rev() {
             self.read_block(d, b)?;
-            let dev = &self.devices[d];
+            let dev = &self.spool.devices[d];
             let first = dev.blocks[b].first;
             let skip = from.saturating_sub(first);
             for (k, e) in self.read_events.iter().enumerate().skip(skip).rev() {
@@ -367,6 +409,7 @@ impl TraceEvents for EventSpool {
         Ok(())
     }
 }
+
 /// Trace events kept for a use the end of the reading may or may not call for: in memory up
 /// to a number of events, and past that all put aside in an [`EventSpool`] (memory stays
 /// bounded), to be had back whole only if wanted.
@@ -672,6 +715,31 @@ mod tests {
                 .unwrap();
                 assert!(none.is_empty());
             }
+            // two readers at once, one on another thread: each the same events, one the
+            // last first
+            let [mut ahead, mut back] = s.two_readers().unwrap().expect("a spool has two");
+            let (forward, backward) = std::thread::scope(|scope| {
+                let backward = scope.spawn(move || {
+                    let mut got = Vec::new();
+                    back.visit_back_from(0, 0, &mut |i, e, stream, aux| {
+                        got.push(format!("{i} {e:?} {stream} {aux:?}"));
+                        Ok(())
+                    })
+                    .unwrap();
+                    got
+                });
+                let mut got = Vec::new();
+                ahead
+                    .visit(0, &mut |i, e, stream, aux| {
+                        got.push(format!("{i} {e:?} {stream} {aux:?}"));
+                        Ok(())
+                    })
+                    .unwrap();
+                (got, backward.join().unwrap())
+            });
+            drop(ahead);
+            assert_eq!(forward, want[0]);
+            assert!(backward.iter().rev().eq(want[0].iter()));
             if round == 0 {
                 // more events after reading: they go on from where the others ended
                 add(&mut s, &mut want, BLOCK + 5);

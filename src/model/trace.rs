@@ -96,6 +96,12 @@ pub trait TraceEvents {
         // (`usize::MAX`: none)
         self.visit_back_from(device, after.saturating_add(1), f)
     }
+
+    /// Two walkers of these events that can walk at once, each on its own thread; `None`
+    /// where walks must take turns.
+    fn two_readers(&mut self) -> std::io::Result<Option<[Box<dyn TraceEvents + Send + '_>; 2]>> {
+        Ok(None)
+    }
 }
 
 /// A kept trace gives its events from memory.
@@ -130,6 +136,10 @@ impl TraceEvents for &Snapshot {
             f(i, e, trace.stream(e), trace.aux(i))?;
         }
         Ok(())
+    }
+
+    fn two_readers(&mut self) -> std::io::Result<Option<[Box<dyn TraceEvents + Send + '_>; 2]>> {
+        Ok(Some([Box::new(*self), Box::new(*self)]))
     }
 }
 
