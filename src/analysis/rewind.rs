@@ -37,6 +37,15 @@ pub fn find_moment(
     capture: Capture,
     peak: Option<usize>,
 ) -> std::io::Result<Option<usize>> {
+    // a moment the peak or the count says is found without a walk (it would read every
+    // event back from disk)
+    let count = events.count(device);
+    match capture {
+        Capture::Peak => return Ok(peak.filter(|&p| p < count)),
+        Capture::Event(i) => return Ok((i < count).then_some(i)),
+        Capture::Last => return Ok(count.checked_sub(1)),
+        _ => {}
+    }
     let mut finder = MomentFinder::new(capture);
     let mut found = None;
     events.visit(device, &mut |i, e, _, _| {
