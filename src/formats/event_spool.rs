@@ -221,13 +221,7 @@ impl EventSpool {
 
     /// Every event in the file, and a reader of them.
     fn ready(&mut self) -> io::Result<SpoolReader<'_>> {
-        for d in 0..self.devices.len() {
-            self.close_block(d);
-        }
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
-        self.file.flush()?;
+        self.finish()?;
         Ok(SpoolReader::new(self))
     }
 }
@@ -235,7 +229,7 @@ impl EventSpool {
 /// Walks of an [`EventSpool`] whose events are all in its file, with buffers of their own: several
 /// can walk one spool at once, each on its own thread (a read at an offset moves no shared
 /// position).
-pub struct SpoolReader<'s> {
+struct SpoolReader<'s> {
     spool: &'s EventSpool,
     /// A block's bytes read back, and its events decoded.
     read_bytes: Vec<u8>,
@@ -280,7 +274,7 @@ impl SpoolReader<'_> {
                     let mut events = spare_rx.try_recv().unwrap_or_default();
                     let read = spool.read_block(d, b, &mut bytes, &mut events);
                     let failed = read.is_err();
-                    // (the walk stops taking blocks only when it has stopped)
+                    // (a send fails only once the walk has stopped, at its visitor's error)
                     if decoded_tx.send(read.map(|_| (b, events))).is_err() || failed {
                         return;
                     }
@@ -701,6 +695,28 @@ mod tests {
         }
     }
 
+    /// Gives `s` a [`varied`] event after `prev` on `device` (an `oom` carrying `k`), and
+    /// returns the line [`read_back`] gives for it as its device's event `index`.
+    fn add_varied(
+        s: &mut EventSpool,
+        rng: &mut u64,
+        prev: &mut TraceEvent,
+        device: u32,
+        k: usize,
+        index: usize,
+    ) -> String {
+        let e = varied(rng, prev);
+        *prev = e;
+        let stream = -(e.stream_index as i64) - 1;
+        let oom = EventAux {
+            device_free: Some(k as u64),
+            ..EventAux::default()
+        };
+        let aux = (e.action == Action::Oom).then_some(&oom);
+        s.event(device, &e, stream, aux);
+        format!("{index} {e:?} {stream} {aux:?}")
+    }
+
     fn read_back_from(s: &mut EventSpool, device: u32, from: usize) -> Vec<String> {
         let mut got = Vec::new();
         s.visit_back_from(device, from, &mut |i, e, stream, aux| {
@@ -729,17 +745,9 @@ mod tests {
                     900..=989 => 1,
                     _ => 2,
                 };
-                let e = varied(&mut rng, &prev);
-                prev = e;
-                let stream = -(e.stream_index as i64) - 1;
-                let oom = EventAux {
-                    device_free: Some(k as u64),
-                    ..EventAux::default()
-                };
-                let aux = (e.action == Action::Oom).then_some(&oom);
-                s.event(device as u32, &e, stream, aux);
                 let index = want[device].len();
-                want[device].push(format!("{index} {e:?} {stream} {aux:?}"));
+                let line = add_varied(s, &mut rng, &mut prev, device as u32, k, index);
+                want[device].push(line);
             }
         };
         add(&mut s, &mut want, 3 * BLOCK * 10 / 9 + 777);
@@ -812,16 +820,7 @@ mod tests {
         let mut prev = TraceEvent::default();
         let n = (DECODE_AHEAD_BLOCKS + 3) * BLOCK + 17;
         for k in 0..n {
-            let e = varied(&mut rng, &prev);
-            prev = e;
-            let stream = -(e.stream_index as i64) - 1;
-            let oom = EventAux {
-                device_free: Some(k as u64),
-                ..EventAux::default()
-            };
-            let aux = (e.action == Action::Oom).then_some(&oom);
-            s.event(0, &e, stream, aux);
-            want.push(format!("{k} {e:?} {stream} {aux:?}"));
+            want.push(add_varied(&mut s, &mut rng, &mut prev, 0, k, k));
         }
         s.finish().unwrap();
         assert_eq!(read_back(&mut s, 0), want);
