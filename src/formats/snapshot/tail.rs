@@ -498,10 +498,7 @@ impl Reader<'_, '_> {
             Op::Float(f) => Val::Float(f),
             Op::None => Val::None,
             Op::Bool(b) => Val::Bool(b),
-            Op::Get(id) => match self.known.index(id) {
-                Some((i, field)) => Val::Known(i, field),
-                None => Val::Ref(id),
-            },
+            Op::Get(id) => self.known_or_ref(id),
             Op::Unicode(raw) => return self.text(raw),
             _ => return None,
         })
