@@ -19,6 +19,10 @@ use crate::model::trace::{EventVisitor, KeptTraces, TraceEvents, TraceSink};
 /// decoded at once when visiting the last first.
 const BLOCK: usize = 4096;
 
+/// Blocks a walk must cover for its decoding to go to another core (a thread's start is
+/// worth it past a few hundred thousand events).
+const DECODE_AHEAD_BLOCKS: usize = 64;
+
 /// An encoded event starts with two bytes (little-endian): the action (its index in
 /// `Action::ALL`)...
 const ACTION_BITS: u16 = 0x0f;
@@ -224,6 +228,34 @@ impl EventSpool {
         self.finish()?;
         Ok(SpoolReader::new(self))
     }
+
+    /// Device `device`'s events of its block `b` into `events`, by way of `bytes`.
+    fn read_block(
+        &self,
+        device: usize,
+        b: usize,
+        bytes: &mut Vec<u8>,
+        events: &mut Vec<TraceEvent>,
+    ) -> io::Result<()> {
+        let block = &self.devices[device].blocks[b];
+        bytes.clear();
+        bytes.resize(block.len + PADDING, 0);
+        (self.file.get_ref()).read_exact_at(&mut bytes[..block.len], block.offset)?;
+        decode_block(bytes, block.events, events).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the temporary file of trace events does not read back as written",
+            )
+        })?;
+        if let Some(ids) = &self.stack_ids {
+            for e in events {
+                if !e.stack.is_missing() {
+                    e.stack = ids[e.stack.0 as usize];
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Walks of an [`EventSpool`] whose events are all in its file, with buffers of their own: several
@@ -287,40 +319,6 @@ impl SpoolReader<'_> {
             }
             Ok(())
         })
-    }
-}
-
-/// Blocks a walk must cover for its decoding to go to another core (a thread's start is
-/// worth it past a few hundred thousand events).
-const DECODE_AHEAD_BLOCKS: usize = 64;
-
-impl EventSpool {
-    /// Device `device`'s events of its block `b` into `events`, by way of `bytes`.
-    fn read_block(
-        &self,
-        device: usize,
-        b: usize,
-        bytes: &mut Vec<u8>,
-        events: &mut Vec<TraceEvent>,
-    ) -> io::Result<()> {
-        let block = &self.devices[device].blocks[b];
-        bytes.clear();
-        bytes.resize(block.len + PADDING, 0);
-        (self.file.get_ref()).read_exact_at(&mut bytes[..block.len], block.offset)?;
-        decode_block(bytes, block.events, events).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the temporary file of trace events does not read back as written",
-            )
-        })?;
-        if let Some(ids) = &self.stack_ids {
-            for e in events {
-                if !e.stack.is_missing() {
-                    e.stack = ids[e.stack.0 as usize];
-                }
-            }
-        }
-        Ok(())
     }
 }
 
