@@ -38,6 +38,10 @@ use super::fields::{
 /// told of (about a thousand events, a batch of Python's pickler).
 const SCAN_BYTES: usize = 256 << 10;
 
+/// Bytes below which no round of a second core starts once rounds have run, and the least a
+/// shrinking round reads (a round's start and take-over cost about 0.1 ms).
+const LAST_ROUND_BYTES: usize = 2 << 20;
+
 /// Memo handle of an event dict (a GET of one elsewhere sends the file to the generic path).
 const EVENT_HANDLE: u64 = 1 << 40;
 /// Memo handle of a frame list whose stack was not kept (reads without stacks).
@@ -287,11 +291,15 @@ struct TailState<'s> {
     own_known: Option<Known>,
     /// It gives back what it was told, with its reading and how long that took.
     handle: Option<ScopedJoinHandle<'s, (Known, Option<Tail>, Duration)>>,
-    /// The share of a round the main reading takes: the two readings' speeds in the last
-    /// round (bytes a second) decide the next round's split, so that neither waits long.
-    main_share: f64,
+    /// How fast the main reading read its own share and the second core its part in the
+    /// last round (bytes a second), which split the next round so that neither waits long.
+    speeds: Option<(f64, f64)>,
     /// When and where the main reading's share of this round began.
     round_began: (Instant, usize),
+    /// The time the main reading spent in this round adopting the last round's reading (not
+    /// reading), and that time an event the last time it was measured.
+    adopting: Duration,
+    adopt_per_event: f64,
 }
 
 impl<'s> TailState<'s> {
@@ -304,13 +312,28 @@ impl<'s> TailState<'s> {
             resumed_at: 0,
             own_known: None,
             handle: None,
-            // The main reading takes the second core's reading over after the round, but reads
-            // its own share as fast where the second core's reader reads it (`read_own_share`):
-            // on gen_data's 1M-event capture (one round), 0.45 read fastest (0.38 and 0.5 took
-            // 10% longer)
-            main_share: 0.45,
+            speeds: None,
             round_began: (Instant::now(), 0),
+            adopting: Duration::ZERO,
+            // (measured at each take-over; 50–130 ns on gen_data's captures)
+            adopt_per_event: 70e-9,
         }
+    }
+
+    /// The share of a `round` of bytes the main reading takes, when it first adopts the
+    /// `to_adopt` events of the round before: both readings end together at the last speeds.
+    fn main_share(&self, round: usize, to_adopt: usize) -> f64 {
+        let Some((main_speed, tail_speed)) = self.speeds else {
+            // The main reading takes the second core's reading over after the round, but reads
+            // its own share as fast where the second core's reader reads it
+            // (`read_own_share`): on gen_data's 1M-event capture (one round), 0.45 read
+            // fastest (0.38 and 0.5 took 10% longer)
+            return 0.45;
+        };
+        // main: adopting + x·round / main_speed = second core: (1 - x)·round / tail_speed
+        let adopting = to_adopt as f64 * self.adopt_per_event;
+        let (main_all, tail_all) = (round as f64 / main_speed, round as f64 / tail_speed);
+        ((tail_all - adopting) / (main_all + tail_all)).clamp(0.1, 0.8)
     }
 }
 
@@ -431,28 +454,49 @@ impl<'f> TraceReader<'f> {
     ) where
         'f: 's,
     {
+        if self.second_core.is_none() || r.memo_dense_len().is_none() {
+            return;
+        }
+        let here = r.position();
+        let text_of = |id: u64| r.memo_peek(id).and_then(|v| r.doc().as_str(v));
+        let known = known_between(r.data(), scan_from, here, text_of);
+        self.spawn_tail(r.data(), here, known, 0, tail, scope);
+    }
+
+    /// `start_tail` from `here`, the strings of the memo ids the round's reader may meet being
+    /// `known`, the main reading first adopting `to_adopt` events of the last round.
+    fn spawn_tail<'s, 'a: 's>(
+        &mut self,
+        data: &'a [u8],
+        here: usize,
+        known: Known,
+        to_adopt: usize,
+        tail: &mut TailState<'s>,
+        scope: &'s Scope<'s, '_>,
+    ) where
+        'f: 's,
+    {
         let Some(second) = self.second_core else {
             return;
         };
-        let (data, here) = (r.data(), r.position());
-        if data.len() - here < second.min_bytes.max(1) || r.memo_dense_len().is_none() {
+        // the least the file must still hold: a second thread is not worth starting for a small
+        // file, but once rounds have run the last one is kept small (what the main reading
+        // takes over after it is read alone)
+        let left = data.len() - here;
+        let floor = match tail.resumed_at {
+            0 => second.min_bytes,
+            _ => second.min_bytes.min(LAST_ROUND_BYTES),
+        };
+        if left < floor.max(1) {
             return;
         }
         tail.started = true;
-        let mut known = Known::default();
-        let mut ops = crate::pickle::ops::Cursor::new(&data[..here]);
-        ops.advance(scan_from);
-        while let Ok(op) = ops.next_op() {
-            if let Op::Get(id) = op {
-                if !known.contains(id) {
-                    if let Some(s) = r.memo_peek(id).and_then(|v| r.doc().as_str(v)) {
-                        known.insert(id, s);
-                    }
-                }
-            }
-        }
-        let round = (data.len() - here).min(second.round_bytes.max(1));
-        let from = here + (round as f64 * tail.main_share) as usize;
+        // the rounds shrink towards the end, so that the last one, whose events the main
+        // reading adopts while the second core has nothing left to read, is short
+        let round = left
+            .min(second.round_bytes.max(1))
+            .min((left / 3).max(LAST_ROUND_BYTES));
+        let from = here + (round as f64 * tail.main_share(round, to_adopt)) as usize;
         let stop = here + round;
         let Some(at) = known.event_start(data, from, 1 << 20) else {
             return;
@@ -470,6 +514,7 @@ impl<'f> TraceReader<'f> {
         };
         tail.at = at;
         tail.round_began = (Instant::now(), here);
+        tail.adopting = Duration::ZERO;
         // (the last round's count, until this one reports)
         progress.done.store(0, Ordering::Relaxed);
         tail.own_known = Some(known.clone());
@@ -495,16 +540,34 @@ impl<'f> TraceReader<'f> {
         let Some((t, first, texts, known)) = self.join_tail(r, tail) else {
             return false;
         };
-        let (end, rest) = self.adopt_entries(r, device, t, first);
-        // The next round starts now, not after the batch: the second core would idle while
-        // the events below go to the sink (a tenth of a round's time). It is told the strings
-        // of about the last thousand events, as a round started after a batch is.
-        if let Some(scan_from) =
-            known.event_start(r.data(), end.saturating_sub(SCAN_BYTES), SCAN_BYTES)
-        {
-            self.start_tail(r, scan_from, tail, scope);
+        // The next round starts now, before this one's memo entries are stored and its events
+        // go to the sink: the second core would idle meanwhile (a tenth of a round's time, and
+        // all of it after the last round). It is told the strings of about the last thousand
+        // events, as a round started after a batch is: those of the main reading's memo, and
+        // those this round's reading stored itself, at the ids from `first` on.
+        let data = r.data();
+        let scan_from = known.event_start(data, t.end.saturating_sub(SCAN_BYTES), SCAN_BYTES);
+        let text_of = |id: u64| match id.checked_sub(first) {
+            Some(at) => match t.entries.get(at as usize)?.get() {
+                Entry::Text(i) => Some(&*t.texts[i as usize]),
+                _ => None,
+            },
+            None => r.memo_peek(id).and_then(|v| r.doc().as_str(v)),
+        };
+        if let (Some(from), Some(_)) = (scan_from, self.second_core) {
+            let next = known_between(data, from, t.end, text_of);
+            self.spawn_tail(data, t.end, next, t.count, tail, scope);
         }
+        let (began, count) = (Instant::now(), t.count);
+        let (_, rest) = self.adopt_entries(r, device, t, first);
         self.adopt_events(device, rest, &texts);
+        tail.adopting = began.elapsed();
+        if count > 0 {
+            // (averaged with the rounds before: a sink's cost comes in spikes, as when it
+            // starts to write what it keeps to disk)
+            let now = tail.adopting.as_secs_f64() / count as f64;
+            tail.adopt_per_event = (tail.adopt_per_event + now) / 2.0;
+        }
         true
     }
 
@@ -650,7 +713,8 @@ impl<'f> TraceReader<'f> {
             ));
             return None;
         }
-        let (main_took, main_bytes) = (tail.round_began.0.elapsed(), at - tail.round_began.1);
+        let main_took = tail.round_began.0.elapsed().saturating_sub(tail.adopting);
+        let main_bytes = at - tail.round_began.1;
         let joined = tail.handle.take().map(|h| h.join());
         // its thread has ended: whatever came of this round, the next may be tried
         tail.started = false;
@@ -664,14 +728,14 @@ impl<'f> TraceReader<'f> {
             return None;
         };
         debug(&format_args!(
-            "second core: read {} events, bytes {}..{}, in {tail_took:?} (the main reading's {} bytes before: {main_took:?})",
-            t.count, t.start, t.end, main_bytes
+            "second core: read {} events, bytes {}..{}, in {tail_took:?} (the main reading's {} bytes before: {main_took:?}, after adopting the last round's reading for {:?})",
+            t.count, t.start, t.end, main_bytes, tail.adopting
         ));
         self.read_by.second_core_events += t.count;
         self.read_by.second_core_rounds += 1;
         let speed = |bytes: usize, took: Duration| bytes as f64 / took.as_secs_f64().max(1e-6);
         let (main_speed, tail_speed) = (speed(main_bytes, main_took), speed(t.end - at, tail_took));
-        tail.main_share = (main_speed / (main_speed + tail_speed)).clamp(0.2, 0.8);
+        tail.speeds = Some((main_speed, tail_speed));
         tail.resumed_at = t.end;
         Some((t, first, texts, known))
     }
@@ -846,6 +910,29 @@ impl<'f> TraceReader<'f> {
             })
             .collect()
     }
+}
+
+/// What a second core's reading is told: the strings that the references in `data[from..to]`
+/// (`from` where an opcode starts) fetch, by `text_of` (None for a memo id that is no string).
+fn known_between<'t>(
+    data: &[u8],
+    from: usize,
+    to: usize,
+    text_of: impl Fn(u64) -> Option<&'t str>,
+) -> Known {
+    let mut known = Known::default();
+    let mut ops = crate::pickle::ops::Cursor::new(&data[..to]);
+    ops.advance(from);
+    while let Ok(op) = ops.next_op() {
+        if let Op::Get(id) = op {
+            if !known.contains(id) {
+                if let Some(s) = text_of(id) {
+                    known.insert(id, s);
+                }
+            }
+        }
+    }
+    known
 }
 
 /// With `MEMTRACK_DEBUG_STREAM` set, how the reading went, on stderr (for developers).
