@@ -317,8 +317,9 @@ const ALL_PARTS: [SnapshotParts; 3] = [
 
 /// Every snapshot fixture, read with the back half of its trace on a second core (as `load`
 /// reads large files), is the snapshot the generic reading makes; on the real captures with
-/// more than one batch of events the second core did take part, in every round, and its
-/// reader read some of the main reading's shares too.
+/// more than one batch of events the second core did take part, in every round (the first
+/// started with the file, from a skim of the bytes before the trace), and its reader read
+/// some of the main reading's shares too.
 #[test]
 fn a_trace_read_on_two_cores_is_the_one_core_reading() {
     let real_multi_batch = [
@@ -367,6 +368,12 @@ fn a_trace_read_on_two_cores_is_the_one_core_reading() {
                     second > 0 && own > 0,
                     "{name} ({parts:?}, rounds of {round} bytes): the second core read {second} \
                      events, its reader {own} of the main reading's shares"
+                );
+                // its first round started with the file, before the main reading came to the
+                // trace (a skim found where it begins)
+                assert!(
+                    by.early_round_events > 0,
+                    "{name} ({parts:?}, rounds of {round} bytes): no early round was taken over"
                 );
                 // in rounds of a fifth of the file it reads in each round, not only the first
                 // (the last may be too short to start)

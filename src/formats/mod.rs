@@ -156,7 +156,7 @@ fn load_into(
         traces = traces.with_sink(sink);
     }
     let mut bar = bar(path, &file);
-    let parsed = pickle::parse_mapped_with_divert(&file, &mut bar, &mut traces);
+    let parsed = traces.parse(file.bytes(), &mut file.release_behind(&mut bar));
     drop(bar);
     let input = match snapshot::finish(traces, parsed) {
         Streamed::Snapshot(s) => return Ok(Input::Snapshot(Box::new(s))),

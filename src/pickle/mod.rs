@@ -107,17 +107,6 @@ pub fn parse_mapped(
     parse_with_progress(file.bytes(), &mut releaser)
 }
 
-/// Decode a mapped file, releasing pages behind the parse, letting `divert` read the values
-/// of the top-level keys it wants.
-pub fn parse_mapped_with_divert(
-    file: &MappedFile,
-    progress: &mut dyn Progress,
-    divert: &mut dyn Divert,
-) -> Result<Document, PickleError> {
-    let mut releaser = file.release_behind(progress);
-    parse_with_divert(file.bytes(), &mut releaser, divert)
-}
-
 /// Memory-map `path` and decode it.
 pub fn read_file(path: &Path, progress: &mut dyn Progress) -> Result<Document, ReadError> {
     let file = map_file(path)?;

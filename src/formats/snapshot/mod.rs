@@ -6,12 +6,16 @@
 //! - [`traces`]: `device_traces` read straight from the opcodes as the file streams by, each
 //!   event handed on as it is decoded (`TraceReader`, a `pickle::Divert`);
 //! - [`tail`]: the back part of a round of the trace, read on a second core;
+//! - [`rounds`]: how the trace is cut into rounds between the two cores (a leaf);
+//! - [`early`]: the second core's first round, started with the file's reading;
 //! - [`fields`]: the keys all three read, numbered (a leaf).
 //!
 //! This file joins them: a streamed reading that stands is converted with the document.
 
 mod document;
+mod early;
 mod fields;
+mod rounds;
 mod tail;
 mod traces;
 
@@ -98,7 +102,7 @@ pub fn read_on_two_cores(
     if let Some(sink) = sink {
         reader = reader.with_sink(sink);
     }
-    let parsed = crate::pickle::parse_with_divert(data, &mut (), &mut reader);
+    let parsed = reader.parse(data, &mut ());
     let read_by = reader.read_by();
     (finish(reader, parsed), read_by)
 }

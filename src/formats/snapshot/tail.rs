@@ -122,6 +122,15 @@ impl Known {
         }
     }
 
+    /// The strings of the ids below `end` only.
+    pub fn below(&self, end: u64) -> Known {
+        let mut known = Known::default();
+        for (id, text) in self.iter().filter(|&(id, _)| id < end) {
+            known.insert(id, text);
+        }
+        known
+    }
+
     /// Each known id with its string.
     pub fn iter(&self) -> impl Iterator<Item = (u64, &str)> {
         self.ids

@@ -12,6 +12,7 @@
 //! the file the generic way, which then says exactly what the file holds.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
@@ -22,9 +23,12 @@ use crate::model::snapshot::{
 };
 use crate::model::trace::TraceSink;
 use crate::pickle::{
-    Divert, Diverted, Document, IntOrRef, Op, Pages, PickleError, Value, View, RECENT_HANDLES,
+    Divert, Diverted, Document, IntOrRef, Op, Pages, PickleError, Progress, Value, View,
+    RECENT_HANDLES,
 };
 
+use super::early::{self, Early};
+use super::rounds::{self, known_between, LAST_ROUND_BYTES, SCAN_BYTES};
 use super::tail::{self, Entry, Known, Tail, CHUNK as TAIL_CHUNK, FROM_CHECK};
 
 type Result<T> = std::result::Result<T, PickleError>;
@@ -33,14 +37,6 @@ use super::fields::{
     set_action, set_text_field, KeyCache, EVENT_FIELDS, F_ACTION, F_ADDR, F_COMPILE_CONTEXT,
     F_DEVICE_FREE, F_FRAMES, F_SIZE, F_STREAM, F_TIME, F_USER_METADATA, UNKNOWN as F_UNKNOWN,
 };
-
-/// How far back from a taken-over reading's end the next round looks for the strings it is
-/// told of (about a thousand events, a batch of Python's pickler).
-const SCAN_BYTES: usize = 256 << 10;
-
-/// Bytes below which no round of a second core starts once rounds have run, and the least a
-/// shrinking round reads (a round's start and take-over cost about 0.1 ms).
-const LAST_ROUND_BYTES: usize = 2 << 20;
 
 /// Memo handle of an event dict (a GET of one elsewhere sends the file to the generic path).
 const EVENT_HANDLE: u64 = 1 << 40;
@@ -72,6 +68,8 @@ pub struct ReadBy {
     pub second_core_events: usize,
     /// Rounds whose second core's part was taken over.
     pub second_core_rounds: usize,
+    /// Of `second_core_events`, those of the round started with the file (see `early`).
+    pub early_round_events: usize,
     /// Events of the main reading's own shares that the reader read on the main thread
     /// (`read_own_share`).
     pub own_share_events: usize,
@@ -100,6 +98,8 @@ pub struct TraceReader<'f> {
     sink: Option<&'f mut dyn TraceSink>,
     /// Hand parts of the trace to a second core (see `tail`).
     second_core: Option<SecondCore<'f>>,
+    /// The second core's first round, started with the reading (see `early`).
+    early: Option<Early>,
     read_by: ReadBy,
     /// Events the first device's vector is made room for up front: address space only until
     /// written, and the vector then never moves (a growing 60 MB vector is copied, page
@@ -146,6 +146,7 @@ impl<'f> TraceReader<'f> {
             parts,
             sink: None,
             second_core: None,
+            early: None,
             read_by: ReadBy::default(),
             // an event takes at least ~48 bytes of pickle
             room: if parts == Parts::SegmentsOnly {
@@ -187,6 +188,29 @@ impl<'f> TraceReader<'f> {
     /// What the second core's reader read, on which core.
     pub fn read_by(&self) -> ReadBy {
         self.read_by
+    }
+
+    /// Decode `data` with this reader; with a second core, its first round starts at once
+    /// (see `early`), and is stopped if the main reading never comes to the trace.
+    pub fn parse(&mut self, data: &'f [u8], progress: &mut dyn Progress) -> Result<Document> {
+        let Some(second) = self.second_core.filter(|s| data.len() >= s.min_bytes) else {
+            return crate::pickle::parse_with_divert(data, progress, self);
+        };
+        let plan = early::Plan {
+            parts: self.parts,
+            pages: second.pages,
+            min_bytes: second.min_bytes,
+            round_bytes: second.round_bytes,
+        };
+        std::thread::scope(|scope| {
+            let early = early::start(scope, data, plan);
+            let cancel = early.cancel.clone();
+            self.early = Some(early);
+            let parsed = crate::pickle::parse_with_divert(data, progress, self);
+            cancel.store(true, Ordering::Relaxed);
+            self.early = None; // (its channels closed: a round not yet sent ends there)
+            parsed
+        })
     }
 
     /// What the parse that used this reader left ([`Reading`]); a reading it cannot vouch
@@ -237,9 +261,17 @@ impl Divert for TraceReader<'_> {
 
     fn read(&mut self, r: &mut Diverted<'_, '_, '_>) -> Result<Value> {
         self.read = true;
-        let (cancel, done) = (AtomicBool::new(false), AtomicUsize::new(0));
+        let early = self.early.take();
+        let (cancel, done) = match &early {
+            Some(e) => (e.cancel.clone(), e.done.clone()),
+            None => (Arc::default(), Arc::default()),
+        };
+        let here = r.position();
         std::thread::scope(|scope| {
             let mut tail = TailState::new(&cancel, &done);
+            if let Some(early) = early {
+                tail.adopt_early(early, here);
+            }
             let mut devices = 0usize;
             let read = list(r, b']', &mut |r, at| {
                 if let Walk::BatchRead { .. } = at {
@@ -289,8 +321,12 @@ struct TailState<'s> {
     /// What the second core was told, for the main reading's own share of the round (taken
     /// at its first event).
     own_known: Option<Known>,
+    /// `own_known` came from the skim of an early round: it names strings the trace's first
+    /// events memoize, so the share is taken after the main reading has read an event, told
+    /// only the strings its memo then holds.
+    own_early: bool,
     /// It gives back what it was told, with its reading and how long that took.
-    handle: Option<ScopedJoinHandle<'s, (Known, Option<Tail>, Duration)>>,
+    handle: Option<Pending<'s>>,
     /// How fast the main reading read its own share and the second core its part in the
     /// last round (bytes a second), which split the next round so that neither waits long.
     speeds: Option<(f64, f64)>,
@@ -311,6 +347,7 @@ impl<'s> TailState<'s> {
             started: false,
             resumed_at: 0,
             own_known: None,
+            own_early: false,
             handle: None,
             speeds: None,
             round_began: (Instant::now(), 0),
@@ -321,19 +358,39 @@ impl<'s> TailState<'s> {
     }
 
     /// The share of a `round` of bytes the main reading takes, when it first adopts the
-    /// `to_adopt` events of the round before: both readings end together at the last speeds.
+    /// `to_adopt` events of the round before.
     fn main_share(&self, round: usize, to_adopt: usize) -> f64 {
-        let Some((main_speed, tail_speed)) = self.speeds else {
-            // The main reading takes the second core's reading over after the round, but reads
-            // its own share as fast where the second core's reader reads it
-            // (`read_own_share`): on gen_data's 1M-event capture (one round), 0.45 read
-            // fastest (0.38 and 0.5 took 10% longer)
-            return 0.45;
-        };
-        // main: adopting + x·round / main_speed = second core: (1 - x)·round / tail_speed
         let adopting = to_adopt as f64 * self.adopt_per_event;
-        let (main_all, tail_all) = (round as f64 / main_speed, round as f64 / tail_speed);
-        ((tail_all - adopting) / (main_all + tail_all)).clamp(0.1, 0.8)
+        rounds::main_share(round, self.speeds, adopting)
+    }
+
+    /// Take the early round over as this round (if the skim started one): the main reading
+    /// reads its share from `here`, where the trace starts.
+    fn adopt_early(&mut self, early: Early, here: usize) {
+        if let Ok(Some(start)) = early.start.recv() {
+            self.at = start.at;
+            self.started = true;
+            self.own_known = Some(start.known);
+            self.own_early = true;
+            self.handle = Some(Pending::Early(early.result));
+            self.round_began = (Instant::now(), here);
+        }
+    }
+}
+
+/// A second core's reading under way: on a thread of the trace's reading, or the early round.
+enum Pending<'s> {
+    Thread(ScopedJoinHandle<'s, early::Out>),
+    Early(std::sync::mpsc::Receiver<early::Out>),
+}
+
+impl Pending<'_> {
+    /// Its outcome, once it is over (None if its thread panicked).
+    fn wait(self) -> Option<early::Out> {
+        match self {
+            Pending::Thread(h) => h.join().ok(),
+            Pending::Early(r) => r.recv().ok(),
+        }
     }
 }
 
@@ -422,6 +479,7 @@ impl<'f> TraceReader<'f> {
                 }
                 if tail.own_known.is_some()
                     && r.position() < tail.at
+                    && (!tail.own_early || self.out.lengths[device] > 0)
                     && self.read_own_share(r, device, tail)
                 {
                     return Ok(());
@@ -491,11 +549,7 @@ impl<'f> TraceReader<'f> {
             return;
         }
         tail.started = true;
-        // the rounds shrink towards the end, so that the last one, whose events the main
-        // reading adopts while the second core has nothing left to read, is short
-        let round = left
-            .min(second.round_bytes.max(1))
-            .min((left / 3).max(LAST_ROUND_BYTES));
+        let round = rounds::round_len(left, second.round_bytes);
         let from = here + (round as f64 * tail.main_share(round, to_adopt)) as usize;
         let stop = here + round;
         let Some(at) = known.event_start(data, from, 1 << 20) else {
@@ -518,11 +572,12 @@ impl<'f> TraceReader<'f> {
         // (the last round's count, until this one reports)
         progress.done.store(0, Ordering::Relaxed);
         tail.own_known = Some(known.clone());
-        tail.handle = Some(scope.spawn(move || {
+        tail.own_early = false;
+        tail.handle = Some(Pending::Thread(scope.spawn(move || {
             let began = Instant::now();
             let read = tail::read(round, &known, progress);
             (known, read, began.elapsed())
-        }));
+        })));
     }
 
     /// The main reading is at or past where the second core's started: take its reading over
@@ -582,9 +637,12 @@ impl<'f> TraceReader<'f> {
         device: usize,
         tail: &mut TailState<'_>,
     ) -> bool {
-        let (Some(known), Some(second)) = (tail.own_known.take(), self.second_core) else {
+        let (Some(mut known), Some(second)) = (tail.own_known.take(), self.second_core) else {
             return false;
         };
+        if tail.own_early {
+            known = known.below(r.memo_dense_len().unwrap_or(0));
+        }
         let (cancel, done) = (AtomicBool::new(false), AtomicUsize::new(0));
         let round = tail::Round {
             data: r.data(),
@@ -715,10 +773,12 @@ impl<'f> TraceReader<'f> {
         }
         let main_took = tail.round_began.0.elapsed().saturating_sub(tail.adopting);
         let main_bytes = at - tail.round_began.1;
-        let joined = tail.handle.take().map(|h| h.join());
+        let pending = tail.handle.take();
+        let early = matches!(pending, Some(Pending::Early(_)));
+        let joined = pending.and_then(Pending::wait);
         // its thread has ended: whatever came of this round, the next may be tried
         tail.started = false;
-        let Some(Ok((known, Some(t), tail_took))) = joined else {
+        let Some((known, Some(t), tail_took)) = joined else {
             debug(&"second core: gave up (a layout it leaves to the main reading)");
             return None;
         };
@@ -733,6 +793,9 @@ impl<'f> TraceReader<'f> {
         ));
         self.read_by.second_core_events += t.count;
         self.read_by.second_core_rounds += 1;
+        if early {
+            self.read_by.early_round_events += t.count;
+        }
         let speed = |bytes: usize, took: Duration| bytes as f64 / took.as_secs_f64().max(1e-6);
         let (main_speed, tail_speed) = (speed(main_bytes, main_took), speed(t.end - at, tail_took));
         tail.speeds = Some((main_speed, tail_speed));
@@ -910,29 +973,6 @@ impl<'f> TraceReader<'f> {
             })
             .collect()
     }
-}
-
-/// What a second core's reading is told: the strings that the references in `data[from..to]`
-/// (`from` where an opcode starts) fetch, by `text_of` (None for a memo id that is no string).
-fn known_between<'t>(
-    data: &[u8],
-    from: usize,
-    to: usize,
-    text_of: impl Fn(u64) -> Option<&'t str>,
-) -> Known {
-    let mut known = Known::default();
-    let mut ops = crate::pickle::ops::Cursor::new(&data[..to]);
-    ops.advance(from);
-    while let Ok(op) = ops.next_op() {
-        if let Op::Get(id) = op {
-            if !known.contains(id) {
-                if let Some(s) = text_of(id) {
-                    known.insert(id, s);
-                }
-            }
-        }
-    }
-    known
 }
 
 /// With `MEMTRACK_DEBUG_STREAM` set, how the reading went, on stderr (for developers).
