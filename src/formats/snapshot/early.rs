@@ -138,7 +138,9 @@ fn skim(data: &[u8], cancel: &AtomicBool) -> Option<(usize, FxHashMap<u64, Box<s
         if ops_read.is_multiple_of(65_536) && cancel.load(Ordering::Relaxed) {
             return None;
         }
-        let op = ops.next_op().ok()?;
+        let Ok(op) = ops.next_op() else {
+            break; // (a trace shorter than the scan, or damage the main reading will name)
+        };
         let text = match op {
             Op::Unicode(raw) => {
                 if depth == 1 && trace.is_none() && raw == b"device_traces" {
@@ -154,7 +156,8 @@ fn skim(data: &[u8], cancel: &AtomicBool) -> Option<(usize, FxHashMap<u64, Box<s
                 None
             }
             Op::Frame => last_text,
-            Op::Put(_) | Op::Stop => return None,
+            Op::Put(_) => return None,
+            Op::Stop => break,
             Op::Mark => {
                 depth += 1;
                 None
@@ -184,4 +187,62 @@ fn skim(data: &[u8], cancel: &AtomicBool) -> Option<(usize, FxHashMap<u64, Box<s
         last_text = text;
     }
     Some((trace?, strings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot's top-level dict as Python's pickler writes it with protocol 4: `segments`
+    /// (a frame string memoized there), then `device_traces` with one event (`pickle.loads`
+    /// reads these bytes as `{'segments': [{'filename': 'train.py'}], 'device_traces':
+    /// [[{'action': 'alloc'}]]}`, and `pickletools.dis` numbers the memo as below).
+    fn protocol_4() -> (Vec<u8>, usize) {
+        let text = |s: &str| [&[0x8c, s.len() as u8][..], s.as_bytes(), &[0x94]].concat();
+        let mut b = vec![0x80, 4, b'}', 0x94, b'('];
+        b.extend(text("segments"));
+        b.extend([b']', 0x94, b'(', b'}', 0x94, b'(']);
+        b.extend(text("filename"));
+        b.extend(text("train.py"));
+        b.extend([b'u', b'e']);
+        b.extend(text("device_traces"));
+        let trace = b.len();
+        b.extend([b']', 0x94, b'(', b']', 0x94, b'(', b'}', 0x94, b'(']);
+        b.extend(text("action"));
+        b.extend(text("alloc"));
+        b.extend([b'u', b'e', b'e', b'u', b'.']);
+        (b, trace)
+    }
+
+    #[test]
+    fn the_skim_finds_the_trace_and_the_ids_of_the_strings_before_it_and_in_it() {
+        let (bytes, trace) = protocol_4();
+        let (found, strings) = skim(&bytes, &AtomicBool::new(false)).expect("a trace");
+        assert_eq!(found, trace);
+        // ids count every MEMOIZE: the root dict 0, "segments" 1, its list 2, the block 3
+        let named = |id: u64| strings.get(&id).map(|s| &**s);
+        assert_eq!(named(1), Some("segments"));
+        assert_eq!(named(4), Some("filename"));
+        assert_eq!(named(5), Some("train.py"));
+        assert_eq!(named(6), Some("device_traces"));
+        assert_eq!(named(10), Some("action"));
+        assert_eq!(named(11), Some("alloc"));
+        assert_eq!(named(0), None);
+    }
+
+    #[test]
+    fn the_skim_declines_explicit_memo_ids_a_trace_that_is_no_list_and_a_stopped_reading() {
+        let (bytes, trace) = protocol_4();
+        // BINPUT (protocols 1–3) instead of the first MEMOIZE
+        let mut put = bytes.clone();
+        put.splice(3..4, [b'q', 0]);
+        assert!(skim(&put, &AtomicBool::new(false)).is_none());
+        // `device_traces` holding None
+        let none = [&bytes[..trace], b"Nu."].concat();
+        assert!(skim(&none, &AtomicBool::new(false)).is_none());
+        // the main reading is over
+        assert!(skim(&bytes, &AtomicBool::new(true)).is_some()); // (checked every 65,536 ops)
+        let long: Vec<u8> = [&bytes[..5], &[b'N', b'0'].repeat(70_000), &bytes[5..]].concat();
+        assert!(skim(&long, &AtomicBool::new(true)).is_none());
+    }
 }

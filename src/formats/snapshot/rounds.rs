@@ -60,3 +60,36 @@ pub fn known_between<'t>(
     }
     known
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_shrink_towards_the_end_down_to_the_last_round_bytes() {
+        const MB: usize = 1 << 20;
+        let (mut left, mut rounds) = (2000 * MB, Vec::new());
+        while left >= LAST_ROUND_BYTES {
+            let r = round_len(left, 256 * MB);
+            rounds.push(r);
+            left -= r;
+        }
+        assert_eq!(rounds[..2], [256 * MB, 256 * MB]);
+        assert!(rounds.windows(2).all(|w| w[1] <= w[0]), "{rounds:?}");
+        assert_eq!(*rounds.last().unwrap(), LAST_ROUND_BYTES);
+        assert!(left < LAST_ROUND_BYTES);
+        // (a file's end is never passed)
+        assert_eq!(round_len(MB, 256 * MB), MB);
+    }
+
+    #[test]
+    fn the_split_lets_both_readings_end_together() {
+        let round = 100_000_000;
+        assert!((main_share(round, None, 0.0) - 0.45).abs() < 0.01);
+        assert_eq!(main_share(round, Some((1e9, 1e9)), 0.0), 0.5);
+        // the main reading busy 50 ms first, both at 1 GB/s: 25 MB of 100 MB for it
+        assert!((main_share(round, Some((1e9, 1e9)), 0.05) - 0.25).abs() < 1e-9);
+        // busy longer than the round takes the second core: the least share
+        assert_eq!(main_share(round, Some((1e9, 1e9)), 1.0), 0.1);
+    }
+}
