@@ -10,18 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::Scope;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::Parts;
 use crate::pickle::{ops::Cursor, Op, Pages};
 
-use super::rounds::{self, SCAN_BYTES};
-use super::tail::{self, Known, Tail};
-
-/// What a second core's reading gives back: what it was told, its reading, how long it took.
-pub(super) type Out = (Known, Option<Tail>, Duration);
+use super::rounds::{self, RoundRead, SCAN_BYTES};
+use super::tail::{self, Known};
 
 /// The generic machine's speed on the segments (bytes a second), for the head start the
 /// second core has: on gen_data's captures 150–190 MB/s.
@@ -39,7 +36,7 @@ pub(super) struct Start {
 /// its reading; `cancel` stops it and `done` says how far it got.
 pub(super) struct Early {
     pub(super) start: Receiver<Option<Start>>,
-    pub(super) result: Receiver<Out>,
+    pub(super) result: Receiver<RoundRead>,
     pub(super) cancel: Arc<AtomicBool>,
     pub(super) done: Arc<AtomicUsize>,
 }
@@ -78,7 +75,7 @@ fn run(
     cancel: &AtomicBool,
     done: &AtomicUsize,
     start: SyncSender<Option<Start>>,
-    result: SyncSender<Out>,
+    result: SyncSender<RoundRead>,
 ) {
     let Some(round) = plan_round(data, &plan, cancel) else {
         let _ = start.send(None);
@@ -120,9 +117,10 @@ fn plan_round(data: &[u8], plan: &Plan<'_>, cancel: &AtomicBool) -> Option<Start
     })
 }
 
-/// Where the value of the top-level key `device_traces` starts, and the strings memoized
-/// up to `SCAN_BYTES` past it (its first events' keys and actions), by memo id; None if the opcodes before are not what Python's
-/// pickler writes with protocol 4 or 5 (MEMOIZE, never PUT), or the reading is over.
+/// Where the value of the top-level key `device_traces` starts, and the strings memoized up
+/// to `SCAN_BYTES` past it (its first events' keys and actions), by memo id; None if the
+/// opcodes before are not what Python's pickler writes with protocol 4 or 5 (MEMOIZE, never
+/// PUT), or the reading is over.
 fn skim(data: &[u8], cancel: &AtomicBool) -> Option<(usize, FxHashMap<u64, Box<str>>)> {
     let mut ops = Cursor::new(data);
     let mut strings: FxHashMap<u64, Box<str>> = FxHashMap::default();

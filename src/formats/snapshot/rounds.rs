@@ -2,9 +2,15 @@
 //! share of it the main reading takes, and what the second core is told of the memo. A leaf:
 //! `traces` (every round) and `early` (the first, started with the file) cut them alike.
 
+use std::time::Duration;
+
 use crate::pickle::{ops::Cursor, Op};
 
-use super::tail::Known;
+use super::tail::{Known, Tail};
+
+/// What a second core's reading of a round gives back: what it was told, its reading (None
+/// if it gave up), how long it took.
+pub type RoundRead = (Known, Option<Tail>, Duration);
 
 /// How far back from where a round starts the strings it is told of are looked for (about a
 /// thousand events, a batch of Python's pickler).

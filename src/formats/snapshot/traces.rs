@@ -28,7 +28,7 @@ use crate::pickle::{
 };
 
 use super::early::{self, Early};
-use super::rounds::{self, known_between, LAST_ROUND_BYTES, SCAN_BYTES};
+use super::rounds::{self, known_between, RoundRead, LAST_ROUND_BYTES, SCAN_BYTES};
 use super::tail::{self, Entry, Known, Tail, CHUNK as TAIL_CHUNK, FROM_CHECK};
 
 type Result<T> = std::result::Result<T, PickleError>;
@@ -352,7 +352,7 @@ impl<'s> TailState<'s> {
             speeds: None,
             round_began: (Instant::now(), 0),
             adopting: Duration::ZERO,
-            // (measured at each take-over; 50–130 ns on gen_data's captures)
+            // (measured at each take-over; 50–150 ns on gen_data's captures)
             adopt_per_event: 70e-9,
         }
     }
@@ -380,13 +380,13 @@ impl<'s> TailState<'s> {
 
 /// A second core's reading under way: on a thread of the trace's reading, or the early round.
 enum Pending<'s> {
-    Thread(ScopedJoinHandle<'s, early::Out>),
-    Early(std::sync::mpsc::Receiver<early::Out>),
+    Thread(ScopedJoinHandle<'s, RoundRead>),
+    Early(std::sync::mpsc::Receiver<RoundRead>),
 }
 
 impl Pending<'_> {
     /// Its outcome, once it is over (None if its thread panicked).
-    fn wait(self) -> Option<early::Out> {
+    fn wait(self) -> Option<RoundRead> {
         match self {
             Pending::Thread(h) => h.join().ok(),
             Pending::Early(r) => r.recv().ok(),
@@ -609,7 +609,7 @@ impl<'f> TraceReader<'f> {
             },
             None => r.memo_peek(id).and_then(|v| r.doc().as_str(v)),
         };
-        if let (Some(from), Some(_)) = (scan_from, self.second_core) {
+        if let Some(from) = scan_from {
             let next = known_between(data, from, t.end, text_of);
             self.spawn_tail(data, t.end, next, t.count, tail, scope);
         }
