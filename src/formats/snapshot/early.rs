@@ -77,7 +77,10 @@ fn run(
     start: SyncSender<Option<Start>>,
     result: SyncSender<RoundRead>,
 ) {
-    let Some(round) = plan_round(data, &plan, cancel) else {
+    // a bug here must not take the reading down (a scope's panicking thread would): the main
+    // reading then reads on as without an early round
+    let planned = std::panic::catch_unwind(|| plan_round(data, &plan, cancel));
+    let Some(round) = planned.ok().flatten() else {
         let _ = start.send(None);
         return;
     };
