@@ -24,11 +24,10 @@ use super::tail::{self, Known};
 /// second core has: on gen_data's captures 150–190 MB/s.
 const MACHINE_SPEED: f64 = 150e6;
 
-/// Where the early round reads: from `at` (an event) to the first event at or past `stop`,
-/// told `known`.
+/// Where the early round reads from (an event), and what it was told: the main reading's
+/// share of the round ends at `at`.
 pub(super) struct Start {
     pub at: usize,
-    pub stop: usize,
     pub known: Known,
 }
 
@@ -80,12 +79,15 @@ fn run(
     // a bug here must not take the reading down (a scope's panicking thread would): the main
     // reading then reads on as without an early round
     let planned = std::panic::catch_unwind(|| plan_round(data, &plan, cancel));
-    let Some(round) = planned.ok().flatten() else {
+    let Some((at, stop, known)) = planned.ok().flatten() else {
         let _ = start.send(None);
         return;
     };
-    let (at, stop, known) = (round.at, round.stop, round.known.clone());
-    if start.send(Some(round)).is_err() {
+    let told = Start {
+        at,
+        known: known.clone(),
+    };
+    if start.send(Some(told)).is_err() {
         return; // the main reading is past the trace's start, or gone
     }
     let began = Instant::now();
@@ -100,8 +102,9 @@ fn run(
     let _ = result.send((known, read, began.elapsed()));
 }
 
-/// Where the early round reads, if the skim finds the trace and an event to start at.
-fn plan_round(data: &[u8], plan: &Plan<'_>, cancel: &AtomicBool) -> Option<Start> {
+/// Where the early round reads (from the event at the first offset to the first event at or
+/// past the second) and what it is told, if the skim finds the trace and an event to start at.
+fn plan_round(data: &[u8], plan: &Plan<'_>, cancel: &AtomicBool) -> Option<(usize, usize, Known)> {
     let (trace, strings) = skim(data, cancel)?;
     let left = data.len() - trace;
     if left < plan.min_bytes.max(1) {
@@ -109,15 +112,10 @@ fn plan_round(data: &[u8], plan: &Plan<'_>, cancel: &AtomicBool) -> Option<Start
     }
     let scan_end = data.len().min(trace + SCAN_BYTES);
     let known = rounds::known_between(data, trace, scan_end, |id| strings.get(&id).map(|s| &**s));
-    let round = rounds::round_len(left, plan.round_bytes);
     // the main reading comes to the trace after the segments
-    let share = rounds::main_share(round, None, trace as f64 / MACHINE_SPEED);
-    let at = known.event_start(data, trace + (round as f64 * share) as usize, 1 << 20)?;
-    Some(Start {
-        at,
-        stop: trace + round,
-        known,
-    })
+    let share = |round| rounds::main_share(round, None, trace as f64 / MACHINE_SPEED);
+    let (at, stop) = rounds::cut(data, trace, &known, plan.round_bytes, share)?;
+    Some((at, stop, known))
 }
 
 /// Where the value of the top-level key `device_traces` starts, and the strings memoized up

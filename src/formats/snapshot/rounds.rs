@@ -34,6 +34,22 @@ pub fn round_len(left: usize, round_bytes: usize) -> usize {
         .min((left / 3).max(LAST_ROUND_BYTES))
 }
 
+/// Where a round from `here` is cut, `known` telling where events start: the second core
+/// reads from the first event at or past the main reading's `share` of it (a function of the
+/// round's bytes, `round_len`) to the round's end; None if no event starts within 1 MB there.
+pub fn cut(
+    data: &[u8],
+    here: usize,
+    known: &Known,
+    round_bytes: usize,
+    share: impl FnOnce(usize) -> f64,
+) -> Option<(usize, usize)> {
+    let round = round_len(data.len() - here, round_bytes);
+    let from = here + (round as f64 * share(round)) as usize;
+    let at = known.event_start(data, from, 1 << 20)?;
+    Some((at, here + round))
+}
+
 /// The share of a `round` of bytes the main reading takes when it has `main_first` seconds of
 /// other work first (adopting the last round's events, or the segments before the trace), at
 /// `speeds` (the last round's, if any): both readings end together.

@@ -549,10 +549,8 @@ impl<'f> TraceReader<'f> {
             return;
         }
         tail.started = true;
-        let round = rounds::round_len(left, second.round_bytes);
-        let from = here + (round as f64 * tail.main_share(round, to_adopt)) as usize;
-        let stop = here + round;
-        let Some(at) = known.event_start(data, from, 1 << 20) else {
+        let share = |round| tail.main_share(round, to_adopt);
+        let Some((at, stop)) = rounds::cut(data, here, &known, second.round_bytes, share) else {
             return;
         };
         let round = tail::Round {
