@@ -26,6 +26,9 @@ use super::traces::StreamedTraces;
 
 use crate::formats::error::Parse;
 
+/// Lists of frame dicts remembered with their stack (a few MB at most).
+const FRAME_VALUE_STACKS: usize = 1 << 14;
+
 /// Small segments are 2 MiB (kSmallBuffer); large ones at least 10 MiB.
 const SMALL_SEGMENT_MAX: u64 = 2 << 20;
 
@@ -238,6 +241,10 @@ struct Conv<'d> {
     frame_by_content: FxHashMap<Frame, FrameId>,
     stack_by_handle: FxHashMap<Value, StackId>,
     stack_by_content: FxHashMap<Vec<FrameId>, StackId>,
+    /// Stacks by the frame dicts they list: blocks and events list the same shared (memoized)
+    /// frame dicts again and again (real captures: a thousand blocks, eight lists of
+    /// them), and one lookup of the list saves one of each of its few dozen frames.
+    stack_by_frame_values: FxHashMap<Box<[Value]>, StackId>,
     scratch: Vec<FrameId>,
     seg_keys: KeyCache,
     block_keys: KeyCache,
@@ -303,6 +310,7 @@ impl<'d> Conv<'d> {
             frame_by_content: FxHashMap::default(),
             stack_by_handle: FxHashMap::default(),
             stack_by_content: FxHashMap::default(),
+            stack_by_frame_values: FxHashMap::default(),
             scratch: Vec::new(),
             seg_keys: KeyCache::new(SEG_FIELDS),
             block_keys: KeyCache::new(BLOCK_FIELDS),
@@ -444,6 +452,23 @@ impl<'d> Conv<'d> {
 
     /// The stack of these frames (frame dicts), interned by content.
     fn stack_of_frames(&mut self, items: &[Value], what: &dyn Fn() -> String) -> Parse<StackId> {
+        if let Some(&id) = self.stack_by_frame_values.get(items) {
+            return Ok(id);
+        }
+        let id = self.stack_of_new_frames(items, what)?;
+        // (bounded: a file that writes fresh frame dicts for each block never hits)
+        if self.stack_by_frame_values.len() < FRAME_VALUE_STACKS {
+            self.stack_by_frame_values.insert(items.into(), id);
+        }
+        Ok(id)
+    }
+
+    /// The stack of frame dicts not listed so before, each frame interned.
+    fn stack_of_new_frames(
+        &mut self,
+        items: &[Value],
+        what: &dyn Fn() -> String,
+    ) -> Parse<StackId> {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         for (i, &f) in items.iter().enumerate() {
