@@ -62,20 +62,32 @@ impl HandleWindow {
             }
             return false;
         }
-        let rel = id - self.base;
+        self.push_next(v);
+        true
+    }
+
+    /// Store `values` at the next ids, as `put` one by one would, in one loop (a round taken
+    /// over stores hundreds of thousands at once).
+    pub(super) fn put_run(&mut self, values: impl Iterator<Item = Value>) {
+        values.for_each(|v| self.push_next(v));
+    }
+
+    /// Store `v` at the next id.
+    #[inline(always)]
+    fn push_next(&mut self, v: Value) {
+        let rel = self.next - self.base;
         let (w, bit) = ((rel / 64) as usize, rel % 64);
         if w == self.kept_bits.len() {
             self.kept_bits.push(0);
             self.kept_before.push(self.kept.len() as u32);
         }
         if v.is_taken() {
-            self.recent[id as usize % RECENT_HANDLES] = (id, v);
+            self.recent[self.next as usize % RECENT_HANDLES] = (self.next, v);
         } else {
             self.kept_bits[w] |= 1 << bit;
             self.kept.push(v);
         }
         self.next += 1;
-        true
     }
 
     /// Memo entry `id` without the cache; whether it is a kept value (not a handle).

@@ -252,6 +252,16 @@ impl<'a> Diverted<'_, 'a, '_> {
         self.m.memoize(v)
     }
 
+    /// MEMOIZE each of `values` in turn.
+    pub fn memoize_run(&mut self, values: impl Iterator<Item = Value>) {
+        match &mut self.m.window {
+            Some(w) => w.put_run(values),
+            None => values.for_each(|v| {
+                self.m.memoize(v);
+            }),
+        }
+    }
+
     /// PUT `v` at `id`.
     pub fn put(&mut self, id: u64, v: Value) {
         self.m.memo_put(id, v);

@@ -445,16 +445,13 @@ impl TakenOver {
     /// Store its memo entries after the main reading's: strings as document strings, events
     /// and frame lists as handles (frame lists as their stack's when stacks are `kept`).
     fn memoize(self, r: &mut Diverted<'_, '_, '_>, kept: bool) {
-        for e in self.entries {
-            let v = match e.get() {
-                Entry::Event => Value::taken(EVENT_HANDLE),
-                Entry::FrameList(k) if kept => Value::taken(self.stack_of[k as usize] as u64),
-                Entry::FrameList(_) => Value::taken(NO_STACK_HANDLE),
-                Entry::Text(i) => self.text_values[i as usize],
-                Entry::Unread => Value::taken(UNREAD_HANDLE),
-            };
-            r.memoize(v);
-        }
+        r.memoize_run(self.entries.iter().map(|e| match e.get() {
+            Entry::Event => Value::taken(EVENT_HANDLE),
+            Entry::FrameList(k) if kept => Value::taken(self.stack_of[k as usize] as u64),
+            Entry::FrameList(_) => Value::taken(NO_STACK_HANDLE),
+            Entry::Text(i) => self.text_values[i as usize],
+            Entry::Unread => Value::taken(UNREAD_HANDLE),
+        }));
     }
 }
 
