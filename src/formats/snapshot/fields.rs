@@ -98,6 +98,8 @@ pub(super) fn set_action(name: &str, e: &mut TraceEvent, aux: &mut EventAux) {
 }
 
 /// An event's `user_metadata` or `compile_context` string (empty and "N/A" say nothing).
+/// Inlined: every event of a real capture has both, and they rarely say anything.
+#[inline(always)]
 pub(super) fn set_text_field(field: u8, s: &str, aux: &mut EventAux) {
     match field {
         F_USER_METADATA if !s.is_empty() => aux.user_metadata = Some(s.to_string()),
