@@ -732,16 +732,21 @@ impl<'f> TraceReader<'f> {
         for (d, text) in deferred.iter().zip(texts) {
             let (chunk, at) = (d.event as usize / TAIL_CHUNK, d.event as usize % TAIL_CHUNK);
             let e = &mut events[chunk][at];
-            let aux = match tail_trace.aux.binary_search_by_key(&d.event, |&(i, _)| i) {
-                Ok(i) => &mut tail_trace.aux[i].1,
-                Err(i) => {
-                    tail_trace.aux.insert(i, (d.event, EventAux::default()));
-                    &mut tail_trace.aux[i].1
-                }
-            };
-            match d.field {
+            let mut set = |aux: &mut EventAux| match d.field {
                 F_ACTION => set_action(text, e, aux),
                 field => set_text_field(field, text, aux),
+            };
+            match tail_trace.aux.binary_search_by_key(&d.event, |&(i, _)| i) {
+                Ok(i) => set(&mut tail_trace.aux[i].1),
+                Err(i) => {
+                    // most deferred strings say nothing (a known action, an empty
+                    // `user_metadata`): an entry only for those that do
+                    let mut aux = EventAux::default();
+                    set(&mut aux);
+                    if aux.says_something() {
+                        tail_trace.aux.insert(i, (d.event, aux));
+                    }
+                }
             }
         }
         tail_trace.aux.retain(|(_, a)| a.says_something());
@@ -823,6 +828,7 @@ impl<'f> TraceReader<'f> {
                 };
                 sink.event(device as u32, &e, stream, a);
             }
+            events.into_iter().for_each(tail::spare_chunk);
             return;
         }
         let same = streams.iter().enumerate().all(|(i, &s)| s as usize == i);
@@ -834,6 +840,7 @@ impl<'f> TraceReader<'f> {
                 }
             }
             trace.events.extend_from_slice(&chunk);
+            tail::spare_chunk(chunk);
         }
         (trace.aux).extend(
             tail_trace
