@@ -271,7 +271,7 @@ pub const CHUNK: usize = 1 << 18;
 
 /// Chunks whose events were copied out, kept for the next rounds' readings: a fresh 8 MiB chunk
 /// is faulted in page by page, every round again (on the 1M-event capture, the chunks took
-/// half of the process's page faults).
+/// a quarter of the process's page faults).
 static SPARE_CHUNKS: Mutex<Vec<Vec<TraceEvent>>> = Mutex::new(Vec::new());
 
 /// At most this many spare chunks kept (64 MiB): about what two rounds in flight fill.
@@ -298,6 +298,13 @@ pub fn spare_chunk(mut chunk: Vec<TraceEvent>) {
         if spare.len() < SPARE_CHUNKS_KEPT {
             spare.push(chunk);
         }
+    }
+}
+
+/// Let the spare chunks go: the reading is over.
+pub fn release_spare_chunks() {
+    if let Ok(mut spare) = SPARE_CHUNKS.lock() {
+        *spare = Vec::new();
     }
 }
 

@@ -267,7 +267,7 @@ impl Divert for TraceReader<'_> {
             None => (Arc::default(), Arc::default()),
         };
         let here = r.position();
-        std::thread::scope(|scope| {
+        let read = std::thread::scope(|scope| {
             let mut tail = TailState::new(&cancel, &done);
             if let Some(early) = early {
                 tail.adopt_early(early, here);
@@ -293,7 +293,9 @@ impl Divert for TraceReader<'_> {
             });
             cancel.store(true, Ordering::Relaxed); // a tail still reading stops
             read
-        })?;
+        });
+        tail::release_spare_chunks();
+        read?;
         Ok(Value::NONE)
     }
 }
