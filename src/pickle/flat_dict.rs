@@ -3,7 +3,7 @@
 //! recognized from its bytes before anything is built. A leaf of the reader, which then makes
 //! the dict in one step (docs/architecture.md, "Memory and speed").
 
-use super::value::{int_from_short_le, Value};
+use super::value::{int_from_le_prefix, Value};
 
 /// Pairs a batch may have: snapshot events have 6, blocks 5; larger dicts go opcode by opcode.
 pub(super) const MAX_PAIRS: usize = 12;
@@ -95,10 +95,10 @@ impl FlatBatch {
                 },
                 0x8a => match arg(1) {
                     // LONG1 of up to 8 bytes (Python writes the fewest that hold the value)
-                    Some(&[k]) if k <= 8 => match b.get(i + 2..i + 2 + k as usize) {
-                        Some(le) => (FlatValue::Int(int_from_short_le(le)), 1 + k as usize),
-                        None => return None,
-                    },
+                    Some(&[k]) if k <= 8 && b.len() >= i + 2 + k as usize => (
+                        FlatValue::Int(int_from_le_prefix(&b[i + 2..], k as usize)),
+                        1 + k as usize,
+                    ),
                     _ => return None,
                 },
                 b'G' => match arg(8) {

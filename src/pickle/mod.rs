@@ -19,8 +19,8 @@ pub use reader::{
     parse, parse_opcode_by_opcode, parse_with_divert, parse_with_progress, Divert, Diverted,
     IntOrRef, Progress, MAX_DEPTH, RECENT_HANDLES,
 };
-pub(crate) use value::int_from_short_le;
 pub use value::{big_int_to_f64, Dict, DictIter, Document, Object, ObjectKind, Value, View};
+pub(crate) use value::{int_from_le_prefix, int_from_short_le};
 
 use std::fs::File;
 use std::path::Path;

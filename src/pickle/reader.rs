@@ -15,7 +15,7 @@ use super::literals::{
 pub use super::memo::RECENT_HANDLES;
 use super::memo::{HandleWindow, Lookup, EVICTED_HANDLE};
 use super::ops::{Cursor, Op};
-use super::value::{int_from_short_le, ContainerKind, Document, ObjectKind, Value, View};
+use super::value::{int_from_le_prefix, ContainerKind, Document, ObjectKind, Value, View};
 
 /// Containers nested deeper than this are refused: Python's own pickler cannot write them
 /// (it recurses), and every consumer may then walk a document without exhausting its stack.
@@ -167,7 +167,7 @@ impl<'a> Diverted<'_, 'a, '_> {
                 5,
             ),
             [0x8a, k, rest @ ..] if *k <= 8 && rest.len() >= *k as usize => (
-                IntOrRef::Int(int_from_short_le(&rest[..*k as usize])),
+                IntOrRef::Int(int_from_le_prefix(rest, *k as usize)),
                 2 + *k as usize,
             ),
             [b'h', a, ..] => match self.m.memo.get(*a as usize) {

@@ -31,7 +31,7 @@ use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::{Action, DeviceTrace, EventAux, Parts, StackId, TraceEvent, NO_TIME};
 use crate::pickle::ops::Cursor;
-use crate::pickle::{int_from_short_le, Op, Pages};
+use crate::pickle::{int_from_le_prefix, int_from_short_le, Op, Pages};
 
 use super::fields::{
     set_action, set_text_field, EVENT_FIELDS, F_ACTION, F_ADDR, F_COMPILE_CONTEXT, F_DEVICE_FREE,
@@ -538,7 +538,7 @@ impl Reader<'_, '_> {
                 (Val::Int(i32::from_le_bytes([a0, a1, a2, a3]) as i64), 5)
             }
             [0x8a, n, ref rest @ ..] if n <= 8 && rest.len() >= n as usize => (
-                Val::Int(int_from_short_le(&rest[..n as usize])),
+                Val::Int(int_from_le_prefix(rest, n as usize)),
                 2 + n as usize,
             ),
             _ => return self.any_value(),
