@@ -257,6 +257,17 @@ struct PlannedKey {
     mask: u64,
     len: u8,
     field: u8,
+    /// `field_bit(field)`, found once for every event that lists the key here.
+    bit: u32,
+}
+
+/// The bit of `field` in an event's set of fields seen (none for a key that is no field).
+fn field_bit(field: u8) -> u32 {
+    if field == UNKNOWN {
+        0
+    } else {
+        1 << field
+    }
 }
 
 /// Keys of an event `predicted_key` expects at most (a real one has up to nine).
@@ -611,18 +622,16 @@ impl Reader<'_, '_> {
         let mut position = 0;
         loop {
             // (a planned key is a reference: never the end of the dict)
-            let field = match self.predicted_key(position) {
-                Some(field) => field,
+            let (field, bit) = match self.predicted_key(position) {
+                Some(planned) => planned,
                 None if self.eat(b'u') => break,
-                None => self.key(position)?,
+                None => self.key(position).map(|f| (f, field_bit(f)))?,
             };
             position += 1;
-            if field != UNKNOWN {
-                if seen >> field & 1 == 1 {
-                    return None; // a key twice: the main reading keeps the order of effects
-                }
-                seen |= 1 << field;
+            if seen & bit != 0 {
+                return None; // a key twice: the main reading keeps the order of effects
             }
+            seen |= bit;
             if field == F_FRAMES {
                 e.stack = self.frames()?;
                 continue;
@@ -713,23 +722,24 @@ impl Reader<'_, '_> {
         Some(())
     }
 
-    /// The field of the key at `position` of an event if its bytes are those of the key there
-    /// in the event before (consumed): each event of a capture lists the same keys, fetched
-    /// by the same references, in the same order.
+    /// The field of the key at `position` of an event and its bit, if its bytes are those of
+    /// the key there in the event before (consumed): each event of a capture lists the same
+    /// keys, fetched by the same references, in the same order.
     #[inline(always)]
-    fn predicted_key(&mut self, position: usize) -> Option<u8> {
+    fn predicted_key(&mut self, position: usize) -> Option<(u8, u32)> {
         let &PlannedKey {
             bytes,
             mask,
             len,
             field,
+            bit,
         } = self.key_plan.get(position)?;
         let at: [u8; 8] = self.b.get(self.p..self.p + 8)?.try_into().ok()?;
         if u64::from_le_bytes(at) & mask != bytes {
             return None;
         }
         self.p += len as usize;
-        Some(field)
+        Some((field, bit))
     }
 
     /// The field of the key at `position` of an event, read; a reference to a known string
@@ -751,6 +761,7 @@ impl Reader<'_, '_> {
                 mask: u64::MAX >> (64 - 8 * len as u32),
                 len: len as u8,
                 field,
+                bit: field_bit(field),
             };
             let plan = &mut self.key_plan;
             if position < plan.len() {
