@@ -56,3 +56,16 @@ pub fn prefetch<T>(p: *const T) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
+
+/// [`prefetch`] every cache line of the `bytes` bytes at `p` (a table slot, or a slot and the
+/// ones a lookup reads on into): a slot whose size does not divide a line may end in the next
+/// one, and a lookup left waiting on that line gains little from the first. With `bytes` a
+/// constant the loop unrolls to a prefetch a line and one for the last byte.
+#[inline(always)]
+pub fn prefetch_bytes<T>(p: *const T, bytes: usize) {
+    let p = p.cast::<u8>();
+    for line in (0..bytes).step_by(64) {
+        prefetch(p.wrapping_add(line));
+    }
+    prefetch(p.wrapping_add(bytes - 1));
+}

@@ -74,24 +74,14 @@ impl<V: Copy + Default> AddressMap<V> {
     }
 
     /// Start loading the slot `key` lives in (or would) and the slot after it, for a lookup
-    /// soon after: a lookup that finds another key there reads on into the next slot, a
-    /// removal shifts the next slots back, and a slot whose size does not divide a cache
-    /// line (the 40 bytes of `plot --stacked`'s open allocations) may end in the next line.
-    /// Each line those two slots touch is asked for (fetching only the first line of the slot
-    /// left pass 1 of `plot --stacked` waiting on the rest: 12-18% of it at 1.1 GB).
+    /// soon after: a lookup that finds another key there reads on into the next slot, and a
+    /// removal shifts the next slots back. Every line the two touch is asked for (the 40-byte
+    /// slots of `plot --stacked`'s open allocations often end in the next line; fetching only
+    /// a slot's first line left its pass 1 waiting on the rest: 12-18% of it at 1.1 GB).
     #[inline]
     pub fn prefetch(&self, key: u64) {
-        let slot = self
-            .slots
-            .as_ptr()
-            .wrapping_add(self.home(key))
-            .cast::<u8>();
-        let size = std::mem::size_of::<(u64, V)>();
-        crate::memory::prefetch(slot);
-        if 64 % size != 0 {
-            crate::memory::prefetch(slot.wrapping_add(size - 1));
-        }
-        crate::memory::prefetch(slot.wrapping_add(2 * size - 1));
+        let slot = self.slots.as_ptr().wrapping_add(self.home(key));
+        crate::memory::prefetch_bytes(slot, 2 * std::mem::size_of::<(u64, V)>());
     }
 
     /// The value of `key`.

@@ -476,13 +476,8 @@ impl AddrNames {
     /// often reads on past the slots of the first line.
     #[inline]
     fn prefetch(&self, addr: u64) {
-        let slot = self
-            .slots
-            .as_ptr()
-            .wrapping_add(self.slot_of(addr))
-            .cast::<u8>();
-        crate::memory::prefetch(slot);
-        crate::memory::prefetch(slot.wrapping_add(64));
+        let slot = self.slots.as_ptr().wrapping_add(self.slot_of(addr));
+        crate::memory::prefetch_bytes(slot, 64 + 1); // (its line and the next)
     }
 
     fn get(&self, addr: u64) -> Ref {
