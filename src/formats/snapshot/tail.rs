@@ -358,6 +358,58 @@ enum Val {
     Ref(u64),
 }
 
+/// The field of the key at `p`, its bit and length, if its bytes are those of the key at
+/// `position` in the event before (`plan`): each event of a capture lists the same keys,
+/// fetched by the same references, in the same order.
+#[inline(always)]
+fn predicted_key(
+    plan: &[PlannedKey],
+    b: &[u8],
+    p: usize,
+    position: usize,
+) -> Option<(u8, u32, usize)> {
+    let &PlannedKey {
+        bytes,
+        mask,
+        len,
+        field,
+        bit,
+    } = plan.get(position)?;
+    let at: [u8; 8] = b.get(p..p + 8)?.try_into().ok()?;
+    if u64::from_le_bytes(at) & mask != bytes {
+        return None;
+    }
+    Some((field, bit, len as usize))
+}
+
+/// The scalar at `p` and its length, if in one of the forms an event's keys and numbers take
+/// (memo references and short ints, decoded as the opcode decoder would, without its whole
+/// table: each event has a dozen); None for any other form (`Reader::any_value`). Inlined,
+/// over a position the caller keeps in a register: two calls an item cost a sixth of the
+/// reading when the position went through memory.
+#[inline(always)]
+fn short_scalar(b: &[u8], p: usize, known: &Known) -> Option<(Val, usize)> {
+    let b = b.get(p..)?;
+    let known_or_ref = |id: u64| match known.index(id) {
+        Some((i, field)) => Val::Known(i, field),
+        None => Val::Ref(id),
+    };
+    Some(match *b {
+        [b'h', a, ..] => (known_or_ref(a as u64), 2),
+        [b'j', a0, a1, a2, a3, ..] => {
+            (known_or_ref(u32::from_le_bytes([a0, a1, a2, a3]) as u64), 5)
+        }
+        [b'K', a, ..] => (Val::Int(a as i64), 2),
+        [b'M', a0, a1, ..] => (Val::Int(u16::from_le_bytes([a0, a1]) as i64), 3),
+        [b'J', a0, a1, a2, a3, ..] => (Val::Int(i32::from_le_bytes([a0, a1, a2, a3]) as i64), 5),
+        [0x8a, n, ref rest @ ..] if n <= 8 && rest.len() >= n as usize => (
+            Val::Int(int_from_le_prefix(rest, n as usize)),
+            2 + n as usize,
+        ),
+        _ => return None,
+    })
+}
+
 /// What a second core reads: the events of `data` from `start` to the first event that starts
 /// at or past `stop`, or to the end of their list; `parts` says what of them to keep
 /// (`SegmentsOnly`: only count them; `All`: their stacks too), and `pages` gets back the pages
@@ -530,32 +582,16 @@ impl Reader<'_, '_> {
     }
 
     /// A scalar: a number, None, a bool, a string or a memo reference (decoded by the
-    /// project's opcode decoder, as the main reading's `scalar` decodes them). Inlined: two
-    /// calls an item cost a sixth of the reading (the position went through memory).
+    /// project's opcode decoder, as the main reading's `scalar` decodes them).
     #[inline(always)]
     fn value(&mut self) -> Option<Val> {
-        // an event's keys are memo references and its numbers short ints: those are decoded
-        // here, as the opcode decoder would, without its whole table (each event has a dozen)
-        let b = &self.b[self.p.min(self.b.len())..];
-        let (v, len) = match *b {
-            [b'h', a, ..] => (self.known_or_ref(a as u64), 2),
-            [b'j', a0, a1, a2, a3, ..] => (
-                self.known_or_ref(u32::from_le_bytes([a0, a1, a2, a3]) as u64),
-                5,
-            ),
-            [b'K', a, ..] => (Val::Int(a as i64), 2),
-            [b'M', a0, a1, ..] => (Val::Int(u16::from_le_bytes([a0, a1]) as i64), 3),
-            [b'J', a0, a1, a2, a3, ..] => {
-                (Val::Int(i32::from_le_bytes([a0, a1, a2, a3]) as i64), 5)
+        match short_scalar(self.b, self.p, self.known) {
+            Some((v, len)) => {
+                self.p += len;
+                Some(v)
             }
-            [0x8a, n, ref rest @ ..] if n <= 8 && rest.len() >= n as usize => (
-                Val::Int(int_from_le_prefix(rest, n as usize)),
-                2 + n as usize,
-            ),
-            _ => return self.any_value(),
-        };
-        self.p += len;
-        Some(v)
+            None => self.any_value(),
+        }
     }
 
     #[inline(always)]
@@ -620,12 +656,28 @@ impl Reader<'_, '_> {
         let (mut e, mut aux, mut stream) = (TraceEvent::default(), EventAux::default(), 0i64);
         let mut seen = 0u32;
         let mut position = 0;
+        // the position stays in a register while the keys and values are read (through
+        // `self` it went to memory and back at every item): `self.p` is set around the calls
+        // that read on from it
+        let (b, known) = (self.b, self.known);
+        let mut p = self.p;
         loop {
             // (a planned key is a reference: never the end of the dict)
-            let (field, bit) = match self.predicted_key(position) {
-                Some(planned) => planned,
-                None if self.eat(b'u') => break,
-                None => self.key(position).map(|f| (f, field_bit(f)))?,
+            let (field, bit) = match predicted_key(&self.key_plan, b, p, position) {
+                Some((field, bit, len)) => {
+                    p += len;
+                    (field, bit)
+                }
+                None => {
+                    self.p = p;
+                    if self.eat(b'u') {
+                        p = self.p;
+                        break;
+                    }
+                    let field = self.key(position)?;
+                    p = self.p;
+                    (field, field_bit(field))
+                }
             };
             position += 1;
             if seen & bit != 0 {
@@ -633,10 +685,23 @@ impl Reader<'_, '_> {
             }
             seen |= bit;
             if field == F_FRAMES {
+                self.p = p;
                 e.stack = self.frames()?;
+                p = self.p;
                 continue;
             }
-            let v = self.value()?;
+            let v = match short_scalar(b, p, known) {
+                Some((v, len)) => {
+                    p += len;
+                    v
+                }
+                None => {
+                    self.p = p;
+                    let v = self.any_value()?;
+                    p = self.p;
+                    v
+                }
+            };
             if let Val::Ref(id) = v {
                 // a string fetched from the memo: resolved when the first id is known
                 if !matches!(field, F_ACTION | F_USER_METADATA | F_COMPILE_CONTEXT) {
@@ -653,8 +718,8 @@ impl Reader<'_, '_> {
             }
             match field {
                 F_ACTION => match v {
-                    Val::Known(i, _) if self.known.actions[i as usize] != Action::Other => {
-                        e.action = self.known.actions[i as usize];
+                    Val::Known(i, _) if known.actions[i as usize] != Action::Other => {
+                        e.action = known.actions[i as usize];
                         aux.action_name = None;
                     }
                     _ => set_action(self.str_of(v)?, &mut e, &mut aux),
@@ -694,6 +759,7 @@ impl Reader<'_, '_> {
                 _ => {}
             }
         }
+        self.p = p;
         if seen >> F_ACTION & 1 == 0 {
             return None;
         }
@@ -720,26 +786,6 @@ impl Reader<'_, '_> {
             }
         }
         Some(())
-    }
-
-    /// The field of the key at `position` of an event and its bit, if its bytes are those of
-    /// the key there in the event before (consumed): each event of a capture lists the same
-    /// keys, fetched by the same references, in the same order.
-    #[inline(always)]
-    fn predicted_key(&mut self, position: usize) -> Option<(u8, u32)> {
-        let &PlannedKey {
-            bytes,
-            mask,
-            len,
-            field,
-            bit,
-        } = self.key_plan.get(position)?;
-        let at: [u8; 8] = self.b.get(self.p..self.p + 8)?.try_into().ok()?;
-        if u64::from_le_bytes(at) & mask != bytes {
-            return None;
-        }
-        self.p += len as usize;
-        Some((field, bit))
     }
 
     /// The field of the key at `position` of an event, read; a reference to a known string
