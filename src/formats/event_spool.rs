@@ -513,8 +513,7 @@ impl SpillingTraces {
             let mut t = DeviceTrace::default();
             t.events.reserve_exact(spool.count(d));
             spool.visit(d, &mut |_, e, stream, aux| {
-                let aux = aux.cloned().unwrap_or_default();
-                t.push(*e, stream, aux).map_err(std::io::Error::other)
+                (t.push_copy(*e, stream, aux)).map_err(std::io::Error::other)
             })?;
             traces.push(t);
         }
@@ -522,12 +521,14 @@ impl SpillingTraces {
     }
 }
 
-impl TraceSink for SpillingTraces {
-    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+impl SpillingTraces {
+    /// `event` once the events go to the spool, or as they start to.
+    #[inline(never)]
+    fn spill(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
         match &mut self.spool {
             Some(Ok(spool)) => spool.event(device, e, stream, aux),
             Some(Err(_)) => {}
-            None if self.kept.is_full() => {
+            None => {
                 // the kept ones first, then this one and all that follow
                 let kept = std::mem::replace(&mut self.kept, KeptTraces::up_to(0));
                 self.spool = Some(EventSpool::new().map(|mut spool| {
@@ -540,7 +541,17 @@ impl TraceSink for SpillingTraces {
                     spool
                 }));
             }
-            None => self.kept.event(device, e, stream, aux),
+        }
+    }
+}
+
+impl TraceSink for SpillingTraces {
+    #[inline]
+    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+        if self.spool.is_none() && !self.kept.is_full() {
+            self.kept.event(device, e, stream, aux);
+        } else {
+            self.spill(device, e, stream, aux);
         }
     }
 

@@ -470,6 +470,24 @@ impl DeviceTrace {
         Ok(())
     }
 
+    /// `push` of another trace's event, its `aux` copied only when it says anything (an
+    /// `EventAux` made, moved and dropped for every event cost a sink that keeps events
+    /// as much as the rest of its work).
+    #[inline]
+    pub fn push_copy(
+        &mut self,
+        mut e: TraceEvent,
+        stream: i64,
+        aux: Option<&EventAux>,
+    ) -> Result<(), TooManyStreams> {
+        e.stream_index = self.stream_index(stream)?;
+        if let Some(aux) = aux.filter(|a| a.says_something()) {
+            self.aux.push((self.events.len() as u32, aux.clone()));
+        }
+        self.events.push(e);
+        Ok(())
+    }
+
     /// The index of `stream` in `streams`, added if new. Err past [`MAX_STREAMS`].
     #[inline]
     pub fn stream_index(&mut self, stream: i64) -> Result<u16, TooManyStreams> {

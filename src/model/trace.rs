@@ -208,9 +208,16 @@ impl KeptTraces {
     }
 }
 
-impl TraceSink for KeptTraces {
-    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
-        self.given += 1;
+impl KeptTraces {
+    /// `event`'s rare cases: past the limit (every event let go), or a device's first event.
+    #[cold]
+    fn first_or_past_limit(
+        &mut self,
+        device: u32,
+        e: &TraceEvent,
+        stream: i64,
+        aux: Option<&EventAux>,
+    ) {
         if self.given > self.limit {
             if self.given == self.limit + 1 {
                 self.traces = Vec::new();
@@ -228,8 +235,23 @@ impl TraceSink for KeptTraces {
             let _ = trace.events.try_reserve_exact(self.limit - self.given + 1);
             crate::memory::advise_huge_pages(&trace.events);
         }
-        // (a stream past MAX_STREAMS failed the reading already)
-        let _ = trace.push(*e, stream, aux.cloned().unwrap_or_default());
+        let _ = trace.push_copy(*e, stream, aux);
+    }
+}
+
+impl TraceSink for KeptTraces {
+    #[inline]
+    fn event(&mut self, device: u32, e: &TraceEvent, stream: i64, aux: Option<&EventAux>) {
+        self.given += 1;
+        if self.given <= self.limit {
+            let trace = self.traces.get_mut(device as usize);
+            if let Some(trace) = trace.filter(|t| t.events.capacity() != 0) {
+                // (a stream past MAX_STREAMS failed the reading already)
+                let _ = trace.push_copy(*e, stream, aux);
+                return;
+            }
+        }
+        self.first_or_past_limit(device, e, stream, aux);
     }
 
     fn restart(&mut self) {
