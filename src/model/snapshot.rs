@@ -473,7 +473,7 @@ impl DeviceTrace {
     /// `push` of another trace's event, its `aux` copied only when it says anything (an
     /// `EventAux` made, moved and dropped for every event cost a sink that keeps events
     /// as much as the rest of its work).
-    #[inline]
+    #[inline(always)]
     pub fn push_copy(
         &mut self,
         mut e: TraceEvent,

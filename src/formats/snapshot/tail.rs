@@ -259,6 +259,47 @@ struct PlannedKey {
     field: u8,
     /// `field_bit(field)`, found once for every event that lists the key here.
     bit: u32,
+    /// The value the event before had after the key, where it is a number of a number's
+    /// field or a reference of a string's: `bytes`/`mask`/`len` of the key followed by the
+    /// value's opcode (and a LONG1's length), and how its payload reads.
+    value: PlannedValue,
+}
+
+/// A key's value as the event before had it: each event of a capture gives each key a value
+/// of one form (a LONG1 of 7 bytes for an address, a reference for an action), so that a key
+/// and its value are one compare, and the value one load.
+#[derive(Clone, Copy)]
+struct PlannedValue {
+    bytes: u64,
+    mask: u64,
+    /// Bytes of the key and the value's opcode: where the payload starts.
+    len: u8,
+    /// Bytes of the payload (1 to 8).
+    payload: u8,
+    /// A number whose payload is two's complement (`J`, LONG1), not unsigned (`K`, `M`).
+    signed: bool,
+}
+
+impl PlannedValue {
+    /// None planned: no bytes match.
+    const NONE: PlannedValue = PlannedValue {
+        bytes: u64::MAX,
+        mask: 0,
+        len: 0,
+        payload: 0,
+        signed: false,
+    };
+
+    /// The payload of the value, from the 8 bytes at its start.
+    #[inline(always)]
+    fn read(self, word: u64) -> i64 {
+        let unused = 64 - 8 * self.payload as u32;
+        if self.signed {
+            ((word << unused) as i64) >> unused
+        } else {
+            ((word << unused) >> unused) as i64
+        }
+    }
 }
 
 /// The bit of `field` in an event's set of fields seen (none for a key that is no field).
@@ -374,6 +415,7 @@ fn predicted_key(
         len,
         field,
         bit,
+        ..
     } = plan.get(position)?;
     let at: [u8; 8] = b.get(p..p + 8)?.try_into().ok()?;
     if u64::from_le_bytes(at) & mask != bytes {
@@ -662,6 +704,62 @@ impl Reader<'_, '_> {
         let (b, known) = (self.b, self.known);
         let mut p = self.p;
         loop {
+            // the key and its value as planned, with 16 bytes left (a key, an opcode and a
+            // payload of any form): one compare and a load
+            if let Some(&PlannedKey {
+                field,
+                bit,
+                value: plan,
+                ..
+            }) = self.key_plan.get(position)
+            {
+                if let Some(w) = b.get(p..p + 16) {
+                    let word = |at: usize| {
+                        u64::from_le_bytes(w[at..at + 8].try_into().unwrap_or_default())
+                    };
+                    if word(0) & plan.mask == plan.bytes {
+                        position += 1;
+                        if seen & bit != 0 {
+                            return None;
+                        }
+                        seen |= bit;
+                        let payload = word(plan.len as usize & 7);
+                        p += plan.len as usize + plan.payload as usize;
+                        let n = plan.read(payload);
+                        match field {
+                            F_ADDR | F_SIZE if n < 0 => return None,
+                            F_ADDR => e.addr = n as u64,
+                            F_SIZE => e.size = n as u64,
+                            F_STREAM => stream = n,
+                            F_TIME => e.time_us = n,
+                            // a string's field: a memo reference
+                            _ => match known.index(n as u64) {
+                                Some((i, _)) => {
+                                    let i = i as usize;
+                                    if field != F_ACTION {
+                                        set_text_field(field, &known.texts[i], &mut aux);
+                                    } else if known.actions[i] != Action::Other {
+                                        e.action = known.actions[i];
+                                        aux.action_name = None;
+                                    } else {
+                                        set_action(&known.texts[i], &mut e, &mut aux);
+                                    }
+                                }
+                                None => {
+                                    let entries = self.made();
+                                    self.out.deferred.push(Deferred {
+                                        event: index,
+                                        field,
+                                        id: n as u64,
+                                        entries,
+                                    });
+                                }
+                            },
+                        }
+                        continue;
+                    }
+                }
+            }
             // (a planned key is a reference: never the end of the dict)
             let (field, bit) = match predicted_key(&self.key_plan, b, p, position) {
                 Some((field, bit, len)) => {
@@ -690,6 +788,7 @@ impl Reader<'_, '_> {
                 p = self.p;
                 continue;
             }
+            let value_at = p;
             let v = match short_scalar(b, p, known) {
                 Some((v, len)) => {
                     p += len;
@@ -702,6 +801,7 @@ impl Reader<'_, '_> {
                     v
                 }
             };
+            self.plan_value(position - 1, field, value_at);
             if let Val::Ref(id) = v {
                 // a string fetched from the memo: resolved when the first id is known
                 if !matches!(field, F_ACTION | F_USER_METADATA | F_COMPILE_CONTEXT) {
@@ -788,6 +888,46 @@ impl Reader<'_, '_> {
         Some(())
     }
 
+    /// Plan the value at `at`, just read after the key at `position` of an event (of
+    /// `field`), with that key, if the plan holds it there and the value is of a form the
+    /// field takes: a number of an address, size, stream or time, a memo reference of an
+    /// action or a metadata string. Else the key is planned alone.
+    fn plan_value(&mut self, position: usize, field: u8, at: usize) {
+        let b = self.b;
+        let Some(k) = self.key_plan.get_mut(position) else {
+            return;
+        };
+        k.value = PlannedValue::NONE;
+        let key_at = at.wrapping_sub(k.len as usize);
+        let Some(key) = b.get(key_at..key_at + 8) else {
+            return;
+        };
+        let word = u64::from_le_bytes(key.try_into().unwrap_or_default());
+        if k.field != field || word & k.mask != k.bytes {
+            return;
+        }
+        let number = matches!(field, F_ADDR | F_SIZE | F_STREAM | F_TIME);
+        let string = matches!(field, F_ACTION | F_USER_METADATA | F_COMPILE_CONTEXT);
+        let (opcode, payload, signed) = match b[at..] {
+            [b'K', ..] if number => (1, 1, false),
+            [b'M', ..] if number => (1, 2, false),
+            [b'J', ..] if number => (1, 4, true),
+            [0x8a, n @ 1..=8, ..] if number => (2, n, true),
+            [b'h', ..] if string => (1, 1, false),
+            [b'j', ..] if string => (1, 4, false),
+            _ => return,
+        };
+        let len = k.len as usize + opcode;
+        let mask = u64::MAX >> (64 - 8 * len as u32);
+        k.value = PlannedValue {
+            bytes: word & mask,
+            mask,
+            len: len as u8,
+            payload,
+            signed,
+        };
+    }
+
     /// The field of the key at `position` of an event, read; a reference to a known string
     /// is noted as the key expected there next time (`predicted_key`).
     fn key(&mut self, position: usize) -> Option<u8> {
@@ -808,6 +948,7 @@ impl Reader<'_, '_> {
                 len: len as u8,
                 field,
                 bit: field_bit(field),
+                value: PlannedValue::NONE,
             };
             let plan = &mut self.key_plan;
             if position < plan.len() {
@@ -984,5 +1125,41 @@ impl Reader<'_, '_> {
             items += 1;
         }
         (items % 2 == 0).then_some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A planned number's payload reads as the opcode decoder reads the whole opcode (`K` and
+    /// `M` unsigned, `J` and LONG1 two's complement), whatever bytes follow it.
+    #[test]
+    fn planned_numbers_read_as_the_opcode_decoder_reads_them() {
+        let cases: [(&[u8], u8, bool); 6] = [
+            (b"K\xff", 1, false),
+            (b"M\xff\xff", 2, false),
+            (b"J\xfe\xff\xff\xff", 4, true),
+            (b"\x8a\x07\x00\x3a\xdc\x87\x1e\x82\x00", 7, true),
+            (b"\x8a\x02\x00\x80", 2, true),
+            (b"\x8a\x08\xff\xff\xff\xff\xff\xff\xff\x7f", 8, true),
+        ];
+        for (pickled, payload, signed) in cases {
+            let opcode = if pickled[0] == 0x8a { 2 } else { 1 };
+            let mut word = pickled[opcode..].to_vec();
+            word.resize(8, 0xab);
+            let plan = PlannedValue {
+                payload,
+                signed,
+                ..PlannedValue::NONE
+            };
+            let want = match Cursor::new(pickled).next_op() {
+                Ok(Op::Int(i)) => i,
+                Ok(Op::Long(le)) => int_from_short_le(le),
+                _ => panic!("{pickled:?} is no int"),
+            };
+            let got = plan.read(u64::from_le_bytes(word.try_into().unwrap()));
+            assert_eq!(got, want, "{pickled:?}");
+        }
     }
 }
