@@ -230,10 +230,9 @@ impl KeptTraces {
         }
         let trace = &mut self.traces[d];
         if trace.events.capacity() == 0 {
-            // address space only until written, and the vector never moves; faulted in by
-            // huge pages (4 KB faults of fresh memory are slow on VMs)
+            // address space only until written, and the vector never moves (written end to
+            // end: no huge pages, see `memory::advise_huge_pages`)
             let _ = trace.events.try_reserve_exact(self.limit - self.given + 1);
-            crate::memory::advise_huge_pages(&trace.events);
         }
         let _ = trace.push_copy(*e, stream, aux);
     }

@@ -332,12 +332,8 @@ const SPARE_CHUNKS_KEPT: usize = 8;
 /// A chunk for events, a spare one where there is one.
 fn new_chunk() -> Vec<TraceEvent> {
     let spare = SPARE_CHUNKS.lock().ok().and_then(|mut s| s.pop());
-    spare.unwrap_or_else(|| {
-        let chunk = Vec::with_capacity(CHUNK);
-        // fresh memory faulted in 4 KB at a time cost a tenth of the reading
-        crate::memory::advise_huge_pages(&chunk);
-        chunk
-    })
+    // (written end to end: no huge pages, see `memory::advise_huge_pages`)
+    spare.unwrap_or_else(|| Vec::with_capacity(CHUNK))
 }
 
 /// Hand a chunk whose events were copied out back for later rounds.

@@ -283,7 +283,6 @@ impl Divert for TraceReader<'_> {
                 let mut t = DeviceTrace::default();
                 if devices == 0 {
                     let _ = t.events.try_reserve(self.room); // only an optimization
-                    crate::memory::advise_huge_pages(&t.events);
                 }
                 self.out.traces.push(t);
                 self.out.lengths.push(0);
