@@ -458,16 +458,12 @@ impl DeviceTrace {
     /// distinct streams.
     pub fn push(
         &mut self,
-        mut e: TraceEvent,
+        e: TraceEvent,
         stream: i64,
         aux: EventAux,
     ) -> Result<(), TooManyStreams> {
-        e.stream_index = self.stream_index(stream)?;
-        if aux.says_something() {
-            self.aux.push((self.events.len() as u32, aux));
-        }
-        self.events.push(e);
-        Ok(())
+        let aux = aux.says_something().then_some(aux);
+        self.push_with(e, stream, aux)
     }
 
     /// `push` of another trace's event, its `aux` copied only when it says anything (an
@@ -476,13 +472,24 @@ impl DeviceTrace {
     #[inline(always)]
     pub fn push_copy(
         &mut self,
-        mut e: TraceEvent,
+        e: TraceEvent,
         stream: i64,
         aux: Option<&EventAux>,
     ) -> Result<(), TooManyStreams> {
+        self.push_with(e, stream, aux.filter(|a| a.says_something()).cloned())
+    }
+
+    /// `push`'s step, with the aux already known to say something.
+    #[inline(always)]
+    fn push_with(
+        &mut self,
+        mut e: TraceEvent,
+        stream: i64,
+        aux: Option<EventAux>,
+    ) -> Result<(), TooManyStreams> {
         e.stream_index = self.stream_index(stream)?;
-        if let Some(aux) = aux.filter(|a| a.says_something()) {
-            self.aux.push((self.events.len() as u32, aux.clone()));
+        if let Some(aux) = aux {
+            self.aux.push((self.events.len() as u32, aux));
         }
         self.events.push(e);
         Ok(())

@@ -125,6 +125,15 @@ impl Known {
         }
     }
 
+    /// What a reference to memo id `id` reads as: a known string, or a reference to resolve.
+    #[inline(always)]
+    fn val_of(&self, id: u64) -> Val {
+        match self.index(id) {
+            Some((i, field)) => Val::Known(i, field),
+            None => Val::Ref(id),
+        }
+    }
+
     /// The strings of the ids below `end` only.
     pub fn below(&self, end: u64) -> Known {
         let mut known = Known::default();
@@ -428,14 +437,10 @@ fn predicted_key(
 #[inline(always)]
 fn short_scalar(b: &[u8], p: usize, known: &Known) -> Option<(Val, usize)> {
     let b = b.get(p..)?;
-    let known_or_ref = |id: u64| match known.index(id) {
-        Some((i, field)) => Val::Known(i, field),
-        None => Val::Ref(id),
-    };
     Some(match *b {
-        [b'h', a, ..] => (known_or_ref(a as u64), 2),
+        [b'h', a, ..] => (known.val_of(a as u64), 2),
         [b'j', a0, a1, a2, a3, ..] => {
-            (known_or_ref(u32::from_le_bytes([a0, a1, a2, a3]) as u64), 5)
+            (known.val_of(u32::from_le_bytes([a0, a1, a2, a3]) as u64), 5)
         }
         [b'K', a, ..] => (Val::Int(a as i64), 2),
         [b'M', a0, a1, ..] => (Val::Int(u16::from_le_bytes([a0, a1]) as i64), 3),
@@ -632,14 +637,6 @@ impl Reader<'_, '_> {
         }
     }
 
-    #[inline(always)]
-    fn known_or_ref(&self, id: u64) -> Val {
-        match self.known.index(id) {
-            Some((i, field)) => Val::Known(i, field),
-            None => Val::Ref(id),
-        }
-    }
-
     /// A scalar of any form (FRAME markers skipped first).
     #[inline(never)]
     fn any_value(&mut self) -> Option<Val> {
@@ -654,7 +651,7 @@ impl Reader<'_, '_> {
             Op::Float(f) => Val::Float(f),
             Op::None => Val::None,
             Op::Bool(b) => Val::Bool(b),
-            Op::Get(id) => self.known_or_ref(id),
+            Op::Get(id) => self.known.val_of(id),
             Op::Unicode(raw) => return self.text(raw),
             _ => return None,
         })
