@@ -7,6 +7,7 @@ pub mod analysis;
 pub mod cli;
 pub mod commands;
 pub mod device;
+mod direct_write;
 pub mod error;
 pub mod format_thread;
 pub mod formats;

@@ -10,6 +10,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::direct_write::DirectWrite;
 use crate::error::{Error, Result};
 
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -65,9 +66,11 @@ pub fn write_atomically_with(
         .suffix(".tmp")
         .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(dir)?;
-    let mut w = io::BufWriter::with_capacity(1 << 16, tmp);
-    write(&mut w)?;
-    let tmp = w.into_inner().map_err(|e| e.into_error())?;
+    std::thread::scope(|scope| {
+        let mut w = DirectWrite::new(tmp.as_file(), scope);
+        write(&mut w)?;
+        w.finish()
+    })?;
     if let Some(m) = &existing {
         keep_mode_and_owner(tmp.as_file(), m)?;
     }
