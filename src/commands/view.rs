@@ -8,6 +8,7 @@ use crate::analysis::timeline::Timelines;
 use crate::cli::ViewArgs;
 use crate::error::{Error, Result};
 use crate::formats::{self, event_spool::EventSpool};
+use crate::view::profile::ProfileViewError;
 use crate::view::server::{Content, Server};
 
 pub fn run(a: ViewArgs) -> Result<()> {
@@ -30,8 +31,10 @@ pub fn run(a: ViewArgs) -> Result<()> {
         let trace = crate::formats::profiler_trace::load(&a.file)?;
         let stage = crate::progress::Stage::new("indexing");
         let ix = crate::analysis::profile_summary::Indexed::new(&trace);
-        let view = crate::view::profile::build(ix, a.device)
-            .map_err(|e| Error::input(&a.file, e.to_string()))?;
+        let view = crate::view::profile::build(ix, a.device).map_err(|e| match e {
+            ProfileViewError::Temporary(e) => super::spool_error("view")(e),
+            e => Error::input(&a.file, e.to_string()),
+        })?;
         drop(stage);
         return serve(&a, server, Content::Profile(Box::new(view)));
     }

@@ -2,7 +2,8 @@
 //! tiles of the Active Memory Timeline cut from it for any window and pixel width.
 //!
 //! The index keeps per allocation its start and end event, size, origin and site (32 bytes),
-//! and per event its x and the allocated bytes after it: never the decoded events. Its input
+//! and per event its x and the allocated bytes after it, in a temporary file
+//! ([`EventSeries`]): never the decoded events. Its input
 //! is any run of allocs and frees paired by address ([`Pairing`]): an allocator snapshot's
 //! trace ([`build`]: the device's [`Timeline`]; the events stay where the reading put them
 //! aside, `formats::event_spool`) or a torch.profiler trace's `[memory]` events
@@ -21,6 +22,7 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
+use super::event_series::EventSeries;
 use crate::analysis::sites::Sites;
 use crate::analysis::timeline::{AnnotationMark, OomMark, Point, Timeline};
 use crate::model::snapshot::{Action, Snapshot, StackId};
@@ -78,10 +80,9 @@ pub struct AllocIndex {
     pub allocs: Vec<Alloc>,
     /// Site labels (`file:line:function`), as `_memory_viz` and `top` name sites.
     pub sites: Vec<String>,
-    /// x of each event (seconds since the first, or the event index).
-    pub x: Vec<f64>,
-    /// Allocated bytes after each event.
-    pub allocated: Vec<i64>,
+    /// x of each event (seconds since the first, or the event index) and the allocated bytes
+    /// after it.
+    pub series: EventSeries,
     /// Peak, OOMs and annotations.
     pub marks: Marks,
 }
@@ -117,8 +118,8 @@ impl AllocIndex {
             site: self.sites[a.site as usize].clone(),
             start_event: a.start(),
             end_event: a.end(),
-            start_x: a.start().map(|i| self.x[i]),
-            end_x: a.end().map(|i| self.x[i]),
+            start_x: a.start().map(|i| self.series.x(i)),
+            end_x: a.end().map(|i| self.series.x(i)),
             x_is_time: self.marks.x_is_time,
         })
     }
@@ -212,8 +213,15 @@ pub fn build(
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<AllocIndex> {
     // the Active Memory Timeline is allocated memory only
-    let (x, allocated): (Vec<f64>, Vec<i64>) =
-        timeline.points().map(|p| (p.x, p.allocated)).unzip();
+    let series = EventSeries::write(timeline.points().map(|p| (p.x, p.allocated)))?;
+    // (the timeline's own series goes before the pairing's table grows)
+    let Timeline {
+        x_is_time,
+        peak_allocated,
+        ooms,
+        annotations,
+        ..
+    } = timeline;
     let mut pairing = Pairing::default();
     events.visit(device, &mut |i, e, _, _| {
         match e.action {
@@ -229,17 +237,16 @@ pub fn build(
         sites.label(key, false)
     });
     Ok(AllocIndex {
-        x,
-        allocated,
+        series,
         device,
         device_label: format!("cuda:{device}"),
         allocs,
         sites: labels,
         marks: Marks {
-            x_is_time: timeline.x_is_time,
-            peak_allocated: timeline.peak_allocated,
-            ooms: timeline.ooms,
-            annotations: timeline.annotations,
+            x_is_time,
+            peak_allocated,
+            ooms,
+            annotations,
         },
     })
 }
@@ -316,25 +323,31 @@ pub struct Tile {
 impl AllocIndex {
     /// The events of the trace.
     pub fn events(&self) -> usize {
-        self.x.len()
+        self.series.len()
     }
 
     /// The event range whose x falls in `[x0, x1]`, widened by the event before (the state
     /// the window starts in).
     fn event_range(&self, x0: f64, x1: f64) -> (usize, usize) {
-        let x = &self.x;
-        let lo = x.partition_point(|&v| v < x0).saturating_sub(1);
-        let hi = x.partition_point(|&v| v <= x1).max(lo + 1).min(x.len());
+        let x = &self.series;
+        let lo = x.partition_point(|v| v < x0).saturating_sub(1);
+        let hi = x.partition_point(|v| v <= x1).max(lo + 1).min(x.len());
         (lo, hi)
     }
 
     /// The tile of `[x0, x1]` at `width` pixel columns and `height` pixels.
     pub fn tile(&self, x0: f64, x1: f64, width: usize, height: usize) -> Tile {
+        let tile = self.cut_tile(x0, x1, width, height);
+        self.series.release_all();
+        tile
+    }
+
+    fn cut_tile(&self, x0: f64, x1: f64, width: usize, height: usize) -> Tile {
         let width = width.clamp(1, MAX_WIDTH);
         let height = height.clamp(1, MAX_WIDTH);
         let (x0, x1) = if x1 > x0 { (x0, x1) } else { (x0, x0 + 1e-9) };
         let mut samples = Samples::default();
-        if self.x.is_empty() {
+        if self.series.is_empty() {
             return self.empty_tile(x0, x1, samples);
         }
         let (lo, hi) = self.event_range(x0, x1);
@@ -343,21 +356,30 @@ impl AllocIndex {
             let c = ((v - x0) / (x1 - x0) * width as f64).floor();
             c.clamp(-1.0, width as f64) as i64
         };
-        let mut i = lo;
-        while i < hi {
-            let c = col(self.x[i]);
-            let mut best = i;
-            let mut j = i + 1;
-            while j < hi && col(self.x[j]) == c {
-                if self.allocated[j] > self.allocated[best] {
-                    best = j;
+        let mut sample = |(_, event, x, allocated): (i64, usize, f64, i64)| {
+            samples.x.push(x);
+            samples.event.push(event as u32);
+            samples.total.push(allocated);
+        };
+        // (column, event, x, allocated) of the column's first event of most bytes so far
+        let mut best: Option<(i64, usize, f64, i64)> = None;
+        self.series.each(lo, hi, |i, x, allocated| {
+            let c = col(x);
+            match &mut best {
+                Some(b) if b.0 == c => {
+                    if allocated > b.3 {
+                        *b = (c, i, x, allocated);
+                    }
                 }
-                j += 1;
+                _ => {
+                    if let Some(b) = best.replace((c, i, x, allocated)) {
+                        sample(b);
+                    }
+                }
             }
-            samples.x.push(self.x[best]);
-            samples.event.push(best as u32);
-            samples.total.push(self.allocated[best]);
-            i = j;
+        });
+        if let Some(b) = best {
+            sample(b);
         }
         let n = samples.event.len();
         let top = samples.total.iter().copied().max().unwrap_or(0).max(1) as u64;
@@ -411,8 +433,8 @@ impl AllocIndex {
                     size: a.size,
                     site: site_in_tile(a.site),
                     stack: a.origin,
-                    t0: a.start().map(|i| self.x[i]),
-                    t1: a.end().map(|i| self.x[i]),
+                    t0: a.start().map(|i| self.series.x(i)),
+                    t1: a.end().map(|i| self.series.x(i)),
                     j0,
                     j1,
                 }
@@ -539,13 +561,10 @@ impl AllocIndex {
         Overview {
             device: self.device,
             device_label: &self.device_label,
-            events: self.x.len(),
+            events: self.series.len(),
             allocations: self.allocs.len(),
             x_is_time: tl.x_is_time,
-            x_range: (
-                self.x.first().copied().unwrap_or(0.0),
-                self.x.last().copied().unwrap_or(0.0),
-            ),
+            x_range: self.series.x_range().unwrap_or((0.0, 0.0)),
             peak: tl.peak_allocated.as_ref(),
             ooms: &tl.ooms,
             annotations: &tl.annotations[..tl.annotations.len().min(2000)],

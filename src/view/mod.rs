@@ -18,6 +18,7 @@
 //! and `model`.
 
 pub mod details;
+pub mod event_series;
 pub mod index;
 pub mod page;
 pub mod profile;

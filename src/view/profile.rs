@@ -13,6 +13,7 @@ use crate::analysis::profile_summary::Indexed;
 use crate::analysis::timeline::{OomMark, Point};
 use crate::model::profile::{ProfileDevice, DEVICE_TYPE_CUDA};
 
+use super::event_series::EventSeries;
 use super::index::{Alloc, AllocIndex, AllocSpan, Marks, Pairing};
 
 /// The origin of an allocation made outside any op.
@@ -46,6 +47,9 @@ pub enum ProfileViewError {
         /// The devices it has.
         have: String,
     },
+    /// The temporary file of the timeline ([`EventSeries`]) could not be written.
+    #[error("{0}")]
+    Temporary(#[from] std::io::Error),
 }
 
 /// The devices with memory events, in `ProfileDevice` order, and the one to show: `cuda:N`
@@ -85,8 +89,7 @@ pub fn build(ix: Indexed<'_>, cuda: Option<u32>) -> Result<ProfileView<'_>, Prof
     let ops = ix.innermost_ops();
     let seconds = |ts_ns: i64| (ts_ns - ix.t0_ns) as f64 / 1e9;
     let mut events: Vec<u32> = Vec::new();
-    let mut x: Vec<f64> = Vec::new();
-    let mut allocated: Vec<i64> = Vec::new();
+    let mut points: Vec<(f64, i64)> = Vec::new();
     let mut pairing = Pairing::default();
     let mut peak: Option<Point> = None;
     for (k, m) in ix.memory.iter().enumerate() {
@@ -101,8 +104,7 @@ pub fn build(ix: Indexed<'_>, cuda: Option<u32>) -> Result<ProfileView<'_>, Prof
             _ => {}
         }
         events.push(k as u32);
-        x.push(seconds(m.ts_ns));
-        allocated.push(m.total_allocated);
+        points.push((seconds(m.ts_ns), m.total_allocated));
         if peak.as_ref().is_none_or(|p| m.total_allocated > p.bytes) {
             peak = Some(Point {
                 index: i,
@@ -138,8 +140,7 @@ pub fn build(ix: Indexed<'_>, cuda: Option<u32>) -> Result<ProfileView<'_>, Prof
         device_label: trace.devices[device as usize].label(),
         allocs,
         sites,
-        x,
-        allocated,
+        series: EventSeries::write(points)?,
         marks: Marks {
             x_is_time: true,
             peak_allocated: peak,
@@ -231,7 +232,7 @@ impl ProfileView<'_> {
                 row.2 += a.size as i64;
             }
         }
-        let at_bytes = self.index.allocated[event];
+        let at_bytes = self.index.series.allocated(event);
         let mut all: Vec<LiveRow> = (by_site.into_iter())
             .filter(|(_, r)| r.1 > 0)
             .map(|(site, (bytes, n, end))| LiveRow {
