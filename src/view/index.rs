@@ -3,12 +3,11 @@
 //!
 //! The index keeps per allocation its start and end event, size, origin and site (32 bytes),
 //! and per event its x and the allocated bytes after it, in a temporary file
-//! ([`EventSeries`]): never the decoded events. Its input
-//! is any run of allocs and frees paired by address ([`Pairing`]): an allocator snapshot's
-//! trace ([`build`]: the device's [`Timeline`]; the events stay where the reading put them
-//! aside, `formats::event_spool`) or a torch.profiler trace's `[memory]` events
-//! (`view::profile`). An allocation's origin is what made it: a snapshot's stack, a profiler
-//! trace's op.
+//! ([`EventSeries`]): never the decoded events. Its input is any run of allocs and frees
+//! paired by address ([`Pairing`]): an allocator snapshot's trace ([`build`]: the device's
+//! [`Timeline`]; the events stay where the reading put them aside, `formats::event_spool`) or
+//! a torch.profiler trace's `[memory]` events (`view::profile`). An allocation's origin is
+//! what made it: a snapshot's stack, a profiler trace's op.
 //!
 //! A tile is what a view `width` pixels wide can show of `[x0, x1]`: one sample per pixel
 //! column (its event of most allocated bytes, as `analysis::stacked` keeps a column's
