@@ -76,7 +76,6 @@ pub struct DirectWrite<'scope, 'env> {
     writer: Option<Writer>,
     /// Whether going past the page cache was tried (once a file).
     tried: bool,
-    spare: Vec<Buffer>,
 }
 
 impl<'scope, 'env> DirectWrite<'scope, 'env> {
@@ -90,7 +89,6 @@ impl<'scope, 'env> DirectWrite<'scope, 'env> {
             handed: 0,
             writer: None,
             tried: false,
-            spare: Vec::new(),
         }
     }
 
@@ -131,8 +129,9 @@ impl<'scope, 'env> DirectWrite<'scope, 'env> {
             }
             return Ok(());
         };
+        // a new buffer until IN_FLIGHT are out, then the one written longest ago
         let next = if writer.in_flight < IN_FLIGHT {
-            self.spare.pop().unwrap_or_else(|| Buffer::new(BLOCK))
+            Buffer::new(BLOCK)
         } else {
             writer.in_flight -= 1;
             writer.done.recv().map_err(|_| gone())??
