@@ -11,26 +11,46 @@ use std::process::Command;
 use common::{export, json_out, python, record, script, stdout};
 use serde_json::Value;
 
+/// Runs of a program before giving up on one that torch does not abort at its exit.
+const TRIES: usize = 3;
+
+/// Whether a run died of torch's own abort at interpreter exit: a gloo process group's
+/// teardown calls `std::terminate` now and then (dtensor.py, 1 run in 20 to 40 on the 2-core
+/// VM, alone as under `record`); such a run is run again, anything else counts.
+fn torch_aborted_at_exit(stderr: &str) -> bool {
+    stderr.contains("terminate called without an active exception")
+}
+
 /// Run `tests/py/NAME` alone (must exit 0), then under `record --backend cpu`: the same exit
 /// code, no traceback, no agent file on stderr. The exported file.
 fn recorded(py: &Path, dir: &Path, name: &str) -> (Value, String) {
-    let alone = Command::new(py)
-        .args(["-W", "ignore", &script(name)])
-        .output()
-        .unwrap();
+    let alone = (0..TRIES)
+        .map(|_| {
+            Command::new(py)
+                .args(["-W", "ignore", &script(name)])
+                .output()
+                .unwrap()
+        })
+        .find(|o| !torch_aborted_at_exit(&String::from_utf8_lossy(&o.stderr)))
+        .expect("a run that torch did not abort");
     assert!(
         alone.status.success(),
         "{name} alone: {}",
         String::from_utf8_lossy(&alone.stderr)
     );
     let out = format!("{}.pkl", name.trim_end_matches(".py"));
-    let (code, stderr) = record(
-        dir,
-        &out,
-        &["--backend", "cpu"],
-        py,
-        &["-W", "ignore", &script(name)],
-    );
+    let (code, stderr) = (0..TRIES)
+        .map(|_| {
+            record(
+                dir,
+                &out,
+                &["--backend", "cpu"],
+                py,
+                &["-W", "ignore", &script(name)],
+            )
+        })
+        .find(|(_, stderr)| !torch_aborted_at_exit(stderr))
+        .expect("a run that torch did not abort");
     assert_eq!(code, 0, "{name} under record: {stderr}");
     assert!(!stderr.contains("Traceback"), "{name}: {stderr}");
     assert!(!stderr.contains("_memtrack_agent"), "{name}: {stderr}");
