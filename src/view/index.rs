@@ -213,14 +213,17 @@ pub fn build(
 ) -> std::io::Result<AllocIndex> {
     // the Active Memory Timeline is allocated memory only
     let series = EventSeries::write(timeline.points().map(|p| (p.x, p.allocated)))?;
-    // (the timeline's own series goes before the pairing's table grows)
     let Timeline {
+        series: timeline_series,
         x_is_time,
         peak_allocated,
         ooms,
         annotations,
         ..
     } = timeline;
+    // the timeline's own series goes before the pairing's table grows (what a pattern leaves
+    // in `timeline` would live to the end of the function)
+    drop(timeline_series);
     let mut pairing = Pairing::default();
     events.visit(device, &mut |i, e, _, _| {
         match e.action {
