@@ -1,5 +1,6 @@
 //! How the process gets memory from the system and hands it back: large frees returned at
-//! once, huge pages for the large tables read at random (tables keyed by address) only.
+//! once, pages of mapped files let go once read, huge pages for the large tables read at
+//! random (tables keyed by address) only.
 
 /// Serve every allocation of 1 MiB or more with its own mapping, returned to the system when
 /// freed. glibc raises that threshold to the largest block freed so far (up to 32 MiB), after
@@ -47,6 +48,26 @@ pub fn advise_huge_pages<T>(v: &Vec<T>) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (ptr, bytes);
+}
+
+/// Drop the whole pages of `map` that lie inside bytes `from..to` (an end past the map: to its
+/// end) from this process's memory. They stay in the kernel's page cache: a later read maps
+/// them again (a minor fault), the same bytes, as a private read-only mapping of a file reads
+/// the file. How the readers of mapped files keep what they hold to what they are reading.
+pub fn release_mapped(map: &memmap2::Mmap, from: usize, to: usize) {
+    const PAGE: usize = 4096;
+    let (from, to) = (
+        from.div_ceil(PAGE) * PAGE,
+        (to / PAGE * PAGE).min(map.len()),
+    );
+    if to > from {
+        // SAFETY: the mapping is private and read-only: a page dropped and touched again is
+        // read from the file, so whatever reads it (values are copied out, never borrowed
+        // across this call by its callers) sees the same bytes
+        unsafe {
+            let _ = map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from);
+        }
+    }
 }
 
 /// Start loading the cache line at `p` into the caches, for a read soon after (tables read at

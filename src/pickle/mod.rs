@@ -72,16 +72,10 @@ pub struct Pages<'m> {
 impl Pages<'_> {
     /// Drop the whole pages inside `from..to` from this process's memory.
     pub fn release(&self, from: usize, to: usize) {
-        const PAGE: usize = 4096;
-        let (from, to) = (from.div_ceil(PAGE) * PAGE, to / PAGE * PAGE);
-        if let (Some(map), true) = (self.map, to > from) {
-            // SAFETY: nothing borrows from the mapping behind a parse position (strings and
-            // bytes are copied out), and a private read-only file mapping re-reads the file if
-            // touched again, so dropping those pages cannot change what a parser sees.
-            unsafe {
-                let _ =
-                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from);
-            }
+        // (nothing borrows from the mapping behind a parse position: strings and bytes are
+        // copied out)
+        if let Some(map) = self.map {
+            crate::memory::release_mapped(map, from, to);
         }
     }
 }

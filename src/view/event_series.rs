@@ -114,19 +114,11 @@ impl EventSeries {
         self.release(0, self.len * RECORD);
     }
 
-    /// Hand back the pages that hold bytes `from..to` of the file.
+    /// Hand back the pages that hold any of bytes `from..to` of the file (values are copied
+    /// out, never borrowed from the mapping).
     fn release(&self, from: usize, to: usize) {
-        let Some(map) = &self.map else { return };
-        let from = from / PAGE * PAGE;
-        let to = to.next_multiple_of(PAGE).min(map.len());
-        if to > from {
-            // SAFETY: nothing borrows from the mapping (values are copied out), and a private
-            // read-only file mapping reads the file again where touched after, so dropping
-            // pages cannot change what is read
-            unsafe {
-                let _ =
-                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from);
-            }
+        if let Some(map) = &self.map {
+            crate::memory::release_mapped(map, from / PAGE * PAGE, to.next_multiple_of(PAGE));
         }
     }
 }
