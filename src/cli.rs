@@ -438,11 +438,12 @@ pub enum ObserverArg {
     after_help = "Examples:\n  memtrack record -o run.pkl -- python train.py --epochs 1\n  memtrack record -o run.pkl -- python -m torch.distributed.run --nproc-per-node 2 train.py\n    (writes run.rank0.pkl, run.rank1.pkl)"
 )]
 pub struct RecordArgs {
-    /// The stats file to write; with several processes one each: NAME.rank0.pkl, … per rank,
+    /// The stats file to write [default: memtrack.pkl; with --recover, the name the journal
+    /// was made for]; with several processes one each: NAME.rank0.pkl, … per rank,
     /// NAME.worker-PID.pkl per multiprocessing worker, NAME.pid<PID>.pkl for other Python
     /// processes (docs/record.md)
-    #[arg(short, long, default_value = "memtrack.pkl")]
-    pub output: PathBuf,
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
     /// Which memory the per-op samples count
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
@@ -467,8 +468,9 @@ pub struct RecordArgs {
     /// 0 turns sampling off. Without an NVIDIA driver nothing is sampled
     #[arg(long, default_value_t = 50, value_name = "MS")]
     pub device_interval: u64,
-    /// Write the stats files from the journal a `record` left behind when it was killed
-    /// (`NAME.journal-PID`), instead of running a program; they are named after it (NAME)
+    /// Write the stats files from the journal a `record` left behind (`NAME.journal-XXXXXXXX`:
+    /// memtrack was killed, or the files could not be written), instead of running a
+    /// program; they are named after it (NAME), or as -o says
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
     pub recover: Option<PathBuf>,
     /// The program and its arguments, after `--`

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import warnings
 
 __all__ = [
@@ -123,10 +124,11 @@ class Recording(contextlib.ContextDecorator):
 
         directory = os.path.dirname(os.path.abspath(self.path))
         name = os.path.basename(self.path)
-        # as `memtrack record` names its journal: NAME.journal-PID, beside the output, so a
-        # process killed in the block leaves what `memtrack record --recover` reads
-        self._journal = os.path.join(directory, f"{name}.journal-{os.getpid()}")
-        os.makedirs(self._journal)
+        # as `memtrack record` makes its journal: NAME.journal-XXXXXXXX beside the output,
+        # fresh and private (0700 whatever the umask), so a process killed in the block leaves
+        # what `memtrack record --recover` reads, and no other user can put anything there
+        self._journal = tempfile.mkdtemp(prefix=f"{name}.journal-", dir=directory)
+        os.chmod(self._journal, 0o700)
         agent = _fresh_agent()
         agent.start(torch, self._journal, self.backend, self.observer)
         self._agent = agent

@@ -5,10 +5,10 @@ use crate::record::{self, Backend, Observer, Options};
 /// Runs the program, writes the stats, then exits with the program's own exit code.
 pub fn run(a: RecordArgs) -> Result<()> {
     if let Some(dir) = &a.recover {
-        return record::recover(dir);
+        return record::recover(dir, a.output.as_deref());
     }
     let code = record::run(&Options {
-        output: a.output,
+        output: a.output.unwrap_or_else(|| "memtrack.pkl".into()),
         backend: match a.backend {
             BackendArg::Auto => Backend::Auto,
             BackendArg::Cuda => Backend::Cuda,

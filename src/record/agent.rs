@@ -3,6 +3,9 @@
 //! one copy is in the Python package `python/memtrack/` (what a wheel installs beside the
 //! binary, where `memtrack.record` imports the same agent in-process).
 
+use std::fs::Permissions;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// `("_memtrack_agent/NAME", contents)` for a file of the agent package.
@@ -43,15 +46,45 @@ pub const FILES: [(&str, &str); 21] = [
     agent_file!("versions.py"),
 ];
 
+/// A fresh temporary folder only this user may enter (0700 whatever the umask): what is in
+/// it runs inside the recorded program.
+pub fn private_dir() -> std::io::Result<tempfile::TempDir> {
+    let dir = tempfile::Builder::new()
+        .prefix("memtrack-")
+        .permissions(Permissions::from_mode(0o700))
+        .tempdir()?;
+    std::fs::set_permissions(dir.path(), Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+/// Write the agent into `dir`, which must not exist: folders 0700, files 0600, each made
+/// exclusively and never through a link.
 pub fn write_to(dir: &Path) -> std::io::Result<()> {
     for (name, text) in FILES {
         let path = dir.join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
+        for folder in path.ancestors().skip(1) {
+            if folder == dir.parent().unwrap_or(Path::new("")) {
+                break;
+            }
+            if !folder.is_dir() {
+                make_private_dir(folder)?;
+            }
         }
-        std::fs::write(path, text)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)?;
+        f.set_permissions(Permissions::from_mode(0o600))?;
+        f.write_all(text.as_bytes())?;
     }
     Ok(())
+}
+
+fn make_private_dir(path: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().mode(0o700).create(path)?;
+    std::fs::set_permissions(path, Permissions::from_mode(0o700))
 }
 
 #[cfg(test)]
@@ -82,12 +115,19 @@ mod tests {
     }
 
     #[test]
-    fn writes_the_package_folder() {
-        let dir = std::env::temp_dir().join(format!("memtrack-agent-test-{}", std::process::id()));
+    fn writes_the_package_folder_for_this_user_alone() {
+        use std::os::unix::fs::MetadataExt;
+        // (under umask 000 too: tests/record_trust.rs, in a process of its own)
+        let tmp = private_dir().unwrap();
+        let dir = tmp.path().join("agent");
         write_to(&dir).unwrap();
-        assert!(dir.join("sitecustomize.py").is_file());
-        assert!(dir.join("_memtrack_agent/__init__.py").is_file());
-        assert!(dir.join("_memtrack_agent/protocol.py").is_file());
-        std::fs::remove_dir_all(&dir).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(tmp.path()), 0o700);
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join("_memtrack_agent")), 0o700);
+        assert_eq!(mode(&dir.join("sitecustomize.py")), 0o600);
+        assert_eq!(mode(&dir.join("_memtrack_agent/protocol.py")), 0o600);
+        // a folder that exists already is not written into
+        assert!(write_to(&dir).is_err());
     }
 }

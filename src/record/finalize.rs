@@ -5,10 +5,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
+use super::journal::Journal;
 use super::replay::{replay, replay_spool, Note, Session};
 use super::sampler::{series_for, Samples};
-use super::server::{journal_files, spool_files};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::formats::tracker;
 use crate::model::{format_bytes, Units};
 use crate::render::thousands;
@@ -72,22 +72,20 @@ impl Report {
 }
 
 pub fn finalize(
-    journal: &Path,
+    journal: &Journal,
     output: &Path,
     child_pid: u32,
     status: Option<ExitStatus>,
     samples: Option<&Samples>,
 ) -> Result<Report> {
-    let unreadable = |e: std::io::Error| Error::input(journal, format!("{e}"));
-    let files = journal_files(journal).map_err(unreadable)?;
-    let spools = spool_files(journal).map_err(unreadable)?;
+    let contents = journal.contents();
     let mut complete = true;
     let mut stopped_early = false;
     let mut sessions: Vec<Session> = Vec::new();
     let mut notes = Vec::new();
     // the connections: why a process did not record (the records are in the spools)
-    for f in &files {
-        let bytes = match std::fs::read(f) {
+    for (f, bytes) in &contents.connections {
+        let bytes = match bytes {
             Ok(b) => b,
             Err(e) => {
                 eprintln!("memtrack: {}: {e}", f.display());
@@ -95,7 +93,7 @@ pub fn finalize(
                 continue;
             }
         };
-        let s = replay(&bytes);
+        let s = replay(bytes);
         if let Some(n) = &s.note {
             notes.push(n.clone());
         }
@@ -108,11 +106,11 @@ pub fn finalize(
             sessions.push(s);
         }
     }
-    for spool in &spools {
-        let segments = &spool.segments;
-        let mut bytes = Vec::with_capacity(segments.len());
-        for f in segments {
-            match std::fs::read(f) {
+    for spool in contents.spools {
+        let first = spool.segments.first().map(|(f, _)| f.clone());
+        let mut bytes = Vec::with_capacity(spool.segments.len());
+        for (f, b) in spool.segments {
+            match b {
                 Ok(b) => bytes.push(b),
                 Err(e) => {
                     eprintln!("memtrack: {}: {e}", f.display());
@@ -123,7 +121,7 @@ pub fn finalize(
         let mut s = replay_spool(&bytes);
         s.image = spool.image;
         if let Some(d) = &s.damage {
-            let first = segments.first().map_or(journal, |f| f.as_path());
+            let first = first.as_deref().unwrap_or(journal.path());
             eprintln!("memtrack: {}: damaged: {d}", first.display());
             complete = false;
         }
@@ -218,6 +216,10 @@ fn describe(p: &Path, s: &Session, several: bool) -> String {
             }
             (Some(sig), _) => line.push_str(&format!("; killed by signal {sig}")),
             (None, Some("exception")) => line.push_str("; the program raised"),
+            // it exited (the code is known) but its last records never came
+            (None, Some("disconnected")) if e.code.is_some() => {
+                line.push_str("; the file ends before the process did")
+            }
             (None, Some("disconnected")) => line.push_str("; the process vanished"),
             (None, Some("exec")) => line.push_str("; then the process exec'd a new image"),
             _ => {}

@@ -2,13 +2,15 @@
 //! process of it sends, and write one stats file per recorded process (docs/record.md).
 //!
 //! - [`agent`]: the embedded Python, written to a private folder first on `PYTHONPATH`.
-//! - [`server`]: the Unix socket and the journal (bytes to disk as they arrive).
+//! - [`journal`]: the private folder beside the output that holds what processes send.
+//! - [`server`]: the Unix socket (each connection's bytes to the journal as they arrive).
 //! - [`signals`]: Ctrl-C and friends while the child runs.
 //! - [`replay`]: the agent's stream → op samples, module breakdown, peaks.
 //! - [`finalize`]: journal → stats files, named per rank.
 
 pub mod agent;
 pub mod finalize;
+pub mod journal;
 pub mod protocol;
 pub mod replay;
 pub mod sampler;
@@ -19,7 +21,10 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
+use std::sync::Arc;
 use std::time::Duration;
+
+use journal::Journal;
 
 use crate::error::{Error, Result};
 
@@ -95,17 +100,20 @@ pub fn run(o: &Options) -> Result<i32> {
             "record: -o - is not possible: record writes one file per process (NAME.rank0.pkl, …); give a file name".into(),
         ));
     }
-    let tmp = tempfile::Builder::new()
-        .prefix("memtrack-")
-        .tempdir()
-        .map_err(|e| Error::output(&std::env::temp_dir(), e))?;
+    // the agent and the socket: whoever may change them runs code in the program
+    let tmp = agent::private_dir().map_err(|e| Error::output(&std::env::temp_dir(), e))?;
     let agent_dir = tmp.path().join("agent");
     agent::write_to(&agent_dir).map_err(|e| Error::output(&agent_dir, e))?;
     let socket = tmp.path().join("sock");
-    let journal = journal_dir(&o.output);
-    std::fs::create_dir_all(&journal).map_err(|e| Error::output(&journal, e))?;
+    let journal = Arc::new(Journal::create(&o.output).map_err(|e| {
+        let folder = match o.output.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Error::output(folder, e)
+    })?);
     let mut server =
-        server::Server::start(&socket, &journal).map_err(|e| Error::output(&socket, e))?;
+        server::Server::start(&socket, journal.clone()).map_err(|e| Error::output(&socket, e))?;
     signals::install();
 
     let mut cmd = Command::new(program);
@@ -115,7 +123,7 @@ pub fn run(o: &Options) -> Result<i32> {
         pythonpath.push(":");
         pythonpath.push(old);
     }
-    let spool = std::path::absolute(&journal).unwrap_or_else(|_| journal.clone());
+    let spool = std::path::absolute(journal.path()).unwrap_or_else(|_| journal.path().into());
     cmd.env("PYTHONPATH", pythonpath)
         .env("MEMTRACK_SOCKET", &socket)
         .env("MEMTRACK_SPOOL", &spool)
@@ -134,7 +142,7 @@ pub fn run(o: &Options) -> Result<i32> {
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&journal);
+            journal.remove();
             eprintln!("memtrack: cannot run {}: {e}", Path::new(program).display());
             return Ok(if e.kind() == std::io::ErrorKind::NotFound {
                 127
@@ -179,6 +187,8 @@ pub fn run(o: &Options) -> Result<i32> {
                 "memtrack: interrupted: waiting for the program to stop (again to stop waiting)"
             );
         }
+        // hold each new spool file open: a journal removed under us is still read
+        journal.adopt();
         std::thread::sleep(Duration::from_millis(20));
     };
 
@@ -194,12 +204,12 @@ pub fn run(o: &Options) -> Result<i32> {
     let report = finalize::finalize(&journal, &o.output, pid, status, samples.as_ref())?;
     let mut code = code;
     if report.complete {
-        let _ = std::fs::remove_dir_all(&journal);
-    } else {
+        journal.remove();
+    } else if journal.path().is_dir() {
         eprintln!(
-            "memtrack: the recording is kept in {}; `memtrack record --recover {}` writes the stats files from it",
-            journal.display(),
-            journal.display()
+            "memtrack: the recording is kept in {}; `memtrack record --recover {} [-o ELSEWHERE]` writes the stats files from it",
+            journal.path().display(),
+            journal.path().display()
         );
         if report.written.len() < report.recorded && code == 0 {
             code = 2; // the program succeeded, the recording's output did not
@@ -213,30 +223,38 @@ pub fn run(o: &Options) -> Result<i32> {
     }
     if report.recorded == 0 {
         eprintln!("memtrack: {}", report.nothing_recorded_reason(program));
+        if code == 0 {
+            code = 2; // the program succeeded, but there is no file: a script must not take it for one
+        }
     }
     Ok(code)
 }
 
-/// `record --recover DIR`: the stats files from a journal a killed `record` left behind
-/// (the agents' spools are complete up to their last op), named as that run would have.
-pub fn recover(dir: &Path) -> Result<()> {
-    let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let output = match name.rsplit_once(".journal-") {
-        Some((out, pid)) if !out.is_empty() && pid.parse::<u32>().is_ok() => {
-            dir.with_file_name(out)
-        }
-        _ => {
-            return Err(Error::input(
-                dir,
-                "not a memtrack journal: expected a folder named NAME.journal-PID, as `record` leaves next to its output",
-            ))
-        }
+/// `record --recover DIR [-o OUT]`: the stats files from a journal a `record` left behind
+/// (the agents' spools are complete up to their last op), named as that run would have, or
+/// after `output`.
+pub fn recover(dir: &Path, output: Option<&Path>) -> Result<()> {
+    let Some(output) = output
+        .map(Path::to_path_buf)
+        .or_else(|| journal::output_of(dir))
+    else {
+        return Err(Error::input(
+            dir,
+            "not a memtrack journal: expected a folder named NAME.journal-XXXXXXXX, as `record` leaves next to its output",
+        ));
     };
-    let report = finalize::finalize(dir, &output, 0, None, None)?;
-    if report.written.is_empty() {
+    let journal = Journal::open(dir).map_err(|why| Error::input(dir, why))?;
+    let report = finalize::finalize(&journal, &output, 0, None, None)?;
+    if report.recorded == 0 {
         return Err(Error::input(
             dir,
             "no recording in this journal (no process of the program recorded anything)",
+        ));
+    }
+    if report.written.is_empty() {
+        return Err(Error::input(
+            dir,
+            "the recording is there but no stats file could be written (said above): the journal is kept; free some space, or write elsewhere with -o",
         ));
     }
     if !report.complete {
@@ -246,7 +264,7 @@ pub fn recover(dir: &Path) -> Result<()> {
             "not all of the journal could be read or written (said above): the stats files hold what was saved, and the journal is kept",
         ));
     }
-    let _ = std::fs::remove_dir_all(dir);
+    journal.remove();
     Ok(())
 }
 
@@ -257,14 +275,6 @@ pub fn exit_code(st: ExitStatus) -> i32 {
         (None, Some(s)) => 128 + s,
         _ => 1,
     }
-}
-
-/// `run.pkl` → `run.pkl.journal-<pid>/`, next to the output.
-pub fn journal_dir(output: &Path) -> PathBuf {
-    let name = output
-        .file_name()
-        .map_or_else(|| "memtrack".into(), |n| n.to_string_lossy().into_owned());
-    output.with_file_name(format!("{name}.journal-{}", std::process::id()))
 }
 
 /// `run.pkl` → `/abs/dir/run`: the agent appends `.rank0.exit.pickle` and the like.

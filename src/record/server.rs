@@ -1,15 +1,19 @@
-//! The Unix socket every recorded process connects to, and the journal: each connection's
-//! bytes are appended to its own file as they arrive, so whatever a process sent before dying
-//! is on disk; `finalize` decodes the files at the end.
+//! The Unix socket every recorded process connects to: each connection's bytes are appended
+//! to its own file of the journal as they arrive, so whatever a process sent before dying is
+//! on disk; `finalize` decodes the files at the end. A connection is read to its end whatever
+//! happens to its file (a full disk: the rest is kept in memory), so no process ever blocks
+//! on its socket.
 
-use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use super::journal::{connection_name, Journal};
 
 pub struct Server {
     shared: Arc<Shared>,
@@ -17,7 +21,7 @@ pub struct Server {
 }
 
 struct Shared {
-    journal: PathBuf,
+    journal: Arc<Journal>,
     start: Instant,
     stop: AtomicBool,
     connections: AtomicUsize,
@@ -29,11 +33,13 @@ struct Shared {
 }
 
 impl Server {
-    pub fn start(socket: &Path, journal: &Path) -> std::io::Result<Server> {
+    pub fn start(socket: &Path, journal: Arc<Journal>) -> std::io::Result<Server> {
         let listener = UnixListener::bind(socket)?;
+        // its folder is private already; the socket is too, whatever the umask
+        std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
         listener.set_nonblocking(true)?;
         let shared = Arc::new(Shared {
-            journal: journal.to_path_buf(),
+            journal,
             start: Instant::now(),
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
@@ -111,12 +117,13 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
 fn take(stream: UnixStream, shared: &Arc<Shared>) {
     let n = shared.connections.fetch_add(1, Ordering::SeqCst);
     shared.open.fetch_add(1, Ordering::SeqCst);
-    let path = journal_file(&shared.journal, n);
+    let name = connection_name(n);
     let s = shared.clone();
     let h = std::thread::Builder::new()
         .name(format!("memtrack-conn{n}"))
         .spawn(move || {
-            if let Err(e) = read_into(stream, &path, &s) {
+            if let Err(e) = read_into(stream, &name, &s) {
+                let path = s.journal.path().join(&name);
                 s.errors
                     .lock()
                     .unwrap()
@@ -133,87 +140,59 @@ fn take(stream: UnixStream, shared: &Arc<Shared>) {
     }
 }
 
-fn read_into(mut stream: UnixStream, path: &Path, shared: &Shared) -> std::io::Result<()> {
+/// Copy one connection into its journal file; once the file cannot take more (a full disk, a
+/// removed journal is no obstacle: the file stays open), the rest goes to memory and the
+/// first error is reported.
+fn read_into(mut stream: UnixStream, name: &str, shared: &Shared) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
-    let mut f = File::create(path)?;
+    let mut failure = None;
+    let mut file = shared.journal.create_file(name).map_err(|e| {
+        failure = Some(e);
+    });
+    let mut written = 0u64;
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => {
-                // straight to the file: the page cache survives our death and the child's
-                f.write_all(&buf[..n])?;
-                let ms = shared.start.elapsed().as_millis() as u64;
-                shared.last_activity_ms.store(ms, Ordering::SeqCst);
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(()),
+        let n = match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => break,
             Err(e) => return Err(e),
-        }
-    }
-}
-
-pub fn journal_file(dir: &Path, n: usize) -> PathBuf {
-    dir.join(format!("conn{n:04}.bin"))
-}
-
-/// One process image's spool: the segment files of `spool-<pid>-<segment>.bin`, or of
-/// `spool-<pid>.<image>-<segment>.bin` for the image a process became by `exec` (the
-/// agent numbers them: 1, 2, … after the first).
-pub struct Spool {
-    pub pid: u32,
-    pub image: u32,
-    pub segments: Vec<PathBuf>,
-}
-
-/// The agents' spools in a journal folder, per process image (by pid, then image), each
-/// with its segment files in order.
-pub fn spool_files(dir: &Path) -> std::io::Result<Vec<Spool>> {
-    let mut found: Vec<(u32, u32, u32, PathBuf)> = Vec::new();
-    for e in std::fs::read_dir(dir)? {
-        let p = e?.path();
-        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
-            continue;
         };
-        let Some(rest) = name
-            .strip_prefix("spool-")
-            .and_then(|r| r.strip_suffix(".bin"))
-        else {
-            continue;
-        };
-        let Some((process, seg)) = rest.split_once('-') else {
-            continue;
-        };
-        let (pid, image) = process.split_once('.').unwrap_or((process, "0"));
-        if let (Ok(pid), Ok(image), Ok(seg)) = (pid.parse(), image.parse(), seg.parse()) {
-            found.push((pid, image, seg, p));
+        let ms = shared.start.elapsed().as_millis() as u64;
+        shared.last_activity_ms.store(ms, Ordering::SeqCst);
+        let mut bytes = &buf[..n];
+        if let Ok(f) = &mut file {
+            // straight to the file: the page cache survives our death and the child's
+            while !bytes.is_empty() {
+                match f.write(bytes) {
+                    Ok(0) => {
+                        failure.get_or_insert(std::io::Error::from(ErrorKind::WriteZero));
+                        break;
+                    }
+                    Ok(k) => {
+                        written += k as u64;
+                        bytes = &bytes[k..];
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        failure.get_or_insert(e);
+                        break;
+                    }
+                }
+            }
+            if bytes.is_empty() {
+                continue;
+            }
+            file = Err(());
         }
+        shared.journal.spill(name, written, bytes);
     }
-    found.sort();
-    let mut out: Vec<Spool> = Vec::new();
-    for (pid, image, _, p) in found {
-        match out.last_mut() {
-            Some(s) if (s.pid, s.image) == (pid, image) => s.segments.push(p),
-            _ => out.push(Spool {
-                pid,
-                image,
-                segments: vec![p],
-            }),
-        }
+    match failure {
+        Some(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("{e}; what followed was kept in memory"),
+        )),
+        None => Ok(()),
     }
-    Ok(out)
-}
-
-/// The journal files of a run, in connection order.
-pub fn journal_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("conn") && n.ends_with(".bin"))
-        })
-        .collect();
-    v.sort();
-    Ok(v)
 }

@@ -5,6 +5,11 @@ C extension. No ninja and no pybind11: one compiler call.
 The cache is $MEMTRACK_OBSERVER_CACHE, else ~/.cache/memtrack/observer. Ranks of one job
 starting together build once (a lock file); a build that fails is remembered (its log beside
 it), so later processes fall back at once instead of compiling again.
+
+Whoever may change the library runs code in the program, so folders made here are 0700
+whatever the umask, and a library is loaded only from a path that no other user may change:
+each folder from the root down and the file itself belong to this user or root and are
+writable by nobody else (a sticky folder such as /tmp excepted, as ssh's StrictModes has it).
 """
 
 import hashlib
@@ -56,10 +61,14 @@ def load(torch):
         if not os.path.exists(so):
             if os.path.exists(failed):
                 return None, f"its build failed before (see {failed})"
-            os.makedirs(folder, exist_ok=True)
-            why = _build(torch, folder, so, failed)
+            _private_makedirs(folder)
+            # nothing is built where another user could swap the library before it loads
+            why = _unsafe(folder) or _build(torch, folder, so, failed)
             if why is not None:
                 return None, why
+        why = _unsafe(so)
+        if why is not None:
+            return None, why
         import importlib.util
 
         spec = importlib.util.spec_from_file_location(NAME, so)
@@ -68,6 +77,45 @@ def load(torch):
         return mod, None
     except Exception as e:
         return None, f"{type(e).__name__}: {e}"
+
+
+def _private_makedirs(folder):
+    """`os.makedirs`, each folder it makes 0700 whatever the umask."""
+    folder = os.path.abspath(folder)
+    parent = os.path.dirname(folder)
+    if parent != folder and not os.path.isdir(parent):
+        _private_makedirs(parent)
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(folder, 0o700)
+
+
+def _unsafe(path):
+    """Why `path` may have been changed by another user, or None: every folder above it, on
+    its way as written and as links resolve, is checked."""
+    import stat
+
+    me = os.geteuid()
+    for at in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+        while True:
+            s = os.lstat(at)
+            mode = s.st_mode
+            open_to_others = mode & 0o022 and not stat.S_ISLNK(mode)
+            if stat.S_ISDIR(mode) and mode & stat.S_ISVTX:
+                open_to_others = False  # /tmp: nobody may rename what another user owns
+            if s.st_uid not in (me, 0) or open_to_others:
+                return (
+                    f"not loaded: {at} may be changed by another user (owner id {s.st_uid}, "
+                    f"mode {stat.S_IMODE(mode):o}); make it yours and not group- or "
+                    "world-writable"
+                )
+            parent = os.path.dirname(at)
+            if parent == at:
+                break
+            at = parent
+    return None
 
 
 def _build(torch, folder, so, failed):

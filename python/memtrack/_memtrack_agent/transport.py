@@ -8,8 +8,15 @@ written and survives the process's death (SIGKILL, the OOM killer) with no sysca
 A segment is int64 slots: slot 0 holds the next free slot (the reader takes slots 1 up to
 it), records follow; a record never straddles two segments. Messages (JSON) are records
 too (JSON, byte length, the bytes in slots), so names land before the records using them.
+
+A page of a shared mapping that the disk has no room for kills the process (SIGBUS) when it
+is first written, so the room is reserved (fallocate) ahead of the records, RESERVE_SLOTS at
+a time: where none is left, recording stops with a message and the program goes on. The
+folder is opened once and checked to be this user's alone; segments are made in it
+exclusively, never through a link.
 """
 
+import errno
 import os
 import struct
 import sys
@@ -19,16 +26,26 @@ from array import array as _array
 from .protocol import FRAME_ALIVE, FRAME_JSON, JSON, MSG_AGENT_ERROR, TIME
 
 FLUSH_SECONDS = 0.05
-SPOOL_SLOTS = 1 << 21  # 16 MiB a segment, sparse: only pages written take room
+SPOOL_SLOTS = 1 << 21  # 16 MiB a segment, sparse: only pages reserved take room
+RESERVE_SLOTS = 1 << 17  # 1 MiB of disk reserved at a time, ahead of the records
 
 sock = None
 _send_lock = threading.Lock()
-_spool = [1, 0, None, None]  # next free slot, slots in this segment, its slots, its mapping
+_spool = [1, 0, None, None]  # next free slot, end of the reserved slots, its slots, its mapping
 # struct packers for records of 1..15 slots, native int64 as the slots are
 _packs = [None] + [struct.Struct(f"={n}q").pack_into for n in range(1, 16)]
 _pack2 = _packs[2]
 _pack6 = _packs[6]
-_spool_state = {"pid": None, "name": None, "segment": 0, "dir": None, "mm": []}
+_spool_state = {
+    "pid": None,
+    "name": None,
+    "segment": 0,
+    "dir": None,
+    "dirfd": None,  # the folder, opened once and checked
+    "fd": None,  # the current segment's file, for reserving more of it
+    "slots": 0,  # the current segment's size in slots
+    "mm": [],
+}
 
 
 # ---- the socket
@@ -87,14 +104,17 @@ def open_spool(folder):
     `exec`s keeps its pid, and its new image finds the spool of the one before: each image
     after the first writes `spool-<pid>.<image>-…` (numbered 1, 2, …) so none is lost."""
     pid = os.getpid()
-    _spool_state["dir"] = folder
-    _spool_state["pid"] = pid
-    _spool_state["name"] = f"spool-{pid}"
+    st = _spool_state
+    st["dir"] = folder
+    st["pid"] = pid
+    st["name"] = f"spool-{pid}"
+    st["dirfd"] = None  # an exec'd image's descriptors are gone (close-on-exec)
+    st["fd"] = None
     if folder is not None:
         image = 0
-        while os.path.exists(os.path.join(folder, f"{_spool_state['name']}-0000.bin")):
+        while os.path.lexists(os.path.join(folder, f"{st['name']}-0000.bin")):
             image += 1
-            _spool_state["name"] = f"spool-{pid}.{image}"
+            st["name"] = f"spool-{pid}.{image}"
 
 
 def forget_spool():
@@ -107,54 +127,123 @@ def forget_spool():
 def close_spool():
     """The end of an in-process recording: nothing more is written, the mappings go (the
     files keep what was written; a record another thread writes now is dropped)."""
-    _spool_state["dir"] = None
+    st = _spool_state
+    st["dir"] = None
     forget_spool()
-    mms, _spool_state["mm"] = _spool_state["mm"], []
+    mms, st["mm"] = st["mm"], []
     for mm in mms:
         try:
             mm.close()
         except Exception:
             pass  # still exported by a view in use: the mapping goes with it
+    for key in ("fd", "dirfd"):
+        fd, st[key] = st[key], None
+        if fd is not None and st["pid"] == os.getpid():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _private_folder(folder):
+    """The spool folder, opened without following a link, refused unless it is this user's
+    and nobody else may write into it (`memtrack record` makes it 0700)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    s = os.fstat(fd)
+    if s.st_uid != os.geteuid() or s.st_mode & 0o022:
+        os.close(fd)
+        raise PermissionError(errno.EACCES, "not a folder of this user's alone", folder)
+    return fd
+
+
+def _reserve(fd, start, end):
+    """Room on disk for slots [start, end) of a segment; OSError where there is none."""
+    try:
+        os.posix_fallocate(fd, start * 8, (end - start) * 8)
+        return
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+    # a filesystem without fallocate: written zeros take their room as well
+    zeros = bytes((end - start) * 8)
+    at = 0
+    while at < len(zeros):
+        at += os.pwrite(fd, zeros[at:], start * 8 + at)
+
+
+def _stop(path, e):
+    """Recording stops here: say so, and tell the collector on the socket (the spool cannot
+    carry it), so `record` does not end with a silent 0. The program goes on."""
+    _spool_state["dir"] = None
+    text = f"cannot write {path} ({e.strerror or e}); recording stops here"
+    sys.stderr.write(f"memtrack: {text}\n")
+    try:
+        with _send_lock:
+            if sock is not None:
+                send_frame(FRAME_JSON, encode_json({"t": MSG_AGENT_ERROR, "text": text}))
+    except Exception:
+        pass
+
+
+def _room(need):
+    """Where a record of `need` slots goes once the reserved slots are used up: more room
+    reserved in this segment, else a fresh segment; 0 where nothing may be written (a forked
+    child, no spool, no room on disk): the record is dropped."""
+    sp = _spool
+    st = _spool_state
+    p = sp[0]
+    if sp[2] is not None and p + need <= st["slots"]:
+        if st["dir"] is None or st["pid"] != os.getpid():
+            return 0
+        end = min(st["slots"], max(sp[1] + RESERVE_SLOTS, p + need))
+        try:
+            _reserve(st["fd"], sp[1], end)
+        except OSError as e:
+            _stop(os.path.join(st["dir"], f"{st['name']}-{st['segment'] - 1:04d}.bin"), e)
+            return 0
+        sp[1] = end
+        return p
+    return 1 if _open_segment(need) else 0
 
 
 def _open_segment(need):
-    """A fresh segment for a record of `need` slots; False where nothing may be written (a
-    forked child, no spool, or the file cannot be made): the record is dropped."""
+    """A fresh segment for a record of `need` slots, its first slots reserved on disk; False
+    where nothing may be written."""
     import mmap
 
     st = _spool_state
     if st["dir"] is None or st["pid"] != os.getpid():
         return False
     slots = max(SPOOL_SLOTS, need + 1)
-    path = os.path.join(st["dir"], f"{st['name']}-{st['segment']:04d}.bin")
+    reserved = min(slots, max(RESERVE_SLOTS, need + 1))
+    name = f"{st['name']}-{st['segment']:04d}.bin"
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        if st["dirfd"] is None:
+            st["dirfd"] = _private_folder(st["dir"])
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(name, flags, 0o600, dir_fd=st["dirfd"])
         try:
             os.ftruncate(fd, slots * 8)
+            _reserve(fd, 0, reserved)
             mm = mmap.mmap(fd, slots * 8, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
     except OSError as e:
-        st["dir"] = None
-        text = f"cannot write {path} ({e}); recording stops here"
-        sys.stderr.write(f"memtrack: {text}\n")
-        # the spool cannot carry it: tell the collector on the socket, so `record` does
-        # not end with a silent 0
-        try:
-            with _send_lock:
-                if sock is not None:
-                    send_frame(FRAME_JSON, encode_json({"t": MSG_AGENT_ERROR, "text": text}))
-        except Exception:
-            pass
+        _stop(os.path.join(st["dir"], name), e)
         return False
+    old, st["fd"] = st["fd"], fd
+    if old is not None:
+        os.close(old)
     st["segment"] += 1
+    st["slots"] = slots
     st["mm"].append(mm)  # kept mapped: the pages are the data
     mv = memoryview(mm).cast("q")
     mv[0] = 1
     _spool[2] = mv
     _spool[3] = mm
     _spool[0] = 1
-    _spool[1] = slots
+    _spool[1] = reserved
     return True
 
 
@@ -163,9 +252,9 @@ def ap(v):
     sp = _spool
     p = sp[0]
     if p >= sp[1]:
-        if not _open_segment(1):
+        p = _room(1)
+        if not p:
             return
-        p = 1
     sp[0] = p + 1
     mv = sp[2]
     mv[p] = v
@@ -179,10 +268,10 @@ def ext(rec):
     n = len(rec)
     q = p + n
     if q > sp[1]:
-        if not _open_segment(n):
+        p = _room(n)
+        if not p:
             return
-        p = 1
-        q = 1 + n
+        q = p + n
     sp[0] = q  # claimed first: another thread writing now goes after it
     pack = _packs[n] if n < len(_packs) else None
     if pack is not None:  # one C call instead of a Python loop over the slots
@@ -201,10 +290,10 @@ def ext2(a, b):
     p = sp[0]
     q = p + 2
     if q > sp[1]:
-        if not _open_segment(2):
+        p = _room(2)
+        if not p:
             return
-        p = 1
-        q = 3
+        q = p + 2
     sp[0] = q
     _pack2(sp[3], p << 3, a, b)
     sp[2][0] = q
@@ -217,10 +306,10 @@ def ext6(a, b, c, d, e, f):
     p = sp[0]
     q = p + 6
     if q > sp[1]:
-        if not _open_segment(6):
+        p = _room(6)
+        if not p:
             return
-        p = 1
-        q = 7
+        q = p + 6
     sp[0] = q
     _pack6(sp[3], p << 3, a, b, c, d, e, f)
     sp[2][0] = q
