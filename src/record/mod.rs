@@ -205,12 +205,14 @@ pub fn run(o: &Options) -> Result<i32> {
     let mut code = code;
     if report.complete {
         journal.remove();
-    } else if journal.path().is_dir() {
-        eprintln!(
-            "memtrack: the recording is kept in {}; `memtrack record --recover {} [-o ELSEWHERE]` writes the stats files from it",
-            journal.path().display(),
-            journal.path().display()
-        );
+    } else {
+        if journal.path().is_dir() {
+            eprintln!(
+                "memtrack: the recording is kept in {}; `memtrack record --recover {} [-o ELSEWHERE]` writes the stats files from it",
+                journal.path().display(),
+                journal.path().display()
+            );
+        }
         if report.written.len() < report.recorded && code == 0 {
             code = 2; // the program succeeded, the recording's output did not
         }
