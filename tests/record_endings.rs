@@ -68,6 +68,43 @@ fn an_exception_is_recorded_and_exit_code_passed_through() {
 }
 
 #[test]
+fn summary_names_the_exception_and_where_it_came() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _) = record(
+        dir.path(),
+        "raise.pkl",
+        &[],
+        &py,
+        &[&script("raise_in_module.py")],
+    );
+    assert_eq!(code, 1);
+    let o = memtrack()
+        .arg("summary")
+        .arg(dir.path().join("raise.pkl"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("The program raised RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+            || text.contains("The program raised RuntimeError: addmm: mat1 and mat2 shapes"),
+        "{text}"
+    );
+    assert!(text.contains("in Sequential.0's forward"), "{text}");
+    let o = memtrack()
+        .args(["summary", "--format", "json"])
+        .arg(dir.path().join("raise.pkl"))
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["raised"]["module"], "Sequential.0");
+    assert_eq!(j["raised"]["phase"], "forward");
+    let (op, name) = (&j["raised"]["after_op"][0], &j["raised"]["after_op"][1]);
+    assert_eq!(op.as_u64().unwrap() + 1, j["ops"].as_u64().unwrap());
+    assert!(name.as_str().unwrap().starts_with("Sequential.0.forward."));
+}
+
+#[test]
 fn interrupt_goes_to_the_program_and_the_file_is_written() {
     let Some(j) = signal_memtrack(libc::SIGINT, 130) else {
         return;

@@ -2,12 +2,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::analysis::annotation_usage::UsageAtTimes;
+use crate::analysis::cross_rank::cross_rank;
 use crate::analysis::leaks::{has_steps, AllocTimes};
 use crate::analysis::ranks::{figures, rank_table};
 use crate::analysis::snapshot_summary::{
     add_leak_suspects, add_simulate_suggestions, snapshot_summary,
 };
-use crate::analysis::summary::{cross_rank, tracker_summary};
+use crate::analysis::summary::tracker_summary;
 use crate::analysis::timeline::Timelines;
 use crate::cli::SummaryArgs;
 use crate::error::{Error, Result};

@@ -1,6 +1,8 @@
 //! `summary` of tracker stats as text, Markdown, CSV or JSON.
 
-use crate::analysis::summary::{CrossRank, Phase, TrackerSummary};
+use crate::analysis::cross_rank::CrossRank;
+use crate::analysis::ending::Raised;
+use crate::analysis::summary::{Phase, TrackerSummary};
 use crate::model::{format_bytes, CompileInfo, Units};
 
 use super::document::Document;
@@ -28,6 +30,9 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
         doc.title(title);
     }
     doc.line(&headline(s, if md { None } else { Some(title) }));
+    if let Some(r) = &s.raised {
+        doc.line(&raised_line(r));
+    }
     if let Some(c) = s.record.as_ref().and_then(|r| r.compile.as_ref()) {
         doc.line(&compile_line(c));
     }
@@ -187,6 +192,24 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
         s.top_ops.len()
     ));
     doc.table(&top_table(s, units, false));
+}
+
+/// `The program raised RuntimeError: …, after op 89 (…) in Sequential.0's forward`.
+fn raised_line(r: &Raised) -> String {
+    let mut line = format!("The program raised {}", r.exception);
+    if let Some((i, name)) = &r.after_op {
+        line.push_str(&format!(
+            "\n  after op {} ({name}), the last recorded",
+            thousands(*i)
+        ));
+        if let (Some(m), Some(p)) = (&r.module, &r.phase) {
+            let m = if m.is_empty() { "the root module" } else { m };
+            line.push_str(&format!(", in {m}'s {p}"));
+        }
+    } else {
+        line.push_str("\n  before any op was recorded");
+    }
+    line
 }
 
 /// The first line: ops, retries, how it was recorded and ended, the markers.

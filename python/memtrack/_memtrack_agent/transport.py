@@ -158,12 +158,14 @@ def _private_folder(folder):
 
 def _reserve(fd, start, end):
     """Room on disk for slots [start, end) of a segment; OSError where there is none."""
-    try:
-        os.posix_fallocate(fd, start * 8, (end - start) * 8)
-        return
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            raise
+    fallocate = getattr(os, "posix_fallocate", None)  # not on macOS
+    if fallocate is not None:
+        try:
+            fallocate(fd, start * 8, (end - start) * 8)
+            return
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise
     # a filesystem without fallocate: written zeros take their room as well
     zeros = bytes((end - start) * 8)
     at = 0
