@@ -328,3 +328,37 @@ fn an_exported_program_then_its_trained_source_module() {
     assert_eq!(phase["phase"], "forward", "{phase}");
     phases_agree_with_op_names(&s, &names);
 }
+
+#[test]
+fn a_no_grad_pipeline_of_two_top_level_modules_is_one_iteration_per_batch() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (counts, file) = recorded(&py, dir.path(), "nograd_pipeline.py", &[]);
+    let batches = count(&counts, "batches");
+    let j = export(Path::new(&file));
+    let iterations = j["memtrack"]["modules"].as_array().unwrap();
+    assert_eq!(iterations.len(), batches);
+    // each pass has both top-level modules in its tables
+    for it in iterations {
+        let fqns: Vec<&str> = it["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["fqn"].as_str().unwrap())
+            .collect();
+        assert!(
+            fqns.contains(&"Embedding") && fqns.contains(&"TransformerEncoder"),
+            "{fqns:?}"
+        );
+    }
+    // a batch's output, freed when the next is assigned, is not called retained
+    assert!(
+        j["memtrack"]["retained"]["ops"]
+            .as_array()
+            .is_none_or(|ops| ops.is_empty()),
+        "{}",
+        j["memtrack"]["retained"]
+    );
+    let s = summary(&file);
+    assert_eq!(s["iterations"].as_array().unwrap().len(), batches);
+}

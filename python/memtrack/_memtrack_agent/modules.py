@@ -400,15 +400,19 @@ class ModuleTracker:
         """Whether a top-level forward of module `mk` begins a new iteration (the table in
         docs/record.md, "Iterations"): after an optimizer step; where an optimizer exists,
         only then (micro-batches, a cell unrolled over time), except that forward-only (no
-        grad) calls are an iteration each; without one, after a backward, or when a top-level
-        module is called again without one (where MemTracker raises)."""
+        grad) passes are an iteration each; without one, after a backward, or when a
+        top-level module is called again without one (where MemTracker raises)."""
         if self.it_stepped:
             return True
         grad = self.is_grad_enabled()
         if not grad or not self.it_grad:
             if not grad:
-                # inference: each call; a no-grad call inside a training step joins it
-                return not self.it_grad or (self.it_backward and not self.optimizers)
+                # inference: a pass each, ended when a top-level module of it is called again
+                # (`head(backbone(x))` is one pass); a no-grad call inside a training step
+                # joins it
+                if not self.it_grad:
+                    return mk in self.it_roots
+                return self.it_backward and not self.optimizers
             # the first training forward after forward-only calls: a new iteration, unless
             # those calls came right after the step (a frozen teacher's forward)
             return not (self.optimizers and self.it_after_step)

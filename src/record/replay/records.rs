@@ -144,6 +144,7 @@ impl Replay {
                 }
                 ITER => {
                     self.iteration_starts.push(self.ops.len() as i64);
+                    self.iteration_started();
                     self.next_iteration();
                     i += 1;
                 }
@@ -152,7 +153,10 @@ impl Replay {
                         return;
                     }
                     if v[i + 1] == 0 && self.iteration_starts.is_empty() {
+                        // the first iteration begins at the first fw_start; each after it
+                        // at an ITER (a step can mark several top-level forwards)
                         self.iteration_starts.push(self.ops.len() as i64);
+                        self.iteration_started();
                     }
                     let name = if v[i + 1] == 0 {
                         "fw_start"
@@ -163,9 +167,6 @@ impl Replay {
                         name: name.into(),
                         op_index: self.ops.len() as i64,
                     });
-                    if name == "fw_start" {
-                        self.iteration_started();
-                    }
                     i += 2;
                 }
                 OPT_BEGIN => {

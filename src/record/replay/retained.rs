@@ -1,5 +1,5 @@
 //! What stays alive across iterations, by the op that made it: at the start of each iteration
-//! (`fw_start`), the storages made two iterations before that are still alive. An iteration's
+//! (its first `fw_start`), the storages made two iterations before that are still alive. An iteration's
 //! input batch, made at the end of the one before and freed in the next, is not counted; what
 //! a program keeps by mistake (a list of per-step tensors, a loss kept with its graph) is, at
 //! the op that allocated it. The first iteration is warm-up (optimizer state, gradients).
@@ -16,7 +16,7 @@ const MAX_OPS: usize = 50;
 
 #[derive(Default)]
 pub(super) struct Retaining {
-    /// The op index at each `fw_start`: where iteration 1, 2, … started.
+    /// The op index where iteration 1, 2, … started.
     starts: Vec<usize>,
     /// Iterations checked.
     checked: i64,
