@@ -49,9 +49,88 @@ pub fn parse_from<I: IntoIterator<Item = std::ffi::OsString>>(args: I) -> Cli {
                 );
                 std::process::exit(2);
             }
+            let mut e = e;
+            closer_flag_suggestion(&mut e, &args);
             e.exit()
         }
     }
+}
+
+/// clap suggests a flag by Jaro similarity, which finds `--output` for `--tpo` (two letters
+/// swapped in `--top`); where a flag is fewer edits away (a letter added, dropped, changed or
+/// two swapped), suggest that one and its usage instead.
+fn closer_flag_suggestion(e: &mut clap::Error, args: &[std::ffi::OsString]) {
+    use clap::error::{ContextKind, ContextValue};
+    use clap::CommandFactory;
+    if e.kind() != clap::error::ErrorKind::UnknownArgument {
+        return;
+    }
+    let Some(ContextValue::String(typed)) = e.get(ContextKind::InvalidArg) else {
+        return;
+    };
+    let Some(typed) = typed.strip_prefix("--").map(str::to_string) else {
+        return;
+    };
+    let mut cmd = Cli::command();
+    if let Some(bin) = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+    {
+        cmd = cmd.bin_name(bin.to_string_lossy().into_owned());
+    }
+    cmd.build();
+    let sub_name = args.get(1).and_then(|a| a.to_str()).unwrap_or_default();
+    let Some(sub) = cmd.find_subcommand_mut(sub_name) else {
+        return;
+    };
+    let clap_distance = match e.get(ContextKind::SuggestedArg) {
+        Some(ContextValue::String(s)) => edit_distance(&typed, s.trim_start_matches('-')),
+        _ => usize::MAX,
+    };
+    let closest = sub
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long())
+        .map(|long| (edit_distance(&typed, long), long.to_string()))
+        .filter(|(d, long)| *d <= 2 && *d < typed.len().min(long.len()))
+        .min_by_key(|(d, _)| *d);
+    if let Some((d, long)) = closest {
+        if d < clap_distance {
+            e.insert(
+                ContextKind::SuggestedArg,
+                ContextValue::String(format!("--{long}")),
+            );
+            e.insert(
+                ContextKind::Usage,
+                ContextValue::StyledStr(sub.render_usage()),
+            );
+        }
+    }
+}
+
+/// Edits from `a` to `b`: a character inserted, deleted or replaced, or two adjacent ones
+/// swapped (optimal string alignment distance).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// A count of rows (`--top N`): 1 or more. Negative numbers reach this parser (rather than

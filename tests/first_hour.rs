@@ -186,6 +186,69 @@ fn record_refuses_a_torch_outside_the_supported_range() {
 
 /// `--top` is a count of rows: a negative one or 0 is refused with what it must be, not with
 /// clap's advice to write `-- -3` (which then fails) or an empty table.
+/// A flag mistyped by two swapped letters is suggested by its own name (clap alone offered
+/// `--output` for `--tpo`), with a usage line that shows no flag the user did not type.
+#[test]
+fn a_mistyped_flag_suggests_the_closest_one() {
+    let stats = fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl");
+    let stats = stats.to_str().unwrap();
+    for (typed, meant) in [
+        ("--tpo", "--top"),
+        ("--tp", "--top"),
+        ("--fromat", "--format"),
+        ("--unit", "--units"),
+    ] {
+        let (code, _, err) = run(&["summary", stats, typed, "5"]);
+        assert_eq!(code, 2, "{typed}: {err}");
+        assert!(
+            err.contains(&format!("tip: a similar argument exists: '{meant}'")),
+            "{typed}: {err}"
+        );
+        assert!(!err.contains("--output <OUTPUT>"), "{typed}: {err}");
+    }
+    // clap's own suggestion stands where nothing is closer
+    let (code, _, err) = run(&["summary", stats, "--outptu", "x"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("'--output'"), "{err}");
+}
+
+/// A text file whose first line is a `[section]` (TOML, INI) is text, not a broken trace.
+#[test]
+fn a_toml_file_is_text_not_a_trace() {
+    let cargo_toml = common::root().join("Cargo.toml");
+    let (code, _, err) = run(&["summary", cargo_toml.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("Cargo.toml: not a pickle: it looks like text"),
+        "{err}"
+    );
+    assert!(!err.contains("Chrome trace"), "{err}");
+    // JSON that starts with a bracket is still read as a trace and told apart
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text, said) in [
+        (
+            "numbers.json",
+            "[1, 2]",
+            "not a Chrome trace: trace event 0 is `1",
+        ),
+        (
+            "spaced.json",
+            "[ \n true ]",
+            "not a Chrome trace: trace event 0 is `true",
+        ),
+        (
+            "words.json",
+            "[\"a\"]",
+            "not a Chrome trace: trace event 0 is `\"a",
+        ),
+    ] {
+        let path = common::write_temp(dir.path(), name, text.as_bytes());
+        let (code, _, err) = run(&["summary", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains(said), "{name}: {err}");
+    }
+}
+
 #[test]
 fn top_must_be_a_positive_count() {
     let stats = fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl");

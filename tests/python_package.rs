@@ -13,6 +13,11 @@ use std::process::Command;
 
 use common::*;
 
+/// The most a release wheel may weigh, in MB: it measures 5.3 MB (a 12 MB binary, stripped,
+/// no debug info); the limit leaves room for growth, not for debug info (the binary with it
+/// was 65 MB).
+const WHEEL_MB_LIMIT: f64 = 12.0;
+
 fn ok(cmd: &mut Command, what: &str) -> String {
     let o = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
@@ -71,13 +76,24 @@ fn wheel_installs_the_command_and_the_in_process_api_records() {
     let dir = tempfile::tempdir().unwrap();
     let root = root();
 
-    // the wheel: maturin runs cargo on this checkout, dev profile, this target folder
+    // the wheel: maturin runs cargo on this checkout, in the profile these tests were built
+    // in (`cargo test`: dev; `cargo test --release`: release, the one `pip install .` builds),
+    // in this target folder, so the binary the other tests built is reused
+    let profile = match Path::new(env!("CARGO_BIN_EXE_memtrack"))
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+    {
+        Some("debug") => "dev".to_string(),
+        Some(dir) => dir.to_string(),
+        None => "dev".to_string(),
+    };
     let wheels = dir.path().join("wheels");
     let started = std::time::Instant::now();
     ok(
         Command::new(maturin(&py))
             .current_dir(&root)
-            .args(["build", "--profile", "dev", "--quiet", "-o"])
+            .args(["build", "--profile", &profile, "--quiet", "-o"])
             .arg(&wheels),
         "maturin build",
     );
@@ -86,7 +102,23 @@ fn wheel_installs_the_command_and_the_in_process_api_records() {
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "whl"))
         .expect("maturin wrote a wheel");
-    eprintln!("python_package: wheel built in {:.1?}", started.elapsed());
+    let wheel_mb = std::fs::metadata(&wheel).unwrap().len() as f64 / 1e6;
+    eprintln!(
+        "python_package: {profile} wheel built in {:.1?}: {wheel_mb:.1} MB",
+        started.elapsed()
+    );
+    // the distribution wheel carries a stripped binary without debug info (Cargo.toml's
+    // release profile)
+    if profile == "release" {
+        assert!(
+            wheel_mb < WHEEL_MB_LIMIT,
+            "the release wheel is {wheel_mb:.1} MB, over {WHEEL_MB_LIMIT} MB: debug info or symbols back in Cargo.toml's release profile?"
+        );
+    } else {
+        eprintln!(
+            "python_package: a {profile} wheel keeps debug info; its size is checked under `cargo test --release`"
+        );
+    }
 
     // a fresh venv; torch comes from the test Python's site-packages through a .pth (a venv
     // of its own with torch in it would download 1 GB)

@@ -358,6 +358,14 @@ fn diff_gates_on_peak_growth() {
     assert_eq!(same["gate"]["failed"], false);
     assert_eq!(same["sites"].as_array().unwrap().len(), 0);
     assert_eq!(same["segments_only_after"].as_array().unwrap().len(), 0);
+    // in text, nothing changed is said, not "0 of 0 sites" over an empty table
+    let same_text = run_ok(&["diff", p(&small), p(&small)]);
+    assert!(
+        same_text.contains("no allocation site changed"),
+        "{same_text}"
+    );
+    assert!(!same_text.contains("0 of 0"), "{same_text}");
+    assert!(!same_text.contains("end growth"), "{same_text}");
     memtrack()
         .args(["diff", p(&small), p(&medium), "--fail-over", "5%"])
         .assert()
@@ -388,6 +396,17 @@ fn diff_gates_on_peak_growth() {
         .args(["diff", p(&t), p(&t), "--fail-over", "0%"])
         .assert()
         .success();
+    let same_stats = run_ok(&["diff", p(&t), p(&t)]);
+    for said in [
+        "no op changed the memory it generates",
+        "no module changed what its ops generate or its peak",
+    ] {
+        assert!(same_stats.contains(said), "{same_stats}");
+    }
+    assert!(!same_stats.contains("0 of 0"), "{same_stats}");
+    // a section that changed keeps its counts and table
+    let changed = run_ok(&["diff", p(&t0), p(&t)]);
+    assert!(changed.contains("ops that changed"), "{changed}");
     // kinds must match
     memtrack()
         .args(["diff", p(&t), p(&small)])

@@ -91,7 +91,9 @@ fn describe_pickle_error(data: &[u8], e: &pickle::PickleError) -> String {
     } else if head.starts_with(b"<svg") || head.starts_with(b"<?xml") || head.starts_with(b"<!DOC")
     {
         Some("an SVG or HTML document (memtrack's own drawings are not inputs)")
-    } else if first == b'{' || first == b'[' {
+    } else if first == b'{'
+        || (first == b'[' && profiler_trace::opens_json_array(&data[1..data.len().min(512)]))
+    {
         Some("JSON (a torch.profiler trace? summary, plot, top, diff and export read those; memtrack export output is not an input)")
     } else if head
         .iter()

@@ -79,6 +79,16 @@ pub fn snapshot_diff(d: &SnapshotDiff, title: &str, format: Format, units: Units
         "rules" => ("rule", "groups"),
         other => (other, "groups"),
     };
+    // nothing changed: say so, not "0 of 0" over an empty table
+    if d.sites.is_empty() {
+        doc.heading(&format!("Growth by {what}"));
+        doc.para(&format!("no {what} changed"));
+        if let Some(g) = &d.gate {
+            doc.heading("Gate");
+            doc.para(&gate_line(g, units));
+        }
+        return doc.finish();
+    }
     doc.heading(&format!(
         "Growth by {what} ({} of {} {plural} that changed)",
         d.sites.len(),
@@ -161,24 +171,39 @@ pub fn stats_diff(d: &StatsDiff, title: &str, format: Format, units: Units) -> S
         thousands(d.ops_after)
     ));
     doc.table(&metric_table(&d.peaks, units));
-    doc.heading(&format!(
-        "Growth of memory generated per op ({} of {} ops that changed; {} only before, {} only after)",
-        d.ops.len(),
-        d.ops_total,
-        d.only_before,
-        d.only_after
-    ));
-    let mut t = Table::new(&[">before", ">after", ">growth", "op"]);
     let o = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format_bytes(v, units));
-    for g in &d.ops {
-        t.row(vec![
-            o(g.generated_before_bytes),
-            o(g.generated_after_bytes),
-            signed(g.growth_bytes, units),
-            g.op.clone(),
-        ]);
+    // a section where nothing changed says so, not "0 of 0" over an empty table
+    if d.ops.is_empty() {
+        doc.heading("Growth of memory generated per op");
+        doc.para("no op changed the memory it generates");
+    } else {
+        doc.heading(&format!(
+            "Growth of memory generated per op ({} of {} ops that changed; {} only before, {} only after)",
+            d.ops.len(),
+            d.ops_total,
+            d.only_before,
+            d.only_after
+        ));
+        let mut t = Table::new(&[">before", ">after", ">growth", "op"]);
+        for g in &d.ops {
+            t.row(vec![
+                o(g.generated_before_bytes),
+                o(g.generated_after_bytes),
+                signed(g.growth_bytes, units),
+                g.op.clone(),
+            ]);
+        }
+        doc.table(&t);
     }
-    doc.table(&t);
+    if d.modules.is_empty() {
+        doc.heading("Growth per module");
+        doc.para("no module changed what its ops generate or its peak");
+        if let Some(g) = &d.gate {
+            doc.heading("Gate");
+            doc.para(&gate_line(g, units));
+        }
+        return doc.finish();
+    }
     doc.heading(&format!(
         "Growth per module: what its ops generate, and the peak allocated after them ({} of {} modules that changed)",
         d.modules.len(),

@@ -59,7 +59,7 @@ fn starts_as_json(text: &[u8]) -> bool {
     let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
     let mut rest = text.iter().skip_while(|b| b.is_ascii_whitespace());
     match rest.next() {
-        Some(b'[') => true,
+        Some(b'[') => opens_json_array(&text.trim_ascii_start()[1..]),
         Some(b'{') => {
             let first_key: Vec<u8> = rest
                 .skip_while(|b| b.is_ascii_whitespace())
@@ -69,6 +69,24 @@ fn starts_as_json(text: &[u8]) -> bool {
             first_key != b"\"kind\""
         }
         _ => false,
+    }
+}
+
+/// Whether the text after a `[` goes on as a JSON array does (a value or `]`), so that a TOML
+/// or INI file (`[package]`) is not taken for one. A head that ends first counts as JSON.
+pub fn opens_json_array(after_bracket: &[u8]) -> bool {
+    let rest = after_bracket.trim_ascii_start();
+    let literal = |word: &[u8]| {
+        rest.strip_prefix(word).is_some_and(|after| {
+            after
+                .first()
+                .is_none_or(|b| b.is_ascii_whitespace() || matches!(b, b',' | b']'))
+        })
+    };
+    match rest.first() {
+        None => true,
+        Some(b'{' | b'[' | b']' | b'"' | b'-' | b'0'..=b'9') => true,
+        Some(_) => literal(b"true") || literal(b"false") || literal(b"null"),
     }
 }
 
