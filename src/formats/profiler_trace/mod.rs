@@ -2,17 +2,21 @@
 //! `tensorboard_trace_handler` write (`*.pt.trace.json`, `.json.gz`), plain or gzip, one file or
 //! a folder of them (one per rank or worker). Read as a stream (`scan`), never whole.
 
+mod build;
+mod fast;
 pub mod json;
 pub mod scan;
 pub mod source;
+pub mod text;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::model::profile::ProfileTrace;
-use scan::ScanError;
+pub use scan::ScanError;
 use source::Source;
+use text::Budget;
 
 /// What to record a trace with, for messages.
 pub const PROFILE_MEMORY_CALL: &str =
@@ -125,7 +129,7 @@ pub fn load_any(path: &Path) -> Result<ProfileTrace> {
     let gzip = read_full(&mut file, &mut head) == 2 && source::is_gzip(&head);
     let file =
         std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
-    let mut source = Source::new(file, gzip);
+    let mut source = Source::new(Box::new(file), gzip);
     let name = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -135,7 +139,9 @@ pub fn load_any(path: &Path) -> Result<ProfileTrace> {
         use crate::pickle::Progress;
         bar.advanced(read as usize);
     };
-    scan::read(&mut source, &mut progress).map_err(|e| Error::input(path, describe(&e, gzip)))
+    let budget = gzip.then_some(Budget::GZIP);
+    scan::read(&mut source, &mut progress, budget)
+        .map_err(|e| Error::input(path, describe(&e, gzip)))
 }
 
 /// The user's message for a reading that failed.
@@ -164,6 +170,32 @@ fn describe(e: &ScanError, gzip: bool) -> String {
         ),
         ScanError::EventNotObject { index, found } => format!(
             "not a Chrome trace: trace event {index} is {found}, not an object"
+        ),
+        ScanError::ItemTooLarge { offset, index, limit } => format!(
+            "trace event {index} has more than {} MiB of names and figures memtrack keeps (past byte {offset}{text}), where real events have a few KiB: a damaged or hand-made trace; memtrack does not read it",
+            limit >> 20
+        ),
+        ScanError::Expansion {
+            text: n,
+            compressed,
+            what,
+        } => {
+            let b = Budget::GZIP;
+            let (amount, allowed) = if *what == "bytes" {
+                (format!("{} MiB", n >> 20), format!("{}x the compressed size and {} MiB more", b.ratio, b.floor >> 20))
+            } else {
+                (format!("{n} kept events"), format!("one kept event per {} compressed bytes and {} more", b.compressed_per_event, b.event_floor))
+            };
+            format!(
+                "the gzip data expands past what a trace of its size holds: {amount} from its first {compressed} compressed bytes (memtrack allows {allowed}; real traces inflate 9 to 13 times); a compression bomb or a damaged file? If it is a real trace, decompress it (`gunzip -k`) and read the .json, which has no such limit"
+            )
+        }
+        ScanError::BadEvent {
+            offset,
+            index,
+            message,
+        } => format!(
+            "trace event {index} (at byte {offset}{text}) is a memory event memtrack cannot count: {message}"
         ),
         ScanError::Io(e) if gzip => format!(
             "the gzip data is damaged or cut short ({e}): a trace whose writing did not finish? Profile again or copy it whole"
