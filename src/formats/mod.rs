@@ -42,14 +42,15 @@ impl Input {
 pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtrack record files and allocator snapshots (_dump_snapshot)";
 
 fn map(path: &Path) -> Result<MappedFile> {
+    let input = crate::inputs::open(path).map_err(|m| Error::input(path, m))?;
     // mapping a directory fails with "No such device", which says nothing useful
-    if path.is_dir() {
+    if input.looks == kind::Looks::Folder {
         return Err(Error::input(
             path,
             format!("is a directory, not a file; {READS}"),
         ));
     }
-    pickle::map_file(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))
+    input.mapped().map_err(|m| Error::input(path, m))
 }
 
 fn parse(path: &Path, file: &MappedFile) -> Result<Document> {

@@ -81,13 +81,17 @@ impl Pages<'_> {
 }
 
 pub fn map_file(path: &Path) -> std::io::Result<MappedFile> {
-    let file = File::open(path)?;
+    map_open(&File::open(path)?)
+}
+
+/// Map a file already open (mapped whole, from its start).
+pub fn map_open(file: &File) -> std::io::Result<MappedFile> {
     if file.metadata()?.len() == 0 {
         return Ok(MappedFile { map: None }); // mmap refuses empty files
     }
     // SAFETY: the map is read-only and private; a file truncated under us while we read it
     // would fault, as it would for any mapped reader (docs/architecture.md).
-    let map = unsafe { memmap2::MmapOptions::new().map(&file)? };
+    let map = unsafe { memmap2::MmapOptions::new().map(file)? };
     let _ = map.advise(memmap2::Advice::Sequential);
     Ok(MappedFile { map: Some(map) })
 }

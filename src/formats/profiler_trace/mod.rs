@@ -9,10 +9,10 @@ pub mod scan;
 pub mod source;
 pub mod text;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::formats::kind::Looks;
 use crate::model::profile::ProfileTrace;
 pub use scan::ScanError;
 use source::Source;
@@ -23,57 +23,10 @@ pub const PROFILE_MEMORY_CALL: &str =
     "torch.profiler.profile(activities=[...], profile_memory=True, record_shapes=True, with_stack=True)";
 
 /// Whether `path` is a trace memtrack should read as one: a folder (of traces), or a file
-/// whose text (inflated, for gzip) starts as JSON does. Pickles start otherwise.
+/// whose text (inflated, for gzip) starts as JSON does (`kind::of_head` decides). Pickles
+/// start otherwise.
 pub fn sniff(path: &Path) -> bool {
-    if path.is_dir() {
-        return true;
-    }
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut head = [0u8; 512];
-    let n = read_full(&mut file, &mut head);
-    let head = &head[..n];
-    if source::is_gzip(head) {
-        let Ok(file) = std::fs::File::open(path) else {
-            return false;
-        };
-        let mut z = flate2::read::MultiGzDecoder::new(file);
-        let mut text = [0u8; 512];
-        let n = read_full(&mut z, &mut text);
-        return starts_as_json(&text[..n]);
-    }
-    starts_as_json(head)
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> usize {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
-        }
-    }
-    n
-}
-
-/// JSON that may be a trace: an object or array, and not memtrack's own output (`summary
-/// --format json` of snapshots, read back for the table of ranks, starts with its `kind`).
-fn starts_as_json(text: &[u8]) -> bool {
-    let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
-    let mut rest = text.iter().skip_while(|b| b.is_ascii_whitespace());
-    match rest.next() {
-        Some(b'[') => true,
-        Some(b'{') => {
-            let first_key: Vec<u8> = rest
-                .skip_while(|b| b.is_ascii_whitespace())
-                .take(6)
-                .copied()
-                .collect();
-            first_key != b"\"kind\""
-        }
-        _ => false,
-    }
+    crate::inputs::open(path).is_ok_and(|i| i.looks.is_trace())
 }
 
 /// The traces a path names: the file itself, or a folder's `*.json` and `*.json.gz` files in
@@ -122,19 +75,18 @@ pub fn load(path: &Path) -> Result<ProfileTrace> {
 
 /// Reads a trace, memory events or not.
 pub fn load_any(path: &Path) -> Result<ProfileTrace> {
-    let mut file =
-        std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut head = [0u8; 2];
-    let gzip = read_full(&mut file, &mut head) == 2 && source::is_gzip(&head);
-    let file =
-        std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
-    let mut source = Source::new(Box::new(file), gzip);
+    let input = crate::inputs::open(path).map_err(|m| Error::input(path, m))?;
+    let gzip = matches!(input.looks, Looks::Json { gzip: true, .. });
+    let bytes = input
+        .stream()
+        .map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
+    let mut source = Source::new(bytes, gzip);
     let name = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let mut bar = crate::progress::Bar::bytes(size, format!("reading {name}"));
+    let mut bar =
+        crate::progress::Bar::bytes(input.file_size().unwrap_or(0), format!("reading {name}"));
     let mut progress = |read: u64| {
         use crate::pickle::Progress;
         bar.advanced(read as usize);
