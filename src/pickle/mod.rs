@@ -19,7 +19,9 @@ pub use reader::{
     parse, parse_opcode_by_opcode, parse_with_divert, parse_with_progress, Divert, Diverted,
     IntOrRef, Progress, MAX_DEPTH, RECENT_HANDLES,
 };
-pub use value::{big_int_to_f64, Dict, DictIter, Document, Object, ObjectKind, Value, View};
+pub use value::{
+    big_int_to_f64, big_int_to_u64, Dict, DictIter, Document, Object, ObjectKind, Value, View,
+};
 pub(crate) use value::{int_from_le_prefix, int_from_short_le};
 
 use std::fs::File;
