@@ -204,12 +204,13 @@ fn event(s: &[u8], i: usize) -> P<(Fields, usize)> {
 
 /// The next item of `traceEvents` in `s`, whose cursor is after the previous item (or the
 /// `[`, when `first`): the separator, then one event that lies whole in `s`. `Ok(None)`: the
-/// `]` was reached (past it: the index); else the event's fields and the index past it.
+/// `]` was reached (past it: the index); else the event's fields, where it starts, and the
+/// index past it.
 #[inline]
-pub fn item(s: &[u8], first: bool) -> P<(Option<Fields>, usize)> {
+pub fn item(s: &[u8], first: bool) -> P<(Option<Fields>, usize, usize)> {
     let mut i = skip_ws(s, 0)?;
     if s[i] == b']' {
-        return Ok((None, i + 1));
+        return Ok((None, i, i + 1));
     }
     if !first {
         if s[i] != b',' {
@@ -221,5 +222,5 @@ pub fn item(s: &[u8], first: bool) -> P<(Option<Fields>, usize)> {
         return Err(NotHere);
     }
     let (f, end) = event(s, i)?;
-    Ok((Some(f), end))
+    Ok((Some(f), i, end))
 }

@@ -109,8 +109,8 @@ impl Source {
         }
     }
 
-    /// Plain text read `chunk` bytes at a time (tests put values across chunk ends).
-    #[cfg(test)]
+    /// Plain text read `chunk` bytes at a time (tests and the fuzz target put values across
+    /// chunk ends).
     pub fn plain_in_chunks(file: Bytes, chunk: usize) -> Source {
         Source::Plain {
             file,
