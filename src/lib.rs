@@ -11,6 +11,7 @@ mod direct_write;
 pub mod error;
 pub mod format_thread;
 pub mod formats;
+pub mod inputs;
 pub mod memory;
 pub mod model;
 pub mod output;

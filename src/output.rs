@@ -3,7 +3,8 @@
 //! created exclusively, then renamed over it, so a reader never sees half a file and an
 //! existing file is replaced only by a complete one, with its mode kept. What is not a regular
 //! file is written through as `>` does: a symlink's target is written (the link stays), a
-//! device or FIFO is streamed into. A file the user may not write is refused, as `cp` does.
+//! device or FIFO is streamed into. A file the user may not write is refused, as `cp` does, and
+//! so is any file the run reads (`inputs`), whatever name or link leads to it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -30,6 +31,18 @@ pub fn write_atomically_with(
         Err(e) => return Err(e),
     };
     if let Some(m) = &existing {
+        // captures are often impossible to make again: an input is never written over, as
+        // `cp` refuses to copy a file onto itself
+        if let Some(input) = crate::inputs::read_as(m) {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!(
+                    "it is the input {} (the same file{}): memtrack does not write over what it reads; name another output",
+                    input.display(),
+                    if path.as_path() == input.as_path() { "" } else { ", through a link or another name" }
+                ),
+            ));
+        }
         let kind = m.file_type();
         if kind.is_dir() {
             return Err(io::Error::new(

@@ -274,3 +274,63 @@ fn files_that_expand_through_shared_references_are_refused_not_expanded() {
         }
     }
 }
+
+/// A snapshot with one segment of `total_size` written as LONG1 `le` (little-endian two's
+/// complement, as Python writes it), by hand.
+fn snapshot_with_size(le: &[u8]) -> Vec<u8> {
+    let key = |s: &str| {
+        let mut k = vec![b'X'];
+        k.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        k.extend_from_slice(s.as_bytes());
+        k
+    };
+    let mut p = b"\x80\x02}(".to_vec();
+    p.extend(key("segments"));
+    p.extend_from_slice(b"]}(");
+    for (name, value) in [("device", 0u8), ("address", 0), ("allocated_size", 0)] {
+        p.extend(key(name));
+        p.extend_from_slice(&[b'K', value]);
+    }
+    p.extend(key("total_size"));
+    p.extend_from_slice(&[0x8a, le.len() as u8]);
+    p.extend_from_slice(le);
+    p.extend(key("blocks"));
+    p.extend_from_slice(b"]ua");
+    p.extend(key("device_traces"));
+    p.extend_from_slice(b"]]au.");
+    p
+}
+
+#[test]
+fn sizes_that_fit_in_64_bits_are_not_called_wider() {
+    let dir = tempfile::tempdir().unwrap();
+    // 2^63 and 2^64 - 16 take 9 bytes as LONG1 (a sign byte), and fit in a u64
+    for (name, le, says) in [
+        (
+            "2_63",
+            &b"\0\0\0\0\0\0\0\x80\0"[..],
+            "9223372036854775808, where a size",
+        ),
+        (
+            "2_64_16",
+            b"\xf0\xff\xff\xff\xff\xff\xff\xff\0",
+            "18446744073709551600, where a size",
+        ),
+        ("2_64", b"\0\0\0\0\0\0\0\0\x01", "wider than 64 bits"),
+    ] {
+        let p = write_temp(
+            dir.path(),
+            &format!("{name}.pickle"),
+            &snapshot_with_size(le),
+        );
+        fails_cleanly(&p, says);
+        fails_cleanly(&p, "total_size");
+    }
+    // just below 2^63 is read
+    let p = write_temp(
+        dir.path(),
+        "below.pickle",
+        &snapshot_with_size(b"\xff\xff\xff\xff\xff\xff\xff\x7f"),
+    );
+    memtrack().args(["summary"]).arg(&p).assert().success();
+}

@@ -209,3 +209,90 @@ fn a_file_the_user_may_not_write_is_refused_with_exit_2_and_kept() {
     );
     assert!(leftovers(dir.path()).is_empty());
 }
+
+/// `-o` naming an input (directly, through a symlink, or another hard link) is refused with
+/// exit 2 before anything is written, for every kind of input; the input is left as it was.
+#[test]
+fn an_output_that_is_an_input_is_refused_and_the_input_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("export", "profiler/export_chrome_trace.json", "trace.json"),
+        (
+            "summary",
+            "profiler/tb/worker0.pt.trace.json.gz",
+            "w.json.gz",
+        ),
+        (
+            "summary",
+            "tracker/memory_tracker_cpu_torch2.15.0.pkl",
+            "stats.pkl",
+        ),
+        (
+            "export",
+            "snapshots/code_location_expandable_oom_device1.pickle",
+            "snap.pickle",
+        ),
+    ];
+    for (command, rel, name) in cases {
+        let original = std::fs::read(fixture(rel)).unwrap();
+        let file = dir.path().join(name);
+        std::fs::write(&file, &original).unwrap();
+        let link = dir.path().join(format!("link-{name}"));
+        std::os::unix::fs::symlink(name, &link).unwrap();
+        let hard = dir.path().join(format!("hard-{name}"));
+        std::fs::hard_link(&file, &hard).unwrap();
+        for (read, write) in [
+            (&file, &file),
+            (&file, &link),
+            (&link, &file),
+            (&file, &hard),
+        ] {
+            let (code, _, stderr) = run(&[
+                command,
+                read.to_str().unwrap(),
+                "-o",
+                write.to_str().unwrap(),
+            ]);
+            assert_eq!(code, 2, "{command} {read:?} -o {write:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("it is the input {}", read.display()))
+                    && stderr.contains(&write.display().to_string()),
+                "{stderr}"
+            );
+            assert_eq!(
+                std::fs::read(&file).unwrap(),
+                original,
+                "{name} was changed"
+            );
+        }
+        assert!(leftovers(dir.path()).is_empty());
+    }
+    // a folder of traces read, one of its files named as the output
+    let tb = dir.path().join("tb");
+    std::fs::create_dir(&tb).unwrap();
+    for w in ["worker0", "worker1"] {
+        let rel = format!("profiler/tb/{w}.pt.trace.json.gz");
+        std::fs::copy(fixture(&rel), tb.join(format!("{w}.pt.trace.json.gz"))).unwrap();
+    }
+    let target = tb.join("worker1.pt.trace.json.gz");
+    let (code, _, stderr) = run(&[
+        "summary",
+        tb.to_str().unwrap(),
+        "-o",
+        target.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        std::fs::read(fixture("profiler/tb/worker1.pt.trace.json.gz")).unwrap()
+    );
+    // another file beside the input is written as ever
+    let other = dir.path().join("other.json");
+    let (code, _, stderr) = run(&[
+        "export",
+        dir.path().join("trace.json").to_str().unwrap(),
+        "-o",
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -242,3 +242,153 @@ fn bad_inputs_say_what_is_wrong() {
     let gz_cut = common::write_temp(dir.path(), "cut.json.gz", &gz[..gz.len() / 2]);
     check(&gz_cut, "cut short");
 }
+
+/// `memtrack summary PATH`: exit code, stderr, peak resident memory (MiB) and seconds. The
+/// peak is the process's own high-water mark (VmHWM), read while it runs: the rusage of a
+/// child spawned from this (large, multi-threaded) test process counts the test's memory too.
+fn summary_measured(path: &std::path::Path) -> (i32, String, u64, f64) {
+    let err_path = path.with_extension("stderr");
+    let started = std::time::Instant::now();
+    let mut child = common::memtrack_process()
+        .arg("summary")
+        .arg(path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        let hwm = std::fs::read_to_string(&status_file).ok().and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        });
+        peak_kib = peak_kib.max(hwm.unwrap_or(0));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    let stderr = std::fs::read_to_string(&err_path).unwrap();
+    (
+        status.code().unwrap_or(-1),
+        stderr,
+        peak_kib / 1024,
+        seconds,
+    )
+}
+
+fn gzip(text: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(text).unwrap();
+    z.finish().unwrap()
+}
+
+/// A gzip of 1 GiB of white space inside `traceEvents` (concatenated members, 1 MiB on disk)
+/// is refused as it inflates: the reader neither re-reads nor keeps it.
+#[test]
+fn a_gzip_bomb_of_white_space_is_refused_early_in_little_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut file = gzip(br#"{"traceEvents": ["#);
+    let member = gzip(&vec![b' '; 16 << 20]);
+    for _ in 0..64 {
+        file.extend_from_slice(&member);
+    }
+    file.extend(gzip(b"]}"));
+    let path = dir.path().join("ws.json.gz");
+    std::fs::write(&path, &file).unwrap();
+    let (code, err, rss, seconds) = summary_measured(&path);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("ws.json.gz") && err.contains("expands past") && err.contains("gunzip"),
+        "{err}"
+    );
+    assert!(rss < 200, "peak RSS {rss} MiB");
+    assert!(seconds < 30.0, "{seconds} s");
+}
+
+/// Values memtrack does not keep are passed over in constant memory, however long: one
+/// memory event with a 64 MiB array and a 64 MiB string among its args.
+#[test]
+fn long_values_inside_an_event_are_skipped_in_little_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t =
+        br#"{"traceEvents": [{"name": "[memory]", "ph": "i", "ts": 1, "args": {"Input Dims": ["#
+            .to_vec();
+    for _ in 0..(32 << 20) {
+        t.extend_from_slice(b"1,");
+    }
+    t.extend_from_slice(br#"1], "s": ""#);
+    t.extend(std::iter::repeat_n(b'a', 64 << 20));
+    t.extend_from_slice(
+        br#"", "Bytes": 4096, "Total Allocated": 4096, "Total Reserved": 8192}}]}"#,
+    );
+    let path = dir.path().join("long.json");
+    std::fs::write(&path, &t).unwrap();
+    drop(t);
+    let (code, err, rss, seconds) = summary_measured(&path);
+    assert_eq!(code, 0, "{err}");
+    assert!(rss < 120, "peak RSS {rss} MiB for a 128 MiB event");
+    assert!(seconds < 30.0, "{seconds} s");
+    let j = json_out(&["summary", path.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(j["devices"][0]["peak_allocated"]["bytes"], 4096);
+}
+
+/// One event whose kept fields (here its name) pass 4 MiB, a gzip trace with more kept events
+/// than its compressed size can hold, text after the JSON, and memory figures no allocator
+/// reports: each refused, naming the file and the event.
+#[test]
+fn hostile_traces_are_refused_with_what_was_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut long_name = br#"[{"ph": "X", "cat": "cpu_op", "name": ""#.to_vec();
+    long_name.extend(std::iter::repeat_n(b'n', 5 << 20));
+    long_name.extend_from_slice(br#"", "ts": 1, "dur": 1}]"#);
+    let mut many = br#"{"traceEvents": ["#.to_vec();
+    for _ in 0..(2 << 20) {
+        many.extend_from_slice(br#"{"name":"[memory]","args":{"Bytes":8}},"#);
+    }
+    many.extend_from_slice(br#"{"name":"[memory]"}]}"#);
+    let memory = |args: &str| {
+        format!(r#"{{"traceEvents": [{{"name": "[memory]", "ts": 1, "args": {{{args}}}}}]}}"#)
+            .into_bytes()
+    };
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("name.json", long_name, "trace event 0 has more than 4 MiB"),
+        ("many.json.gz", gzip(&many), "kept events from its first"),
+        (
+            "tail.json",
+            br#"{"traceEvents": []} {"traceEvents": []}"#.to_vec(),
+            "expected the end of the file after the trace's JSON",
+        ),
+        (
+            "inf.json",
+            memory(r#""Bytes": 1e400"#),
+            "`Bytes` is 1e400 bytes, which no allocator reports",
+        ),
+        (
+            "neg.json",
+            memory(r#""Bytes": 8, "Total Allocated": -9223372036854775808"#),
+            "`Total Allocated` is -9223372036854775808 bytes, which no allocator reports",
+        ),
+        (
+            "text.json",
+            memory(r#""Bytes": "8 GB""#),
+            "`Bytes` is `8 GB`, not a number of bytes",
+        ),
+    ];
+    for (name, bytes, says) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let (code, _, err) = run(&["summary", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains(name) && err.contains(says), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // a free's negative `Bytes` is what the allocator reports: read
+    let path = dir.path().join("free.json");
+    std::fs::write(&path, memory(r#""Bytes": -4096, "Total Allocated": 0"#)).unwrap();
+    let (code, _, err) = run(&["summary", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+}

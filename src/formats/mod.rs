@@ -42,14 +42,15 @@ impl Input {
 pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtrack record files and allocator snapshots (_dump_snapshot)";
 
 fn map(path: &Path) -> Result<MappedFile> {
+    let input = crate::inputs::open(path).map_err(|m| Error::input(path, m))?;
     // mapping a directory fails with "No such device", which says nothing useful
-    if path.is_dir() {
+    if input.looks == kind::Looks::Folder {
         return Err(Error::input(
             path,
             format!("is a directory, not a file; {READS}"),
         ));
     }
-    pickle::map_file(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))
+    input.mapped().map_err(|m| Error::input(path, m))
 }
 
 fn parse(path: &Path, file: &MappedFile) -> Result<Document> {
@@ -92,7 +93,7 @@ fn describe_pickle_error(data: &[u8], e: &pickle::PickleError) -> String {
     {
         Some("an SVG or HTML document (memtrack's own drawings are not inputs)")
     } else if first == b'{'
-        || (first == b'[' && profiler_trace::opens_json_array(&data[1..data.len().min(512)]))
+        || (first == b'[' && kind::opens_json_array(&data[1..data.len().min(512)]))
     {
         Some("JSON (a torch.profiler trace? summary, plot, top, diff and export read those; memtrack export output is not an input)")
     } else if head

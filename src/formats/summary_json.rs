@@ -4,8 +4,9 @@
 //! summary (its `figures`) and a table of several (`kind: "snapshot_ranks"`, its `files`), so
 //! tables can be reduced again (per node, then for the job).
 
-use std::io::Read;
 use std::path::Path;
+
+use crate::formats::kind::Looks;
 
 use crate::error::{Error, Result};
 use crate::model::ranks::RankFigures;
@@ -13,14 +14,16 @@ use crate::model::ranks::RankFigures;
 /// Whether `path` holds JSON rather than a pickle: its first byte that is not white space is
 /// `{` (a pickle starts with its PROTO opcode, 0x80, or an opcode that is not `{`).
 pub fn is_json(path: &Path) -> bool {
-    let Ok(f) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut head = Vec::with_capacity(64);
-    if f.take(64).read_to_end(&mut head).is_err() {
-        return false;
-    }
-    head.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+    crate::inputs::open(path).is_ok_and(|i| {
+        matches!(
+            i.looks,
+            Looks::Json {
+                gzip: false,
+                object: true,
+                ..
+            }
+        )
+    })
 }
 
 const WHAT: &str = "memtrack reads back the JSON of `memtrack summary --format json` of one \
@@ -29,7 +32,9 @@ const WHAT: &str = "memtrack reads back the JSON of `memtrack summary --format j
 
 /// The snapshots' figures in a summary's JSON output.
 pub fn read_figures(path: &Path) -> Result<Vec<RankFigures>> {
-    let bytes = std::fs::read(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
+    let bytes = crate::inputs::open(path)
+        .and_then(|i| i.read_all())
+        .map_err(|m| Error::input(path, m))?;
     let value: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::input(path, format!("not valid JSON ({e}); {WHAT}")))?;
     let bad = |why: String| Error::input(path, format!("{why}; {WHAT}"));

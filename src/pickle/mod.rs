@@ -19,7 +19,9 @@ pub use reader::{
     parse, parse_opcode_by_opcode, parse_with_divert, parse_with_progress, Divert, Diverted,
     IntOrRef, Progress, MAX_DEPTH, RECENT_HANDLES,
 };
-pub use value::{big_int_to_f64, Dict, DictIter, Document, Object, ObjectKind, Value, View};
+pub use value::{
+    big_int_to_f64, big_int_to_u64, Dict, DictIter, Document, Object, ObjectKind, Value, View,
+};
 pub(crate) use value::{int_from_le_prefix, int_from_short_le};
 
 use std::fs::File;
@@ -81,13 +83,17 @@ impl Pages<'_> {
 }
 
 pub fn map_file(path: &Path) -> std::io::Result<MappedFile> {
-    let file = File::open(path)?;
+    map_open(&File::open(path)?)
+}
+
+/// Map a file already open (mapped whole, from its start).
+pub fn map_open(file: &File) -> std::io::Result<MappedFile> {
     if file.metadata()?.len() == 0 {
         return Ok(MappedFile { map: None }); // mmap refuses empty files
     }
     // SAFETY: the map is read-only and private; a file truncated under us while we read it
     // would fault, as it would for any mapped reader (docs/architecture.md).
-    let map = unsafe { memmap2::MmapOptions::new().map(&file)? };
+    let map = unsafe { memmap2::MmapOptions::new().map(file)? };
     let _ = map.advise(memmap2::Advice::Sequential);
     Ok(MappedFile { map: Some(map) })
 }

@@ -839,6 +839,20 @@ impl Iterator for DictIter<'_> {
     }
 }
 
+/// An int stored wider than 64 bits (LONG1 writes 2^63 in 9 bytes) that fits in a u64.
+pub fn big_int_to_u64(le: &[u8]) -> Option<u64> {
+    let negative = le.last().is_some_and(|b| b & 0x80 != 0);
+    if negative || le.iter().skip(8).any(|&b| b != 0) {
+        return None;
+    }
+    Some(
+        le.iter()
+            .take(8)
+            .rev()
+            .fold(0u64, |acc, &b| acc << 8 | b as u64),
+    )
+}
+
 /// An int wider than 64 bits, as the nearest f64.
 pub fn big_int_to_f64(le: &[u8]) -> f64 {
     let negative = le.last().is_some_and(|b| b & 0x80 != 0);

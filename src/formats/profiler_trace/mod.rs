@@ -2,92 +2,31 @@
 //! `tensorboard_trace_handler` write (`*.pt.trace.json`, `.json.gz`), plain or gzip, one file or
 //! a folder of them (one per rank or worker). Read as a stream (`scan`), never whole.
 
+mod build;
+mod fast;
 pub mod json;
 pub mod scan;
 pub mod source;
+pub mod text;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::formats::kind::Looks;
 use crate::model::profile::ProfileTrace;
-use scan::ScanError;
+pub use scan::ScanError;
 use source::Source;
+use text::Budget;
 
 /// What to record a trace with, for messages.
 pub const PROFILE_MEMORY_CALL: &str =
     "torch.profiler.profile(activities=[...], profile_memory=True, record_shapes=True, with_stack=True)";
 
 /// Whether `path` is a trace memtrack should read as one: a folder (of traces), or a file
-/// whose text (inflated, for gzip) starts as JSON does. Pickles start otherwise.
+/// whose text (inflated, for gzip) starts as JSON does (`kind::of_head` decides). Pickles
+/// start otherwise.
 pub fn sniff(path: &Path) -> bool {
-    if path.is_dir() {
-        return true;
-    }
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let mut head = [0u8; 512];
-    let n = read_full(&mut file, &mut head);
-    let head = &head[..n];
-    if source::is_gzip(head) {
-        let Ok(file) = std::fs::File::open(path) else {
-            return false;
-        };
-        let mut z = flate2::read::MultiGzDecoder::new(file);
-        let mut text = [0u8; 512];
-        let n = read_full(&mut z, &mut text);
-        return starts_as_json(&text[..n]);
-    }
-    starts_as_json(head)
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> usize {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
-        }
-    }
-    n
-}
-
-/// JSON that may be a trace: an object or array, and not memtrack's own output (`summary
-/// --format json` of snapshots, read back for the table of ranks, starts with its `kind`).
-fn starts_as_json(text: &[u8]) -> bool {
-    let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
-    let mut rest = text.iter().skip_while(|b| b.is_ascii_whitespace());
-    match rest.next() {
-        Some(b'[') => opens_json_array(&text.trim_ascii_start()[1..]),
-        Some(b'{') => {
-            let first_key: Vec<u8> = rest
-                .skip_while(|b| b.is_ascii_whitespace())
-                .take(6)
-                .copied()
-                .collect();
-            first_key != b"\"kind\""
-        }
-        _ => false,
-    }
-}
-
-/// Whether the text after a `[` goes on as a JSON array does (a value or `]`), so that a TOML
-/// or INI file (`[package]`) is not taken for one. A head that ends first counts as JSON.
-pub fn opens_json_array(after_bracket: &[u8]) -> bool {
-    let rest = after_bracket.trim_ascii_start();
-    let literal = |word: &[u8]| {
-        rest.strip_prefix(word).is_some_and(|after| {
-            after
-                .first()
-                .is_none_or(|b| b.is_ascii_whitespace() || matches!(b, b',' | b']'))
-        })
-    };
-    match rest.first() {
-        None => true,
-        Some(b'{' | b'[' | b']' | b'"' | b'-' | b'0'..=b'9') => true,
-        Some(_) => literal(b"true") || literal(b"false") || literal(b"null"),
-    }
+    crate::inputs::open(path).is_ok_and(|i| i.looks.is_trace())
 }
 
 /// The traces a path names: the file itself, or a folder's `*.json` and `*.json.gz` files in
@@ -136,24 +75,25 @@ pub fn load(path: &Path) -> Result<ProfileTrace> {
 
 /// Reads a trace, memory events or not.
 pub fn load_any(path: &Path) -> Result<ProfileTrace> {
-    let mut file =
-        std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut head = [0u8; 2];
-    let gzip = read_full(&mut file, &mut head) == 2 && source::is_gzip(&head);
-    let file =
-        std::fs::File::open(path).map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
-    let mut source = Source::new(file, gzip);
+    let input = crate::inputs::open(path).map_err(|m| Error::input(path, m))?;
+    let gzip = matches!(input.looks, Looks::Json { gzip: true, .. });
+    let bytes = input
+        .stream()
+        .map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
+    let mut source = Source::new(bytes, gzip);
     let name = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let mut bar = crate::progress::Bar::bytes(size, format!("reading {name}"));
+    let mut bar =
+        crate::progress::Bar::bytes(input.file_size().unwrap_or(0), format!("reading {name}"));
     let mut progress = |read: u64| {
         use crate::pickle::Progress;
         bar.advanced(read as usize);
     };
-    scan::read(&mut source, &mut progress).map_err(|e| Error::input(path, describe(&e, gzip)))
+    let budget = gzip.then_some(Budget::GZIP);
+    scan::read(&mut source, &mut progress, budget)
+        .map_err(|e| Error::input(path, describe(&e, gzip)))
 }
 
 /// The user's message for a reading that failed.
@@ -182,6 +122,32 @@ fn describe(e: &ScanError, gzip: bool) -> String {
         ),
         ScanError::EventNotObject { index, found } => format!(
             "not a Chrome trace: trace event {index} is {found}, not an object"
+        ),
+        ScanError::ItemTooLarge { offset, index, limit } => format!(
+            "trace event {index} has more than {} MiB of names and figures memtrack keeps (past byte {offset}{text}), where real events have a few KiB: a damaged or hand-made trace; memtrack does not read it",
+            limit >> 20
+        ),
+        ScanError::Expansion {
+            text: n,
+            compressed,
+            what,
+        } => {
+            let b = Budget::GZIP;
+            let (amount, allowed) = if *what == "bytes" {
+                (format!("{} MiB", n >> 20), format!("{}x the compressed size and {} MiB more", b.ratio, b.floor >> 20))
+            } else {
+                (format!("{n} kept events"), format!("one kept event per {} compressed bytes and {} more", b.compressed_per_event, b.event_floor))
+            };
+            format!(
+                "the gzip data expands past what a trace of its size holds: {amount} from its first {compressed} compressed bytes (memtrack allows {allowed}; real traces inflate 9 to 13 times); a compression bomb or a damaged file? If it is a real trace, decompress it (`gunzip -k`) and read the .json, which has no such limit"
+            )
+        }
+        ScanError::BadEvent {
+            offset,
+            index,
+            message,
+        } => format!(
+            "trace event {index} (at byte {offset}{text}) is a memory event memtrack cannot count: {message}"
         ),
         ScanError::Io(e) if gzip => format!(
             "the gzip data is damaged or cut short ({e}): a trace whose writing did not finish? Profile again or copy it whole"

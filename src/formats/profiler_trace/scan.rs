@@ -1,19 +1,15 @@
 //! A streaming reader of Chrome trace JSON, for the traces torch.profiler writes: it walks the
-//! text once, item by item of `traceEvents`, keeps only the fields memtrack uses (and only the
-//! events it keeps), and never builds the document.
+//! text once, byte by byte through `text::Text`, item by item of `traceEvents`, keeps only the
+//! fields memtrack uses (and only the events it keeps), and never builds the document.
 //!
-//! The text comes in chunks into one buffer; each value is parsed from a slice of it, and a
-//! value that runs past what was read so far is parsed again once more has come (values are
-//! small next to a chunk, so that costs one value a chunk). A value longer than the buffer
-//! grows it.
+//! Time is linear in the text; memory is what the trace keeps plus one event's kept fields
+//! (bounded by `MAX_KEPT_PER_EVENT`): values memtrack does not read are skipped as they pass,
+//! whatever their size. A gzip trace is read within a `Budget` of its compressed size.
 
-use rustc_hash::FxHashMap;
-
-use crate::model::profile::{
-    is_step, MemoryEvent, OomEvent, ProfileDevice, ProfileTrace, Range, RangeKind,
-};
-
+use super::build::{Builder, Fields, Token};
 use super::source::Source;
+use super::text::{Budget, Text, MAX_KEPT_PER_EVENT};
+use crate::model::profile::ProfileTrace;
 
 /// What went wrong, with the byte offset (of the text, inflated) where it did.
 #[derive(Debug)]
@@ -42,699 +38,129 @@ pub enum ScanError {
         index: u64,
         found: String,
     },
+    /// One event whose fields memtrack keeps run past `limit` bytes.
+    ItemTooLarge {
+        offset: u64,
+        index: u64,
+        limit: u64,
+    },
+    /// A gzip trace that inflates past its budget: `text` bytes or events (`what`) from
+    /// `compressed` bytes of the file.
+    Expansion {
+        text: u64,
+        compressed: u64,
+        what: &'static str,
+    },
+    /// A memory event with a figure no allocator reports.
+    BadEvent {
+        offset: u64,
+        index: u64,
+        message: String,
+    },
     Io(std::io::Error),
 }
 
-/// Not enough text read yet for the value at hand.
-struct More;
-
-enum Fail {
-    More,
-    Syntax(usize, &'static str),
-}
-
-impl From<More> for Fail {
-    fn from(_: More) -> Fail {
-        Fail::More
-    }
-}
-
-type P<T> = Result<T, Fail>;
-
-/// The reader's buffer: `data[pos..]` is text not yet parsed; `base` is the offset of
-/// `data[0]` in the text.
-struct Buf<'s> {
-    data: Vec<u8>,
-    pos: usize,
-    base: u64,
-    eof: bool,
-    source: &'s mut Source,
-    progress: &'s mut dyn FnMut(u64),
-}
-
-impl Buf<'_> {
-    /// Reads more text; false at the end.
-    fn more(&mut self) -> Result<bool, ScanError> {
-        if self.eof {
-            return Ok(false);
-        }
-        // drop what was parsed (only once it is most of the buffer: fewer moves)
-        if self.pos > 0 && self.pos >= self.data.len() / 2 {
-            self.data.drain(..self.pos);
-            self.base += self.pos as u64;
-            self.pos = 0;
-        }
-        let n = self
-            .source
-            .read_into(&mut self.data)
-            .map_err(ScanError::Io)?;
-        (self.progress)(self.source.file_bytes_read());
-        if n == 0 {
-            self.eof = true;
-        }
-        Ok(n > 0)
-    }
-
-    fn offset(&self, at: usize) -> u64 {
-        self.base + at as u64
-    }
-
-    /// Runs `parse` over the unread text until it has enough; Ok(None) at the end of the text.
-    fn parse<T>(
-        &mut self,
-        parse: impl Fn(&[u8], usize) -> P<(T, usize)>,
-    ) -> Result<Result<T, (usize, &'static str)>, ScanError> {
-        loop {
-            match parse(&self.data, self.pos) {
-                Ok((v, end)) => {
-                    self.pos = end;
-                    return Ok(Ok(v));
-                }
-                Err(Fail::Syntax(at, what)) => return Ok(Err((at, what))),
-                Err(Fail::More) => {
-                    if !self.more()? {
-                        return Ok(Err((self.data.len(), "")));
-                    }
-                }
-            }
+impl ScanError {
+    /// Where in the text it went wrong, where it says.
+    pub fn offset(&self) -> Option<u64> {
+        match self {
+            ScanError::CutShort { offset, .. }
+            | ScanError::Syntax { offset, .. }
+            | ScanError::ItemTooLarge { offset, .. }
+            | ScanError::BadEvent { offset, .. } => Some(*offset),
+            _ => None,
         }
     }
 }
 
-#[inline]
-fn is_ws(b: u8) -> bool {
-    matches!(b, b' ' | b'\n' | b'\r' | b'\t')
-}
-
-#[inline]
-fn skip_ws(s: &[u8], mut i: usize) -> Result<usize, More> {
-    while i < s.len() {
-        if !is_ws(s[i]) {
-            return Ok(i);
-        }
-        i += 1;
-    }
-    Err(More)
-}
-
-#[inline]
-fn expect(s: &[u8], i: usize, b: u8, what: &'static str) -> P<usize> {
-    let i = skip_ws(s, i)?;
-    if s[i] == b {
-        Ok(i + 1)
-    } else {
-        Err(Fail::Syntax(i, what))
-    }
-}
-
-/// A string starting at its opening quote `s[i]`: the raw bytes between the quotes (escapes
-/// left as written) and whether it has any, and the index past the closing quote.
-#[inline]
-fn string_raw(s: &[u8], i: usize) -> P<(usize, usize, bool, usize)> {
-    let start = i + 1;
-    let mut j = start;
-    let mut escaped = false;
-    loop {
-        let Some(k) = memchr::memchr2(b'"', b'\\', &s[j..]) else {
-            return Err(Fail::More);
-        };
-        j += k;
-        if s[j] == b'"' {
-            return Ok((start, j, escaped, j + 1));
-        }
-        escaped = true;
-        j += 2; // the backslash and the character it escapes
-        if j > s.len() {
-            return Err(Fail::More);
-        }
-    }
-}
-
-/// The text of a raw string, escapes decoded (as JSON says; a lone surrogate becomes U+FFFD).
-fn unescape(raw: &[u8]) -> String {
-    let mut out = String::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        let b = raw[i];
-        if b != b'\\' {
-            let run = memchr::memchr(b'\\', &raw[i..]).map_or(raw.len(), |k| i + k);
-            out.push_str(&String::from_utf8_lossy(&raw[i..run]));
-            i = run;
-            continue;
-        }
-        let Some(&e) = raw.get(i + 1) else { break };
-        i += 2;
-        match e {
-            b'n' => out.push('\n'),
-            b't' => out.push('\t'),
-            b'r' => out.push('\r'),
-            b'b' => out.push('\u{8}'),
-            b'f' => out.push('\u{c}'),
-            b'u' => {
-                let hex = |k: usize| {
-                    raw.get(k..k + 4)
-                        .and_then(|h| std::str::from_utf8(h).ok())
-                        .and_then(|h| u32::from_str_radix(h, 16).ok())
-                };
-                let Some(hi) = hex(i) else { break };
-                i += 4;
-                let c = if (0xD800..0xDC00).contains(&hi)
-                    && raw.get(i) == Some(&b'\\')
-                    && raw.get(i + 1) == Some(&b'u')
-                {
-                    match hex(i + 2) {
-                        Some(lo) if (0xDC00..0xE000).contains(&lo) => {
-                            i += 6;
-                            char::from_u32(0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00))
-                        }
-                        _ => None,
-                    }
-                } else {
-                    char::from_u32(hi)
-                };
-                out.push(c.unwrap_or('\u{FFFD}'));
-            }
-            other => out.push(other as char),
-        }
-    }
-    out
-}
-
-/// The end of a number starting at `i` (a number at the very end of the text needs more).
-#[inline]
-fn number_end(s: &[u8], mut i: usize) -> Result<usize, More> {
-    while i < s.len() {
-        match s[i] {
-            b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E' => i += 1,
-            _ => return Ok(i),
-        }
-    }
-    Err(More)
-}
-
-/// A number's text as an integer scaled by 10^`scale` (1000 reads microseconds as
-/// nanoseconds), exactly for up to `log10(scale)` decimals, through f64 otherwise.
-fn scaled_int(t: &[u8], scale: i64) -> Option<i64> {
-    let (neg, digits) = match t.first() {
-        Some(b'-') => (true, &t[1..]),
-        _ => (false, t),
-    };
-    let mut v: i64 = 0;
-    let mut i = 0;
-    while i < digits.len() && digits[i].is_ascii_digit() {
-        v = v.checked_mul(10)?.checked_add((digits[i] - b'0') as i64)?;
-        i += 1;
-    }
-    if i == 0 {
-        return None;
-    }
-    let mut v = v.checked_mul(scale)?;
-    if i < digits.len() && digits[i] == b'.' {
-        i += 1;
-        let mut unit = scale;
-        let frac_start = i;
-        while i < digits.len() && digits[i].is_ascii_digit() {
-            unit /= 10;
-            v += (digits[i] - b'0') as i64 * unit;
-            i += 1;
-        }
-        if i == frac_start {
-            return None;
-        }
-    }
-    if i < digits.len() {
-        // an exponent (or more decimals than the scale holds, which `unit` dropped): f64
-        let f: f64 = std::str::from_utf8(t).ok()?.parse().ok()?;
-        let scaled = f * scale as f64;
-        return (scaled.is_finite() && scaled.abs() < 9.2e18).then(|| scaled.round() as i64);
-    }
-    Some(if neg { -v } else { v })
-}
-
-/// Skips any value starting at `i` (after whitespace); returns the index past it.
-fn skip_value(s: &[u8], i: usize) -> P<usize> {
-    let i = skip_ws(s, i)?;
-    match s[i] {
-        b'"' => Ok(string_raw(s, i)?.3),
-        b'{' | b'[' => skip_container(s, i),
-        b't' | b'f' | b'n' => {
-            let word: &[u8] = match s[i] {
-                b't' => b"true",
-                b'f' => b"false",
-                _ => b"null",
-            };
-            if s.len() < i + word.len() {
-                return Err(Fail::More);
-            }
-            if &s[i..i + word.len()] == word {
-                Ok(i + word.len())
-            } else {
-                Err(Fail::Syntax(i, "a JSON value"))
-            }
-        }
-        b'-' | b'0'..=b'9' => Ok(number_end(s, i)?),
-        _ => Err(Fail::Syntax(i, "a JSON value")),
-    }
-}
-
-/// Skips an object or array by counting brackets outside strings (the values inside are not
-/// checked: memtrack reads none of them).
-fn skip_container(s: &[u8], i: usize) -> P<usize> {
-    let mut depth = 0usize;
-    let mut j = i;
-    while j < s.len() {
-        match s[j] {
-            b'"' => {
-                j = string_raw(s, j)?.3;
-                continue;
-            }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Ok(j + 1);
-                }
-            }
-            _ => {}
-        }
-        j += 1;
-    }
-    Err(Fail::More)
-}
-
-/// A scalar the reader keeps as its text: a number or a string's raw bytes.
-#[derive(Clone, Copy, Default)]
-struct Token {
-    start: usize,
-    end: usize,
-    escaped: bool,
-}
-
-impl Token {
-    fn bytes<'a>(&self, s: &'a [u8]) -> &'a [u8] {
-        &s[self.start..self.end]
-    }
-}
-
-fn token(s: &[u8], i: usize) -> P<(Option<Token>, usize)> {
-    let i = skip_ws(s, i)?;
-    match s[i] {
-        b'"' => {
-            let (start, end, escaped, next) = string_raw(s, i)?;
-            Ok((
-                Some(Token {
-                    start,
-                    end,
-                    escaped,
-                }),
-                next,
-            ))
-        }
-        b'-' | b'0'..=b'9' => {
-            let end = number_end(s, i)?;
-            Ok((
-                Some(Token {
-                    start: i,
-                    end,
-                    escaped: false,
-                }),
-                end,
-            ))
-        }
-        _ => Ok((None, skip_value(s, i)?)),
-    }
-}
-
-/// The fields of one trace event memtrack reads.
-#[derive(Default)]
-struct Fields {
-    ph: Option<Token>,
-    cat: Option<Token>,
-    name: Option<Token>,
-    pid: Option<Token>,
-    tid: Option<Token>,
-    ts: Option<Token>,
-    dur: Option<Token>,
-    addr: Option<Token>,
-    bytes: Option<Token>,
-    total_allocated: Option<Token>,
-    total_reserved: Option<Token>,
-    device_id: Option<Token>,
-    device_type: Option<Token>,
-}
-
-/// Loops over an object's members starting at `{` (`s[i]`), handing each key's raw bytes and
-/// the index of its value to `member`, which returns the index past the value.
-#[inline]
-fn members(s: &[u8], i: usize, mut member: impl FnMut(&[u8], usize) -> P<usize>) -> P<usize> {
-    let mut j = skip_ws(s, i + 1)?;
-    if s[j] == b'}' {
-        return Ok(j + 1);
-    }
-    loop {
-        if s[j] != b'"' {
-            return Err(Fail::Syntax(j, "a member name in quotes"));
-        }
-        let (ks, ke, _, next) = string_raw(s, j)?;
-        let colon = expect(s, next, b':', "`:` after a member name")?;
-        j = member(&s[ks..ke], colon)?;
-        j = skip_ws(s, j)?;
-        match s[j] {
-            b',' => j = skip_ws(s, j + 1)?,
-            b'}' => return Ok(j + 1),
-            _ => return Err(Fail::Syntax(j, "`,` or `}` in an object")),
-        }
-    }
-}
-
-/// One item of `traceEvents` (at `i`, after whitespace): its fields, or None when it is not
-/// an object (the caller says so).
-fn event(s: &[u8], i: usize) -> P<(Option<Fields>, usize)> {
-    let i = skip_ws(s, i)?;
-    if s[i] != b'{' {
-        return Ok((None, i));
-    }
-    let mut f = Fields::default();
-    let end = members(s, i, |key, v| {
-        let slot = match key {
-            b"ph" => &mut f.ph,
-            b"cat" => &mut f.cat,
-            b"name" => &mut f.name,
-            b"pid" => &mut f.pid,
-            b"tid" => &mut f.tid,
-            b"ts" => &mut f.ts,
-            b"dur" => &mut f.dur,
-            b"args" => {
-                let a = skip_ws(s, v)?;
-                if s[a] != b'{' {
-                    return skip_value(s, a);
-                }
-                return members(s, a, |key, v| {
-                    let slot = match key {
-                        b"Addr" => &mut f.addr,
-                        b"Bytes" => &mut f.bytes,
-                        b"Total Allocated" => &mut f.total_allocated,
-                        b"Total Reserved" => &mut f.total_reserved,
-                        b"Device Id" => &mut f.device_id,
-                        b"Device Type" => &mut f.device_type,
-                        _ => return skip_value(s, v),
-                    };
-                    let (t, next) = token(s, v)?;
-                    *slot = t;
-                    Ok(next)
-                });
-            }
-            _ => return skip_value(s, v),
-        };
-        let (t, next) = token(s, v)?;
-        *slot = t;
-        Ok(next)
-    })?;
-    Ok((Some(f), end))
-}
-
-/// Builds the model as events come: interning names, threads and devices.
-struct Builder {
-    trace: ProfileTrace,
-    names: FxHashMap<Box<[u8]>, u32>,
-    threads: FxHashMap<Box<[u8]>, u32>,
-    thread_key: Vec<u8>,
-    last_thread: Option<(Vec<u8>, u32)>,
-}
-
-const MEMORY: &[u8] = b"[memory]";
-const OOM: &[u8] = b"[OutOfMemory]";
-
-impl Builder {
-    fn new() -> Builder {
-        Builder {
-            trace: ProfileTrace::default(),
-            names: FxHashMap::default(),
-            threads: FxHashMap::default(),
-            thread_key: Vec::new(),
-            last_thread: None,
-        }
-    }
-
-    fn text(s: &[u8], t: &Token) -> String {
-        if t.escaped {
-            unescape(t.bytes(s))
-        } else {
-            String::from_utf8_lossy(t.bytes(s)).into_owned()
-        }
-    }
-
-    fn thread(&mut self, s: &[u8], f: &Fields) -> u32 {
-        let key = &mut self.thread_key;
-        key.clear();
-        if let Some(p) = &f.pid {
-            key.extend_from_slice(p.bytes(s));
-        }
-        key.push(b'/');
-        if let Some(t) = &f.tid {
-            key.extend_from_slice(t.bytes(s));
-        }
-        if let Some((k, id)) = &self.last_thread {
-            if k == key {
-                return *id;
-            }
-        }
-        let id = match self.threads.get(key.as_slice()) {
-            Some(&id) => id,
-            None => {
-                let id = self.trace.threads.len() as u32;
-                let text = String::from_utf8_lossy(key).into_owned();
-                self.trace.threads.push(text);
-                self.threads.insert(key.clone().into_boxed_slice(), id);
-                id
-            }
-        };
-        self.last_thread = Some((key.clone(), id));
-        id
-    }
-
-    fn name(&mut self, s: &[u8], t: &Token) -> u32 {
-        if let Some(&id) = self.names.get(t.bytes(s)) {
-            return id;
-        }
-        let id = self.trace.names.len() as u32;
-        self.trace.names.push(Self::text(s, t));
-        self.names.insert(t.bytes(s).into(), id);
-        id
-    }
-
-    fn device(&mut self, device_type: i64, index: i64) -> u16 {
-        let d = ProfileDevice { device_type, index };
-        match self.trace.devices.iter().position(|&x| x == d) {
-            Some(k) => k as u16,
-            None => {
-                self.trace.devices.push(d);
-                (self.trace.devices.len() - 1) as u16
-            }
-        }
-    }
-
-    fn add(&mut self, s: &[u8], f: &Fields) {
-        self.trace.events += 1;
-        let int = |t: &Option<Token>, scale: i64| {
-            t.as_ref()
-                .and_then(|t| scaled_int(t.bytes(s), scale))
-                .unwrap_or(0)
-        };
-        let name = f.name.as_ref().map_or(&b""[..], |t| t.bytes(s));
-        let ph = f.ph.as_ref().map_or(&b""[..], |t| t.bytes(s));
-        if name == MEMORY || name == OOM {
-            let device = self.device(int(&f.device_type, 1), int(&f.device_id, 1));
-            let thread = self.thread(s, f);
-            let ts_ns = int(&f.ts, 1000);
-            let (bytes, total_allocated, total_reserved) = (
-                int(&f.bytes, 1),
-                int(&f.total_allocated, 1),
-                int(&f.total_reserved, 1),
-            );
-            if name == MEMORY {
-                self.trace.memory.push(MemoryEvent {
-                    ts_ns,
-                    bytes,
-                    total_allocated,
-                    total_reserved,
-                    addr: int(&f.addr, 1) as u64,
-                    device,
-                    thread,
-                });
-            } else {
-                self.trace.ooms.push(OomEvent {
-                    ts_ns,
-                    bytes,
-                    total_allocated,
-                    total_reserved,
-                    device,
-                    thread,
-                });
-            }
-            return;
-        }
-        if ph != b"X" {
-            return;
-        }
-        self.trace.complete_events += 1;
-        let cat = f.cat.as_ref().map_or(&b""[..], |t| t.bytes(s));
-        let kind = match cat {
-            b"cpu_op" | b"operator" => RangeKind::Op,
-            b"python_function" => RangeKind::Python,
-            b"user_annotation" => RangeKind::Annotation,
-            b"gpu_user_annotation" => RangeKind::GpuAnnotation,
-            b"kernel" | b"Kernel" => RangeKind::Kernel,
-            _ => return,
-        };
-        let Some(name_token) = &f.name else { return };
-        let id = self.name(s, name_token);
-        // torch 1.x wrote ProfilerStep#N as a cpu_op: it is the step annotation whatever it says
-        let kind = if kind == RangeKind::Op && is_step(self.trace.name(id)) {
-            RangeKind::Annotation
-        } else {
-            kind
-        };
-        let thread = self.thread(s, f);
-        self.trace.ranges.push(Range {
-            start_ns: int(&f.ts, 1000),
-            dur_ns: int(&f.dur, 1000).max(0),
-            name: id,
-            thread,
-            kind,
-        });
-    }
-}
-
-/// The error of a reading that stopped at `at`: cut short at the end of the text, else not JSON.
-fn syntax(buf: &Buf, (at, expected): (usize, &'static str), events: u64) -> ScanError {
-    if at >= buf.data.len() {
-        ScanError::CutShort {
-            offset: buf.offset(at),
-            events,
-        }
-    } else {
-        ScanError::Syntax {
-            offset: buf.offset(at),
-            expected,
-            found: found(&buf.data, at),
-        }
-    }
-}
-
-/// What the text shows at `at`, for messages.
-fn found(s: &[u8], at: usize) -> String {
-    match s.get(at..(at + 24).min(s.len())) {
-        None | Some([]) => "the end of the file".into(),
-        Some(t) => format!("`{}`", String::from_utf8_lossy(t).replace('\n', "\\n")),
-    }
-}
-
-/// Reads a whole trace from `source`. `progress` gets the file bytes read so far.
-pub fn read(source: &mut Source, progress: &mut dyn FnMut(u64)) -> Result<ProfileTrace, ScanError> {
-    let mut buf = Buf {
-        data: Vec::with_capacity(super::source::CHUNK * 2),
-        pos: 0,
-        base: 0,
-        eof: false,
-        source,
-        progress,
-    };
+/// Reads a whole trace from `source`. `progress` gets the file bytes read so far; `budget`
+/// bounds what a compressed file may expand to.
+pub fn read(
+    source: &mut Source,
+    progress: &mut dyn FnMut(u64),
+    budget: Option<Budget>,
+) -> Result<ProfileTrace, ScanError> {
+    let mut text = Text::new(source, progress, budget);
     let mut b = Builder::new();
+    // a UTF-8 byte order mark is allowed before the text
+    for (k, &m) in b"\xEF\xBB\xBF".iter().enumerate() {
+        if text.peek()? != Some(m) {
+            if k > 0 {
+                return Err(text.syntax("a JSON value after a byte order mark"));
+            }
+            break;
+        }
+        text.pos += 1;
+    }
     // the top-level value: an object with `traceEvents`, or the bare array of events
-    let first = match buf.parse(|s, i| {
-        // a UTF-8 byte order mark is allowed before the text
-        let i = if s[i..].starts_with(b"\xEF\xBB\xBF") {
-            i + 3
-        } else {
-            i
-        };
-        let i = skip_ws(s, i)?;
-        Ok((s[i], i + 1))
-    })? {
-        Ok(c) => c,
-        Err(_) => {
+    match text.skip_ws()? {
+        None => {
             return Err(ScanError::NotObject {
                 found: "nothing (an empty file)".into(),
             })
         }
-    };
-    match first {
-        b'[' => {
-            events(&mut buf, &mut b).map_err(|e| e.into_error(&buf, b.trace.events))?;
+        Some(b'[') => {
+            text.pos += 1;
+            events(&mut text, &mut b)?;
+            end_of_text(&mut text)?;
             return Ok(b.trace);
         }
-        b'{' => {}
-        _ => {
-            return Err(ScanError::NotObject {
-                found: found(&buf.data, buf.pos - 1),
-            })
+        Some(b'{') => text.pos += 1,
+        Some(_) => {
+            let ScanError::Syntax { found, .. } = text.syntax("") else {
+                unreachable!("syntax() gives a syntax error")
+            };
+            return Err(ScanError::NotObject { found });
         }
     }
     let mut keys = Vec::new();
     let mut saw_events = false;
-    let mut after_member = false;
+    let mut first = true;
+    let mut key = Vec::new();
     loop {
         // `,` or `}` after a member, then the next key
-        let step = buf.parse(|s, i| {
-            let i = skip_ws(s, i)?;
-            Ok((s[i], i))
-        })?;
-        let c = step.map_err(|e| syntax(&buf, e, b.trace.events))?;
+        let c = text.next_nonws()?;
         if c == b'}' {
+            text.pos += 1;
             break;
         }
-        if after_member {
+        if !first {
             if c != b',' {
-                return Err(syntax(
-                    &buf,
-                    (buf.pos, "`,` or `}` in the top-level object"),
-                    b.trace.events,
-                ));
+                return Err(text.syntax("`,` or `}` in the top-level object"));
             }
-            buf.pos += 1;
+            text.pos += 1;
         }
-        let key = buf.parse(|s, i| {
-            let i = skip_ws(s, i)?;
-            if s[i] != b'"' {
-                return Err(Fail::Syntax(i, "a member name in quotes"));
-            }
-            let (ks, ke, esc, next) = string_raw(s, i)?;
-            let colon = expect(s, next, b':', "`:` after a member name")?;
-            let raw = &s[ks..ke];
-            let key = if esc {
-                unescape(raw)
-            } else {
-                String::from_utf8_lossy(raw).into_owned()
-            };
-            Ok((key, colon))
-        })?;
-        let key = key.map_err(|e| syntax(&buf, e, b.trace.events))?;
-        after_member = true;
-        match key.as_str() {
+        first = false;
+        if text.next_nonws()? != b'"' {
+            return Err(text.syntax("a member name in quotes"));
+        }
+        text.pos += 1;
+        // a top-level key is shown in messages: kept whole (within reason), escapes decoded
+        key.clear();
+        let escaped = text.keep_string(&mut key, 4096)?;
+        if text.next_nonws()? != b':' {
+            return Err(text.syntax("`:` after a member name"));
+        }
+        text.pos += 1;
+        let name = if escaped {
+            super::build::unescape(&key)
+        } else {
+            String::from_utf8_lossy(&key).into_owned()
+        };
+        match name.as_str() {
             "traceEvents" => {
-                let open = buf.parse(|s, i| Ok((s[skip_ws(s, i)?], skip_ws(s, i)? + 1)))?;
-                match open.map_err(|e| syntax(&buf, e, b.trace.events))? {
-                    b'[' => {}
-                    _ => {
-                        return Err(syntax(
-                            &buf,
-                            (buf.pos - 1, "`traceEvents` to be an array"),
-                            b.trace.events,
-                        ))
-                    }
+                if text.next_nonws()? != b'[' {
+                    return Err(text.syntax("`traceEvents` to be an array"));
                 }
+                text.pos += 1;
                 saw_events = true;
-                events(&mut buf, &mut b).map_err(|e| e.into_error(&buf, b.trace.events))?;
+                events(&mut text, &mut b)?;
             }
             "profile_memory" | "baseTimeNanoseconds" => {
-                let t = buf.parse(|s, i| {
-                    let (t, next) = token(s, i)?;
-                    Ok((t.map(|t| t.bytes(s).to_vec()), next))
-                })?;
-                let t = t.map_err(|e| syntax(&buf, e, b.trace.events))?;
-                let v = t.and_then(|t| scaled_int(&t, 1));
-                if key == "profile_memory" {
+                let mut kept = Vec::new();
+                let t = keep_token(&mut text, &mut kept)?;
+                let v = t.and_then(|t| super::build::scaled_int(&kept[t.start..t.end], 1));
+                if name == "profile_memory" {
                     b.trace.profile_memory = v.map(|v| v != 0);
                 } else {
                     b.trace.base_time_ns = v;
@@ -742,102 +168,376 @@ pub fn read(source: &mut Source, progress: &mut dyn FnMut(u64)) -> Result<Profil
             }
             _ => {
                 if keys.len() < 8 {
-                    keys.push(key);
+                    keys.push(name);
                 }
-                let end = buf.parse(|s, i| Ok(((), skip_value(s, i)?)))?;
-                end.map_err(|e| syntax(&buf, e, b.trace.events))?;
+                text.skip_value()?;
             }
         }
     }
+    end_of_text(&mut text)?;
     if !saw_events {
         return Err(ScanError::NoTraceEvents { keys });
     }
     Ok(b.trace)
 }
 
-enum EventsError {
-    Scan(ScanError),
-    At(usize, &'static str),
-    NotObject(u64, String),
-}
-
-impl From<ScanError> for EventsError {
-    fn from(e: ScanError) -> Self {
-        EventsError::Scan(e)
-    }
-}
-
-impl EventsError {
-    fn into_error(self, buf: &Buf, events: u64) -> ScanError {
-        match self {
-            EventsError::Scan(e) => e,
-            EventsError::At(at, what) => syntax(buf, (at, what), events),
-            EventsError::NotObject(index, found) => ScanError::EventNotObject { index, found },
-        }
+/// Only white space may follow the trace's JSON (as JSON parsers require: a file with more
+/// after it is two files run together, or damaged).
+fn end_of_text(text: &mut Text) -> Result<(), ScanError> {
+    match text.skip_ws()? {
+        None => Ok(()),
+        Some(_) => Err(text.syntax("the end of the file after the trace's JSON")),
     }
 }
 
 /// The items of `traceEvents`, after its `[`, through its `]`.
-fn events(buf: &mut Buf, b: &mut Builder) -> Result<(), EventsError> {
+fn events(text: &mut Text, b: &mut Builder) -> Result<(), ScanError> {
+    let mut kept = Vec::with_capacity(4096);
+    let mut keys = (Vec::with_capacity(64), Vec::with_capacity(64));
     let mut first = true;
     loop {
-        // the separator (or the end), then one event, parsed together from one slice
-        let item = buf.parse(|s, i| {
-            let mut i = skip_ws(s, i)?;
-            if s[i] == b']' {
-                return Ok((None, i + 1));
+        // most events lie whole in the chunk at hand
+        if let Ok((fields, at, end)) = super::fast::item(text.rest(), first) {
+            let Some(fields) = fields else {
+                text.pos += end;
+                return Ok(());
+            };
+            let start = text.offset() + at as u64;
+            let added = b.add(text.rest(), &fields);
+            text.pos += end;
+            counted(text, added, start)?;
+            first = false;
+            continue;
+        }
+        let mut c = text.next_nonws()?;
+        if c == b']' {
+            text.pos += 1;
+            return Ok(());
+        }
+        if !first {
+            if c != b',' {
+                return Err(text.syntax("`,` or `]` between trace events"));
             }
-            if !first {
-                if s[i] != b',' {
-                    return Err(Fail::Syntax(i, "`,` or `]` between trace events"));
-                }
-                i += 1;
-            }
-            let (fields, end) = event(s, i)?;
-            Ok((Some((fields, i, end)), end))
-        })?;
-        match item {
-            Ok(None) => return Ok(()),
-            Ok(Some((Some(fields), _, _))) => {
-                b.add(&buf.data, &fields);
-            }
-            Ok(Some((None, at, _))) => {
-                let at = skip_ws(&buf.data, at).unwrap_or(at);
-                return Err(EventsError::NotObject(b.trace.events, found(&buf.data, at)));
-            }
-            Err((at, what)) => return Err(EventsError::At(at, what)),
+            text.pos += 1;
+            c = text.next_nonws()?;
         }
         first = false;
+        if c != b'{' {
+            let ScanError::Syntax { found, .. } = text.syntax("") else {
+                unreachable!("syntax() gives a syntax error")
+            };
+            return Err(ScanError::EventNotObject {
+                index: text.events,
+                found,
+            });
+        }
+        let start = text.offset();
+        text.pos += 1;
+        kept.clear();
+        let fields = event(text, &mut kept, &mut keys)?;
+        let added = b.add(&kept, &fields);
+        counted(text, added, start)?;
+    }
+}
+
+/// An event added (`added`: whether the trace keeps it), counted; or refused (`start`: where
+/// it starts in the text).
+#[inline]
+fn counted(text: &mut Text, added: Result<bool, String>, start: u64) -> Result<(), ScanError> {
+    match added {
+        Ok(true) => text.keep_one()?,
+        Ok(false) => {}
+        Err(message) => {
+            return Err(ScanError::BadEvent {
+                offset: start,
+                index: text.events,
+                message,
+            })
+        }
+    }
+    text.events += 1;
+    Ok(())
+}
+
+/// One event's members, after its `{`, through its `}`: the fields memtrack reads, their text
+/// in `kept`.
+fn event(
+    text: &mut Text,
+    kept: &mut Vec<u8>,
+    (key, inner): &mut (Vec<u8>, Vec<u8>),
+) -> Result<Fields, ScanError> {
+    let mut f = Fields::default();
+    members(text, key, |text, key| {
+        if key == b"args" {
+            if text.next_nonws()? != b'{' {
+                return text.skip_value();
+            }
+            text.pos += 1;
+            return members(text, inner, |text, key| match f.args_slot(key) {
+                Some(slot) => {
+                    *slot = keep_token(text, kept)?;
+                    Ok(())
+                }
+                None => text.skip_value(),
+            });
+        }
+        match f.event_slot(key) {
+            Some(slot) => {
+                *slot = keep_token(text, kept)?;
+                Ok(())
+            }
+            None => text.skip_value(),
+        }
+    })?;
+    Ok(f)
+}
+
+/// An object's members after its `{`, through its `}`: `member` gets each name (empty when
+/// too long to be one memtrack reads) with the cursor at its value, and reads the value.
+#[inline]
+fn members(
+    text: &mut Text,
+    key: &mut Vec<u8>,
+    mut member: impl FnMut(&mut Text, &[u8]) -> Result<(), ScanError>,
+) -> Result<(), ScanError> {
+    let mut c = text.next_nonws()?;
+    if c == b'}' {
+        text.pos += 1;
+        return Ok(());
+    }
+    loop {
+        if c != b'"' {
+            return Err(text.syntax("a member name in quotes"));
+        }
+        text.pos += 1;
+        text.member_name(key)?;
+        member(text, key)?;
+        match text.next_nonws()? {
+            b',' => {
+                text.pos += 1;
+                c = text.next_nonws()?;
+            }
+            b'}' => {
+                text.pos += 1;
+                return Ok(());
+            }
+            _ => return Err(text.syntax("`,` or `}` in an object")),
+        }
+    }
+}
+
+/// A scalar memtrack keeps, as its text in `kept`: a number, or a string's raw bytes; any
+/// other value is skipped (None).
+fn keep_token(text: &mut Text, kept: &mut Vec<u8>) -> Result<Option<Token>, ScanError> {
+    let start = kept.len();
+    let room = MAX_KEPT_PER_EVENT;
+    match text.next_nonws()? {
+        b'"' => {
+            text.pos += 1;
+            let escaped = text.keep_string(kept, room)?;
+            Ok(Some(Token {
+                start,
+                end: kept.len(),
+                escaped,
+            }))
+        }
+        b'-' | b'0'..=b'9' => {
+            text.keep_number(kept, room)?;
+            Ok(Some(Token {
+                start,
+                end: kept.len(),
+                escaped: false,
+            }))
+        }
+        _ => {
+            text.skip_value()?;
+            Ok(None)
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{scaled_int, skip_value, unescape};
+    use super::{read, ScanError};
+    use crate::formats::profiler_trace::source::Source;
+    use crate::formats::profiler_trace::text::Budget;
+    use crate::model::profile::ProfileTrace;
+
+    fn read_in_chunks(text: &[u8], chunk: usize) -> Result<ProfileTrace, ScanError> {
+        let mut source =
+            Source::plain_in_chunks(Box::new(std::io::Cursor::new(text.to_vec())), chunk);
+        read(&mut source, &mut |_| {}, None)
+    }
+
+    /// Every kind of value the reader keeps or skips, with escapes, nesting and white space.
+    const TRACE: &[u8] = br#"{"schemaVersion": 1, "deviceProperties": [{"name": "x\"]}"}],
+      "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm\u00e9", "pid": 1, "tid": 2,
+         "ts": 10.5, "dur": 2.25, "args": {"Input Dims": [[1, 2], []], "flag": true, "n": null}},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 2,
+         "ts": 11, "args": {"Addr": 4096, "Bytes": 512, "Total Allocated": 512,
+         "Total Reserved": 2048, "Device Id": 0, "Device Type": 1, "extra": {"a": "}"}}},
+        {"ph": "i", "name": "[memory]", "ts": 12, "args": {"Bytes": -512.0, "Total Allocated": 0}},
+        {"ph": "X", "cat": "python_function", "name": "f", "ts": 1e1, "dur": 0},
+        {"ph": "M", "name": "thread_name", "args": {"name": "a \\ b"}}
+      ],
+      "profile_memory": 1, "baseTimeNanoseconds": 1700000000000000000}
+    "#;
 
     #[test]
-    fn microseconds_read_as_nanoseconds_exactly() {
-        assert_eq!(
-            scaled_int(b"4733828231732.916", 1000),
-            Some(4733828231732916)
-        );
-        assert_eq!(scaled_int(b"12", 1000), Some(12000));
-        assert_eq!(scaled_int(b"-1.5", 1000), Some(-1500));
-        assert_eq!(scaled_int(b"1.5e3", 1000), Some(1_500_000));
-        assert_eq!(scaled_int(b"-1", 1), Some(-1));
-        assert_eq!(scaled_int(b"x", 1), None);
+    fn values_across_chunk_ends_read_as_in_one_chunk() {
+        let whole = format!("{:?}", read_in_chunks(TRACE, 1 << 20).unwrap());
+        assert!(whole.contains("aten::mmé"), "{whole}");
+        for chunk in 1..80 {
+            let t = read_in_chunks(TRACE, chunk).unwrap();
+            assert_eq!(format!("{t:?}"), whole, "chunks of {chunk} bytes");
+            assert_eq!((t.events, t.memory.len(), t.ranges.len()), (5, 2, 2));
+            assert_eq!(t.memory[1].bytes, -512);
+        }
+    }
+
+    /// The fuzz target's property on a few thousand mutations of `TRACE`: reading in chunks of
+    /// any size gives what one chunk gives, the same trace or the same error at the same place.
+    #[test]
+    fn chunks_agree_on_mutated_traces() {
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        const BYTES: &[u8] = b"{}[]\",:0-.e \\u\n";
+        for _ in 0..3000 {
+            let mut t = TRACE.to_vec();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() % t.len() as u64) as usize;
+                match next() % 3 {
+                    0 => t[at] = BYTES[(next() % BYTES.len() as u64) as usize],
+                    1 => drop(t.remove(at)),
+                    _ => t.insert(at, BYTES[(next() % BYTES.len() as u64) as usize]),
+                }
+            }
+            let whole = read_in_chunks(&t, 1 << 20);
+            for chunk in [1, 2, 5, 64] {
+                let part = read_in_chunks(&t, chunk);
+                match (&whole, &part) {
+                    (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}")),
+                    (Err(a), Err(b)) => assert_eq!(
+                        (std::mem::discriminant(a), a.offset()),
+                        (std::mem::discriminant(b), b.offset()),
+                        "{} in chunks of {chunk}: {a:?} / {b:?}",
+                        String::from_utf8_lossy(&t)
+                    ),
+                    _ => panic!("{}: {whole:?} / {part:?}", String::from_utf8_lossy(&t)),
+                }
+            }
+        }
     }
 
     #[test]
-    fn skipping_nested_values_with_brackets_in_strings() {
-        let s = br#"{"a": [1, {"b": "]}"}, "\"{"], "c": {}} ,"#;
-        assert_eq!(skip_value(s, 0).ok(), Some(s.len() - 2));
-        let s = br#"[[], [[]], {"x": "[["}] x"#;
-        assert_eq!(skip_value(s, 0).ok(), Some(s.len() - 2));
+    fn cut_short_at_every_byte_is_said_so() {
+        for end in 0..TRACE.len() - 6 {
+            // (the last bytes are white space after the object)
+            let cut = &TRACE[..end];
+            if cut.iter().all(|b| b.is_ascii_whitespace()) {
+                continue;
+            }
+            for chunk in [3, 1 << 20] {
+                match read_in_chunks(cut, chunk) {
+                    Err(ScanError::CutShort { offset, .. }) => assert!(offset <= end as u64),
+                    other => panic!("cut at {end} (chunks of {chunk}): {other:?}"),
+                }
+            }
+        }
     }
 
     #[test]
-    fn escapes_are_decoded() {
-        assert_eq!(unescape(br#"a\"b\\c\u00e9\ud83d\ude00"#), "a\"b\\cé😀");
+    fn skipped_values_of_any_size_pass_and_kept_ones_are_bounded() {
+        // a 9 MiB string and a 9 MiB array inside an event memtrack keeps: skipped
+        let mut t = br#"[{"name": "[memory]", "args": {"Bytes": 8, "s": ""#.to_vec();
+        t.extend(std::iter::repeat_n(b'a', 9 << 20));
+        t.extend_from_slice(br#"", "a": ["#);
+        t.extend(std::iter::repeat_n(b'[', 9 << 20));
+        t.extend(std::iter::repeat_n(b']', 9 << 20));
+        t.extend_from_slice(br#"]}}]"#);
+        let trace = read_in_chunks(&t, 1 << 16).unwrap();
+        assert_eq!(trace.memory.len(), 1);
+        // a name of 5 MiB is kept: refused
+        let mut t = br#"[{"ph": "X", "cat": "cpu_op", "name": ""#.to_vec();
+        t.extend(std::iter::repeat_n(b'n', 5 << 20));
+        t.extend_from_slice(br#""}]"#);
+        match read_in_chunks(&t, 1 << 16) {
+            Err(ScanError::ItemTooLarge { index: 0, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn text_after_the_json_is_refused() {
+        for tail in [&b"x"[..], b"{}", b"]"] {
+            let mut t = br#"{"traceEvents": []} "#.to_vec();
+            t.extend_from_slice(tail);
+            match read_in_chunks(&t, 7) {
+                Err(ScanError::Syntax { offset: 20, .. }) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(read_in_chunks(b"[] \n", 7).is_ok());
+    }
+
+    #[test]
+    fn figures_no_allocator_reports_are_refused() {
+        for (bytes, says) in [
+            ("1e400", "which no allocator reports"),
+            ("-9223372036854775808", "which no allocator reports"),
+            ("1.5", "not a whole number"),
+            ("\"many\"", "not a number of bytes"),
+        ] {
+            let t = format!(r#"[{{"name": "[memory]", "args": {{"Bytes": {bytes}}}}}]"#);
+            match read_in_chunks(t.as_bytes(), 1 << 20) {
+                Err(ScanError::BadEvent {
+                    index: 0, message, ..
+                }) => {
+                    assert!(message.contains(says), "{bytes}: {message}")
+                }
+                other => panic!("{bytes}: {other:?}"),
+            }
+        }
+        let t = br#"[{"name": "[memory]", "args": {"Total Allocated": -8589934592}}]"#;
+        assert!(matches!(
+            read_in_chunks(t, 5),
+            Err(ScanError::BadEvent { .. })
+        ));
+        let t =
+            br#"[{"name": "[memory]", "args": {"Bytes": -8589934592, "Total Reserved": 1024.0}}]"#;
+        assert_eq!(read_in_chunks(t, 5).unwrap().memory[0].bytes, -8589934592);
+    }
+
+    #[test]
+    fn gzip_past_its_budget_is_refused_as_it_inflates() {
+        use std::io::Write;
+        // one member of 16 MiB of white space, concatenated: 512 MiB from 0.5 MiB
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(&vec![b' '; 16 << 20]).unwrap();
+        let member = z.finish().unwrap();
+        let mut file = br#"{"traceEvents": ["#.to_vec();
+        let mut head = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        head.write_all(&file).unwrap();
+        file = head.finish().unwrap();
+        for _ in 0..32 {
+            file.extend_from_slice(&member);
+        }
+        let mut source = Source::new(Box::new(std::io::Cursor::new(file)), true);
+        match read(&mut source, &mut |_| {}, Some(Budget::GZIP)) {
+            Err(ScanError::Expansion {
+                what: "bytes",
+                text,
+                ..
+            }) => {
+                assert!(text < 128 << 20, "stopped at {text}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -1,8 +1,7 @@
-//! The bytes of a trace file, chunk by chunk: read straight from a plain file, or inflated
-//! from gzip on a second thread (the `.pt.trace.json.gz` that `tensorboard_trace_handler`
-//! writes), so inflating and parsing run on two cores. Neither holds the whole file.
+//! The bytes of a trace, chunk by chunk: read straight from the input, or inflated from gzip
+//! on a second thread (the `.pt.trace.json.gz` that `tensorboard_trace_handler` writes), so
+//! inflating and parsing run on two cores. Neither holds the whole file.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -17,10 +16,15 @@ pub fn is_gzip(head: &[u8]) -> bool {
     head.starts_with(&[0x1f, 0x8b])
 }
 
+/// The input's bytes, from wherever they come (a file, a pipe).
+pub type Bytes = Box<dyn Read + Send>;
+
 pub enum Source {
     Plain {
-        file: File,
+        file: Bytes,
         read: u64,
+        /// Bytes a chunk holds (`CHUNK`; tests cut the text finer).
+        chunk: usize,
     },
     Gzip {
         chunks: Receiver<io::Result<Vec<u8>>>,
@@ -32,7 +36,7 @@ pub enum Source {
 
 /// Counts what the decoder reads from the file.
 struct Counting {
-    file: File,
+    file: Bytes,
     read: Arc<AtomicU64>,
 }
 
@@ -45,10 +49,14 @@ impl Read for Counting {
 }
 
 impl Source {
-    /// `file` positioned at its start; `gzip` from its first bytes.
-    pub fn new(file: File, gzip: bool) -> Source {
+    /// `file` from its start; `gzip` from its first bytes.
+    pub fn new(file: Bytes, gzip: bool) -> Source {
         if !gzip {
-            return Source::Plain { file, read: 0 };
+            return Source::Plain {
+                file,
+                read: 0,
+                chunk: CHUNK,
+            };
         }
         let read = Arc::new(AtomicU64::new(0));
         // two chunks in flight: the parser never waits on inflating a chunk it could have had,
@@ -101,33 +109,48 @@ impl Source {
         }
     }
 
-    /// Appends the next chunk to `buf`; Ok(0) at the end.
-    pub fn read_into(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
+    /// Plain text read `chunk` bytes at a time (tests and the fuzz target put values across
+    /// chunk ends).
+    pub fn plain_in_chunks(file: Bytes, chunk: usize) -> Source {
+        Source::Plain {
+            file,
+            read: 0,
+            chunk,
+        }
+    }
+
+    /// Replaces `buf` with the next chunk; empty at the end.
+    pub fn next_chunk(&mut self, buf: &mut Vec<u8>) -> io::Result<()> {
         match self {
-            Source::Plain { file, read } => {
-                let start = buf.len();
-                buf.resize(start + CHUNK, 0);
-                let n = loop {
-                    match file.read(&mut buf[start..]) {
-                        Ok(n) => break n,
+            Source::Plain { file, read, chunk } => {
+                buf.resize(*chunk, 0);
+                let mut filled = 0;
+                // a pipe gives what it has: fill the chunk, so chunks stay large
+                while filled < *chunk {
+                    match file.read(&mut buf[filled..]) {
+                        Ok(0) => break,
+                        Ok(n) => filled += n,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => {
-                            buf.truncate(start);
+                            buf.clear();
                             return Err(e);
                         }
                     }
-                };
-                buf.truncate(start + n);
-                *read += n as u64;
-                Ok(n)
+                }
+                buf.truncate(filled);
+                *read += filled as u64;
+                Ok(())
             }
             Source::Gzip { chunks, .. } => match chunks.recv() {
                 Ok(Ok(chunk)) => {
-                    buf.extend_from_slice(&chunk);
-                    Ok(chunk.len())
+                    *buf = chunk;
+                    Ok(())
                 }
                 Ok(Err(e)) => Err(e),
-                Err(_) => Ok(0), // the thread ended after the last chunk
+                Err(_) => {
+                    buf.clear(); // the thread ended after the last chunk
+                    Ok(())
+                }
             },
         }
     }

@@ -180,10 +180,18 @@ fn non_negative_slow(doc: &Document, v: Value, what: &dyn Fn() -> String) -> Par
         View::Int(i) if i >= 0 => Ok(i as u64),
         View::Bool(b) => Ok(b as u64),
         View::Int(i) => Err(format!("{}: expected a size or address, found {i}", what()).into()),
-        View::BigInt(_) => Err(format!(
-            "{}: integer wider than 64 bits where a size or address was expected",
-            what()
-        )
+        // 2^63 up to 2^64 - 1 fit in 64 bits (unsigned), and are still past what any
+        // allocator reports (every reader keeps sizes within i64)
+        View::BigInt(le) => Err(match crate::pickle::big_int_to_u64(le) {
+            Some(n) => format!(
+                "{}: {n}, where a size or address was expected: past 2^63 - 1, which no allocator reports (a damaged or hand-made file?)",
+                what()
+            ),
+            None => format!(
+                "{}: an integer wider than 64 bits where a size or address was expected",
+                what()
+            ),
+        }
         .into()),
         _ => Err(format!("{}: expected an int, found {}", what(), doc.type_name(v)).into()),
     }
