@@ -83,19 +83,7 @@ pub fn cross_rank(files: &[(String, &TrackerStats)]) -> CrossRank {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::OpNames;
-
-    fn stats(names: &[&str], alloc: &[f64]) -> TrackerStats {
-        let mut n = OpNames::default();
-        names.iter().for_each(|s| n.push(s));
-        TrackerStats {
-            names: n,
-            allocated: alloc.to_vec(),
-            active: alloc.to_vec(),
-            reserved: alloc.to_vec(),
-            ..Default::default()
-        }
-    }
+    use crate::analysis::summary::tests::stats;
 
     #[test]
     fn the_spread_compares_ranks_only() {

@@ -731,11 +731,12 @@ fn iteration_first_ops(phases: &[Phase]) -> Vec<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::{Marker, OpNames, RecordInfo};
 
-    fn stats(names: &[&str], alloc: &[f64]) -> TrackerStats {
+    /// A stats file of these op names, allocated (and active, reserved) after each.
+    pub(crate) fn stats(names: &[&str], alloc: &[f64]) -> TrackerStats {
         let mut n = OpNames::default();
         names.iter().for_each(|s| n.push(s));
         TrackerStats {
