@@ -4,9 +4,10 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{fixture, json_out};
 
@@ -21,8 +22,18 @@ struct Viewer {
 
 impl Viewer {
     fn start(file: &Path) -> Viewer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_memtrack"))
-            .args(["view", "--no-browser", "--port", "0"])
+        Viewer::launch(file, |cmd| {
+            cmd.arg("--no-browser");
+        })
+    }
+
+    /// `memtrack view --port 0 FILE`, the command made ready by `configure` (its options, its
+    /// environment).
+    fn launch(file: &Path, configure: impl FnOnce(&mut Command)) -> Viewer {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrack"));
+        cmd.args(["view", "--port", "0"]);
+        configure(&mut cmd);
+        let mut child = cmd
             .arg(file)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -55,6 +66,8 @@ impl Viewer {
     fn raw(&self, method: &str, target: &str) -> (u16, String) {
         let host = self.base.trim_start_matches("http://");
         let mut s = TcpStream::connect(host).unwrap();
+        // a server that never answers fails the test instead of hanging it
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         write!(
             s,
             "{method} {target} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n"
@@ -72,6 +85,22 @@ impl Viewer {
             .map_or("", |(_, b)| b)
             .to_string();
         (status, body)
+    }
+
+    /// `127.0.0.1:PORT`
+    fn host(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
+    fn connect(&self) -> TcpStream {
+        TcpStream::connect(self.host()).unwrap()
+    }
+
+    /// The server's resident memory, KiB.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
 
     fn json(&self, path: &str) -> serde_json::Value {
@@ -132,6 +161,9 @@ fn the_token_is_required_and_the_server_is_read_only() {
     assert_eq!(v.get(&format!("/api/search?q={}", "a".repeat(500))).0, 400);
     assert_eq!(v.get("/api/alloc?id=99999999").0, 404);
     assert_eq!(v.get("/nothing").0, 404);
+    // no path is a file's: traversal finds nothing
+    assert_eq!(v.get("/../../../etc/passwd").0, 404);
+    assert_eq!(v.get("/%2e%2e/%2e%2e/etc/passwd").0, 404);
     assert_eq!(v.interrupt(), 0, "Ctrl-C is a clean exit");
 }
 
@@ -502,4 +534,465 @@ fn a_profiler_trace_page_names_the_op_in_a_headless_browser() {
     assert_eq!(r["live_bytes"], live["at_bytes"], "{r}");
     assert!(r["search_allocations"].as_u64() > Some(0), "{r}");
     assert_eq!(v.interrupt(), 0);
+}
+
+fn stats_file() -> PathBuf {
+    fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl")
+}
+
+/// What the server sent on `s` until it closed the connection (`Some(when)`, from `since`), or
+/// until `wait` passed (`None`).
+fn read_until_closed(
+    s: &mut TcpStream,
+    since: Instant,
+    wait: Duration,
+) -> (String, Option<Duration>) {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return (String::from_utf8_lossy(&got).into_owned(), None);
+            }
+            Err(_) => break, // reset: closed too
+        }
+    }
+    (
+        String::from_utf8_lossy(&got).into_owned(),
+        Some(since.elapsed()),
+    )
+}
+
+fn status_of(answer: &str) -> u16 {
+    answer
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|a| a.get(..3))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP answer: {answer:?}"))
+}
+
+/// Whether the server has closed `s` (without waiting).
+fn closed(mut s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let gone = match s.read(&mut byte) {
+        Ok(_) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    s.set_nonblocking(false).unwrap();
+    gone
+}
+
+/// `clients` connections at once, each sending `start` and then `pad` bytes of `a` (the line
+/// never ending) while it reads its answer: each one's status and how long it took, and the
+/// server's most RSS meanwhile (KiB).
+fn flood(v: &Viewer, start: &str, pad: usize, clients: usize) -> (Vec<(u16, Duration)>, u64) {
+    let t = Instant::now();
+    let readers: Vec<_> = (0..clients)
+        .map(|_| {
+            let mut s = v.connect();
+            let mut w = s.try_clone().unwrap();
+            let start = start.to_string();
+            let writer = std::thread::spawn(move || {
+                let chunk = vec![b'a'; 64 << 10];
+                let mut sent = w.write_all(start.as_bytes()).map(|_| 0);
+                while let Ok(n) = sent.as_ref().map(|n| *n) {
+                    if n >= pad {
+                        break;
+                    }
+                    sent = w.write_all(&chunk).map(|_| n + chunk.len());
+                }
+            });
+            std::thread::spawn(move || {
+                let (answer, when) = read_until_closed(&mut s, t, Duration::from_secs(10));
+                writer.join().unwrap();
+                (
+                    status_of(&answer),
+                    when.expect("the server closed the connection"),
+                )
+            })
+        })
+        .collect();
+    let mut most = v.rss_kib();
+    // bounded: each reader gives up after 10 s
+    while !readers.iter().all(|r| r.is_finished()) {
+        most = most.max(v.rss_kib());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let answers = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    (answers, most.max(v.rss_kib()))
+}
+
+/// A request line or a header far over the 16 KiB limit is answered (414, 431) as soon as the
+/// limit is passed, the rest never kept, and the server's memory stays flat: eight clients at
+/// once each sending a 32 MiB header (the server before read each whole, a GiB header took it
+/// to 2.1 GB).
+#[test]
+fn oversized_request_lines_and_headers_are_refused_early_with_flat_memory() {
+    const MIB: u64 = 1024;
+    let v = Viewer::start(&stats_file());
+    assert_eq!(v.get("/api/overview").0, 200);
+    let before = v.rss_kib();
+    let line = format!("GET /?token={}&pad=", v.token);
+    let header = format!(
+        "GET /?token={} HTTP/1.1\r\nHost: {}\r\nX-Pad: ",
+        v.token,
+        v.host()
+    );
+    for (start, status) in [(&line, 414), (&header, 431)] {
+        let (answers, _) = flood(&v, start, 1 << 20, 1);
+        assert_eq!(answers[0].0, status);
+        assert!(answers[0].1 < Duration::from_secs(3), "{answers:?}");
+    }
+    let (answers, most) = flood(&v, &header, 32 << 20, 8);
+    assert!(answers.iter().all(|a| a.0 == 431), "{answers:?}");
+    let after = v.rss_kib();
+    assert!(
+        most < before + 16 * MIB && after < before + 16 * MIB,
+        "RSS {before} KiB before, {most} at most, {after} after"
+    );
+    // and the server still answers
+    assert_eq!(v.get("/api/overview").0, 200);
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// Clients that stop halfway through their headers (and one that sends a byte every 250 ms)
+/// are answered 408 and closed 5 s after their first byte; one that sends nothing is closed
+/// after 10 s; while 40 of them hang on, 200 requests are answered at once; memory stays flat.
+#[test]
+fn unfinished_headers_and_idle_connections_are_closed_after_their_timeouts() {
+    let v = Viewer::start(&stats_file());
+    assert_eq!(v.get("/api/overview").0, 200);
+    let before = v.rss_kib();
+    let t = Instant::now();
+    let unfinished = format!(
+        "GET /?token={} HTTP/1.1\r\nHost: {}\r\nX-Pad: {}",
+        v.token,
+        v.host(),
+        "a".repeat(8 << 10)
+    );
+    let mut held: Vec<_> = (0..40)
+        .map(|_| {
+            let mut s = v.connect();
+            s.write_all(unfinished.as_bytes()).unwrap();
+            std::thread::spawn(move || read_until_closed(&mut s, t, Duration::from_secs(15)))
+        })
+        .collect();
+    let mut trickle = v.connect();
+    let mut trickle_writer = trickle.try_clone().unwrap();
+    let trickler = std::thread::spawn(move || {
+        let mut sent = trickle_writer.write_all(b"GET / HTTP/1.1\r\nX-Slow: ");
+        for _ in 0..60 {
+            if sent.is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+            sent = trickle_writer.write_all(b"a");
+        }
+    });
+    held.push(std::thread::spawn(move || {
+        read_until_closed(&mut trickle, t, Duration::from_secs(15))
+    }));
+    let mut silent = v.connect();
+    let silent =
+        std::thread::spawn(move || read_until_closed(&mut silent, t, Duration::from_secs(15)));
+
+    // meanwhile, a user's requests are answered without waiting for them
+    for i in 0..200 {
+        let asked = Instant::now();
+        let (status, _) = v.get(&format!("/api/op?i={}", i % 3));
+        assert_eq!(status, 200);
+        assert!(
+            asked.elapsed() < Duration::from_secs(1),
+            "request {i}: {:?}",
+            asked.elapsed()
+        );
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "200 requests took {:?}",
+        t.elapsed()
+    );
+    for h in held {
+        let (answer, when) = h.join().unwrap();
+        let when = when.expect("closed");
+        assert_eq!(status_of(&answer), 408, "{answer}");
+        assert!(
+            when > Duration::from_millis(4500) && when < Duration::from_secs(8),
+            "closed after {when:?}"
+        );
+    }
+    trickler.join().unwrap();
+    let (answer, when) = silent.join().unwrap();
+    let when = when.expect("an idle connection is closed");
+    assert_eq!(answer, "", "nothing asked, nothing answered");
+    assert!(
+        when > Duration::from_millis(9500) && when < Duration::from_secs(13),
+        "closed after {when:?}"
+    );
+    let after = v.rss_kib();
+    assert!(
+        after < before + 16 * 1024,
+        "RSS {before} KiB before, {after} after"
+    );
+    assert_eq!(v.get("/api/overview").0, 200);
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// At most 64 connections: past that the one idle longest is closed for a new one, so 100 idle
+/// connections do not keep the user out; when all 64 are in the middle of a request, a new one
+/// is answered 503 at once, and answered again once they time out.
+#[test]
+fn past_the_connection_cap_idle_connections_give_way_and_busy_ones_answer_503() {
+    const CAP: usize = 64;
+    let v = Viewer::start(&stats_file());
+    let idle: Vec<TcpStream> = (0..100).map(|_| v.connect()).collect();
+    let asked = Instant::now();
+    assert_eq!(v.get("/api/overview").0, 200);
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    // the 37 idle longest were closed (100 + the request over 64); the others stay
+    let settle = Instant::now();
+    let mut gone = 0;
+    while settle.elapsed() < Duration::from_secs(3) {
+        gone = idle.iter().filter(|s| closed(s)).count();
+        if gone >= 100 + 1 - CAP {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(gone, 100 + 1 - CAP);
+    assert!(
+        idle[..100 + 1 - CAP].iter().all(closed),
+        "the oldest go first"
+    );
+    drop(idle);
+    assert_eq!(v.interrupt(), 0);
+
+    let v = Viewer::start(&stats_file());
+    let t = Instant::now();
+    let partial = format!("GET /?token={} HTTP/1.1\r\nHost: {}\r\n", v.token, v.host());
+    let busy: Vec<_> = (0..CAP)
+        .map(|_| {
+            let mut s = v.connect();
+            s.write_all(partial.as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    // once the server has read their first bytes, none of them is idle
+    std::thread::sleep(Duration::from_millis(500));
+    let mut over = v.connect();
+    let (answer, when) = read_until_closed(&mut over, Instant::now(), Duration::from_secs(3));
+    assert_eq!(status_of(&answer), 503, "{answer}");
+    assert!(when.expect("closed") < Duration::from_secs(1));
+    // 5 s after their first byte they are answered 408 and closed: room again
+    let waiting: Vec<_> = busy
+        .into_iter()
+        .map(|mut s| {
+            std::thread::spawn(move || read_until_closed(&mut s, t, Duration::from_secs(10)))
+        })
+        .collect();
+    for w in waiting {
+        assert_eq!(status_of(&w.join().unwrap().0), 408);
+    }
+    assert_eq!(v.get("/api/overview").0, 200);
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// The Host header must name the server (DNS rebinding: a page of another site whose name now
+/// points at 127.0.0.1 sends its own name); one connection answers requests in turn, pipelined
+/// ones included.
+#[test]
+fn the_host_must_name_the_server_and_connections_are_kept_alive() {
+    let v = Viewer::start(&stats_file());
+    let port = v.host().rsplit_once(':').unwrap().1.to_string();
+    let ask = |host: Option<&str>| {
+        let mut s = v.connect();
+        let host = host.map_or(String::new(), |h| format!("Host: {h}\r\n"));
+        write!(
+            s,
+            "GET /?token={} HTTP/1.1\r\n{host}Connection: close\r\n\r\n",
+            v.token
+        )
+        .unwrap();
+        let (answer, _) = read_until_closed(&mut s, Instant::now(), Duration::from_secs(5));
+        (status_of(&answer), answer)
+    };
+    for host in [
+        format!("evil.example:{port}"),
+        format!("127.0.0.1:{}", port.parse::<u16>().unwrap() + 1),
+        "127.0.0.1".into(),
+    ] {
+        let (status, answer) = ask(Some(&host));
+        assert_eq!(status, 403, "{host}");
+        assert!(answer.contains("the Host header must name"), "{answer}");
+    }
+    assert_eq!(ask(None).0, 400, "HTTP/1.1 without Host");
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let (status, answer) = ask(Some(&host));
+        assert_eq!(status, 200, "{host}");
+        let head = answer.split("\r\n\r\n").next().unwrap();
+        for says in [
+            "Referrer-Policy: no-referrer",
+            "Content-Security-Policy: default-src 'none';",
+            "Cache-Control: no-store",
+            "X-Content-Type-Options: nosniff",
+        ] {
+            assert!(head.contains(says), "{head}");
+        }
+        assert!(!head.contains("Access-Control"), "no CORS: {head}");
+    }
+
+    // a body is never read: 413, and the connection closed
+    let mut s = v.connect();
+    write!(
+        s,
+        "GET /?token={} HTTP/1.1\r\nHost: {}\r\nContent-Length: 5\r\n\r\nhello",
+        v.token,
+        v.host()
+    )
+    .unwrap();
+    let (answer, when) = read_until_closed(&mut s, Instant::now(), Duration::from_secs(5));
+    assert_eq!(status_of(&answer), 413, "{answer}");
+    assert!(
+        answer.contains("Connection: close") && when.is_some(),
+        "{answer}"
+    );
+
+    // keep-alive: two requests sent at once on one connection, two answers, then a third
+    let mut s = v.connect();
+    let request = format!(
+        "GET /api/op?i=0&token={} HTTP/1.1\r\nHost: {}\r\n\r\n",
+        v.token,
+        v.host()
+    );
+    s.write_all(format!("{request}{request}").as_bytes())
+        .unwrap();
+    let mut reader = BufReader::new(s.try_clone().unwrap());
+    let mut answer = || {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let length: usize = (head.lines())
+            .find_map(|l| l.strip_prefix("Content-Length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        assert!(!head.contains("Connection: close"), "{head}");
+        (status_of(&head), String::from_utf8(body).unwrap())
+    };
+    let first = answer();
+    assert_eq!(first.0, 200);
+    assert_eq!(answer(), first);
+    s.write_all(request.as_bytes()).unwrap();
+    assert_eq!(answer(), first);
+    s.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// Without `--no-browser` the opener gets a file only the user can read, which redirects to the
+/// URL: never the token on a command line (which `ps` shows every user). The file is 0600 in a
+/// fresh 0700 folder even under umask 000, in `$XDG_RUNTIME_DIR` when that is a private folder
+/// (else in `TMPDIR`), and gone once view stops.
+#[test]
+fn the_browser_is_opened_on_a_private_file_never_on_the_token() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let [bin, runtime, shared, tmp] = ["bin", "run", "shared", "tmp"].map(|d| dir.path().join(d));
+    for (d, mode) in [
+        (&bin, 0o755),
+        (&runtime, 0o700),
+        (&shared, 0o755),
+        (&tmp, 0o700),
+    ] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let argv = dir.path().join("argv");
+    let opener = bin.join("xdg-open");
+    std::fs::write(
+        &opener,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > '{0}.part' && mv '{0}.part' '{0}'\n",
+            argv.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    // a private XDG_RUNTIME_DIR is used; one other users may enter is not
+    for (xdg, expect_in) in [(&runtime, &runtime), (&shared, &tmp)] {
+        let _ = std::fs::remove_file(&argv);
+        let v = Viewer::launch(&stats_file(), |cmd| {
+            cmd.env("PATH", &path)
+                .env("XDG_RUNTIME_DIR", xdg)
+                .env("TMPDIR", &tmp);
+            // SAFETY: umask only, between fork and exec
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::umask(0);
+                    Ok(())
+                });
+            }
+        });
+        let asked = Instant::now();
+        while !argv.exists() && asked.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let args = std::fs::read_to_string(&argv).expect("the opener ran");
+        let args: Vec<&str> = args.lines().collect();
+        assert_eq!(args.len(), 2, "{args:?}");
+        assert!(
+            !args.iter().any(|a| a.contains(&v.token)),
+            "the token is in argv: {args:?}"
+        );
+        let file = Path::new(args[1]);
+        let folder = file.parent().unwrap();
+        assert_eq!(folder.parent(), Some(expect_in.as_path()), "{args:?}");
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(file), 0o600);
+        assert_eq!(mode(folder), 0o700);
+        let page = std::fs::read_to_string(file).unwrap();
+        assert!(
+            page.contains(&format!("content=\"0;url={}\"", v.url)),
+            "{page}"
+        );
+        assert!(page.contains(&format!("href=\"{}\"", v.url)), "{page}");
+        assert_eq!(v.interrupt(), 0);
+        assert!(
+            !folder.exists(),
+            "{} is removed when view stops",
+            folder.display()
+        );
+    }
 }

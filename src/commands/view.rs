@@ -81,6 +81,8 @@ pub fn run(a: ViewArgs) -> Result<()> {
 /// Print the URL, open the browser, answer until Ctrl-C.
 fn serve(a: &ViewArgs, server: Server, content: Content<'_>) -> Result<()> {
     let url = server.url();
+    // Ctrl-C from here on ends the serving loop, so the browser's start file is removed
+    crate::view::server::stop_on_signals();
     // the first line on stdout is the URL (scripts and tests read it)
     println!("{url}");
     use std::io::Write;
@@ -89,9 +91,12 @@ fn serve(a: &ViewArgs, server: Server, content: Content<'_>) -> Result<()> {
         "memtrack: serving {} at {url} (Ctrl-C stops)",
         a.file.display()
     );
-    if !a.no_browser {
-        open_browser(&url);
-    }
+    // held until the server stops: dropping it removes the file
+    let _start_file = if a.no_browser {
+        None
+    } else {
+        open_browser(&url)
+    };
     server
         .run(&super::display_name(&a.file), content)
         .map_err(|e| Error::Unavailable(format!("view: serving stopped: {e}")))?;
@@ -99,15 +104,27 @@ fn serve(a: &ViewArgs, server: Server, content: Content<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Ask the desktop to open `url`; failing that is a note, not an error (the URL is printed).
-fn open_browser(url: &str) {
+/// Ask the desktop to open the page. The opener gets a file that redirects to `url`, never the
+/// URL: a command line is readable by every user (`ps`), the file by its owner only (Jupyter
+/// does the same). Failing is a note, not an error (the URL is printed). The folder returned
+/// holds the file; dropping it removes both.
+fn open_browser(url: &str) -> Option<tempfile::TempDir> {
     let opener = if cfg!(target_os = "macos") {
         "open"
     } else {
         "xdg-open"
     };
+    let (folder, file) = match start_file(url) {
+        Ok(made) => made,
+        Err(e) => {
+            eprintln!(
+                "memtrack: note: could not write the browser's start file ({e}); open the URL above"
+            );
+            return None;
+        }
+    };
     let spawned = std::process::Command::new(opener)
-        .arg(url)
+        .arg(&file)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -121,4 +138,47 @@ fn open_browser(url: &str) {
             "memtrack: note: could not open a browser ({opener}: {e}); open the URL above"
         ),
     }
+    Some(folder)
+}
+
+/// A fresh folder only the user may enter (0700) holding `open.html` (0600, created
+/// exclusively, never through a link) that sends the browser on to `url`. In
+/// `$XDG_RUNTIME_DIR` when it is a private folder of ours, else in the temporary folder.
+fn start_file(url: &str) -> std::io::Result<(tempfile::TempDir, std::path::PathBuf)> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let private = |dir: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions
+        let me = unsafe { libc::geteuid() };
+        std::fs::symlink_metadata(dir)
+            .is_ok_and(|m| m.is_dir() && m.uid() == me && m.mode() & 0o077 == 0)
+    };
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(std::path::PathBuf::from)
+        .filter(|d| d.is_absolute() && private(d))
+        .unwrap_or_else(std::env::temp_dir);
+    // made with mkdir's exclusive create; its mode set outright, whatever the umask
+    let folder = tempfile::Builder::new()
+        .prefix("memtrack-view-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir_in(&base)?;
+    std::fs::set_permissions(folder.path(), std::fs::Permissions::from_mode(0o700))?;
+    let path = folder.path().join("open.html");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    use std::io::Write;
+    // the URL is ours (address, port, hex token): nothing in it needs escaping
+    write!(
+        file,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"refresh\" content=\"0;url={url}\">\n\
+         <title>memtrack view</title></head>\n\
+         <body><p>Opening <a href=\"{url}\">memtrack view</a>.</p></body></html>\n"
+    )?;
+    Ok((folder, path))
 }

@@ -7,11 +7,11 @@
 //! ([`series`]).
 //!
 //! [`server`] answers HTTP: the page and its script ([`page`], embedded in the binary: no CDN,
-//! works offline, nothing to build) and JSON. HTTP comes from `tiny_http`: one small,
-//! maintained, synchronous crate (four small dependencies, no async runtime), where hyper or
-//! axum would bring tokio and several times the compile time and binary size for a server that
-//! answers one local user. A hand-written std::net server would be smaller still but would
-//! parse HTTP itself, which is where the bugs are.
+//! works offline, nothing to build) and JSON, over [`http`]: a small HTTP/1.1 layer of its own
+//! on std::net that bounds what a client can make it hold (head size, timeouts, connections,
+//! `Host`). tiny_http, used before, read a request line or header of any size whole and kept
+//! every idle connection and its thread, with no way to bound either; hyper or axum would bring
+//! tokio and several times the compile time for a server that answers one local user.
 //!
 //! Data flows one way: `commands::view` loads and indexes, then hands the result here;
 //! [`server`] uses [`index`], [`details`], [`profile`], [`series`] and [`page`], which use
@@ -20,6 +20,7 @@
 
 pub mod details;
 pub mod event_series;
+pub mod http;
 pub mod index;
 pub mod page;
 pub mod profile;

@@ -4,10 +4,14 @@
 //! Safe by default: the command binds 127.0.0.1; stack traces name local paths, so even there a
 //! request without the URL's token is refused (403). Only GET; no request body; the URL and
 //! every parameter bounded (a wider tile than [`MAX_WIDTH`], a longer search than
-//! [`MAX_QUERY`] are refused).
+//! [`MAX_QUERY`] are refused). The connections, their sizes, timeouts and `Host` are
+//! [`super::http`]'s; the refusals that need no capture ([`admit`]) run on the connections'
+//! threads, the routes on the one loop that holds the capture.
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -15,6 +19,7 @@ use serde::Serialize;
 use crate::model::trace::TraceEvents;
 use crate::model::{Snapshot, TrackerStats};
 
+use super::http::{self, Request, Response};
 use super::index::{AllocIndex, MAX_WIDTH};
 use super::profile::ProfileView;
 use super::{details, page, series};
@@ -46,8 +51,8 @@ pub enum Content<'a> {
 
 /// A listening server and its token.
 pub struct Server {
-    http: tiny_http::Server,
-    token: String,
+    listener: TcpListener,
+    token: Arc<str>,
     addr: SocketAddr,
 }
 
@@ -65,9 +70,6 @@ pub enum StartError {
     /// No random token could be made.
     #[error("cannot read random bytes for the access token: {0}")]
     Random(std::io::Error),
-    /// tiny_http refused the listener.
-    #[error("cannot serve HTTP: {0}")]
-    Http(String),
 }
 
 impl Server {
@@ -84,10 +86,12 @@ impl Server {
             &mut bytes,
         )
         .map_err(StartError::Random)?;
-        let token = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let http = tiny_http::Server::from_listener(listener, None)
-            .map_err(|e| StartError::Http(e.to_string()))?;
-        Ok(Server { http, token, addr })
+        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Server {
+            listener,
+            token: token.into(),
+            addr,
+        })
     }
 
     /// The URL of the page, token included.
@@ -102,76 +106,82 @@ impl Server {
     /// Answer requests until SIGINT or SIGTERM; `title` names the capture on the page.
     pub fn run(self, title: &str, mut content: Content<'_>) -> std::io::Result<()> {
         let stop = stop_on_signals();
+        let token = self.token.clone();
+        let requests = http::serve(self.listener, Arc::new(move |r: &Request| admit(&token, r)))?;
         while !stop.load(Ordering::SeqCst) {
-            let Some(request) = self.http.recv_timeout(Duration::from_millis(200))? else {
-                continue;
+            let pending = match requests.recv_timeout(Duration::from_millis(200)) {
+                Ok(pending) => pending,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(std::io::Error::other("the listener stopped"));
+                }
             };
-            let (status, kind, body) = self.answer(&request, title, &mut content);
-            let response = tiny_http::Response::from_data(body)
-                .with_status_code(status)
-                .with_header(header("Content-Type", kind))
-                .with_header(header("Cache-Control", "no-store"))
-                .with_header(header("X-Content-Type-Options", "nosniff"))
-                .with_header(header("Referrer-Policy", "no-referrer"))
-                .with_header(header(
-                    "Content-Security-Policy",
-                    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:",
-                ));
-            // a browser that went away is no reason to stop
-            let _ = request.respond(response);
+            let response = answer(&pending.request, title, &mut content);
+            pending.respond(response);
         }
         Ok(())
     }
+}
 
-    /// Status, content type and body for one request.
-    fn answer(
-        &self,
-        request: &tiny_http::Request,
-        title: &str,
-        content: &mut Content<'_>,
-    ) -> (u16, &'static str, Vec<u8>) {
-        const TEXT: &str = "text/plain; charset=utf-8";
-        let url = request.url();
-        if url.len() > MAX_URL {
-            return (414, TEXT, b"URL too long".to_vec());
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// The refusals that need no capture: a URL too long, not GET, a body, no token. `None`: the
+/// request goes on to [`answer`].
+fn admit(token: &str, request: &Request) -> Option<Response> {
+    let url = &request.target;
+    if url.len() > MAX_URL {
+        return Some(Response::text(414, "URL too long"));
+    }
+    if request.method != "GET" {
+        return Some(Response::text(405, "read only: GET only"));
+    }
+    if request.has_body {
+        return Some(Response::text(413, "no request body is read"));
+    }
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    if !Params::parse(query)
+        .get("token")
+        .is_some_and(|t| same(t.as_bytes(), token.as_bytes()))
+    {
+        return Some(Response::text(
+            403,
+            "forbidden: the URL's token is required",
+        ));
+    }
+    None
+}
+
+/// The answer to a request [`admit`] let through.
+fn answer(request: &Request, title: &str, content: &mut Content<'_>) -> Response {
+    let url = request.target.as_str();
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    let params = Params::parse(query);
+    let answer = match path {
+        "/" => {
+            let kind = match content {
+                Content::Snapshot { .. } => "snapshot",
+                Content::Stats(_) => "stats",
+                Content::Profile(_) => "profile",
+            };
+            return Response {
+                status: 200,
+                content_type: "text/html; charset=utf-8",
+                body: page::html(title, kind).into_bytes(),
+            };
         }
-        if *request.method() != tiny_http::Method::Get {
-            return (405, TEXT, b"read only: GET only".to_vec());
-        }
-        if request.body_length().is_some_and(|n| n > 0) {
-            return (413, TEXT, b"no request body is read".to_vec());
-        }
-        let (path, query) = url.split_once('?').unwrap_or((url, ""));
-        let params = Params::parse(query);
-        if !params
-            .get("token")
-            .is_some_and(|t| same(t.as_bytes(), self.token.as_bytes()))
-        {
-            return (
-                403,
-                TEXT,
-                b"forbidden: the URL's token is required".to_vec(),
-            );
-        }
-        let answer = match path {
-            "/" => {
-                let kind = match content {
-                    Content::Snapshot { .. } => "snapshot",
-                    Content::Stats(_) => "stats",
-                    Content::Profile(_) => "profile",
-                };
-                return (
-                    200,
-                    "text/html; charset=utf-8",
-                    page::html(title, kind).into_bytes(),
-                );
-            }
-            _ => route(path, &params, content),
-        };
-        match answer {
-            Ok(body) => (200, "application/json", body),
-            Err(Failure(status, why)) => (status, TEXT, why.into_bytes()),
-        }
+        _ => route(path, &params, content),
+    };
+    match answer {
+        Ok(body) => Response {
+            status: 200,
+            content_type: "application/json",
+            body,
+        },
+        Err(Failure(status, why)) => Response {
+            status,
+            content_type: TEXT,
+            body: why.into_bytes(),
+        },
     }
 }
 
@@ -389,18 +399,16 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("ASCII header")
-}
-
 static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// A flag SIGINT and SIGTERM raise (the serving loop checks it between requests).
-fn stop_on_signals() -> &'static AtomicBool {
+/// A flag SIGINT and SIGTERM raise (the serving loop checks it between requests); from the first
+/// call on, those signals no longer end the process at once, so what the command made is
+/// cleaned up on its way out.
+pub fn stop_on_signals() -> &'static AtomicBool {
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: a plain sigaction whose handler only stores an atomic
         unsafe {
