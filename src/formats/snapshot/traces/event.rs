@@ -9,7 +9,6 @@ use super::super::fields::{
 };
 use super::{Result, TraceReader, EVENT_HANDLE, NO_STACK_HANDLE, UNREAD_HANDLE};
 
-/// Memo handle of an event dict (a GET of one elsewhere sends the file to the generic path).
 use super::walk::{memo_entries, scalar, Scalar};
 
 impl TraceReader<'_> {

@@ -18,7 +18,6 @@ use super::super::tail::{self, Entry, Known, Tail, CHUNK as TAIL_CHUNK, FROM_CHE
 use super::super::fields::{set_action, set_text_field, F_ACTION};
 use super::{debug, Result, TraceReader, EVENT_HANDLE, NO_STACK_HANDLE, UNREAD_HANDLE};
 
-/// Memo handle of an event dict (a GET of one elsewhere sends the file to the generic path).
 use super::walk::{list, Walk};
 
 impl<'f> TraceReader<'f> {

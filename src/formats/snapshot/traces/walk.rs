@@ -5,8 +5,6 @@ use crate::pickle::{Diverted, Document, IntOrRef, Op, Value};
 
 use super::{Result, EVENT_HANDLE};
 
-/// Memo handle of an event dict (a GET of one elsewhere sends the file to the generic path).
-
 /// Where [`list`] is when it calls back.
 #[derive(Clone, Copy)]
 pub(super) enum Walk {
