@@ -27,7 +27,7 @@ import types
 import weakref
 
 from . import ops, state, transport
-from .protocol import MSG_DEVICE
+from .protocol import MSG_DEVICE, OTH
 
 _torch = None
 _host = {}  # id(storage) -> weakref: meta storages standing for CPU tensors (not counted)
@@ -93,6 +93,57 @@ def _new_part(st, k, cat):
     ops._known[k] = e = [cat, nb, weakref.ref(st, ops._death_callback(k))]
     ops._ext((ops.ADD, k, cat, 0, nb))
     return e
+
+
+# cuBLAS's workspace, made by the first GEMM of each thread's handle (the program's thread
+# runs forward, autograd's device thread backward): CUBLAS_WORKSPACE_CONFIG's default, ":4096:8"
+# (32 MiB) from compute capability 9.0, ":4096:2:16:8" before; and cuBLASLt's 1 MiB for a GEMM
+# with bias (addmm). Kept for the process's life, as the handles keep them.
+_GEMMS = ("mm", "addmm", "bmm", "baddbmm", "_addmm_activation", "addbmm", "_scaled_mm")
+_LT_GEMMS = ("addmm", "_addmm_activation")
+_workspaces = {}  # (backward, "blas"|"lt") -> the meta tensor that stands for it
+_capability = [(9, 0)]
+
+
+def _workspace_bytes(kind):
+    if kind == "lt":
+        return 1 << 20
+    conf = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if not conf:
+        conf = ":4096:8" if _capability[0] >= (9, 0) else ":4096:2:16:8"
+    nums = [int(x) for x in conf.split(":") if x.strip().isdigit()]
+    return sum(kib * 1024 * n for kib, n in zip(nums[::2], nums[1::2]))
+
+
+def _count_workspace(func, bw):
+    name = getattr(func, "_opname", "")
+    if name not in _GEMMS:
+        return
+    for kind in ("blas", "lt") if name in _LT_GEMMS else ("blas",):
+        if (bw, kind) in _workspaces:
+            continue
+        t = _torch.empty(_workspace_bytes(kind), dtype=_torch.uint8, device="meta")
+        _workspaces[(bw, kind)] = t
+        st = t.untyped_storage()
+        k = id(st)
+        ops._known[k] = [OTH, st.nbytes(), weakref.ref(st, ops._death_callback(k))]
+        ops._ext((ops.ADD, k, OTH, 0, st.nbytes()))
+
+
+def _wrap_dispatch(mode_class):
+    """Count cuBLAS's workspaces where CUDA makes them: before the op's sample."""
+    dispatch = mode_class.__torch_dispatch__
+    gtid = _torch._C._current_graph_task_id
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "aten":
+            try:
+                _count_workspace(func, gtid() != -1)
+            except Exception as e:
+                transport.internal_error(e)
+        return dispatch(self, func, types, args, kwargs)
+
+    mode_class.__torch_dispatch__ = __torch_dispatch__
 
 
 def _site():
@@ -405,7 +456,10 @@ def install(torch):
         name, total, cap, usable = n, int(b), (int(major), int(minor)), int(u)
     except ValueError:
         pass
+    _capability[0] = cap
     ops._new_storage = _new_storage
+    if ops.mode is not None:
+        _wrap_dispatch(type(ops.mode))
     ops._new_part = _new_part
     _patch_cuda(torch, name, total, cap)
     _patch_modules(torch)
