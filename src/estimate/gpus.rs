@@ -20,8 +20,10 @@ pub const CONTEXT_BYTES: u64 = 742 << 20;
 
 const MIB: u64 = 1 << 20;
 
-/// (names accepted, name, total memory in MiB as the card reports it, capability).
-const TABLE: &[(&[&str], &str, u64, (u32, u32))] = &[
+/// Names accepted, name, total memory in MiB as the card reports it, capability.
+type Row = (&'static [&'static str], &'static str, u64, (u32, u32));
+
+const TABLE: &[Row] = &[
     (
         &["H100", "H100-80GB", "H100-SXM"],
         "NVIDIA H100 80GB HBM3",

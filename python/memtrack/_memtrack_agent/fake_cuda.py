@@ -401,13 +401,38 @@ def _patch_cuda(torch, name, total, capability):
         "get_device_properties": lambda device=None: props,
         "get_device_capability": lambda device=None: capability,
         "is_bf16_supported": lambda including_emulation=True: True,
-        "memory_allocated": allocated,
         "reset_peak_memory_stats": lambda device=None: None,
         "manual_seed": lambda seed: None,
         "manual_seed_all": lambda seed: None,
     }
+    def asked(what):
+        # the allocator model runs in the collector, after the program: what the program asks
+        # now is the bytes of live device storages, and the estimate says it was asked
+        def answer(device=None):
+            _note_read(f"torch.cuda.{what}() (answered with the bytes allocated then)")
+            return allocated()
+
+        return answer
+
+    for k in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved"):
+        fns[k] = asked(k)
+    fns["memory_stats"] = lambda device=None: {}
     for k, f in fns.items():
         setattr(cuda, k, f)
+    # the allocator's history has nothing to record: an empty snapshot, where one is asked for
+    empty = {"segments": [], "device_traces": [[]]}
+
+    def dump_snapshot(filename="dump_snapshot.pickle"):
+        import pickle
+
+        with open(filename, "wb") as f:
+            pickle.dump(empty, f)
+
+    memory = getattr(cuda, "memory", None)
+    if memory is not None:
+        memory._record_memory_history = lambda *a, **k: None
+        memory._snapshot = lambda device=None: empty
+        memory._dump_snapshot = dump_snapshot
     # the optimizers' default: foreach where every parameter is on a device that has it
     for modname in ("torch.optim.optimizer", "torch.utils._foreach_utils"):
         mod = sys.modules.get(modname)
