@@ -174,6 +174,9 @@ pub enum Command {
     /// Allocator snapshot: replay its trace under other allocator settings (would
     /// expandable_segments, max_split_size_mb, ... have avoided the OOM?)
     Simulate(SimulateArgs),
+    /// Run a PyTorch program as if on a CUDA GPU, without one: its memory per op as the CUDA
+    /// caching allocator would have it, and whether it fits a device (`--gpu H100-80GB`)
+    Estimate(EstimateArgs),
     /// Write a stats file, an allocator snapshot or a profiler trace whole as JSON, for scripts
     Export(ExportArgs),
     /// The CUDA caching allocator's counters kept in a `record` file (recorded on CUDA), as
@@ -693,6 +696,27 @@ pub struct SimulateArgs {
     pub device: Option<u32>,
     #[command(flatten)]
     pub common: Common,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  memtrack estimate -- python train.py --batch-size 32\n  memtrack estimate --gpu A100-40GB -o run.pkl -- python train.py\n  memtrack estimate --gpu 24GiB --format json -- python train.py\n\nThe file written is read by summary, modules, top, plot and view (docs/estimate.md)."
+)]
+pub struct EstimateArgs {
+    /// The stats file to write (as `record` writes)
+    #[arg(short, long, default_value = "estimate.pkl")]
+    pub output: PathBuf,
+    /// The device: a name (H100-80GB, H100-PCIE, H200, A100-80GB, A100-40GB, L40S, L4, A10G,
+    /// RTX4090, V100-32GB, V100-16GB, T4), whose memory less its CUDA context the allocator
+    /// may use, or a size (80GiB) that the allocator may use in full
+    #[arg(long, default_value = "H100-80GB", value_name = "NAME|SIZE")]
+    pub gpu: String,
+    /// How to print the verdict (text or json)
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// The program and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod commands;
 pub mod device;
 mod direct_write;
 pub mod error;
+pub mod estimate;
 pub mod format_thread;
 pub mod formats;
 pub mod inputs;

@@ -4,6 +4,7 @@ mod allocator;
 mod completions;
 mod cycles;
 mod diff;
+mod estimate;
 mod export;
 mod gpus;
 mod man;
@@ -36,6 +37,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Allocator(a) => allocator::run(a),
         Command::Cycles(a) => cycles::run(a),
         Command::Simulate(a) => simulate::run(a),
+        Command::Estimate(a) => estimate::run(a),
         Command::View(a) => view::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),

@@ -37,6 +37,8 @@ pub enum Backend {
     Cuda,
     /// Live tensor storages, counted as MemTracker does.
     Cpu,
+    /// CUDA as `memtrack estimate` models it: meta tensors for the GPU's (docs/estimate.md).
+    Estimate,
 }
 
 impl Backend {
@@ -45,6 +47,7 @@ impl Backend {
             Backend::Auto => "auto",
             Backend::Cuda => "cuda",
             Backend::Cpu => "cpu",
+            Backend::Estimate => "estimate",
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod cycles;
 pub mod diff;
 pub mod document;
 pub mod error;
+pub mod estimate;
 pub mod gpus;
 pub mod graph;
 pub mod growth;

@@ -7,7 +7,7 @@ compiled observer).
 import os
 import sys
 
-from . import compiled, cuda, cycles, dynamo, modules, native, ops, optim, process, state, subclass, transport, versions
+from . import compiled, cuda, cycles, dynamo, fake_cuda, modules, native, ops, optim, process, state, subclass, transport, versions
 from .importhook import after_import
 from .protocol import FRAME_JSON, MSG_CUDA_UNAVAILABLE, MSG_HELLO, MSG_TORCH_UNSUPPORTED
 
@@ -52,6 +52,8 @@ def activate(torch):
         )
         stop({"t": MSG_CUDA_UNAVAILABLE, "pid": os.getpid()})
     begin(torch, backend, os.environ.get("MEMTRACK_OBSERVER"))
+    if backend == "estimate":  # `memtrack estimate`: as if on CUDA, with meta tensors
+        fake_cuda.install(torch)
     transport.start_flusher()
     process.install()
     if backend == "cuda":

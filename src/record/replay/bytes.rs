@@ -47,6 +47,7 @@ impl Replay {
         let cat = (cat.clamp(0, 6)) as usize;
         let dev = dev.clamp(-1, i32::MAX as i64) as i32;
         let op = self.ops.len() as u32;
+        self.log_device(dev, key, bytes);
         self.storages.insert(
             key,
             Storage {
@@ -66,6 +67,7 @@ impl Replay {
 
     pub(super) fn del(&mut self, key: i64) {
         if let Some(s) = self.storages.remove(&key) {
+            self.log_device(s.dev, key, 0);
             if s.bytes > 0 {
                 let r = self.row(s.dev);
                 r[s.cat] -= s.bytes;
@@ -97,6 +99,11 @@ impl Replay {
         let change = bytes - s.bytes;
         s.bytes = bytes;
         let (cat, dev) = (s.cat, s.dev);
+        if change != 0 {
+            // a resized storage is a new block where an allocator is modelled
+            self.log_device(dev, key, 0);
+            self.log_device(dev, key, bytes);
+        }
         let r = self.row(dev);
         r[cat] += change;
         r[TOTAL] += change;
@@ -104,6 +111,19 @@ impl Replay {
             self.dirty = true;
         }
         self.drop_if_zero(dev);
+    }
+}
+
+impl Replay {
+    /// An estimated run's device allocation (`bytes` > 0) or free (0) of storage `key`.
+    fn log_device(&mut self, dev: i32, key: i64, bytes: i64) {
+        if let Some(log) = self.device_events.as_mut().filter(|_| dev >= 0) {
+            log.push(crate::estimate::device_model::DeviceEvent {
+                op: self.ops.len() as u32,
+                key,
+                bytes: bytes.max(0) as u64,
+            });
+        }
     }
 }
 

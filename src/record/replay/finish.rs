@@ -126,7 +126,7 @@ impl Replay {
                 .collect(),
             retained: Some(self.retained_ops(&names)),
         };
-        let stats = TrackerStats {
+        let mut stats = TrackerStats {
             names,
             allocated: std::mem::take(&mut self.allocated),
             active: std::mem::take(&mut self.active),
@@ -140,6 +140,14 @@ impl Replay {
             op_index: Some(n as i64),
             record: Some(record),
         };
+        if let Some(events) = self.device_events.take() {
+            crate::estimate::fill_device_memory(
+                &mut stats,
+                &events,
+                self.estimated_device["alloc_conf"].as_str().unwrap_or(""),
+                self.estimated_device["usable_bytes"].as_u64(),
+            );
+        }
         Session {
             recorded: self.hello.is_some(),
             pid: int("pid"),

@@ -34,6 +34,9 @@ impl Replay {
         match m["t"].as_str().unwrap_or("") {
             MSG_HELLO => {
                 self.cuda = m["backend"].as_str() == Some("cuda");
+                if m["backend"].as_str() == Some("estimate") {
+                    self.device_events = Some(Vec::new());
+                }
                 self.hello = Some(m.clone());
             }
             MSG_OP => set_name(&mut self.op_names, &m["id"], &m["name"]),
@@ -55,6 +58,9 @@ impl Replay {
                 self.device_name = as_string(&m["name"]);
                 self.device_total = m["total_bytes"].as_u64();
                 self.device_index = m["index"].as_i64();
+                if self.device_events.is_some() {
+                    self.estimated_device = m.clone();
+                }
                 if let Some(u) = as_string(&m["uuid"]) {
                     self.device_uuid = Some(u);
                 }

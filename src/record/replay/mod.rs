@@ -192,6 +192,12 @@ struct Replay {
     slot_base: usize,
     /// What stays alive across iterations (`retained`).
     retained: retained::Retaining,
+    /// `memtrack estimate`'s run (backend `estimate`): the device storages' allocations and
+    /// frees in order, for the caching-allocator model (`estimate::device_model`).
+    device_events: Option<Vec<crate::estimate::device_model::DeviceEvent>>,
+    /// An estimated run's device message: its size, what the allocator may use of it
+    /// (`usable_bytes`) and the program's `PYTORCH_CUDA_ALLOC_CONF` (`alloc_conf`).
+    estimated_device: Json,
 }
 
 impl Replay {
