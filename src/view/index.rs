@@ -740,4 +740,42 @@ mod tests {
         let step = |t: &Tile| (t.x1 - t.x0) / t.samples.x.len() as f64;
         assert!(step(&narrow) < step(&whole));
     }
+
+    #[test]
+    fn on_the_event_axis_banded_by_category_samples_still_add_up() {
+        let snap = fixture("cs336_medium_512_training.pickle");
+        let index = build(&snap, 0, timeline(&snap, 0, true), &mut &snap).unwrap();
+        let n = index.events();
+        // every allocation has the category its details name (top --group-by category's)
+        for id in (0..index.allocs.len()).step_by(97) {
+            let a = &index.allocs[id];
+            let detail = crate::view::details::alloc(&snap, &index, id).unwrap();
+            assert_eq!(
+                CATEGORIES[a.category as usize], detail.category,
+                "allocation {id}"
+            );
+        }
+        let t = index.tile_on(0.0, (n - 1) as f64, 700, 300, Axis::Event, BandBy::Category);
+        assert_eq!(t.events, n);
+        // x is the event index: each sample's x is its event
+        assert!((t.samples.x.iter().zip(&t.samples.event)).all(|(&x, &e)| x == e as f64));
+        assert!(t.bands.iter().all(|b| b.site.is_none()));
+        assert!(t.bands.len() <= CATEGORIES.len() + 1);
+        for j in 0..t.samples.x.len() {
+            let drawn: i64 = (t.drawn.iter())
+                .filter(|d| (d.j0 as usize..d.j1 as usize).contains(&j))
+                .map(|d| d.size as i64)
+                .sum();
+            let banded: i64 = t.bands.iter().map(|b| b.bytes[j]).sum();
+            assert_eq!(
+                drawn + banded + t.untracked[j],
+                t.samples.total[j],
+                "sample {j}"
+            );
+        }
+        // a window of events 100..=199 holds those events and the one before
+        let w = index.tile_on(100.0, 199.0, 50, 300, Axis::Event, BandBy::Site);
+        assert_eq!(w.events, 101);
+        assert!(w.samples.event.iter().all(|&e| (99..=199).contains(&e)));
+    }
 }
