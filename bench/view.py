@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Scale of `memtrack view` (issue 24 item 4) on one snapshot: time until the server answers,
 bytes of the first page (the page, its overview and its first tile), the server's memory, and
-the latency of zoom requests (p50, p95, max over random windows).
+the latency of zoom requests (p50, p95, max over random windows), asked as the page asks
+them (x on the event index, bands by category; `--axis time --by site` as before).
 
-    python3 bench/view.py [SNAPSHOT] [--requests N] [--bin PATH]
+    python3 bench/view.py [SNAPSHOT] [--requests N] [--bin PATH] [--axis event|time] [--by category|site]
 
 SNAPSHOT defaults to bench/data/snapshot_1000000.pickle (bench/snapshot.sh writes it). The
 binary is target/release/memtrack (built if missing). PyTorch's own viewer (memory_viz) runs in
@@ -44,6 +45,10 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "target/release/memtrack"))
     ap.add_argument("--width", type=int, default=1400)
     ap.add_argument("--height", type=int, default=460)
+    ap.add_argument("--axis", choices=["event", "time"], default="event",
+                    help="the tiles' x: the event index (the page's default) or time")
+    ap.add_argument("--by", choices=["category", "site"], default="category",
+                    help="bands by category (the page's default) or by site")
     a = ap.parse_args()
     if not os.path.exists(a.bin):
         subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)
@@ -59,16 +64,17 @@ def main():
         overview, _ = get(api("/api/overview"))
         ready = time.perf_counter() - started
         ov = json.loads(overview)["timeline"]
-        x0, x1 = ov["x_range"]
+        x0, x1 = ov["x_range"] if a.axis == "time" else (0, ov["events"] - 1)
+        extra = {} if (a.axis, a.by) == ("time", "site") else {"axis": a.axis, "by": a.by}
         page, _ = get(url)
-        first_tile, first_s = get(api("/api/tile", x0=x0, x1=x1, width=a.width, height=a.height))
+        first_tile, first_s = get(api("/api/tile", x0=x0, x1=x1, width=a.width, height=a.height, **extra))
         first_bytes = len(page) + len(overview) + len(first_tile)
         rng = random.Random(24)
         lat = []
         for _ in range(a.requests):
             span = (x1 - x0) / 2 ** rng.uniform(0, 12)
             lo = rng.uniform(x0, x1 - span)
-            _, s = get(api("/api/tile", x0=lo, x1=lo + span, width=a.width, height=a.height))
+            _, s = get(api("/api/tile", x0=lo, x1=lo + span, width=a.width, height=a.height, **extra))
             lat.append(s)
         lat.sort()
         pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000

@@ -6,124 +6,11 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::viewer::{selftest, Viewer};
 use common::{fixture, json_out};
-
-/// A running `memtrack view --no-browser --port 0 FILE`, stopped with SIGINT when dropped.
-struct Viewer {
-    child: Child,
-    /// `http://127.0.0.1:PORT`
-    base: String,
-    token: String,
-    url: String,
-}
-
-impl Viewer {
-    fn start(file: &Path) -> Viewer {
-        Viewer::launch(file, |cmd| {
-            cmd.arg("--no-browser");
-        })
-    }
-
-    /// `memtrack view --port 0 FILE`, the command made ready by `configure` (its options, its
-    /// environment).
-    fn launch(file: &Path, configure: impl FnOnce(&mut Command)) -> Viewer {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_memtrack"));
-        cmd.args(["view", "--port", "0"]);
-        configure(&mut cmd);
-        let mut child = cmd
-            .arg(file)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("memtrack runs");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line.trim().to_string();
-        assert!(
-            url.starts_with("http://127.0.0.1:") && url.contains("/?token="),
-            "the first line is the URL: {url:?}"
-        );
-        let (base, token) = url.split_once("/?token=").unwrap();
-        Viewer {
-            base: base.to_string(),
-            token: token.to_string(),
-            url: url.clone(),
-            child,
-        }
-    }
-
-    /// Status and body of `GET path` (`token` added unless `path` says `notoken`).
-    fn get(&self, path: &str) -> (u16, String) {
-        let sep = if path.contains('?') { '&' } else { '?' };
-        self.raw("GET", &format!("{path}{sep}token={}", self.token))
-    }
-
-    fn raw(&self, method: &str, target: &str) -> (u16, String) {
-        let host = self.base.trim_start_matches("http://");
-        let mut s = TcpStream::connect(host).unwrap();
-        // a server that never answers fails the test instead of hanging it
-        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        write!(
-            s,
-            "{method} {target} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        let status: u16 = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or_else(|| panic!("an HTTP answer: {text:?}"));
-        let body = text
-            .split_once("\r\n\r\n")
-            .map_or("", |(_, b)| b)
-            .to_string();
-        (status, body)
-    }
-
-    /// `127.0.0.1:PORT`
-    fn host(&self) -> &str {
-        self.base.trim_start_matches("http://")
-    }
-
-    fn connect(&self) -> TcpStream {
-        TcpStream::connect(self.host()).unwrap()
-    }
-
-    /// The server's resident memory, KiB.
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    }
-
-    fn json(&self, path: &str) -> serde_json::Value {
-        let (status, body) = self.get(path);
-        assert_eq!(status, 200, "{path}: {body}");
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
-    }
-
-    /// Ctrl-C: the server stops and exits 0.
-    fn interrupt(mut self) -> i32 {
-        // SAFETY: a signal to our own child
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let status = self.child.wait().unwrap();
-        status.code().unwrap_or(-1)
-    }
-}
-
-impl Drop for Viewer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn snapshot() -> PathBuf {
     fixture("snapshots/cs336_medium_512_training.pickle")
@@ -421,34 +308,6 @@ fn a_folder_of_traces_or_a_trace_without_memory_is_refused() {
         assert_eq!(out.status.code(), Some(2), "{rel}: {err}");
         assert!(err.contains(says), "{rel}: {err}");
     }
-}
-
-/// The page's `#selftest` report (JSON) from a headless browser, after checking the page
-/// logged no error.
-fn selftest(browser: &Path, dir: &Path, url: &str) -> serde_json::Value {
-    let out = common::headless(
-        browser,
-        &dir.join("profile"),
-        10_000,
-        "--dump-dom",
-        &format!("{url}#selftest"),
-    );
-    let dom = String::from_utf8_lossy(&out.stdout);
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !log.contains("Uncaught") && !log.contains("CONSOLE"),
-        "the page logged an error:\n{log}"
-    );
-    let start = dom
-        .find(r#"<pre id="selftest">"#)
-        .unwrap_or_else(|| panic!("the page's self test did not finish:\n{log}"));
-    let report = &dom[start + r#"<pre id="selftest">"#.len()..];
-    let report = &report[..report.find("</pre>").unwrap()];
-    let report = report
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&");
-    serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}"))
 }
 
 /// The page in a real browser: it loads without a script error, a wheel zoom fetches a finer

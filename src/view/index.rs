@@ -22,6 +22,8 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use super::event_series::EventSeries;
+use super::ranges::{ranges, Range};
+use crate::analysis::groups::{GroupBy, Grouper};
 use crate::analysis::sites::Sites;
 use crate::analysis::timeline::{AnnotationMark, OomMark, Point, Timeline};
 use crate::model::snapshot::{Action, Snapshot, StackId};
@@ -50,6 +52,42 @@ pub struct Alloc {
     pub free_origin: u32,
     /// Index into [`AllocIndex::sites`].
     pub site: u32,
+    /// Index into [`CATEGORIES`] (`top --group-by category`'s rules); [`NO_CATEGORY`] for an
+    /// input without stacks (a profiler trace). Fits the struct's padding: still 32 bytes.
+    pub category: u8,
+}
+
+/// The categories an allocation can have, in the order the page stacks its legend.
+pub const CATEGORIES: [&str; 7] = [
+    "parameter",
+    "optimizer state",
+    "gradient",
+    "activation",
+    "temporary",
+    "input",
+    "other",
+];
+
+/// An allocation of an input that has no categories.
+pub const NO_CATEGORY: u8 = u8::MAX;
+
+/// What the page's x stands for: the timeline's own x (seconds, or the event index when the
+/// capture has no times), or the event index whatever the capture has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Axis {
+    /// Seconds since the first event (the event index without times).
+    Own,
+    /// The event index: every event one step, as `plot --stacked` spreads them.
+    Event,
+}
+
+/// How a tile sums the allocations too small to draw: into a band per site, or per category.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BandBy {
+    /// Bands by site (the op for a profiler trace).
+    Site,
+    /// Bands by category.
+    Category,
 }
 
 impl Alloc {
@@ -154,6 +192,7 @@ impl Pairing {
             origin,
             free_origin: Alloc::NONE,
             site: 0,
+            category: NO_CATEGORY,
         });
     }
 
@@ -173,6 +212,7 @@ impl Pairing {
                 origin: Alloc::NONE,
                 free_origin: origin,
                 site: 0,
+                category: NO_CATEGORY,
             }),
         }
     }
@@ -234,10 +274,11 @@ pub fn build(
         Ok(())
     })?;
     let mut sites = Sites::new(snap);
-    let (allocs, labels) = pairing.finish(|origin| {
+    let (mut allocs, labels) = pairing.finish(|origin| {
         let key = sites.site(StackId(origin));
         sites.label(key, false)
     });
+    set_categories(snap, device, &mut allocs);
     Ok(AllocIndex {
         series,
         device,
@@ -251,6 +292,19 @@ pub fn build(
             annotations,
         },
     })
+}
+
+/// Each allocation's category, by `top --group-by category`'s rules (its allocating stack and
+/// the one that freed it; one [`Grouper`] for all, so each pair is judged once).
+fn set_categories(snap: &Snapshot, device: u32, allocs: &mut [Alloc]) {
+    let mut grouper = Grouper::new(snap, device, GroupBy::Category, Vec::new());
+    for a in allocs {
+        // older than the trace: origin NONE, the missing stack
+        let stack = StackId(a.origin);
+        let freed = a.end().map(|_| StackId(a.free_origin));
+        let name = grouper.category(stack, freed);
+        a.category = CATEGORIES.iter().position(|&c| c == name).unwrap_or(6) as u8;
+    }
 }
 
 /// The samples of a tile: one event per pixel column that has any.
@@ -275,6 +329,8 @@ pub struct Drawn {
     pub site: u32,
     /// Its origin: the stack id, or a profiler trace's origin id (searches name them).
     pub stack: u32,
+    /// Index into [`CATEGORIES`]; None for an input without categories.
+    pub category: Option<u8>,
     /// x of its allocation; None: before the trace.
     pub t0: Option<f64>,
     /// x of its free; None: live at the end.
@@ -288,8 +344,11 @@ pub struct Drawn {
 /// Small allocations of one site (or of many: `site` None) summed, at each sample.
 #[derive(Debug, Serialize)]
 pub struct Band {
-    /// Index into the tile's `sites`; None for the band of every other small allocation.
+    /// Index into the tile's `sites`; None for the band of every other small allocation, and
+    /// for every band of a tile banded by category.
     pub site: Option<u32>,
+    /// Index into [`CATEGORIES`] for a tile banded by category.
+    pub category: Option<u8>,
     /// Allocations it sums over the window.
     pub allocations: u64,
     /// Bytes at each sample.
@@ -330,21 +389,60 @@ impl AllocIndex {
 
     /// The event range whose x falls in `[x0, x1]`, widened by the event before (the state
     /// the window starts in).
-    fn event_range(&self, x0: f64, x1: f64) -> (usize, usize) {
+    fn event_range(&self, x0: f64, x1: f64, axis: Axis) -> (usize, usize) {
         let x = &self.series;
-        let lo = x.partition_point(|v| v < x0).saturating_sub(1);
-        let hi = x.partition_point(|v| v <= x1).max(lo + 1).min(x.len());
-        (lo, hi)
+        let (lo, hi) = match axis {
+            Axis::Own => (
+                x.partition_point(|v| v < x0),
+                x.partition_point(|v| v <= x1),
+            ),
+            Axis::Event => (
+                (x0.max(0.0).ceil() as usize).min(x.len()),
+                ((x1.max(-1.0).floor() + 1.0) as usize).min(x.len()),
+            ),
+        };
+        let lo = lo.saturating_sub(1);
+        (lo, hi.max(lo + 1).min(x.len()))
     }
 
-    /// The tile of `[x0, x1]` at `width` pixel columns and `height` pixels.
+    /// x of event `i` on `axis`.
+    pub fn x_on(&self, axis: Axis, i: usize) -> f64 {
+        match axis {
+            Axis::Own => self.series.x(i),
+            Axis::Event => i as f64,
+        }
+    }
+
+    /// The tile of `[x0, x1]` at `width` pixel columns and `height` pixels, x on the
+    /// timeline's own axis, bands by site.
     pub fn tile(&self, x0: f64, x1: f64, width: usize, height: usize) -> Tile {
-        let tile = self.cut_tile(x0, x1, width, height);
+        self.tile_on(x0, x1, width, height, Axis::Own, BandBy::Site)
+    }
+
+    /// The tile of `[x0, x1]` on `axis`, small allocations banded `by`.
+    pub fn tile_on(
+        &self,
+        x0: f64,
+        x1: f64,
+        width: usize,
+        height: usize,
+        axis: Axis,
+        by: BandBy,
+    ) -> Tile {
+        let tile = self.cut_tile(x0, x1, width, height, axis, by);
         self.series.release_all();
         tile
     }
 
-    fn cut_tile(&self, x0: f64, x1: f64, width: usize, height: usize) -> Tile {
+    fn cut_tile(
+        &self,
+        x0: f64,
+        x1: f64,
+        width: usize,
+        height: usize,
+        axis: Axis,
+        by: BandBy,
+    ) -> Tile {
         let width = width.clamp(1, MAX_WIDTH);
         let height = height.clamp(1, MAX_WIDTH);
         let (x0, x1) = if x1 > x0 { (x0, x1) } else { (x0, x0 + 1e-9) };
@@ -352,7 +450,7 @@ impl AllocIndex {
         if self.series.is_empty() {
             return self.empty_tile(x0, x1, samples);
         }
-        let (lo, hi) = self.event_range(x0, x1);
+        let (lo, hi) = self.event_range(x0, x1, axis);
         // one sample per column: its event of most allocated bytes
         let col = |v: f64| {
             let c = ((v - x0) / (x1 - x0) * width as f64).floor();
@@ -366,6 +464,10 @@ impl AllocIndex {
         // (column, event, x, allocated) of the column's first event of most bytes so far
         let mut best: Option<(i64, usize, f64, i64)> = None;
         self.series.each(lo, hi, |i, x, allocated| {
+            let x = match axis {
+                Axis::Own => x,
+                Axis::Event => i as f64,
+            };
             let c = col(x);
             match &mut best {
                 Some(b) if b.0 == c => {
@@ -435,18 +537,24 @@ impl AllocIndex {
                     size: a.size,
                     site: site_in_tile(a.site),
                     stack: a.origin,
-                    t0: a.start().map(|i| self.series.x(i)),
-                    t1: a.end().map(|i| self.series.x(i)),
+                    category: (a.category != NO_CATEGORY).then_some(a.category),
+                    t0: a.start().map(|i| self.x_on(axis, i)),
+                    t1: a.end().map(|i| self.x_on(axis, i)),
                     j0,
                     j1,
                 }
             })
             .collect();
+        // the band of an allocation: its site's, or its category's
+        let key = |a: &Alloc| match by {
+            BandBy::Site => a.site,
+            BandBy::Category => a.category as u32,
+        };
         // the sites of the small allocations that cover the most (bytes x samples) get bands
         let mut area: FxHashMap<u32, (f64, u64)> = FxHashMap::default();
         for &(id, j0, j1) in &small {
             let a = &self.allocs[id as usize];
-            let e = area.entry(a.site).or_default();
+            let e = area.entry(key(a)).or_default();
             e.0 += a.size as f64 * (j1 - j0) as f64;
             e.1 += 1;
         }
@@ -462,8 +570,13 @@ impl AllocIndex {
         let mut bands: Vec<Band> = Vec::new();
         for &(s, _, count) in &ranked[..banded] {
             band_of.insert(s, bands.len());
+            let (site, category) = match by {
+                BandBy::Site => (Some(site_in_tile(s)), None),
+                BandBy::Category => (None, (s != NO_CATEGORY as u32).then_some(s as u8)),
+            };
             bands.push(Band {
-                site: Some(site_in_tile(s)),
+                site,
+                category,
                 allocations: count,
                 bytes: vec![0; n + 1],
             });
@@ -471,6 +584,7 @@ impl AllocIndex {
         if ranked.len() > banded {
             bands.push(Band {
                 site: None,
+                category: None,
                 allocations: ranked[banded..].iter().map(|r| r.2).sum(),
                 bytes: vec![0; n + 1],
             });
@@ -478,7 +592,7 @@ impl AllocIndex {
         let rest = bands.len().saturating_sub(1);
         for &(id, j0, j1) in &small {
             let a = &self.allocs[id as usize];
-            let b = band_of.get(&a.site).copied().unwrap_or(rest);
+            let b = band_of.get(&key(a)).copied().unwrap_or(rest);
             bands[b].bytes[j0 as usize] += a.size as i64;
             bands[b].bytes[j1 as usize] -= a.size as i64;
         }
@@ -554,6 +668,11 @@ pub struct Overview<'a> {
     pub ooms: &'a [OomMark],
     /// Annotation marks (at most the first 2000).
     pub annotations: &'a [AnnotationMark],
+    /// The annotation ranges, paired and placed on both axes (at most [`super::ranges::MAX_RANGES`]).
+    pub ranges: Vec<Range>,
+    /// The names of the categories the tiles' `category` fields index; empty for an input
+    /// without categories.
+    pub categories: &'static [&'static str],
 }
 
 impl AllocIndex {
@@ -570,6 +689,16 @@ impl AllocIndex {
             peak: tl.peak_allocated.as_ref(),
             ooms: &tl.ooms,
             annotations: &tl.annotations[..tl.annotations.len().min(2000)],
+            ranges: if tl.x_is_time {
+                ranges(&tl.annotations, &self.series)
+            } else {
+                Vec::new()
+            },
+            categories: if self.allocs.iter().any(|a| a.category != NO_CATEGORY) {
+                &CATEGORIES
+            } else {
+                &[]
+            },
         }
     }
 }
@@ -610,5 +739,43 @@ mod tests {
         assert!(narrow.events < whole.events);
         let step = |t: &Tile| (t.x1 - t.x0) / t.samples.x.len() as f64;
         assert!(step(&narrow) < step(&whole));
+    }
+
+    #[test]
+    fn on_the_event_axis_banded_by_category_samples_still_add_up() {
+        let snap = fixture("cs336_medium_512_training.pickle");
+        let index = build(&snap, 0, timeline(&snap, 0, true), &mut &snap).unwrap();
+        let n = index.events();
+        // every allocation has the category its details name (top --group-by category's)
+        for id in (0..index.allocs.len()).step_by(97) {
+            let a = &index.allocs[id];
+            let detail = crate::view::details::alloc(&snap, &index, id).unwrap();
+            assert_eq!(
+                CATEGORIES[a.category as usize], detail.category,
+                "allocation {id}"
+            );
+        }
+        let t = index.tile_on(0.0, (n - 1) as f64, 700, 300, Axis::Event, BandBy::Category);
+        assert_eq!(t.events, n);
+        // x is the event index: each sample's x is its event
+        assert!((t.samples.x.iter().zip(&t.samples.event)).all(|(&x, &e)| x == e as f64));
+        assert!(t.bands.iter().all(|b| b.site.is_none()));
+        assert!(t.bands.len() <= CATEGORIES.len() + 1);
+        for j in 0..t.samples.x.len() {
+            let drawn: i64 = (t.drawn.iter())
+                .filter(|d| (d.j0 as usize..d.j1 as usize).contains(&j))
+                .map(|d| d.size as i64)
+                .sum();
+            let banded: i64 = t.bands.iter().map(|b| b.bytes[j]).sum();
+            assert_eq!(
+                drawn + banded + t.untracked[j],
+                t.samples.total[j],
+                "sample {j}"
+            );
+        }
+        // a window of events 100..=199 holds those events and the one before
+        let w = index.tile_on(100.0, 199.0, 50, 300, Axis::Event, BandBy::Site);
+        assert_eq!(w.events, 101);
+        assert!(w.samples.event.iter().all(|&e| (99..=199).contains(&e)));
     }
 }

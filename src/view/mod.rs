@@ -24,5 +24,6 @@ pub mod http;
 pub mod index;
 pub mod page;
 pub mod profile;
+pub mod ranges;
 pub mod series;
 pub mod server;

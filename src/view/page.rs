@@ -1,9 +1,18 @@
-//! The page of `memtrack view`: one HTML file and one script, embedded in the binary
+//! The page of `memtrack view`: one HTML file and its script, embedded in the binary
 //! (`include_str!`), the script inlined into the page when it is served. No CDN, no front-end
-//! build: what is in `page.html` and `page.js` is what the browser runs.
+//! build: what is in `page.html` and the `page_*.js` modules is what the browser runs. The
+//! modules share one scope, in this order: the core (state, routes, scales, the URL
+//! fragment), the timeline, stats files, what the user does, and the tests' probe (which
+//! starts the page).
 
 const HTML: &str = include_str!("page.html");
-const SCRIPT: &str = include_str!("page.js");
+const SCRIPT: &str = concat!(
+    include_str!("page_core.js"),
+    include_str!("page_chart.js"),
+    include_str!("page_stats.js"),
+    include_str!("page_interact.js"),
+    include_str!("page_probe.js"),
+);
 
 /// The page for a capture named `title` of `kind` (`snapshot` or `stats`).
 pub fn html(title: &str, kind: &str) -> String {

@@ -43,6 +43,8 @@ pub struct SeriesOverview {
     pub markers: Vec<(String, i64)>,
     /// The highest allocated bytes and its op.
     pub peak: Option<(usize, f64)>,
+    /// Series equal at every op, by name (`["allocated", "active"]`): drawn as one line.
+    pub coinciding: Vec<Vec<&'static str>>,
 }
 
 /// The window `[x0, x1]` (op indices) at `width` columns.
@@ -71,6 +73,69 @@ pub fn tile(stats: &TrackerStats, x0: f64, x1: f64, width: usize) -> SeriesTile 
     }
 }
 
+/// Ops a search names at most (the count and bytes cover them all).
+pub const MAX_OP_HITS: usize = 20_000;
+
+/// The ops whose name (`{module}.{forward|backward}.{op}_{n}`) holds the query.
+#[derive(Debug, Serialize)]
+pub struct OpHits {
+    /// Ops that match, in all.
+    pub ops: usize,
+    /// The first [`MAX_OP_HITS`] of them, in op order.
+    pub first: Vec<usize>,
+    /// Distinct modules those ops ran in (`op_module`), at most 20 named.
+    pub modules: Vec<String>,
+}
+
+/// Search the op names, case-insensitive (`Adam`, `attn`, `addmm`).
+pub fn search(stats: &TrackerStats, query: &str) -> OpHits {
+    let q = query.to_lowercase();
+    let mut hits = OpHits {
+        ops: 0,
+        first: Vec::new(),
+        modules: Vec::new(),
+    };
+    for (i, name) in stats.names.iter().enumerate() {
+        if !name.to_lowercase().contains(&q) {
+            continue;
+        }
+        hits.ops += 1;
+        if hits.first.len() < MAX_OP_HITS {
+            hits.first.push(i);
+        }
+        if let Some(m) = crate::model::tracker::op_module(name) {
+            if hits.modules.len() < 20 && !hits.modules.iter().any(|k| k == m) {
+                hits.modules.push(m.to_string());
+            }
+        }
+    }
+    hits
+}
+
+/// Groups of series with equal values at every op (the page says they coincide: one line
+/// drawn over the other), by name; only groups of two or more.
+fn coinciding(stats: &TrackerStats) -> Vec<Vec<&'static str>> {
+    let with_values: Vec<Series> = [Series::Allocated, Series::Active, Series::Reserved]
+        .into_iter()
+        .filter(|&s| stats.series(s).iter().any(|v| !v.is_nan()))
+        .collect();
+    let same = |a: Series, b: Series| {
+        (stats.series(a).iter().zip(stats.series(b)))
+            .all(|(x, y)| x == y || (x.is_nan() && y.is_nan()))
+    };
+    let mut groups: Vec<Vec<Series>> = Vec::new();
+    for s in with_values {
+        match groups.iter_mut().find(|g| same(g[0], s)) {
+            Some(g) => g.push(s),
+            None => groups.push(vec![s]),
+        }
+    }
+    (groups.into_iter())
+        .filter(|g| g.len() > 1)
+        .map(|g| g.into_iter().map(|s| s.name()).collect())
+        .collect()
+}
+
 /// Ops, markers and the peak.
 pub fn overview(stats: &TrackerStats) -> SeriesOverview {
     let peak = (stats.allocated.iter().enumerate())
@@ -85,5 +150,6 @@ pub fn overview(stats: &TrackerStats) -> SeriesOverview {
             .map(|m| (m.name, m.op_index))
             .collect(),
         peak,
+        coinciding: coinciding(stats),
     }
 }

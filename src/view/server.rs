@@ -20,7 +20,7 @@ use crate::model::trace::TraceEvents;
 use crate::model::{Snapshot, TrackerStats};
 
 use super::http::{self, Request, Response};
-use super::index::{AllocIndex, MAX_WIDTH};
+use super::index::{AllocIndex, Axis, BandBy, MAX_WIDTH};
 use super::profile::ProfileView;
 use super::{details, page, series};
 
@@ -217,12 +217,8 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
             "timeline": index.overview(),
             "stacks": snap.stacks.stack_count(),
         })),
-        ("/api/tile", Content::Snapshot { index, .. }) => {
-            let (x0, x1) = (p.number("x0")?, p.number("x1")?);
-            let width = p.count("width", MAX_WIDTH)?;
-            let height = p.count("height", MAX_WIDTH)?;
-            json(&index.tile(x0, x1, width, height))
-        }
+        ("/api/tile", Content::Snapshot { index, .. }) => tile(index, p),
+        ("/api/event", Content::Snapshot { index, .. }) => event_x(index, p),
         ("/api/alloc", Content::Snapshot { snap, index, .. }) => {
             let id = p.count("id", usize::MAX)?;
             match details::alloc(snap, index, id) {
@@ -266,12 +262,8 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
             "devices": view.devices,
             "timeline": view.index.overview(),
         })),
-        ("/api/tile", Content::Profile(view)) => {
-            let (x0, x1) = (p.number("x0")?, p.number("x1")?);
-            let width = p.count("width", MAX_WIDTH)?;
-            let height = p.count("height", MAX_WIDTH)?;
-            json(&view.index.tile(x0, x1, width, height))
-        }
+        ("/api/tile", Content::Profile(view)) => tile(&view.index, p),
+        ("/api/event", Content::Profile(view)) => event_x(&view.index, p),
         ("/api/alloc", Content::Profile(view)) => {
             let id = p.count("id", usize::MAX)?;
             match view.alloc(id) {
@@ -302,6 +294,13 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
             let (x0, x1) = (p.number("x0")?, p.number("x1")?);
             json(&series::tile(stats, x0, x1, p.count("width", MAX_WIDTH)?))
         }
+        ("/api/search", Content::Stats(stats)) => {
+            let q = p.get("q").unwrap_or("");
+            if q.is_empty() || q.len() > MAX_QUERY {
+                return Err(bad(format!("q: 1 to {MAX_QUERY} characters")));
+            }
+            json(&series::search(stats, q))
+        }
         ("/api/op", Content::Stats(stats)) => {
             let i = p.count("i", usize::MAX)?;
             if i >= stats.op_count() {
@@ -317,6 +316,35 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
         }
         _ => Err(Failure(404, format!("no such path: {path}"))),
     }
+}
+
+/// `/api/tile`: the window `x0..x1` on `axis` (`event`, the default, or `time`: the
+/// timeline's own x), small allocations banded `by` `site` (the default) or `category`.
+fn tile(index: &AllocIndex, p: &Params) -> Result<Vec<u8>, Failure> {
+    let (x0, x1) = (p.number("x0")?, p.number("x1")?);
+    let width = p.count("width", MAX_WIDTH)?;
+    let height = p.count("height", MAX_WIDTH)?;
+    let axis = match p.get("axis") {
+        None | Some("time") => Axis::Own,
+        Some("event") => Axis::Event,
+        Some(other) => return Err(bad(format!("axis: `event` or `time`, not {other:?}"))),
+    };
+    let by = match p.get("by") {
+        None | Some("site") => BandBy::Site,
+        Some("category") => BandBy::Category,
+        Some(other) => return Err(bad(format!("by: `site` or `category`, not {other:?}"))),
+    };
+    json(&index.tile_on(x0, x1, width, height, axis, by))
+}
+
+/// `/api/event?event=N`: the event's x on the timeline's own axis (seconds, or the index), and
+/// the allocated bytes after it (a link or an arrow key names a moment by its event).
+fn event_x(index: &AllocIndex, p: &Params) -> Result<Vec<u8>, Failure> {
+    let event = p.event(index)?;
+    let x = index.series.x(event);
+    let allocated = index.series.allocated(event);
+    index.series.release_all();
+    json(&serde_json::json!({ "event": event, "x": x, "allocated": allocated }))
 }
 
 /// A query string's parameters, percent-decoded.

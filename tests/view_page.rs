@@ -1,0 +1,383 @@
+//! `memtrack view`'s page in a real headless browser, read back for what it drew: the event
+//! axis and its round ticks, the annotation ranges and their labels, the legend by category,
+//! the OOM in the header and in sight, the URL fragment that reproduces a view, each input
+//! kind's own words, the hover box beside the chart. The page's `#probe=STEPS` runs the steps
+//! and writes what the last draw put where (canvas pixels included) into the page.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::fixture;
+use common::viewer::{report, Viewer};
+
+/// The probe's report for `file` opened at `#FRAGMENT` (`probe=STEPS` in it).
+fn probe(browser: &Path, v: &Viewer, fragment: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let r = report(browser, dir.path(), &v.url, fragment, "probe");
+    assert!(r["error"].is_null(), "the probe failed: {r}");
+    r
+}
+
+fn gpt() -> PathBuf {
+    fixture("snapshots/h100/gpt_default.pickle")
+}
+
+fn f(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("a number: {v}"))
+}
+
+/// Whether every mark and its label lie inside the plot.
+fn inside(r: &serde_json::Value, m: &serde_json::Value) {
+    let (left, right) = (
+        f(&r["chart"]["pad_l"]),
+        f(&r["chart"]["width"]) - f(&r["chart"]["pad_r"]),
+    );
+    assert!(
+        f(&m["x"]) >= left && f(&m["x"]) <= right,
+        "{m} outside {left}..{right}"
+    );
+    if !m["l0"].is_null() {
+        assert!(
+            f(&m["l0"]) >= left && f(&m["l1"]) <= right,
+            "label {m} outside {left}..{right}"
+        );
+    }
+}
+
+/// The GPT-2 capture: x is the event index (the steps spread out), ticks at round values,
+/// the 24 annotation ranges drawn and labelled where they fit, colours by category with a
+/// legend whose bytes add up to the allocated bytes at the sample, the hover box off the chart.
+#[test]
+fn a_snapshot_spreads_its_events_draws_its_ranges_and_keys_its_colours() {
+    let Some(browser) = common::browser_or_skip("a_snapshot_spreads_its_events") else {
+        return;
+    };
+    let v = Viewer::start(&gpt());
+    let overview = v.json("/api/overview");
+    let events = overview["timeline"]["events"].as_u64().unwrap();
+    let ranges = overview["timeline"]["ranges"].as_array().unwrap().len();
+    assert_eq!(ranges, 24, "11 optimizer steps and zero_grads: {overview}");
+    let r = probe(&browser, &v, "probe=hover");
+    assert_eq!(r["axis"], "event");
+    assert_eq!(f(&r["full"][0]), 0.0);
+    assert!(f(&r["full"][1]) >= (events - 1) as f64);
+    // round ticks, more than three of them
+    let xt = r["drawn"]["xticks"].as_array().unwrap();
+    assert!(xt.len() >= 4, "{xt:?}");
+    let step = f(&xt[1]["v"]) - f(&xt[0]["v"]);
+    for t in xt {
+        assert_eq!(f(&t["v"]) % step, 0.0, "{t}");
+        assert!(!t["label"].as_str().unwrap().contains('.'), "{t}");
+    }
+    let yt = r["drawn"]["yticks"].as_array().unwrap();
+    assert!(yt.len() >= 3);
+    let ystep = f(&yt[1]["v"]);
+    assert_eq!(ystep.log2().fract(), 0.0, "a power of two: {ystep}");
+    assert!(yt.iter().all(|t| f(&t["v"]) % ystep == 0.0), "{yt:?}");
+    // every range drawn, one at least labelled, the bar coloured
+    let drawn = r["drawn"]["ranges"].as_array().unwrap();
+    assert_eq!(drawn.len(), ranges);
+    assert!(
+        drawn
+            .iter()
+            .any(|d| !d["label"].as_str().unwrap().is_empty()),
+        "{drawn:?}"
+    );
+    for px in r["range_pixels"].as_array().unwrap() {
+        assert_ne!(
+            px,
+            &serde_json::json!([255, 255, 255]),
+            "a range bar is drawn: {px}"
+        );
+        assert_ne!(
+            px,
+            &serde_json::json!([0, 0, 0]),
+            "a range bar is drawn: {px}"
+        );
+    }
+    // on the event axis the three steps spread: the 11 optimizer ranges span a wide part of the plot
+    let first = f(&drawn[0]["x0"]);
+    let last = f(&drawn[drawn.len() - 1]["x1"]);
+    assert!(
+        last - first > 0.6 * f(&r["chart"]["width"]),
+        "{first}..{last}"
+    );
+    // the legend: categories, what each holds under the cursor, adding up to the sample
+    assert_eq!(r["colour"], "category");
+    let legend = r["hover"]["legend"].as_array().unwrap();
+    let categories = overview["timeline"]["categories"].as_array().unwrap();
+    assert!(legend.len() >= 3, "{legend:?}");
+    for e in legend {
+        let k = &e["key"];
+        assert!(
+            categories.contains(k) || k.as_str().unwrap().starts_with('('),
+            "{k} is a category"
+        );
+    }
+    let sum: f64 = legend.iter().map(|e| f(&e["bytes"])).sum();
+    assert_eq!(sum, f(&r["legend_total"]), "{legend:?}");
+    // the hover box names the allocation and stays off the chart
+    let h = &r["hover"];
+    assert!(h["tip"].as_str().unwrap().contains("allocation #"), "{h}");
+    let (t, c) = (&h["tipRect"], &h["chartRect"]);
+    let overlap =
+        f(&t[0]) < f(&c[2]) && f(&t[2]) > f(&c[0]) && f(&t[1]) < f(&c[3]) && f(&t[3]) > f(&c[1]);
+    assert!(!overlap, "the hover box covers the chart: {t} over {c}");
+    // the peak is marked inside the plot
+    let marks = r["drawn"]["marks"].as_array().unwrap();
+    let peak = marks
+        .iter()
+        .find(|m| m["kind"] == "peak")
+        .expect("the peak is marked");
+    inside(&r, peak);
+
+    // wall time is a switch; colouring by site names sites in the legend
+    let r = probe(&browser, &v, "probe=xaxis:time,colour:site");
+    assert_eq!(r["axis"], "time");
+    assert!(f(&r["full"][1]) < 100.0, "seconds: {}", r["full"]);
+    assert_eq!(r["drawn"]["ranges"].as_array().unwrap().len(), ranges);
+    assert!(r["drawn"]["xticks"].as_array().unwrap().len() >= 4);
+    let legend = r["legend"].as_array().unwrap();
+    assert!(
+        legend
+            .iter()
+            .any(|e| e["key"].as_str().unwrap().contains(".py:")),
+        "{legend:?}"
+    );
+    assert!(
+        r["hash"].as_str().unwrap().contains("x=time")
+            && r["hash"].as_str().unwrap().contains("c=site")
+    );
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// An OOM capture: the header names the OOM, zooming twice at the right edge keeps it in the
+/// window, its button goes there and sets the moment, and its red line and label are inside
+/// the plot.
+#[test]
+fn the_oom_is_named_in_the_header_and_kept_in_sight() {
+    let Some(browser) = common::browser_or_skip("the_oom_is_named_in_the_header") else {
+        return;
+    };
+    let v = Viewer::start(&fixture("snapshots/h100/oom_default.pickle"));
+    let overview = v.json("/api/overview");
+    let oom = &overview["timeline"]["ooms"][0];
+    let at = oom["index"].as_u64().unwrap();
+    let r = probe(&browser, &v, "probe=zoomright");
+    let facts = r["oom_facts"].as_str().unwrap();
+    assert!(
+        facts.contains("OOM") && facts.contains(&format!("event {}", fmt_thousands(at))),
+        "{facts}"
+    );
+    let jumps = r["jumps"].as_array().unwrap();
+    assert!(
+        jumps.contains(&"go-peak".into()) && jumps.contains(&"go-oom-0".into()),
+        "{jumps:?}"
+    );
+    // zoomed twice at the right edge: the OOM is still in the window, marked inside the plot
+    assert!(
+        f(&r["view"][1]) - f(&r["view"][0]) < f(&r["full"][1]) / 2.0,
+        "{}",
+        r["view"]
+    );
+    assert!(
+        f(&r["view"][0]) <= at as f64 && at as f64 <= f(&r["view"][1]),
+        "{}",
+        r["view"]
+    );
+    let marks = r["drawn"]["marks"].as_array().unwrap();
+    let m = marks
+        .iter()
+        .find(|m| m["kind"] == "oom")
+        .expect("the OOM is drawn");
+    inside(&r, m);
+    assert!(m["label"].as_str().unwrap().contains("asked"));
+    // its line is red on the canvas
+    let px = r["pixels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "oom")
+        .unwrap();
+    let rgb = px["rgb"].as_array().unwrap();
+    assert!(f(&rgb[0]) > 180.0 && f(&rgb[1]) < 110.0, "red: {px}");
+
+    // the peak, then the OOM button: the window moves there and the moment is the OOM's
+    let r = probe(&browser, &v, "probe=peak,oom");
+    assert_eq!(r["moment"]["event"].as_u64(), Some(at), "{}", r["moment"]);
+    assert!(f(&r["view"][0]) <= at as f64 && at as f64 <= f(&r["view"][1]));
+    assert!(
+        r["live_bytes"].as_f64().is_some(),
+        "what is live at the OOM is shown"
+    );
+    inside(
+        &r,
+        r["drawn"]["marks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["kind"] == "oom")
+            .unwrap(),
+    );
+    assert_eq!(v.interrupt(), 0);
+}
+
+fn fmt_thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The URL's fragment holds the window, the search, the selection, the moment and the
+/// colouring: opening it shows the same; reset zooms out and the search's line stays true.
+#[test]
+fn the_fragment_reproduces_the_view_and_reset_keeps_the_search_line() {
+    let Some(browser) = common::browser_or_skip("the_fragment_reproduces_the_view") else {
+        return;
+    };
+    let v = Viewer::start(&gpt());
+    let search = v.json("/api/search?q=layer_norm");
+    let first = probe(
+        &browser,
+        &v,
+        "probe=colour:site,search:layer_norm,zoomright",
+    );
+    let hash = first["hash"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches('#')
+        .to_string();
+    assert!(
+        hash.contains("q=layer_norm") && hash.contains("c=site") && hash.contains("v="),
+        "{hash}"
+    );
+    let line = first["search_status"].as_str().unwrap().to_string();
+    assert!(
+        line.contains(&format!("{} allocations", search["allocations"])),
+        "{line} vs {search}"
+    );
+    // the link, opened afresh, shows the same window, colouring and search
+    let mut fragment: Vec<&str> = hash
+        .split('&')
+        .filter(|kv| !kv.starts_with("probe="))
+        .collect();
+    fragment.push("probe=");
+    let fragment = fragment.join("&");
+    let again = probe(&browser, &v, &fragment);
+    assert_eq!(again["colour"], "site");
+    assert_eq!(again["search_status"].as_str(), Some(line.as_str()));
+    for k in 0..2 {
+        let (a, b) = (f(&first["view"][k]), f(&again["view"][k]));
+        assert!(
+            (a - b).abs() <= 0.01 * (f(&first["view"][1]) - f(&first["view"][0])),
+            "{a} vs {b}"
+        );
+    }
+    // a selection and a moment in the link: the allocation's stack and what is live then
+    let sel = probe(
+        &browser,
+        &v,
+        "x=event&v=1000,3000&q=layer_norm&sel=5&at=2000&c=category&probe=reset",
+    );
+    assert_eq!(sel["selected"], 5);
+    assert_eq!(sel["moment"]["event"], 2000);
+    let top = common::json_out(&[
+        "top",
+        gpt().to_str().unwrap(),
+        "--at",
+        "2000",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(sel["live_bytes"], top[0]["at_bytes"]);
+    // reset zoomed out; the search and its line are still there and still true
+    assert_eq!(sel["view"], sel["full"]);
+    assert_eq!(sel["search_value"], "layer_norm");
+    assert_eq!(sel["search_status"].as_str(), Some(line.as_str()));
+    assert!(
+        !sel["hash"].as_str().unwrap().contains("v="),
+        "{}",
+        sel["hash"]
+    );
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// A stats file speaks of ops: its own hint and search (over op names and modules: `AdamW`),
+/// the markers named inside the plot, and a note that allocated and active coincide.
+#[test]
+fn a_stats_file_has_its_own_words_labelled_markers_and_a_note_on_coinciding_series() {
+    let Some(browser) = common::browser_or_skip("a_stats_file_has_its_own_words") else {
+        return;
+    };
+    let v = Viewer::start(&fixture("record/h100_gpt2_train.pkl"));
+    let r = probe(&browser, &v, "probe=search:AdamW,hover");
+    assert!(
+        !r["hint"].as_str().unwrap().contains("allocation"),
+        "{}",
+        r["hint"]
+    );
+    assert!(r["placeholder"].as_str().unwrap().contains("ops"));
+    let status = r["search_status"].as_str().unwrap();
+    assert!(
+        status.contains("\"AdamW\": 498 ops") && status.contains("AdamW"),
+        "{status}"
+    );
+    assert!(
+        r["drawn"]["hits"].as_u64() > Some(0),
+        "the matching ops are ticked"
+    );
+    let markers = r["drawn"]["markers"].as_array().unwrap();
+    for name in ["fw_start", "fw_bw_boundary"] {
+        let m = markers
+            .iter()
+            .find(|m| m["label"] == name)
+            .unwrap_or_else(|| panic!("{name} labelled: {markers:?}"));
+        inside(&r, m);
+    }
+    assert!(
+        r["note"]
+            .as_str()
+            .unwrap()
+            .contains("allocated, active are equal"),
+        "{}",
+        r["note"]
+    );
+    assert!(r["drawn"]["lines"]
+        .as_array()
+        .unwrap()
+        .contains(&"allocated = active".into()));
+    let tip = r["hover"]["tip"].as_str().unwrap();
+    assert!(tip.contains("op ") && tip.contains("module"), "{tip}");
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// A profiler trace: its y scale keeps the small allocations visible beside its one 4 MiB
+/// tensor (square root by default; linear squashes them), and it speaks of ops.
+#[test]
+fn a_profiler_trace_keeps_its_small_allocations_visible() {
+    let Some(browser) = common::browser_or_skip("a_profiler_trace_keeps_small_visible") else {
+        return;
+    };
+    let v = Viewer::start(&fixture("profiler/export_chrome_trace.json"));
+    let root = probe(&browser, &v, "probe=");
+    assert_eq!(root["yscale"], "sqrt");
+    assert!(root["placeholder"].as_str().unwrap().contains("op"));
+    let linear = probe(&browser, &v, "probe=yscale:linear");
+    let (s, l) = (
+        f(&root["heights"]["median_px"]),
+        f(&linear["heights"]["median_px"]),
+    );
+    assert!(
+        s >= 4.0 * l && s >= 8.0,
+        "square root {s} px, linear {l} px"
+    );
+    assert!(f(&root["heights"]["max_px"]) <= f(&root["chart"]["bottom"]));
+    assert_eq!(v.interrupt(), 0);
+}
