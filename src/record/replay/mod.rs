@@ -27,6 +27,7 @@ mod ops;
 mod peaks;
 mod records;
 mod retained;
+mod threads;
 
 pub use bytes::device_name;
 use bytes::{Snap, Storage};
@@ -192,6 +193,8 @@ struct Replay {
     slot_base: usize,
     /// What stays alive across iterations (`retained`).
     retained: retained::Retaining,
+    /// The threads: whose records come now, the others' module stacks, each one's counts.
+    threads: threads::Threads,
 }
 
 impl Replay {
