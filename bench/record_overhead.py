@@ -145,15 +145,23 @@ def worker(model_name, mode, steps, threads):
             step()
     blocks, per = 5, max(1, steps // 5)
     best_cpu = best_wall = float("inf")
+    walls, cpus = [], []  # every step's own time: a stall shows as one slow step
     for _ in range(blocks):
         c, w = time.process_time(), time.perf_counter()
         for _ in range(per):
+            sc, sw = time.process_time(), time.perf_counter()
             step()
+            walls.append(time.perf_counter() - sw)
+            cpus.append(time.process_time() - sc)
         best_cpu = min(best_cpu, (time.process_time() - c) / per)
         best_wall = min(best_wall, (time.perf_counter() - w) / per)
+    med_wall = sorted(walls)[len(walls) // 2]
+    med_cpu = sorted(cpus)[len(cpus) // 2]
     print(
         "MEMTRACK_BENCH "
-        + json.dumps({"cpu_s": best_cpu, "wall_s": best_wall, "ops_per_step": Count.n or None})
+        + json.dumps({"cpu_s": best_cpu, "wall_s": best_wall, "ops_per_step": Count.n or None,
+                      "median_wall_s": med_wall, "median_cpu_s": med_cpu,
+                      "max_wall_s": max(walls), "max_step": walls.index(max(walls))})
     )
 
 
@@ -196,8 +204,10 @@ def run_startup(args, mode):
     raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
 
 
-# The floors issue 26 sets: slowdown of memtrack record per model, start-up seconds added.
-FLOORS = {"lstmcell": 3.0, "conv": 1.5}
+# The floors issue 45 sets: slowdown of memtrack record per model (CPU time per step), no step
+# above STALL_FLOOR times the median step (wall); start-up seconds added (issue 26).
+FLOORS = {"lstmcell": 2.0, "conv": 1.25}
+STALL_FLOOR = 5.0
 STARTUP_FLOOR_S = 0.4
 
 
@@ -233,9 +243,20 @@ def main():
                 best[k] = {
                     "cpu_s": min(res["cpu_s"], old["cpu_s"]) if old else res["cpu_s"],
                     "wall_s": min(res["wall_s"], old["wall_s"]) if old else res["wall_s"],
+                    # the worst step over max-step/median of every round
+                    "stall": max(res["max_wall_s"] / res["median_wall_s"],
+                                 old["stall"] if old else 0.0),
+                    "median_wall_s": min(res["median_wall_s"], old["median_wall_s"])
+                    if old else res["median_wall_s"],
+                    "median_cpu_s": min(res["median_cpu_s"], old["median_cpu_s"])
+                    if old else res["median_cpu_s"],
                 }
                 print(f"round {r + 1}: {m:5} {mode:13} {res['cpu_s'] * 1e3:8.2f} ms cpu "
-                      f"{res['wall_s'] * 1e3:8.2f} ms wall", file=sys.stderr)
+                      f"{res['wall_s'] * 1e3:8.2f} ms wall; median step "
+                      f"{res['median_cpu_s'] * 1e3:.2f} ms cpu {res['median_wall_s'] * 1e3:.2f} ms "
+                      f"wall, slowest {res['max_wall_s'] * 1e3:.1f} ms wall (step "
+                      f"{res['max_step']}, {res['max_wall_s'] / res['median_wall_s']:.1f}x the "
+                      "median)", file=sys.stderr)
     print(f"\nstep time, fastest of {args.rounds} rounds x 5 blocks "
           f"(torch threads {args.threads}; CPU time, wall in brackets)\n")
     print(f"{'model':13} {'ops/step':>8} " + " ".join(f"{m:>22}" for m in MODES) + f" {'memtrack/MemTracker':>20} {'memtrack/profiler':>18}")
@@ -255,6 +276,8 @@ def main():
             for mode, observer in RECORD_MODES.items():
                 floors.append((f"{m} slowdown under record, {observer} observer",
                                best[(m, mode)]["cpu_s"] / base, FLOORS[m], "x"))
+                floors.append((f"{m} slowest step / median, {observer} observer",
+                               best[(m, mode)]["stall"], STALL_FLOOR, "x"))
         mt = best[(m, "memtracker")]["cpu_s"] / base if (m, "memtracker") in best else None
         ratio = f"{us / mt:20.2f}" if mt else f"{'-':>20}"
         pr = best[(m, "profiler")]["cpu_s"] / base
@@ -266,6 +289,13 @@ def main():
         report[m]["slowdown_memtrack_compiled"] = best[(m, "memtrack-compiled")]["cpu_s"] / base
         report[m]["slowdown_profiler"] = best[(m, "profiler")]["cpu_s"] / base
     print("\nslowdown = step time / plain step time")
+    print(f"\nmedian step (CPU / wall) and slowest step over the median (wall, worst round):")
+    for m in models:
+        for mode in modes_for(m):
+            b = best.get((m, mode))
+            if b:
+                print(f"  {m:13} {mode:18} {b['median_cpu_s'] * 1e3:8.2f} ms cpu "
+                      f"{b['median_wall_s'] * 1e3:8.2f} ms wall   slowest {b['stall']:5.1f}x")
 
     starts = {"plain": [], "memtrack": [], "memtrack-compiled": []}
     for _ in range(args.starts):

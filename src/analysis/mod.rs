@@ -26,5 +26,6 @@ pub mod sites;
 pub mod snapshot_summary;
 pub mod stacked;
 pub mod summary;
+pub mod threads;
 pub mod timeline;
 pub mod trace_listing;

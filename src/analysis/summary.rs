@@ -42,6 +42,10 @@ pub struct TrackerSummary {
     /// `record.unmeasured`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unmeasured: Vec<String>,
+    /// The threads beside the main one that ran ops, and those that could not be recorded
+    /// (`analysis::threads`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<String>,
     /// What grows from one iteration to the next (`analysis::growth`).
     pub growth: super::growth::Growth,
     /// The exception the program raised, and where (files from `memtrack record`).
@@ -338,6 +342,10 @@ pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
             .record
             .as_ref()
             .map_or_else(Vec::new, |r| unmeasured_lines(&r.unmeasured)),
+        threads: stats
+            .record
+            .as_ref()
+            .map_or_else(Vec::new, |r| super::threads::thread_lines(r, n)),
         peaks,
     }
 }

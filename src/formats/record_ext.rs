@@ -8,7 +8,7 @@ use crate::model::modules::StateSnapshots;
 use crate::model::{
     CompileInfo, CompiledRegion, Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes,
     DeviceSample, DeviceSeries, ExitInfo, IterationModules, ModState, ModuleSnapshot, ModuleStats,
-    RecordInfo, Retained, RetainedOp, Unmeasured, CATEGORIES,
+    RecordInfo, Retained, RetainedOp, ThreadInfo, Unmeasured, CATEGORIES,
 };
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value};
@@ -64,6 +64,13 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     if let Some(v) = d.get("retained") {
         info.retained = Some(retained(doc, v)?);
     }
+    if let Some(v) = d.get("threads") {
+        info.threads = threads(doc, v)?;
+    }
+    if let Some(v) = d.get("thread_runs") {
+        info.thread_runs = thread_runs(doc, v)?;
+    }
+    info.threads_unrecorded = strings("threads_unrecorded");
     if let Some(c) = d.get("compile").and_then(|v| doc.as_dict(v)) {
         let int = |k: &str| c.get(k).and_then(|v| doc.as_int(v)).unwrap_or(0);
         let mut regions = Vec::new();
@@ -120,6 +127,47 @@ fn unmeasured(doc: &Document, v: Value) -> Parse<Vec<Unmeasured>> {
         });
     }
     Ok(out)
+}
+
+/// `memtrack.threads`: `[{id: int, name: str, ops: int, forward_calls: int}]`.
+fn threads(doc: &Document, v: Value) -> Parse<Vec<ThreadInfo>> {
+    let list = doc.as_seq(v).ok_or("memtrack.threads: expected a list")?;
+    let mut out = Vec::with_capacity(list.len());
+    for (n, item) in list.iter().enumerate() {
+        let bad = || {
+            LayoutError(format!(
+                "memtrack.threads[{n}]: expected {{id: int, name: str, ops: int, forward_calls: int}}"
+            ))
+        };
+        let d = doc.as_dict(*item).ok_or_else(bad)?;
+        let int = |k: &str| d.get(k).and_then(|v| doc.as_int(v)).ok_or_else(bad);
+        out.push(ThreadInfo {
+            id: int("id")?,
+            name: d
+                .get("name")
+                .and_then(|v| doc.as_str(v))
+                .ok_or_else(bad)?
+                .to_string(),
+            ops: int("ops")?,
+            forward_calls: int("forward_calls")?,
+        });
+    }
+    Ok(out)
+}
+
+/// `memtrack.thread_runs`: `[(first op, thread id)]`.
+fn thread_runs(doc: &Document, v: Value) -> Parse<Vec<(i64, i64)>> {
+    let what = "memtrack.thread_runs: expected a list of (int, int)";
+    let list = doc.as_seq(v).ok_or(what)?;
+    list.iter()
+        .map(|item| match doc.as_seq(*item) {
+            Some([a, b]) => match (doc.as_int(*a), doc.as_int(*b)) {
+                (Some(a), Some(b)) => Ok((a, b)),
+                _ => Err(what.into()),
+            },
+            _ => Err(what.into()),
+        })
+        .collect()
 }
 
 /// `memtrack.retained`: `{iterations: int, ops: [{op: str, module: str, category: str, bytes:
@@ -495,6 +543,28 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
             });
             w.end_dict();
         });
+    }
+    if !r.threads.is_empty() {
+        w.entry("threads", |w| {
+            w.list(&r.threads, |w, t| {
+                w.begin_dict();
+                w.entry("id", |w| w.int(t.id));
+                w.entry("name", |w| w.str(&t.name));
+                w.entry("ops", |w| w.int(t.ops));
+                w.entry("forward_calls", |w| w.int(t.forward_calls));
+                w.end_dict();
+            });
+        });
+        w.entry("thread_runs", |w| {
+            w.list(&r.thread_runs, |w, &(first, t)| {
+                w.int(first);
+                w.int(t);
+                w.tuple(2);
+            });
+        });
+    }
+    if !r.threads_unrecorded.is_empty() {
+        w.entry("threads_unrecorded", |w| str_list(w, &r.threads_unrecorded));
     }
     w.entry("unmeasured", |w| {
         w.list(&r.unmeasured, |w, u| {

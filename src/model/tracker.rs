@@ -254,6 +254,26 @@ pub struct RecordInfo {
     /// Storages made in an iteration after warm-up and still alive two iterations later, by the
     /// op that made them (`record::replay::retained`); None in files written before it.
     pub retained: Option<Retained>,
+    /// The threads that ran ops, the main one (id 0) first, when any other did; empty when
+    /// the main thread ran every op.
+    pub threads: Vec<ThreadInfo>,
+    /// Which thread ran each op, as runs: (first op, thread id), each run up to the next.
+    pub thread_runs: Vec<(i64, i64)>,
+    /// Threads already running when recording began: their ops are not in the file.
+    pub threads_unrecorded: Vec<String>,
+}
+
+/// One thread of a recorded process (docs/format.md, `threads`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ThreadInfo {
+    /// 0 for the main thread (and threads Python did not start), then 1, 2, … as started.
+    pub id: i64,
+    /// `threading.Thread.name`.
+    pub name: String,
+    /// Ops it ran.
+    pub ops: i64,
+    /// Forward calls of a module while no other module ran in it (top-level calls).
+    pub forward_calls: i64,
 }
 
 /// What stayed alive across iterations, by the op that allocated it: an iteration `k` (from

@@ -19,7 +19,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 22] = [
+pub const FILES: [(&str, &str); 27] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
@@ -31,20 +31,25 @@ pub const FILES: [(&str, &str); 22] = [
     agent_file!("cycles.py"),
     agent_file!("dynamo.py"),
     agent_file!("fake_cuda.py"),
+    agent_file!("gradhooks.py"),
     agent_file!("importhook.py"),
     agent_file!("inprocess.py"),
+    agent_file!("modnames.py"),
     agent_file!("modules.py"),
     agent_file!("names.py"),
     agent_file!("native.py"),
     agent_file!("observer.cpp"),
     agent_file!("ops.py"),
     agent_file!("optim.py"),
+    agent_file!("parts.py"),
     agent_file!("process.py"),
     agent_file!("protocol.py"),
     agent_file!("state.py"),
     agent_file!("subclass.py"),
+    agent_file!("threads.py"),
     agent_file!("transport.py"),
     agent_file!("versions.py"),
+    agent_file!("warnlocations.py"),
 ];
 
 /// A fresh temporary folder only this user may enter (0700 whatever the umask): what is in

@@ -197,7 +197,7 @@ fn describe(p: &Path, s: &Session, several: bool) -> String {
         .copied()
         .filter(|v| !v.is_nan())
         .fold(0.0, f64::max);
-    let iterations = r.map_or(0, |r| r.modules.len());
+    let iterations = r.map_or(0, crate::analysis::threads::iteration_count);
     let mut line = format!(
         "{}: {} ops, {} iteration{}, peak allocated {} ({})",
         p.display(),

@@ -22,6 +22,7 @@ pub const CYCLE: i64 = -16;
 pub const TIME: i64 = -17;
 pub const JSON: i64 = -18;
 pub const NOTE: i64 = -19;
+pub const THREAD: i64 = -20;
 
 // ---- how a module became active (PUSH's `how`)
 pub const PUSH_FORWARD: i64 = 0;
@@ -58,6 +59,8 @@ pub const MSG_NO_TORCH: &str = "no_torch";
 pub const MSG_TORCH_NOT_IMPORTED: &str = "torch_not_imported";
 pub const MSG_CUDA_UNAVAILABLE: &str = "cuda_unavailable";
 pub const MSG_TORCH_UNSUPPORTED: &str = "torch_unsupported";
+pub const MSG_THREAD: &str = "thread";
+pub const MSG_THREADS_BEFORE: &str = "threads_before";
 
 /// The agent's pseudo-op sampled after each compiled graph call (its name in files).
 pub const COMPILED_GRAPH: &str = "compiled_graph";

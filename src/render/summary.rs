@@ -36,7 +36,7 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
     if let Some(c) = s.record.as_ref().and_then(|r| r.compile.as_ref()) {
         doc.line(&compile_line(c));
     }
-    for line in &s.unmeasured {
+    for line in s.unmeasured.iter().chain(&s.threads) {
         doc.line(line);
     }
     doc.gap();

@@ -7,7 +7,24 @@ compiled observer).
 import os
 import sys
 
-from . import compiled, cuda, cycles, dynamo, fake_cuda, modules, native, ops, optim, process, state, subclass, transport, versions
+from . import (
+    compiled,
+    cuda,
+    cycles,
+    dynamo,
+    fake_cuda,
+    modules,
+    native,
+    ops,
+    optim,
+    process,
+    state,
+    subclass,
+    threads,
+    transport,
+    versions,
+    warnlocations,
+)
 from .importhook import after_import
 from .protocol import FRAME_JSON, MSG_CUDA_UNAVAILABLE, MSG_HELLO, MSG_TORCH_UNSUPPORTED
 
@@ -129,12 +146,13 @@ def begin(torch, backend, observer):
         # what only a dispatch mode needs: warnings from C++ ops keep the program's line, and
         # Tensor.as_subclass works on a torch where it raises under a mode
         try:
-            ops.keep_warning_locations()
+            warnlocations.keep_warning_locations()
         except Exception as e:
             transport.internal_error(e)
         subclass.install(torch)
         mode.__enter__()
     state.undo.append(ops.leave_dispatch_stack)
+    threads.install()
     for name, then in (
         ("torch._inductor.output_code", compiled.watch_compiled_graphs),
         ("torch._inductor.codecache", compiled.watch_compiled_graphs_in_codecache),

@@ -98,3 +98,23 @@ def write_snapshot(reason):
     path = f"{prefix}{tag}.{reason}.pickle"
     torch.cuda.memory._dump_snapshot(path)
     message({"t": MSG_SNAPSHOT, "reason": reason, "path": path})
+
+
+def stats_reader(torch):
+    """One allocator call per op (MemoryTracker makes three, each building the whole dict)."""
+    memstats = torch._C._cuda_memoryStats
+    getdev = torch._C._cuda_getDevice
+    cuda_mod = torch.cuda
+    zero = (0, 0, 0)
+
+    def read():
+        if not cuda_mod._initialized:
+            return zero
+        s = memstats(getdev())
+        return (
+            s["allocated_bytes"]["all"]["current"],
+            s["active_bytes"]["all"]["current"],
+            s["reserved_bytes"]["all"]["current"],
+        )
+
+    return read

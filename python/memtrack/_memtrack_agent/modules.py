@@ -7,11 +7,13 @@ The agent only reports these events; the collector computes the snapshots from t
 """
 
 import functools
+import threading
 import weakref
 
-from . import ops, state
+from . import gradhooks, modnames, ops, state, threads
 from .dynamo import is_compiling, skipper
-from .names import Roots, name_id, rename
+from .gradhooks import on_grads
+from .modnames import mod_info, wrapped
 from .protocol import (
     BUFFER,
     GRAD,
@@ -38,101 +40,20 @@ from .protocol import (
 from .transport import ap, ext, internal_error
 
 tracker = None  # the ModuleTracker, once installed
+_get_ident = threading.get_ident
 
 
-# ---- names: ModTracker._get_mod_name, with the rules of names.py and docs/record.md
+class ThreadState:
+    """What the tracker keeps per thread (threads.py): ModTracker's `parents` (the modules
+    running in this thread), and the end-of-backward callback of a backward it runs."""
 
+    __slots__ = ("parents", "has_callback", "post_bw_to_enqueue", "spent_hooks")
 
-class ModInfo:
-    """What the agent keeps on a module (in its __dict__): its key and its name."""
-
-    __slots__ = ("obj_id", "wmod", "mk", "name", "name_id", "seen", "root", "fw_inputs")
-
-    def __init__(self, mod, mk, name):
-        self.obj_id = id(mod)
-        self.wmod = weakref.ref(mod)  # what the backward hooks are given
-        self.mk = mk
-        self.name = name
-        self.name_id = name_id(name)
-        self.seen = False
-        self.root = True  # no parent has named it
-        # per running forward call: the ids and versions of its inputs that require grad
-        # (passes_through; the inputs live while the call runs)
-        self.fw_inputs = []
-
-
-_mod_count = [0]
-_roots = Roots()  # top-level modules by class name
-
-
-def _info(mod):
-    d = mod.__dict__
-    info = d.get("_memtrack_info")
-    if info is None or info.obj_id != id(mod):
-        _mod_count[0] += 1
-        info = d["_memtrack_info"] = ModInfo(mod, _mod_count[0], type(wrapped(mod)).__name__)
-    return info
-
-
-def wrapped(mod):
-    """torch.compile(module) returns an OptimizedModule around it: named as what it wraps."""
-    if type(mod).__name__ == "OptimizedModule":
-        return mod.__dict__.get("_modules", {}).get("_orig_mod") or mod
-    return mod
-
-
-def _set_name(mod, name):
-    info = _info(mod)
-    if info.name != name:
-        info.name = name
-        info.name_id = name_id(name)
-    return info
-
-
-def _rename_root(mod, old, new):
-    """A top-level module (and its submodules) named `old...` is named `new...` from now on,
-    and the collector renames what it recorded under those names."""
-    for sub in mod.modules():
-        info = sub.__dict__.get("_memtrack_info")
-        if info is None or info.obj_id != id(sub):
-            continue
-        n = info.name
-        if n == old or n.startswith(old + "."):
-            n2 = new + n[len(old) :]
-            rename(n, n2)
-            if tracker is not None and n in tracker.parents:
-                tracker.parents[n2] = tracker.parents.pop(n)
-            info.name = n2
-
-
-def _name_children(mod, info):
-    """Name mod's submodules by their place under it, recursively: also those seen before
-    under another name (a parametrization runs inside register_parametrization before it is
-    attached: it is named where it is now)."""
-    wrapper = wrapped(mod) is not mod
-    for cname, sub in mod.named_children():
-        # the wrapped module is the same module to the user: MLP.fc1, not MLP._orig_mod.fc1
-        name = info.name if wrapper and cname == "_orig_mod" else f"{info.name}.{cname}"
-        sinfo = _info(sub)
-        sinfo.root = False
-        if sinfo.name != name or not sinfo.seen:
-            _set_name(sub, name)
-            _name_children(sub, sinfo)
-    info.seen = True
-
-
-def mod_info(mod):
-    """ModTracker._get_mod_name: an unknown module is named by its class (unless another live
-    top-level module has that name: names.Roots); the first time a module is seen, its
-    children are named under it."""
-    info = _info(mod)
-    if not info.seen:
-        if info.root:
-            name = _roots.claim(mod, info.name, _rename_root)
-            if name != info.name:
-                _set_name(mod, name)
-        _name_children(mod, info)
-    return info
+    def __init__(self):
+        self.parents = {}  # name -> active count (ModTracker.parents without "Global")
+        self.has_callback = False
+        self.post_bw_to_enqueue = []
+        self.spent_hooks = []  # handles of one-shot hooks on leaves that fired (on_leaf_grads)
 
 
 def _leaves(seq, out):
@@ -148,66 +69,6 @@ def _leaves(seq, out):
         else:
             out.append(a)
     return True
-
-
-# ---- pre-hooks on autograd nodes (ModuleTracker.on_grads); fn (backward_starts, _ends)
-# reports its own failures
-
-
-def _every(fn):
-    def hook(grad_outputs):
-        fn()
-
-    return hook
-
-
-def _first(fn, gtid):
-    """The first of several nodes to run in each backward (graph task)."""
-    ran = set()
-
-    def hook(grad_outputs):
-        try:
-            k = gtid()
-            if k in ran:
-                return
-            ran.add(k)
-        except Exception as e:
-            internal_error(e)
-            return
-        fn()
-
-    return hook
-
-
-def _last(fn, gtid, nodes):
-    """The last of several nodes to run in each backward, counting only those this backward
-    runs (register_multi_grad_hook's "all")."""
-    left = {}
-    will_run = _will_engine_execute_node
-
-    def hook(grad_outputs):
-        try:
-            k = gtid()
-            n = left.get(k)
-            if n is None:
-                n = 0
-                for node in nodes:
-                    if will_run(node):
-                        n += 1
-            n -= 1
-            if n > 0:
-                left[k] = n
-                return
-            left.pop(k, None)
-        except Exception as e:
-            internal_error(e)
-            return
-        fn()
-
-    return hook
-
-
-_will_engine_execute_node = None  # bound by install()
 
 
 # ---- the hooks
@@ -227,7 +88,11 @@ class ModuleTracker:
         self.engine = torch.autograd.Variable._execution_engine
         self.grad_acc = _get_grad_fn_or_grad_acc
         self.tree_flatten = tree_flatten
-        self.parents = {}  # name -> active count (ModTracker.parents without "Global")
+        # the main thread's (and every thread Python did not start: autograd's device
+        # threads run its backward); threads the program started have their own
+        self.main = ThreadState()
+        self.states = {}  # threading.get_ident() -> ThreadState, for the threads started
+        self.main_ident = threading.get_ident()  # the thread that started recording
         self.tracked = {}  # mk -> True: modules with stats in this iteration
         self.is_grad_enabled = torch.is_grad_enabled
         # The iteration (docs/record.md, "Iterations"): what happened in it so far,
@@ -240,11 +105,8 @@ class ModuleTracker:
         self.it_roots = set()  # the top-level modules called in it
         self.root = None  # the iteration's first top-level module: its calls are marked
         self.root_call = None  # the top-level module whose marked forward runs now
-        self.has_callback = False
-        self.post_bw_to_enqueue = []
         self.hooked_params = {}  # id(param) -> weakref: hooks installed once per parameter
         self.param_hooks = []  # their handles, for an in-process recording to remove
-        self.spent_hooks = []  # handles of one-shot hooks on leaves that fired (on_leaf_grads)
         self.ac_mod = None  # the module whose forward is recomputed in backward (AC)
         # Modules whose compiled call is running under hooks that already ran for them,
         # outside: torch.compile(module)'s OptimizedModule (for the module it wraps) and
@@ -305,9 +167,23 @@ class ModuleTracker:
 
     # -- ModTracker's parents
 
+    def here(self):
+        """This thread's state."""
+        if self.states:
+            st = self.states.get(_get_ident())
+            if st is not None:
+                return st
+        return self.main
+
+    def rename(self, old, new):
+        """A running module's name changed (modnames._rename_root)."""
+        for st in (self.main, *self.states.values()):
+            if old in st.parents:
+                st.parents[new] = st.parents.pop(old)
+
     def add_parent(self, info, how):
         name = info.name
-        parents = self.parents
+        parents = self.here().parents
         if name not in parents:
             parents[name] = 1
             ext((PUSH, info.name_id, how))
@@ -316,7 +192,7 @@ class ModuleTracker:
 
     def remove_parent(self, info):
         name = info.name
-        parents = self.parents
+        parents = self.here().parents
         c = parents.get(name)
         if c is None:
             return
@@ -328,25 +204,28 @@ class ModuleTracker:
 
     def engine_callback(self):
         try:
-            for h in self.spent_hooks:
+            st = self.here()
+            for h in st.spent_hooks:
                 h.remove()
-            self.spent_hooks.clear()
-            self.parents.clear()
-            self.it_backward = True
-            self.has_callback = False
+            st.spent_hooks.clear()
+            st.parents.clear()
+            if st is self.main:
+                self.it_backward = True
+            st.has_callback = False
             ap(RESET)
         except Exception as e:
             internal_error(e)
 
     def maybe_set_engine_callback(self):
-        if self.has_callback:
+        st = self.here()
+        if st.has_callback:
             return
         engine = self.engine
-        for cb in reversed(self.post_bw_to_enqueue):
+        for cb in reversed(st.post_bw_to_enqueue):
             engine.queue_callback(cb)
-        self.post_bw_to_enqueue.clear()
+        st.post_bw_to_enqueue.clear()
         engine.queue_callback(self.engine_callback)
-        self.has_callback = True
+        st.has_callback = True
 
     # -- MemTracker's param/grad hooks
 
@@ -439,8 +318,11 @@ class ModuleTracker:
         """inputs: flat() of the call's inputs."""
         mk = info.mk
         tracked = self.tracked
-        parents = self.parents
-        if not bw and len(parents) == 1 and parents.get(info.name) == 1:
+        st = self.here()
+        parents = st.parents
+        # iterations are the main thread's: another thread's calls are counted apart (from
+        # the stream's THREAD records) and run in the main thread's current iteration
+        if not bw and st is self.main and len(parents) == 1 and parents.get(info.name) == 1:
             # a top-level forward (no other module running): perhaps the next iteration
             if tracked and self.iteration_over(mk):
                 self.new_iteration()
@@ -483,7 +365,8 @@ class ModuleTracker:
             else:
                 ext((OUTPUT, mk, self.io_mem(output)))
                 ext((SNAP, mk, POST_FW))
-        if not bw and self.root_call == mk and len(self.parents) == 1:
+        st = self.here()
+        if not bw and self.root_call == mk and st is self.main and len(st.parents) == 1:
             self.root_call = None
             ext((MARK, 1))
 
@@ -517,75 +400,6 @@ class ModuleTracker:
         except Exception as e:
             internal_error(e)
 
-    def on_grads(self, tensors, fn, mode):
-        """Call fn() once the gradients of `tensors` are being computed in a backward: when
-        the first is ("any", a module's backward starts) or all of them are ("all", it ended),
-        as register_multi_grad_hook, by a pre-hook on each distinct node producing them. A
-        tensor hook of a non-leaf runs just before its node, as the node's pre-hooks do (in
-        the order registered), so the moment is the same; a pre-hook is one C call to
-        register and one Python call when it fires, against the multi-grad hook's Python
-        machinery (handles, locks, a buffer of gradients): about a third of the module hooks'
-        cost on a loop of small modules. Every hook on a non-leaf is a node pre-hook, so
-        that those of different modules on one node keep the order they were registered in
-        (a node runs its tensor hooks before its pre-hooks)."""
-        nodes = []
-        leaves = None
-        for t in tensors:
-            g = t.grad_fn
-            if g is None:
-                if leaves is None:
-                    leaves = [t]
-                elif all(t is not x for x in leaves):
-                    leaves.append(t)
-                continue
-            for n in nodes:
-                if n is g:
-                    break
-            else:
-                nodes.append(g)
-        if leaves is not None:
-            self.on_leaf_grads(nodes, leaves, fn, mode)
-        elif len(nodes) == 1:
-            # one node runs once per backward: its pre-hook is both "any" and "all"
-            nodes[0].register_prehook(_every(fn))
-        else:
-            hook = _first(fn, self.gtid) if mode == "any" else _last(fn, self.gtid, nodes)
-            for n in nodes:
-                n.register_prehook(hook)
-
-    def on_leaf_grads(self, nodes, leaves, fn, mode):
-        """on_grads where some tensors are leaves (a parametrization's forward reads the
-        parameter itself): a leaf keeps its hooks for good, so a hook per forward call would
-        fire once more each iteration (ModTracker's Post-Backward calls pile up: 2, 3, 4...).
-        The leaves get tensor hooks that fire once and are removed at the end of that
-        backward (engine_callback; not inside the hook, while autograd walks the hooks); the
-        other tensors, node pre-hooks as in on_grads. For "all", a leaf counts by its
-        gradient accumulator, found as register_multi_grad_hook finds it (a view of it)."""
-        handles = [None]  # the leaves' hook handles, until fn ran
-
-        def once():
-            h = handles[0]
-            if h is None:
-                return
-            handles[0] = None
-            self.spent_hooks.extend(h)
-            fn()
-
-        if len(nodes) + len(leaves) == 1:
-            hook = _every(once)
-        elif mode == "any":
-            hook = _first(once, self.gtid)
-        else:
-            accs = [self.grad_acc(t) for t in leaves]
-            hook = _last(once, self.gtid, nodes + accs)
-        for n in nodes:
-            n.register_prehook(hook)
-
-        def tensor_hook(grad):
-            hook(None)
-
-        handles[0] = [t.register_hook(tensor_hook) for t in leaves]
-
     # -- compiled calls run under the hooks of the module they belong to
 
     def enter_inner(self, mod):
@@ -607,6 +421,8 @@ class ModuleTracker:
     def pre_forward(self, mod, inputs):
         if self.inner and id(mod) in self.inner:
             return
+        if _get_ident() != self.main_ident and _get_ident() not in self.states:
+            return  # a thread running before recording began: its ops are not seen either
         try:
             w = wrapped(mod)
             if w is not mod:
@@ -621,19 +437,22 @@ class ModuleTracker:
                 info.fw_inputs.append([(id(t), t._version) for t in tensors])
                 ends = functools.partial(self.backward_ends, info.wmod, info)
                 if tensors:
-                    self.on_grads(tensors, ends, "all")
+                    on_grads(self, tensors, ends, "all")
                 else:
                     # ModTracker queues these until the next backward; a program that never
                     # runs one (inference) would grow the queue forever
-                    if len(self.post_bw_to_enqueue) >= 100_000:
-                        self.post_bw_to_enqueue.clear()
-                    self.post_bw_to_enqueue.append(ends)
+                    queued = self.here().post_bw_to_enqueue
+                    if len(queued) >= 100_000:
+                        queued.clear()
+                    queued.append(ends)
         except Exception as e:
             internal_error(e)
 
     def post_forward(self, mod, inputs, output):
         if self.inner and id(mod) in self.inner:
             return
+        if _get_ident() != self.main_ident and _get_ident() not in self.states:
+            return  # a thread running before recording began: its ops are not seen either
         try:
             w = wrapped(mod)
             if w is not mod:
@@ -653,7 +472,7 @@ class ModuleTracker:
                         else PUSH_BACKWARD
                     )
                     starts = functools.partial(self.backward_starts, info.wmod, info, how)
-                    self.on_grads(tensors, starts, "any")
+                    on_grads(self, tensors, starts, "any")
         except Exception as e:
             internal_error(e)
 
@@ -680,15 +499,18 @@ def fw_post_hook(mod, inputs, output):
 
 def install(torch):
     """Register the global module hooks; returns the tracker."""
-    global tracker, _is_compiling, _will_engine_execute_node
+    global tracker, _is_compiling
     from torch.nn.modules.module import (
         register_module_forward_hook,
         register_module_forward_pre_hook,
     )
 
     _is_compiling = is_compiling(torch)
-    _will_engine_execute_node = torch._C._will_engine_execute_node
+    gradhooks.bind(torch)
     tracker = ModuleTracker(torch)
+    modnames.on_rename = tracker.rename
+    threads._on_start.append(lambda ident: tracker.states.__setitem__(ident, ThreadState()))
+    threads._on_end.append(lambda ident: tracker.states.pop(ident, None))
     skip_code = skipper()
     if skip_code is not None:
         for f in (fw_pre_hook, fw_post_hook, ModuleTracker.pre_forward, ModuleTracker.post_forward):

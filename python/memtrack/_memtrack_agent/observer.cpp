@@ -335,7 +335,7 @@ PyObject* guarded(PyObject*, PyObject* const* args, Py_ssize_t n) {
   Py_RETURN_NONE;
 }
 
-// ---- the module: install(on_op), uninstall(), op(id) -> (name, mutable), pause(), resume(),
+// ---- the module: install(on_op), attach(), uninstall(), op(id) -> (name, mutable), pause(), resume(),
 // guarded(fn, *args)
 
 PyObject* install(PyObject*, PyObject* fn) {
@@ -352,6 +352,24 @@ PyObject* install(PyObject*, PyObject* fn) {
     cb.needsOutputs(true);
     cb.scopes({at::RecordScope::FUNCTION});
     handle = at::addThreadLocalCallback(cb);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+// attach(): the callback on this thread too (a thread the program started while recording);
+// taken off with the thread (its callbacks end with it), and silent once uninstalled
+thread_local at::CallbackHandle attached = 0;
+
+PyObject* attach(PyObject*, PyObject*) {
+  if (handle == 0 || stopped || attached != 0) Py_RETURN_NONE;
+  try {
+    at::RecordFunctionCallback cb(on_start, on_end);
+    cb.needsOutputs(true);
+    cb.scopes({at::RecordScope::FUNCTION});
+    attached = at::addThreadLocalCallback(cb);
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
@@ -394,6 +412,7 @@ PyObject* resume(PyObject*, PyObject*) {
 
 PyMethodDef methods[] = {
     {"install", install, METH_O, "Start handing every op of this thread to the callable."},
+    {"attach", attach, METH_NOARGS, "Hand this thread's ops over too."},
     {"uninstall", uninstall, METH_NOARGS, "Stop (this thread's callback is removed)."},
     {"op", op, METH_O, "(name, mutable) of an op id handed over."},
     {"pause", pause, METH_NOARGS, "Hand over no op until resume() (nested: counted)."},

@@ -1,7 +1,7 @@
 """Per-op sampling and storage accounting: the TorchDispatchMode (or the compiled observer's
 entry, `observed`: observer.cpp, native.py, activate.choose_observer), the table of
 live storages (id(storage) -> category, bytes, weakref reporting its death), op ids and
-names, the CUDA allocator reader, and `track_as` for the hooks that categorise tensors
+names (parts.py: the storages of any tensor), and `track_as` for the hooks that categorise tensors
 (parameters, gradients, optimizer state).
 
 What runs per operator is kept to a minimum: the op's outputs' storages are looked up in a
@@ -25,8 +25,11 @@ import functools
 import sys
 import weakref
 
+from . import parts as _parts
 from . import state, transport
+from .cuda import stats_reader as cuda_stats_reader
 from .dynamo import skipper
+from .parts import note, parts, storages  # noqa: F401 (storages: the module tracker's)
 from .protocol import (
     ACT,
     ADD,
@@ -37,11 +40,7 @@ from .protocol import (
     REF,
     SIZE,
     TEMP,
-    WHY_ERROR,
     WHY_META,
-    WHY_NESTED,
-    WHY_NO_STORAGE,
-    WHY_SPARSE,
 )
 from .transport import ap as _ap
 from .transport import ext as _ext
@@ -56,7 +55,6 @@ min_alloc = 512  # MemTracker's rounding of CUDA storages (1 without the caching
 mode = None  # the dispatch mode, once installed
 
 _known = {}  # id(storage) -> [category, bytes, weakref]
-_noted = {}  # id(tensor) -> [weakref, why, category]: tensors noted, each counted once
 _known_get = _known.get
 _fids = {}  # pseudo-op key (compiled.py) -> code (fid << 2 | mutable << 1)
 _fids_get = _fids.get
@@ -79,11 +77,6 @@ _Tensor = None
 _Parameter = None
 _gtid = None
 _cuda = False
-_sparse_parts = {}  # sparse layout -> the methods giving its index and value tensors
-_is_wrapped = None  # functorch: is this a grad/vmap/jvp wrapper, and its unwrapped tensor
-_unwrap = None
-_is_traceable = None  # torch.utils._python_dispatch.is_traceable_wrapper_subclass
-_no_dispatch = None  # torch._C._DisableTorchDispatch: read a tensor's parts unseen by modes
 _stats_reader = None
 _skip_code = None
 
@@ -445,10 +438,10 @@ def install(torch, backend):
     _torch = torch
     _Tensor = torch.Tensor
     _Parameter = torch.nn.Parameter
-    _bind_parts(torch)
+    _parts.bind(torch)
     _gtid = torch._C._current_graph_task_id
     _cuda = backend == "cuda"
-    _stats_reader = _cuda_stats_reader(torch) if _cuda else None
+    _stats_reader = cuda_stats_reader(torch) if _cuda else None
     # TorchDispatchMode wraps __torch_dispatch__ in torch._disable_dynamo, a Python wrapper
     # that costs about 1 us per op. Marking the code object to skip (recursively) does the
     # same for dynamo without the wrapper; where that API is missing, keep the wrapper.
@@ -474,7 +467,7 @@ def install(torch, backend):
 def _forget_storages():
     """Drop every storage's weakref (its callback would report a free nobody reads)."""
     _known.clear()
-    _noted.clear()
+    _parts.forget()
 
 
 def leave_dispatch_stack():
@@ -522,98 +515,6 @@ def _skip_dispatch_rule_lookup(mode_class):
         _skip_code(find_torch_dispatch_rule.__code__)
 
 
-def keep_warning_locations():
-    """A warning a C++ op raises (TORCH_WARN) is handed to Python when the op's Python call
-    returns, at the frame that called it: under the mode, _dispatch, not the program's line.
-    Filters by module ("error" for __main__) and once-per-location would then see the agent.
-    An "always" filter for this module (kept first) sends every such warning to
-    warnings._showwarnmsg, wrapped here to issue it again from the frame below _dispatch with
-    that frame's module, registry, file and line, as Python would have without the mode.
-    Costs nothing per op; where the op ran on a thread with no Python frame below (CUDA
-    backward), the warning keeps the agent's location (docs/record.md, Known limits). A
-    warning the agent's own code raises (reading a fake tensor's storage) is not shown: it is
-    nothing of the program's."""
-    import re
-    import warnings
-
-    orig_show = getattr(warnings, "_showwarnmsg", None)
-    if orig_show is None or not hasattr(warnings, "warn_explicit"):
-        return
-    ours = ("always", None, Warning, re.compile(re.escape(__name__) + r"\Z"), 0)
-    dispatch_code = _dispatch.__code__
-    call = getattr(_OpOverload, "__call__", None) if _OpOverload is not None else None
-    call_code = getattr(call, "__code__", None)
-
-    def _showwarnmsg(msg):
-        try:
-            f = sys._getframe(1)  # where it was raised
-            if f.f_code.co_filename != msg.filename or f.f_lineno != msg.lineno:
-                f = None
-            elif f.f_code is call_code:  # func(...) from _dispatch: OpOverload.__call__ ran it
-                f = f.f_back
-            op_call = f is not None and f.f_code is dispatch_code
-            user = f.f_back if op_call else None
-            # the agent's own code (reading a fake tensor's storage): nothing of the program's
-            own = not op_call and msg.filename == dispatch_code.co_filename
-        except Exception:
-            user, own = None, False
-        if user is None:
-            return None if own else orig_show(msg)
-        g = user.f_globals
-        registry = g.get("__warningregistry__")
-        if registry is None:
-            registry = g["__warningregistry__"] = {}
-        # the program's filters decide now, an "error" one raising from the op's call
-        warnings.warn_explicit(
-            msg.message,
-            msg.category,
-            user.f_code.co_filename,
-            user.f_lineno,
-            g.get("__name__", "<string>"),
-            registry,
-            g,
-        )
-
-    def first():
-        fl = warnings.filters
-        if not fl or fl[0] is not ours:
-            try:
-                fl.remove(ours)
-            except ValueError:
-                pass
-            fl.insert(0, ours)
-
-    orig_mutated = getattr(warnings, "_filters_mutated", None)
-    if orig_mutated is not None:
-
-        def _filters_mutated():
-            # simplefilter, filterwarnings, resetwarnings and catch_warnings all end here
-            try:
-                first()
-            except Exception:
-                pass
-            orig_mutated()
-
-        warnings._filters_mutated = _filters_mutated
-    warnings._showwarnmsg = _showwarnmsg
-    first()
-    if orig_mutated is not None:
-        orig_mutated()
-
-    def undo():
-        warnings._showwarnmsg = orig_show
-        if orig_mutated is not None:
-            warnings._filters_mutated = orig_mutated
-        try:
-            warnings.filters.remove(ours)
-        except ValueError:
-            pass
-        if orig_mutated is not None:
-            orig_mutated()
-
-    state.undo.append(undo)
-
-
 def track_as(t, cat):
     """MemTracker's _update_and_maybe_create_winfos: (re)categorise t's storages; bytes."""
     sts, why = parts(t)
@@ -633,119 +534,6 @@ def track_as(t, cat):
             _ext((REF, k, cat))
         total += e[1]
     return total
-
-
-def parts(t):
-    """(storages, why): the untyped storages holding a tensor's memory, and None for a tensor
-    that is its storage, or the WHY_* saying how it was measured instead (sparse: by its
-    indices' and values' storages; no storage, or an error: not at all). Never raises. A meta
-    or fake tensor's storage is listed (it is the tensor's), and recognised when it would be
-    counted (_new_storage, _new_part)."""
-    if type(t) is _Tensor or type(t) is _Parameter:
-        try:
-            return (t.untyped_storage(),), None
-        except Exception:
-            pass
-    try:
-        return _unusual(t)
-    except Exception as e:
-        _internal_error(e)
-        return (), WHY_ERROR
-
-
-def storages(t):
-    """The untyped storages behind a tensor (parts() without the why)."""
-    return parts(t)[0]
-
-
-def _unusual(t):
-    """parts() of anything but a plain dense tensor: through functorch's wrappers (grad,
-    vmap), traceable wrapper subclasses (DTensor, jagged nested tensors), sparse layouts
-    (their index and value tensors, read with dispatch off so that no mode sees the read)
-    and nested tensors (their buffer)."""
-    todo, out, why = [t], [], None
-    while todo:
-        x = todo.pop()
-        if _is_wrapped is not None and _is_wrapped(x):
-            todo.append(_unwrap(x))
-            continue
-        if _is_traceable(x):
-            attrs, _ = x.__tensor_flatten__()
-            for a in attrs:
-                v = getattr(x, a, None)
-                if isinstance(v, _Tensor):
-                    todo.append(v)
-            continue
-        layout = x.layout
-        sparse = _sparse_parts.get(layout)
-        if sparse is not None:
-            with _no_dispatch():
-                todo.extend(getattr(x, m)() for m in sparse)
-            why = why if why is not None else WHY_SPARSE
-            continue
-        try:
-            st = x.untyped_storage()
-            st.data_ptr()  # a wrapper subclass's storage is a placeholder: it holds nothing
-        except Exception:
-            if x.is_nested:
-                with _no_dispatch():
-                    todo.append(x.values())
-                why = why if why is not None else WHY_NESTED
-            else:
-                why = WHY_NO_STORAGE
-            continue
-        if all(st is not o for o in out):
-            out.append(st)
-    return out, why
-
-
-def note(t, why, cat):
-    """Say that tensor t (now in category cat) was not measured as one dense storage, and why;
-    each tensor is counted once, in its latest category."""
-    k = id(t)
-    e = _noted.get(k)
-    if e is not None and e[0]() is t:
-        if e[2] != cat:
-            _ext((NOTE, e[1], cat, e[2]))
-            e[2] = cat
-        return
-    try:
-        w = _wref(t, lambda w, k=k: _forget_note(k))
-    except TypeError:  # no weak reference: counted each time it is met
-        _ext((NOTE, why, cat, -1))
-        return
-    _noted[k] = [w, why, cat]
-    _ext((NOTE, why, cat, -1))
-
-
-def _forget_note(k):
-    try:
-        _noted.pop(k, None)
-    except Exception:  # interpreter shutdown
-        pass
-
-
-def _bind_parts(torch):
-    global _is_wrapped, _unwrap, _is_traceable, _no_dispatch
-    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
-
-    _is_traceable = is_traceable_wrapper_subclass
-    _no_dispatch = torch._C._DisableTorchDispatch
-    functorch = getattr(torch._C, "_functorch", None)
-    _is_wrapped = getattr(functorch, "is_functorch_wrapped_tensor", None)
-    _unwrap = getattr(functorch, "get_unwrapped", None)
-    if _unwrap is None:
-        _is_wrapped = None
-    for name, methods in (
-        ("sparse_coo", ("_indices", "_values")),
-        ("sparse_csr", ("crow_indices", "col_indices", "values")),
-        ("sparse_bsr", ("crow_indices", "col_indices", "values")),
-        ("sparse_csc", ("ccol_indices", "row_indices", "values")),
-        ("sparse_bsc", ("ccol_indices", "row_indices", "values")),
-    ):
-        layout = getattr(torch, name, None)
-        if layout is not None:
-            _sparse_parts[layout] = methods
 
 
 def _new_func(func):
@@ -781,26 +569,6 @@ def intern(key, name, mutable):
     _fids[key] = code
     transport.write_json({"t": MSG_OP, "id": fid, "name": name})
     return code
-
-
-def _cuda_stats_reader(torch):
-    """One allocator call per op (MemoryTracker makes three, each building the whole dict)."""
-    memstats = torch._C._cuda_memoryStats
-    getdev = torch._C._cuda_getDevice
-    cuda_mod = torch.cuda
-    zero = (0, 0, 0)
-
-    def read():
-        if not cuda_mod._initialized:
-            return zero
-        s = memstats(getdev())
-        return (
-            s["allocated_bytes"]["all"]["current"],
-            s["active_bytes"]["all"]["current"],
-            s["reserved_bytes"]["all"]["current"],
-        )
-
-    return read
 
 
 def _install_resize(torch):

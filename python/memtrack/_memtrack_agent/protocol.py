@@ -25,6 +25,7 @@ CYCLE = -16  # id: the `cycles` message id was found here
 TIME = -17  # ns: a CLOCK_MONOTONIC time mark
 JSON = -18  # n bytes...: a message (JSON, n bytes, padded to whole slots)
 NOTE = -19  # why cat was: a tensor not measured as one dense storage, now in cat (was: -1 new)
+THREAD = -20  # n: the records after it are thread n's (0: the main thread; `thread` names n)
 
 # ---- how a module became active (PUSH's `how`)
 PUSH_FORWARD = 0  # its forward pre-hook
@@ -78,6 +79,8 @@ MSG_NO_TORCH = "no_torch"
 MSG_TORCH_NOT_IMPORTED = "torch_not_imported"
 MSG_CUDA_UNAVAILABLE = "cuda_unavailable"
 MSG_TORCH_UNSUPPORTED = "torch_unsupported"
+MSG_THREAD = "thread"
+MSG_THREADS_BEFORE = "threads_before"
 
 # The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
 COMPILED_GRAPH = "compiled_graph"

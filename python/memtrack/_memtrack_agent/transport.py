@@ -23,7 +23,7 @@ import sys
 import threading
 from array import array as _array
 
-from .protocol import FRAME_ALIVE, FRAME_JSON, JSON, MSG_AGENT_ERROR, TIME
+from .protocol import FRAME_ALIVE, FRAME_JSON, JSON, MSG_AGENT_ERROR, THREAD, TIME
 
 FLUSH_SECONDS = 0.05
 SPOOL_SLOTS = 1 << 21  # 16 MiB a segment, sparse: only pages reserved take room
@@ -335,7 +335,81 @@ message = write_json
 def time_mark():
     import time
 
-    ext((TIME, time.clock_gettime_ns(time.CLOCK_MONOTONIC)))
+    _time_record(time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+
+
+# ---- several threads writing (threads.py): one lock, and a THREAD record where the writer
+# changes. A single-threaded program keeps the unlocked writers above (the flusher's time
+# marks aside); the first other thread recorded switches every writer the agent's modules
+# bound to the locked ones for good.
+
+threaded = False
+thread_numbers = {}  # threading.get_ident() -> the thread's number (threads.py); else 0
+_lock = threading.RLock()  # reentrant: a storage's death may be reported inside a write
+_writer = [0]  # the thread whose records were written last
+_unlocked = (ap, ext, ext2, ext6)
+
+
+def _time_record(ns):
+    """A time mark (any thread, no THREAD record: it belongs to no thread)."""
+    if threaded:
+        with _lock:
+            _unlocked[1]((TIME, ns))
+    else:
+        ext((TIME, ns))
+
+
+def _switch(get=thread_numbers.get, ident=threading.get_ident):
+    n = get(ident(), 0)
+    if n != _writer[0]:
+        _writer[0] = n
+        _unlocked[1]((THREAD, n))
+
+
+def _ap_threaded(v):
+    with _lock:
+        _switch()
+        _unlocked[0](v)
+
+
+def _ext_threaded(rec):
+    with _lock:
+        _switch()
+        _unlocked[1](rec)
+
+
+def _ext2_threaded(a, b):
+    with _lock:
+        _switch()
+        _unlocked[2](a, b)
+
+
+def _ext6_threaded(a, b, c, d, e, f):
+    with _lock:
+        _switch()
+        _unlocked[3](a, b, c, d, e, f)
+
+
+def go_threaded():
+    """From now on every record is written under the lock, after a THREAD record where the
+    writing thread changed: rebind the writers wherever the agent's modules bound them."""
+    global threaded
+    if threaded:
+        return
+    with _lock:
+        threaded = True
+        swap = {
+            id(old): new
+            for old, new in zip(_unlocked, (_ap_threaded, _ext_threaded, _ext2_threaded, _ext6_threaded))
+        }
+        prefix = __name__.rsplit(".", 1)[0] + "."
+        for name, mod in list(sys.modules.items()):
+            if mod is None or not (name.startswith(prefix) or name == __name__):
+                continue
+            for attr, value in list(vars(mod).items()):
+                new = swap.get(id(value))
+                if new is not None:
+                    setattr(mod, attr, new)
 
 
 _errors = [0]
@@ -369,7 +443,7 @@ def _flusher():
     clock = time.CLOCK_MONOTONIC
     while sock is not None:
         time.sleep(FLUSH_SECONDS)
-        ext((TIME, mono(clock)))
+        _time_record(mono(clock))
         try:
             with _send_lock:
                 if sock is not None:
@@ -385,4 +459,6 @@ def _flusher():
 
 
 def start_flusher():
-    threading.Thread(target=_flusher, name="memtrack-flush", daemon=True).start()
+    t = threading.Thread(target=_flusher, name="memtrack-flush", daemon=True)
+    t._memtrack_own = True  # the agent's: not recorded (threads.py)
+    t.start()

@@ -68,6 +68,7 @@ impl Replay {
         }
         let hello = self.hello.clone().unwrap_or(Json::Null);
         let int = |k: &str| hello[k].as_i64();
+        let (threads, thread_runs) = self.threads.finish();
         let record = RecordInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
             backend: hello["backend"].as_str().unwrap_or("cpu").to_string(),
@@ -125,6 +126,9 @@ impl Replay {
                 })
                 .collect(),
             retained: Some(self.retained_ops(&names)),
+            threads,
+            thread_runs,
+            threads_unrecorded: std::mem::take(&mut self.threads.before),
         };
         let mut stats = TrackerStats {
             names,

@@ -7,8 +7,8 @@ use serde_json::Value as Json;
 use crate::model::{Cycle, CycleEdge, CycleNode, CycleTensor};
 use crate::record::protocol::{
     MSG_AGENT_ERROR, MSG_BYE, MSG_CUDA_UNAVAILABLE, MSG_CYCLES, MSG_DEVICE, MSG_EXCEPTION,
-    MSG_HELLO, MSG_NAME, MSG_NO_TORCH, MSG_OOM, MSG_OP, MSG_SIGNAL, MSG_SNAPSHOT,
-    MSG_TORCH_NOT_IMPORTED, MSG_TORCH_UNSUPPORTED,
+    MSG_HELLO, MSG_NAME, MSG_NO_TORCH, MSG_OOM, MSG_OP, MSG_SIGNAL, MSG_SNAPSHOT, MSG_THREAD,
+    MSG_THREADS_BEFORE, MSG_TORCH_NOT_IMPORTED, MSG_TORCH_UNSUPPORTED,
 };
 
 use super::{Note, Replay};
@@ -40,6 +40,16 @@ impl Replay {
                 self.hello = Some(m.clone());
             }
             MSG_OP => set_name(&mut self.op_names, &m["id"], &m["name"]),
+            MSG_THREAD => {
+                if let (Some(id), Some(name)) = (m["id"].as_i64(), as_string(&m["name"])) {
+                    self.threads.named(id, name);
+                }
+            }
+            MSG_THREADS_BEFORE => {
+                if let Some(names) = m["names"].as_array() {
+                    self.threads.before = names.iter().filter_map(as_string).collect();
+                }
+            }
             MSG_NAME => {
                 // a name announced again is a rename (names.py: a second live top-level
                 // module or optimizer of one class): iterations already closed follow it

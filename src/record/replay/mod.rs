@@ -27,6 +27,7 @@ mod ops;
 mod peaks;
 mod records;
 mod retained;
+mod threads;
 
 pub use bytes::device_name;
 use bytes::{Snap, Storage};
@@ -198,6 +199,8 @@ struct Replay {
     /// An estimated run's device message: its size, what the allocator may use of it
     /// (`usable_bytes`) and the program's `PYTORCH_CUDA_ALLOC_CONF` (`alloc_conf`).
     estimated_device: Json,
+    /// The threads: whose records come now, the others' module stacks, each one's counts.
+    threads: threads::Threads,
 }
 
 impl Replay {

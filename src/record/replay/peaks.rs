@@ -16,7 +16,9 @@ impl Replay {
             ModState::PeakForward
         };
         if let Some(it) = self.iter.as_mut() {
-            for &(name, _) in &self.parents {
+            // a module running in any thread (the others' stacks are kept aside)
+            let running = self.parents.iter().chain(self.threads.other_stacks());
+            for &(name, _) in running {
                 let Some(idxs) = it.by_name.get(&name) else {
                     continue;
                 };

@@ -6,7 +6,7 @@ use serde_json::Value as Json;
 use crate::model::{Marker, Unmeasured, CATEGORIES};
 use crate::record::protocol::{
     ADD, CYCLE, DEL, INPUT, ITER, JSON, MARK, MOD, NOTE, OPT_BEGIN, OPT_END, OUTPUT, POP, PUSH,
-    REF, RESET, SIZE, SNAP, TIME,
+    REF, RESET, SIZE, SNAP, THREAD, TIME,
 };
 
 use super::{Pushed, Replay};
@@ -94,6 +94,7 @@ impl Replay {
                     if !need(2) {
                         return;
                     }
+                    self.threads.pushed(self.parents.is_empty(), v[i + 2]);
                     self.parents
                         .push((v[i + 1] as u32, Pushed::from_code(v[i + 2])));
                     i += 3;
@@ -215,6 +216,13 @@ impl Replay {
                     }
                     self.time_marks
                         .push((v[i + 1].max(0) as u64, self.ops.len()));
+                    i += 2;
+                }
+                THREAD => {
+                    if !need(1) {
+                        return;
+                    }
+                    self.switch_thread(v[i + 1]);
                     i += 2;
                 }
                 NOTE => {

@@ -1,0 +1,136 @@
+"""When a module's backward starts and ends: pre-hooks on the autograd nodes that produce its
+outputs' and inputs' gradients (ModuleTracker.on_grads). Each fn given (the tracker's
+backward_starts / backward_ends) reports its own failures.
+"""
+
+from .transport import internal_error
+
+_will_engine_execute_node = None  # bound by bind()
+
+
+def bind(torch):
+    global _will_engine_execute_node
+    _will_engine_execute_node = torch._C._will_engine_execute_node
+
+
+def _every(fn):
+    def hook(grad_outputs):
+        fn()
+
+    return hook
+
+
+def _first(fn, gtid):
+    """The first of several nodes to run in each backward (graph task)."""
+    ran = set()
+
+    def hook(grad_outputs):
+        try:
+            k = gtid()
+            if k in ran:
+                return
+            ran.add(k)
+        except Exception as e:
+            internal_error(e)
+            return
+        fn()
+
+    return hook
+
+
+def _last(fn, gtid, nodes):
+    """The last of several nodes to run in each backward, counting only those this backward
+    runs (register_multi_grad_hook's "all")."""
+    left = {}
+    will_run = _will_engine_execute_node
+
+    def hook(grad_outputs):
+        try:
+            k = gtid()
+            n = left.get(k)
+            if n is None:
+                n = 0
+                for node in nodes:
+                    if will_run(node):
+                        n += 1
+            n -= 1
+            if n > 0:
+                left[k] = n
+                return
+            left.pop(k, None)
+        except Exception as e:
+            internal_error(e)
+            return
+        fn()
+
+    return hook
+
+
+def on_grads(tracker, tensors, fn, mode):
+    """Call fn() once the gradients of `tensors` are being computed in a backward: when
+    the first is ("any", a module's backward starts) or all of them are ("all", it ended),
+    as register_multi_grad_hook, by a pre-hook on each distinct node producing them. A
+    tensor hook of a non-leaf runs just before its node, as the node's pre-hooks do (in
+    the order registered), so the moment is the same; a pre-hook is one C call to
+    register and one Python call when it fires, against the multi-grad hook's Python
+    machinery (handles, locks, a buffer of gradients): about a third of the module hooks'
+    cost on a loop of small modules. Every hook on a non-leaf is a node pre-hook, so
+    that those of different modules on one node keep the order they were registered in
+    (a node runs its tensor hooks before its pre-hooks)."""
+    nodes = []
+    leaves = None
+    for t in tensors:
+        g = t.grad_fn
+        if g is None:
+            if leaves is None:
+                leaves = [t]
+            elif all(t is not x for x in leaves):
+                leaves.append(t)
+            continue
+        for n in nodes:
+            if n is g:
+                break
+        else:
+            nodes.append(g)
+    if leaves is not None:
+        on_leaf_grads(tracker, nodes, leaves, fn, mode)
+    elif len(nodes) == 1:
+        # one node runs once per backward: its pre-hook is both "any" and "all"
+        nodes[0].register_prehook(_every(fn))
+    else:
+        hook = _first(fn, tracker.gtid) if mode == "any" else _last(fn, tracker.gtid, nodes)
+        for n in nodes:
+            n.register_prehook(hook)
+
+def on_leaf_grads(tracker, nodes, leaves, fn, mode):
+    """on_grads where some tensors are leaves (a parametrization's forward reads the
+    parameter itself): a leaf keeps its hooks for good, so a hook per forward call would
+    fire once more each iteration (ModTracker's Post-Backward calls pile up: 2, 3, 4...).
+    The leaves get tensor hooks that fire once and are removed at the end of that
+    backward (engine_callback; not inside the hook, while autograd walks the hooks); the
+    other tensors, node pre-hooks as in on_grads. For "all", a leaf counts by its
+    gradient accumulator, found as register_multi_grad_hook finds it (a view of it)."""
+    handles = [None]  # the leaves' hook handles, until fn ran
+
+    def once():
+        h = handles[0]
+        if h is None:
+            return
+        handles[0] = None
+        tracker.here().spent_hooks.extend(h)
+        fn()
+
+    if len(nodes) + len(leaves) == 1:
+        hook = _every(once)
+    elif mode == "any":
+        hook = _first(once, tracker.gtid)
+    else:
+        accs = [tracker.grad_acc(t) for t in leaves]
+        hook = _last(once, tracker.gtid, nodes + accs)
+    for n in nodes:
+        n.register_prehook(hook)
+
+    def tensor_hook(grad):
+        hook(None)
+
+    handles[0] = [t.register_hook(tensor_hook) for t in leaves]
