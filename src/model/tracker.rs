@@ -254,6 +254,19 @@ pub struct RecordInfo {
     /// Storages made in an iteration after warm-up and still alive two iterations later, by the
     /// op that made them (`record::replay::retained`); None in files written before it.
     pub retained: Option<Retained>,
+    /// Recorded by `memtrack attach` from the middle of a run: when, and what was held then.
+    /// The ops before the first iteration start belong to an iteration already under way.
+    pub attached: Option<Attached>,
+}
+
+/// When `memtrack attach` began recording, and what the process held then.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Attached {
+    /// Seconds since the Unix epoch.
+    pub unix_time: f64,
+    /// Bytes held at the attach, where live objects tell it: `parameters`, `gradients`,
+    /// `optimizer_state` (each storage once).
+    pub held: BTreeMap<String, i64>,
 }
 
 /// What stayed alive across iterations, by the op that allocated it: an iteration `k` (from
