@@ -51,7 +51,6 @@ def leftovers():
                 (torch.Tensor, "as_subclass"),
             )
         ],
-        "modules_loaded": len(sys.modules),
         "meta_path": [type(f).__name__ for f in sys.meta_path],
         "agent_modules": sorted(k for k in sys.modules if "memtrack" in k),
         "threads": sorted(t.name for t in threading.enumerate()),
