@@ -129,6 +129,7 @@ def run(config_path, page):
         if why is not None:
             _send({"error": why})
             _close()
+            _forget()
             return
         torch = sys.modules["torch"]
         held = _held_bytes(torch)
@@ -137,6 +138,7 @@ def run(config_path, page):
     except BaseException as e:
         _send({"error": f"starting the recording: {type(e).__name__}: {e}"})
         _close()
+        _forget()
         return
     import atexit
 
@@ -154,6 +156,12 @@ def run(config_path, page):
     )
     conn.settimeout(None)
     threading.Thread(target=_wait_for_stop, name="memtrack-attach", daemon=True).start()
+
+
+def _forget():
+    """This copy of the agent out of sys.modules: the process is left with none of it."""
+    for name in [m for m in sys.modules if m == _package or m.startswith(_package + ".")]:
+        sys.modules.pop(name, None)
 
 
 def _close():
@@ -217,7 +225,6 @@ def detach(how):
         atexit.unregister(_at_exit)
     except Exception:
         pass
-    for name in [m for m in sys.modules if m == _package or m.startswith(_package + ".")]:
-        sys.modules.pop(name, None)
+    _forget()
     _send({"stopped": how, "unix_time": time.time()})
     _close()
