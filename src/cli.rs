@@ -148,6 +148,9 @@ pub enum Command {
     /// Step one: run a PyTorch program (`-- python train.py`) and record its memory after every
     /// op, per module and category, in a stats file (one per rank)
     Record(RecordArgs),
+    /// Record a running Python process that imported torch (`attach PID --duration 30s`), then
+    /// take the recording off again: the same stats file as `record`
+    Attach(AttachArgs),
     /// Peaks, forward/backward split and top ops of a `record` file, a MemoryTracker stats file,
     /// allocator snapshots or torch.profiler traces (several: one table of ranks)
     Summary(SummaryArgs),
@@ -558,6 +561,58 @@ pub struct RecordArgs {
     /// The program and its arguments, after `--`
     #[arg(last = true, required_unless_present = "recover", value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  memtrack attach 12345 --duration 30s -o run.pkl\n  memtrack attach 12345 -o run.pkl          (until Ctrl-C)\n\nThe process must be this user's, run Python with torch imported, and may be traced\n(docs/record.md, \"attach\")."
+)]
+pub struct AttachArgs {
+    /// The process to record
+    #[arg(value_name = "PID")]
+    pub pid: u32,
+    /// The stats file to write
+    #[arg(short, long, default_value = "memtrack.pkl")]
+    pub output: PathBuf,
+    /// How long to record (`30s`, `500ms`, `2m`, or seconds); by default until Ctrl-C or the
+    /// process's end
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<std::time::Duration>,
+    /// Which memory the per-op samples count
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// What sees each operator (docs/record.md, "Observers"); `python` unless asked, as the
+    /// compiled observer is a library that stays loaded in the process after the detach
+    #[arg(long, value_enum, default_value_t = ObserverArg::Python)]
+    pub observer: ObserverArg,
+    /// How long the process's main thread has to start the recording (it starts at its next
+    /// Python bytecode)
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub start_timeout: std::time::Duration,
+}
+
+/// `30s`, `500ms`, `2m`, `1h` or a number of seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (t, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale < 1e9 => {
+            Ok(std::time::Duration::from_secs_f64(v * scale))
+        }
+        _ => Err(format!(
+            "{s:?}: expected a time above zero such as 30s, 500ms, 2m or 1h"
+        )),
+    }
 }
 
 #[derive(Args, Debug)]

@@ -559,7 +559,10 @@ fn phases(stats: &TrackerStats) -> Vec<Phase> {
             (names_say_backward && is_backward_op(x))
                 || root_forward.is_some_and(|r| x.starts_with(r))
         });
-        let label = if earlier {
+        let attached = stats.record.as_ref().is_some_and(|r| r.attached.is_some());
+        let label = if attached {
+            "partial (under way at the attach)"
+        } else if earlier {
             "earlier iterations"
         } else {
             "setup"

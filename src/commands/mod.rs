@@ -1,6 +1,7 @@
 //! One file per subcommand: each wires formats, analysis and render, with no logic of its own.
 
 mod allocator;
+mod attach;
 mod completions;
 mod cycles;
 mod diff;
@@ -28,6 +29,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Plot(a) => plot::run(a),
         Command::Export(a) => export::run(a),
         Command::Record(a) => record::run(a),
+        Command::Attach(a) => attach::run(a),
         Command::Modules(a) => modules::run(a),
         Command::Segments(a) => segments::run(a),
         Command::Top(a) => top::run(a),

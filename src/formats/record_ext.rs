@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::model::modules::StateSnapshots;
 use crate::model::{
-    CompileInfo, CompiledRegion, Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes,
+    Attached, CompileInfo, CompiledRegion, Cycle, CycleEdge, CycleNode, CycleTensor, DeviceBytes,
     DeviceSample, DeviceSeries, ExitInfo, IterationModules, ModState, ModuleSnapshot, ModuleStats,
     RecordInfo, Retained, RetainedOp, ThreadInfo, Unmeasured, CATEGORIES,
 };
@@ -50,6 +50,15 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     info.device_uuid = s("device_uuid");
     if let Some(v) = d.get("device_memory") {
         info.device_memory = device_memory(doc, v)?;
+    }
+    if let Some(a) = d.get("attached").and_then(|v| doc.as_dict(v)) {
+        info.attached = Some(Attached {
+            unix_time: a
+                .get("unix_time")
+                .and_then(|v| doc.as_f64(v))
+                .ok_or("memtrack.attached.unix_time: expected a number")?,
+            held: int_dict(doc, a.get("held")),
+        });
     }
     info.cycles_watched = d
         .get("cycles_watched")
@@ -483,6 +492,14 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
     w.entry("iteration_starts", |w| {
         w.list(&r.iteration_starts, |w, &i| w.int(i));
     });
+    if let Some(a) = &r.attached {
+        w.entry("attached", |w| {
+            w.begin_dict();
+            w.entry("unix_time", |w| w.float(a.unix_time));
+            w.entry("held", |w| int_dict_value(w, &a.held));
+            w.end_dict();
+        });
+    }
     w.entry("categories", |w| {
         w.list(
             CATEGORIES.iter().chain(std::iter::once(&"Total")),

@@ -516,6 +516,27 @@ mod record_ext_tests {
     }
 
     #[test]
+    fn attached_survives_a_round_trip() {
+        let a = crate::model::Attached {
+            unix_time: 1_795_860_490.25,
+            held: [
+                ("parameters".to_string(), 203_304),
+                ("gradients".to_string(), 0),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        let r = round_trip(RecordInfo {
+            backend: "cpu".into(),
+            attached: Some(a.clone()),
+            ..RecordInfo::default()
+        });
+        assert_eq!(r.attached, Some(a));
+        // a file recorded from the start has none
+        assert!(round_trip(RecordInfo::default()).attached.is_none());
+    }
+
+    #[test]
     fn retained_ops_survive_a_round_trip() {
         let ret = Retained {
             iterations: 3,

@@ -16,8 +16,8 @@ pub use modules::{
 };
 pub use snapshot::Snapshot;
 pub use tracker::{
-    op_module, CompileInfo, CompiledRegion, DeviceSample, DeviceSeries, ExitInfo, Marker, OpNames,
-    RecordInfo, Retained, RetainedOp, Series, ThreadInfo, TrackerStats, Unmeasured,
+    op_module, Attached, CompileInfo, CompiledRegion, DeviceSample, DeviceSeries, ExitInfo, Marker,
+    OpNames, RecordInfo, Retained, RetainedOp, Series, ThreadInfo, TrackerStats, Unmeasured,
 };
 pub use units::{format_bytes, Units};
 

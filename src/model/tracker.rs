@@ -261,6 +261,9 @@ pub struct RecordInfo {
     pub thread_runs: Vec<(i64, i64)>,
     /// Threads already running when recording began: their ops are not in the file.
     pub threads_unrecorded: Vec<String>,
+    /// Recorded by `memtrack attach` from the middle of a run: when, and what was held then.
+    /// The ops before the first iteration start belong to an iteration already under way.
+    pub attached: Option<Attached>,
 }
 
 /// One thread of a recorded process (docs/format.md, `threads`).
@@ -274,6 +277,16 @@ pub struct ThreadInfo {
     pub ops: i64,
     /// Forward calls of a module while no other module ran in it (top-level calls).
     pub forward_calls: i64,
+}
+
+/// When `memtrack attach` began recording, and what the process held then.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Attached {
+    /// Seconds since the Unix epoch.
+    pub unix_time: f64,
+    /// Bytes held at the attach, where live objects tell it: `parameters`, `gradients`,
+    /// `optimizer_state` (each storage once).
+    pub held: BTreeMap<String, i64>,
 }
 
 /// What stayed alive across iterations, by the op that allocated it: an iteration `k` (from

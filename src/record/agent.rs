@@ -19,13 +19,14 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 27] = [
+pub const FILES: [(&str, &str); 28] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
     ),
     agent_file!("__init__.py"),
     agent_file!("activate.py"),
+    agent_file!("attach.py"),
     agent_file!("compiled.py"),
     agent_file!("cuda.py"),
     agent_file!("cycles.py"),

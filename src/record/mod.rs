@@ -9,6 +9,7 @@
 //! - [`finalize`]: journal → stats files, named per rank.
 
 pub mod agent;
+pub mod attach;
 pub mod finalize;
 pub mod journal;
 pub mod protocol;

@@ -144,6 +144,8 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
         }
         doc.heading(if s.phases.iter().any(|p| p.phase == "earlier iterations") {
             "Forward / backward (split at fw_start and fw_bw_boundary; the file marks only its last iteration: earlier iterations is what ran before it)"
+        } else if s.phases.iter().any(|p| p.phase.starts_with("partial")) {
+            "Forward / backward (split at fw_start and fw_bw_boundary; partial is what ran of the iteration under way at the attach)"
         } else if s.phases.iter().any(|p| p.iteration == 0) {
             "Forward / backward (split at fw_start and fw_bw_boundary; setup is what ran before the first forward)"
         } else {
@@ -244,6 +246,19 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
             if e.oom {
                 line.push_str(", ran out of memory");
             }
+        }
+        if r.attached.is_some() {
+            let how = r.exit.as_ref().and_then(|e| e.ended.as_deref());
+            line.push_str(&format!(
+                ", attached to the running process{}: what ran before the first iteration \
+                 start was under way at the attach (partial), and the last iteration {}",
+                attached_held(r.attached.as_ref()),
+                if how == Some("detached") {
+                    "was cut by the detach"
+                } else {
+                    "ended with the process"
+                }
+            ));
         }
     }
     let every = s
@@ -443,4 +458,26 @@ pub fn cross_rank(
     }
     doc.close_up();
     doc.finish()
+}
+
+/// ` (holding parameters 1 MiB, …)`: what `attach` found held, where it found any.
+fn attached_held(a: Option<&crate::model::Attached>) -> String {
+    let Some(a) = a else { return String::new() };
+    let parts: Vec<String> = a
+        .held
+        .iter()
+        .filter(|(_, &b)| b > 0)
+        .map(|(k, &b)| {
+            format!(
+                "{} {}",
+                k.replace('_', " "),
+                crate::model::format_bytes(b as f64, crate::model::Units::Auto)
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" (holding {} then)", parts.join(", "))
+    }
 }

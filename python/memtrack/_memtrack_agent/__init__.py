@@ -23,6 +23,7 @@ Modules, each owning one part (imports go one way, down this list):
   process    exit, signals, exceptions, fork
   activate   starting all of the above when torch is imported
   inprocess  memtrack.record: starting it inside a running program, and taking it all off
+  attach     memtrack attach PID: inprocess started by a pending call, and taken off again
 
 The wire format is documented in docs/record.md and decoded by src/record/replay/.
 """

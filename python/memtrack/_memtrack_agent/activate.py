@@ -126,6 +126,7 @@ def begin(torch, backend, observer):
         "local_rank": state.int_env("LOCAL_RANK"),
         "cycles": bool(os.environ.get("MEMTRACK_CYCLES")),
         "observer": observer,
+        "attached": state.attached,
     }
     transport.message(hello)
     state.active = state.started = True

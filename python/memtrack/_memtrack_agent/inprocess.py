@@ -58,9 +58,9 @@ def start(torch, spool, backend="auto", observer="auto"):
         raise
 
 
-def stop(exc):
-    """End the recording: how the block ended (`exc`, the exception leaving it, or None),
-    the goodbye, then every hook and the dispatch mode off, the spool closed. Never raises."""
+def stop(exc, how=None):
+    """End the recording: how the block ended (`exc`, the exception leaving it, or None;
+    `how` names another ending, as `memtrack attach`'s "detached"), the goodbye, then every hook and the dispatch mode off, the spool closed. Never raises."""
     try:
         if exc is not None and state.active:
             text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -68,7 +68,7 @@ def stop(exc):
             transport.message(
                 {"t": MSG_EXCEPTION, "type": type(exc).__name__, "text": text, "oom": oom}
             )
-        process.finish("exit" if exc is None else "exception")
+        process.finish(how or ("exit" if exc is None else "exception"))
     except Exception as e:
         sys.stderr.write(f"memtrack: ending the recording: {e!r}\n")
     state.active = False

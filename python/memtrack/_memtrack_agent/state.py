@@ -10,6 +10,8 @@ import sys
 active = False  # recording now
 started = False  # the agent ran in this process (even if it has stopped since)
 torch = None
+# `memtrack attach`: when it started the agent and what was held then (attach.py), for hello
+attached = None
 backend = "cpu"
 # What each part installed, as functions that take it off again, in the order installed. Only
 # the in-process recording (inprocess.py) runs them, backwards, when its block ends; under

@@ -7,8 +7,8 @@ use serde_json::Value as Json;
 
 use crate::analysis::cycles::split_into_cycles;
 use crate::model::{
-    CompileInfo, CompiledRegion, ExitInfo, Marker, OpNames, RecordInfo, TrackerStats, Unmeasured,
-    CATEGORIES,
+    Attached, CompileInfo, CompiledRegion, ExitInfo, Marker, OpNames, RecordInfo, TrackerStats,
+    Unmeasured, CATEGORIES,
 };
 use crate::record::protocol::COMPILED_GRAPH;
 
@@ -129,6 +129,7 @@ impl Replay {
             threads,
             thread_runs,
             threads_unrecorded: std::mem::take(&mut self.threads.before),
+            attached: attached(&hello["attached"]),
         };
         let mut stats = TrackerStats {
             names,
@@ -185,4 +186,18 @@ fn compile_info(counters: Option<&Json>, regions: Vec<CompiledRegion>) -> Option
             .unwrap_or_default(),
         regions,
     })
+}
+
+/// `memtrack attach`'s facts from the hello: when, and what was held then.
+fn attached(a: &Json) -> Option<Attached> {
+    let unix_time = a["unix_time"].as_f64()?;
+    let held = a["held"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_i64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(Attached { unix_time, held })
 }

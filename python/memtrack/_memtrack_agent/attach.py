@@ -1,0 +1,230 @@
+"""`memtrack attach PID`: the agent started inside a program that is already running, and
+taken off again. `memtrack attach` queues a pending call in the program (src/record/attach/),
+so `run` is called on the main thread, GIL held, between two bytecodes; it connects back to
+the attach command's socket, checks that this process can be recorded, starts the recording
+of `memtrack.record` (inprocess.start: same spool, same records) and returns. A thread of its
+own then waits on the socket: when the command says stop, or goes away (Ctrl-C, killed), it
+queues the detach as a pending call, which runs on the main thread again (the dispatch mode
+is that thread's) and takes every hook, mode and callback off (inprocess.stop), unregisters
+its exit handler and forgets the agent's modules. A program that exits during the window
+ends the recording in its exit handler. Nothing here raises into the program.
+
+Each line sent on the socket is one JSON object: {"error": why} (nothing was installed),
+{"started": facts}, then {"stopped": how}.
+"""
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+from . import inprocess, state, versions
+
+_package = __name__.rpartition(".")[0]
+_conn = [None]
+_detached = [False]
+_pending = []  # the ctypes callback of the queued detach, alive until it has run
+
+
+def _send(msg):
+    conn = _conn[0]
+    if conn is None:
+        return
+    try:
+        conn.sendall((json.dumps(msg) + "\n").encode())
+    except OSError:
+        pass
+
+
+def _unmap(page):
+    """The page `memtrack attach` wrote the line into: Python parsed it before running it."""
+    try:
+        import ctypes
+
+        munmap = ctypes.CDLL(None, use_errno=True).munmap
+        munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        munmap(page, 4096)
+    except Exception:
+        pass
+
+
+def _refusal(config):
+    """Why this process cannot be recorded now (nothing installed), or None."""
+    for name, mod in list(sys.modules.items()):
+        if name != _package and name.startswith("_memtrack_attach_") and "." not in name:
+            if getattr(getattr(mod, "attach", None), "_conn", [None])[0] is not None:
+                return "attached: another `memtrack attach` is recording this process now"
+    outer = sys.modules.get("_memtrack_agent")
+    if outer is not None and getattr(getattr(outer, "state", None), "active", False):
+        return "recorded: this process runs under `memtrack record` already"
+    wheel = sys.modules.get("memtrack")
+    if wheel is not None and getattr(wheel, "_recording", [None])[0] is not None:
+        return "recorded: a `memtrack.record` block is recording this process now"
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "nn"):
+        return "no torch: this Python process has not imported torch"
+    why = versions.unsupported(getattr(torch, "__version__", "?"), config.get("any_torch"))
+    if why is not None:
+        return f"unsupported torch: {why}"
+    try:
+        import ctypes
+
+        ctypes.pythonapi.Py_AddPendingCall
+    except Exception as e:
+        return f"no ctypes here ({e}): the recording could not be taken off again"
+    return None
+
+
+def _held_bytes(torch):
+    """What is allocated at the attach, where live objects still tell it: parameters,
+    their gradients, optimizer state (each storage counted once)."""
+    import gc
+
+    seen = set()
+    out = {"parameters": 0, "gradients": 0, "optimizer_state": 0}
+
+    def count(t, key):
+        try:
+            s = t.untyped_storage()
+            ptr = (str(t.device), s.data_ptr())
+            if ptr not in seen:
+                seen.add(ptr)
+                out[key] += s.nbytes()
+        except Exception:
+            pass
+
+    Parameter = torch.nn.Parameter
+    Optimizer = torch.optim.Optimizer
+    for o in gc.get_objects():
+        kind = type(o)  # type(): no attribute of o read
+        if issubclass(kind, Parameter):
+            count(o, "parameters")
+            if o.grad is not None:
+                count(o.grad, "gradients")
+        elif issubclass(kind, Optimizer):
+            for st in getattr(o, "state", {}).values():
+                for v in st.values() if isinstance(st, dict) else ():
+                    if isinstance(v, torch.Tensor):
+                        count(v, "optimizer_state")
+    return out
+
+
+def run(config_path, page):
+    """The pending call's body: start recording, or say why not. Never raises."""
+    if page:
+        _unmap(page)
+    try:
+        with open(config_path, "rb") as f:
+            config = json.loads(f.read())
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(5)
+        conn.connect(config["socket"])
+    except Exception:
+        return  # the command gave up waiting and removed its socket: nothing to do
+    _conn[0] = conn
+    try:
+        why = _refusal(config)
+        if why is not None:
+            _send({"error": why})
+            _close()
+            _forget()
+            return
+        torch = sys.modules["torch"]
+        held = _held_bytes(torch)
+        state.attached = {"unix_time": time.time(), "held": held}
+        inprocess.start(torch, config["spool"], config["backend"], config["observer"])
+    except BaseException as e:
+        _send({"error": f"starting the recording: {type(e).__name__}: {e}"})
+        _close()
+        _forget()
+        return
+    import atexit
+
+    atexit.register(_at_exit)
+    _send(
+        {
+            "started": {
+                "unix_time": state.attached["unix_time"],
+                "held": held,
+                "torch": getattr(torch, "__version__", "?"),
+                "backend": state.backend,
+                "python": sys.version.split()[0],
+            }
+        }
+    )
+    conn.settimeout(None)
+    threading.Thread(target=_wait_for_stop, name="memtrack-attach", daemon=True).start()
+
+
+def _forget():
+    """This copy of the agent out of sys.modules: the process is left with none of it."""
+    for name in [m for m in sys.modules if m == _package or m.startswith(_package + ".")]:
+        sys.modules.pop(name, None)
+
+
+def _close():
+    conn, _conn[0] = _conn[0], None
+    try:
+        if conn is not None:
+            conn.close()
+    except OSError:
+        pass
+
+
+def _wait_for_stop():
+    """The socket says stop, or closes (the command is gone): queue the detach."""
+    conn = _conn[0]
+    try:
+        while conn is not None:
+            data = conn.recv(64)
+            if not data or b"stop" in data:
+                break
+    except OSError:
+        pass
+    try:
+        import ctypes
+
+        callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_detach_pending)
+        _pending.append(callback)
+        add = ctypes.pythonapi.Py_AddPendingCall
+        add.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        add.restype = ctypes.c_int
+        # the queue holds 32 calls; a full one empties at the next bytecode
+        for _ in range(500):
+            if add(ctypes.cast(callback, ctypes.c_void_p), None) == 0:
+                return
+            time.sleep(0.01)
+    except Exception as e:
+        sys.stderr.write(f"memtrack: cannot queue the detach: {e!r}\n")
+
+
+def _detach_pending(_arg):
+    detach("detached")
+    return 0
+
+
+def _at_exit():
+    detach("exit")
+
+
+def detach(how):
+    """Take the recording off (on the main thread): the goodbye, every hook off, the spool
+    closed, the exit handler unregistered, the agent's modules forgotten. Never raises."""
+    if _detached[0]:
+        return
+    _detached[0] = True
+    try:
+        inprocess.stop(None, how)
+    except BaseException as e:
+        sys.stderr.write(f"memtrack: detaching: {e!r}\n")
+    try:
+        import atexit
+
+        atexit.unregister(_at_exit)
+    except Exception:
+        pass
+    _forget()
+    _send({"stopped": how, "unix_time": time.time()})
+    _close()

@@ -1,0 +1,175 @@
+//! What `attach` learns of a process before touching it: that it exists, is this user's, is
+//! not traced already, runs Python with torch imported; and the words for why not.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::inject::{self, Symbols};
+
+/// A process that can be attached to.
+pub struct Target {
+    pub pid: u32,
+    /// Its program (`/proc/PID/exe`).
+    pub exe: PathBuf,
+    /// Where Py_AddPendingCall, PyRun_SimpleString and mmap are in it.
+    pub symbols: Symbols,
+}
+
+/// Why a process cannot be attached to: the message, said as is (exit 2).
+pub type Refusal = String;
+
+fn status_field(status: &str, key: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_string())
+}
+
+fn user_name(uid: u32) -> String {
+    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+        })
+        .unwrap_or_else(|| format!("uid {uid}"))
+}
+
+fn comm(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Look at `pid` without stopping it.
+pub fn inspect(pid: u32) -> Result<Target, Refusal> {
+    if pid == std::process::id() {
+        return Err(format!("process {pid} is this memtrack"));
+    }
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|_| format!("no process {pid} (nothing in /proc/{pid})"))?;
+    let name = comm(pid);
+    if status_field(&status, "State:").is_some_and(|s| s.starts_with('Z')) {
+        return Err(format!("process {pid} ({name}) has exited (a zombie)"));
+    }
+    let uid: u32 = status_field(&status, "Uid:")
+        .and_then(|u| u.split_whitespace().next()?.parse().ok())
+        .unwrap_or(u32::MAX);
+    // SAFETY: geteuid cannot fail
+    let me = unsafe { libc::geteuid() };
+    if uid != me {
+        return Err(format!(
+            "process {pid} ({name}) belongs to {}, memtrack runs as {}: the files attach \
+             gives the process must be its user's alone, so attach as that user \
+             (sudo -u {} memtrack attach {pid})",
+            user_name(uid),
+            user_name(me),
+            user_name(uid)
+        ));
+    }
+    let tracer: u32 = status_field(&status, "TracerPid:")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    if tracer != 0 {
+        return Err(format!(
+            "process {pid} ({name}) is being traced by process {tracer} ({}): a debugger, or \
+             another `memtrack attach` placing its code; a process has one tracer at a time",
+            comm(tracer)
+        ));
+    }
+    let exe = fs::read_link(format!("/proc/{pid}/exe"))
+        .map_err(|e| format!("process {pid} ({name}): its program cannot be read: {e}"))?;
+    let files = inject::mapped_files(pid)
+        .map_err(|e| format!("process {pid} ({name}): its memory maps cannot be read: {e}"))?;
+    let base = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let python_files: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| *f == &exe || base(f).starts_with("libpython"))
+        .cloned()
+        .collect();
+    let add = inject::find_symbol(pid, &python_files, "Py_AddPendingCall");
+    let run = inject::find_symbol(pid, &python_files, "PyRun_SimpleString");
+    let (Some(add_pending_call), Some(run_simple_string)) = (add, run) else {
+        return Err(format!(
+            "process {pid} ({}) is not a Python process: neither its program nor a libpython \
+             it loaded has Py_AddPendingCall and PyRun_SimpleString",
+            exe.display()
+        ));
+    };
+    let has_torch = files.iter().any(|f| {
+        let b = base(f);
+        b.starts_with("libtorch_python") || b.starts_with("libtorch_cpu")
+    });
+    if !has_torch {
+        return Err(format!(
+            "process {pid} ({}) is Python without torch: it has not imported torch (no \
+             libtorch in its memory maps); attach records a program that uses torch",
+            exe.display()
+        ));
+    }
+    let libc_files: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| base(f).starts_with("libc.so") || base(f).starts_with("libc-"))
+        .cloned()
+        .collect();
+    let mmap = inject::find_symbol(pid, &libc_files, "mmap")
+        .ok_or_else(|| format!("process {pid} ({name}): no mmap in its C library (not glibc?)"))?;
+    Ok(Target {
+        pid,
+        exe,
+        symbols: Symbols {
+            mmap,
+            add_pending_call,
+            run_simple_string,
+        },
+    })
+}
+
+/// Why ptrace said no, and how to allow it.
+pub fn ptrace_denied(pid: u32, e: &std::io::Error) -> String {
+    let mut why = format!("cannot trace process {pid} ({e}): ");
+    match fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+    {
+        Some(0) => why.push_str(
+            "kernel.yama.ptrace_scope is 0 (a process of the same user may be traced), so \
+             something else forbids it: ",
+        ),
+        Some(1) => why.push_str(
+            "kernel.yama.ptrace_scope is 1 (only a process's own parents may trace it): allow \
+             it for now with `sudo sysctl kernel.yama.ptrace_scope=0`, or run memtrack with \
+             CAP_SYS_PTRACE (`sudo setpriv --inh-caps +sys_ptrace …`, or as root). Also: ",
+        ),
+        Some(2) => why.push_str(
+            "kernel.yama.ptrace_scope is 2 (only with CAP_SYS_PTRACE): run memtrack as root \
+             or with that capability. Also: ",
+        ),
+        Some(n) => why.push_str(&format!(
+            "kernel.yama.ptrace_scope is {n} (no process may be traced until a reboot). Also: "
+        )),
+        None => why.push_str("this kernel has no Yama ptrace_scope; "),
+    }
+    let caps = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| status_field(&s, "CapEff:"))
+        .and_then(|c| u64::from_str_radix(&c, 16).ok())
+        .unwrap_or(0);
+    const CAP_SYS_PTRACE: u64 = 1 << 19;
+    if caps & CAP_SYS_PTRACE == 0 {
+        why.push_str(
+            "memtrack lacks CAP_SYS_PTRACE, which a process that made itself undumpable (or \
+             one of another user) needs; in a container, grant it with `docker run \
+             --cap-add=SYS_PTRACE` (Kubernetes: securityContext.capabilities.add: \
+             [SYS_PTRACE])",
+        );
+    } else {
+        why.push_str("memtrack has CAP_SYS_PTRACE; a security module (SELinux, AppArmor, seccomp) may forbid ptrace here");
+    }
+    why
+}

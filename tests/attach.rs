@@ -1,0 +1,246 @@
+//! `memtrack attach PID` on real torch: a window of a running training loop recorded, the
+//! loop left as it was; and each refusal a clear message, exit 2, the process untouched.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{exit_code, export, memtrack_process as memtrack, python, script};
+
+/// The loop started, and its ready file seen (within 60 s).
+fn start_loop(py: &Path, dir: &Path, steps: u32, code: i32) -> (Child, PathBuf) {
+    let ready = dir.join("ready");
+    let facts = dir.join("facts.json");
+    let child = Command::new(py)
+        .arg(script("attach_loop.py"))
+        .args([steps.to_string(), "0.01".into()])
+        .arg(&ready)
+        .arg(&facts)
+        .arg(code.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !ready.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the loop never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, facts)
+}
+
+fn attach(dir: &Path, pid: u32, extra: &[&str]) -> (i32, String) {
+    let o = memtrack()
+        .current_dir(dir)
+        .args(["attach", &pid.to_string(), "-o", "att.pkl"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    eprintln!("{stderr}");
+    (exit_code(o.status), stderr)
+}
+
+#[test]
+fn a_window_is_recorded_and_the_loop_goes_on_as_without_memtrack() {
+    let Some(py) = python() else { return };
+    let alone = tempfile::tempdir().unwrap();
+    let (c, _) = start_loop(&py, alone.path(), 250, 0);
+    let plain = c.wait_with_output().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let (c, facts) = start_loop(&py, dir.path(), 250, 0);
+    let (code, stderr) = attach(dir.path(), c.id(), &["--duration", "1s"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("detached from process"), "{stderr}");
+    let out = c.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), plain.status.code());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&plain.stdout)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(facts).unwrap()).unwrap();
+    assert_eq!(f["before"], f["after"], "what the attach left behind");
+
+    let j = export(&dir.path().join("att.pkl"));
+    let m = &j["memtrack"];
+    assert_eq!(m["exit"]["ended"], "detached");
+    assert!(m["attached"]["held"]["parameters"].as_i64().unwrap() > 0);
+    let names: Vec<&str> = j["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert!(names.len() > 50, "{} ops", names.len());
+    assert!(
+        names.iter().any(|n| n.starts_with("Net.encoder")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.contains("backward")),
+        "module phases"
+    );
+    assert!(m["iteration_starts"].as_array().unwrap().len() >= 2);
+    let s = memtrack()
+        .arg("summary")
+        .arg(dir.path().join("att.pkl"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&s.stdout);
+    assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    assert!(text.contains("attached to the running process"), "{text}");
+    assert!(text.contains("partial"), "{text}");
+}
+
+#[test]
+fn refusals_say_why_and_leave_the_process_as_it_was() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // no such process
+    let (code, err) = attach(dir.path(), 4_000_000, &["--duration", "1s"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no process 4000000"), "{err}");
+    // not Python
+    let mut sleep = Command::new("sleep").arg("30").spawn().unwrap();
+    let (code, err) = attach(dir.path(), sleep.id(), &["--duration", "1s"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("is not a Python process"), "{err}");
+    sleep.kill().unwrap();
+    sleep.wait().unwrap();
+    // Python without torch: never touched, it ends by itself with its own code
+    let mut bare = Command::new(&py)
+        .args([
+            "-c",
+            "import time\nfor _ in range(40): time.sleep(0.05)\nprint('ok')",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, err) = attach(dir.path(), bare.id(), &["--duration", "1s"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("Python without torch"), "{err}");
+    assert!(bare.wait().unwrap().success());
+    assert!(!dir.path().join("att.pkl").exists());
+}
+
+#[test]
+fn a_second_attach_at_once_is_refused_and_the_first_goes_on() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (c, facts) = start_loop(&py, dir.path(), 400, 0);
+    let first = memtrack()
+        .current_dir(dir.path())
+        .args([
+            "attach",
+            &c.id().to_string(),
+            "-o",
+            "first.pkl",
+            "--duration",
+            "2s",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let (code, err) = attach(dir.path(), c.id(), &["--duration", "1s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("another `memtrack attach`"), "{err}");
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(facts).unwrap()).unwrap();
+    assert_eq!(f["before"], f["after"]);
+}
+
+#[test]
+fn a_process_that_ends_in_the_window_keeps_what_was_recorded() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (c, _) = start_loop(&py, dir.path(), 80, 3);
+    let (code, err) = attach(dir.path(), c.id(), &["--duration", "60s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("ended"), "{err}");
+    let out = c.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "the program's own exit code");
+    let j = export(&dir.path().join("att.pkl"));
+    assert_eq!(j["memtrack"]["exit"]["ended"], "exit");
+    assert!(j["op_count"].as_u64().unwrap() > 10);
+}
+
+#[test]
+fn ctrl_c_ends_the_window_and_detaches() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (c, facts) = start_loop(&py, dir.path(), 300, 0);
+    let m = memtrack()
+        .current_dir(dir.path())
+        .args(["attach", &c.id().to_string(), "-o", "att.pkl"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: a signal to the memtrack this test started
+    unsafe { libc::kill(m.id() as i32, libc::SIGINT) };
+    let o = m.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("interrupted") && err.contains("detached"),
+        "{err}"
+    );
+    assert!(c.wait_with_output().unwrap().status.success());
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(facts).unwrap()).unwrap();
+    assert_eq!(f["before"], f["after"]);
+    assert_eq!(
+        export(&dir.path().join("att.pkl"))["memtrack"]["exit"]["ended"],
+        "detached"
+    );
+}
+
+#[test]
+fn another_users_process_is_refused_with_how_to_attach() {
+    let Some(py) = python() else { return };
+    // SAFETY: geteuid has no preconditions
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the tests do not run as root, setpriv cannot become nobody");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (c, _) = start_loop(&py, dir.path(), 150, 0);
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_memtrack"))
+        .args([
+            "attach",
+            &c.id().to_string(),
+            "-o",
+            "/tmp/never.pkl",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("belongs to root") && err.contains("sudo -u root"),
+        "{err}"
+    );
+    assert!(c.wait_with_output().unwrap().status.success());
+}
