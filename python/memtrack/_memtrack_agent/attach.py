@@ -26,6 +26,7 @@ _package = __name__.rpartition(".")[0]
 _conn = [None]
 _detached = [False]
 _pending = []  # the ctypes callback of the queued detach, alive until it has run
+_deadline = []  # when a detach waiting for the dispatch handler to return goes ahead anyway
 
 
 def _send(msg):
@@ -183,17 +184,22 @@ def _wait_for_stop():
                 break
     except OSError:
         pass
+    _queue_detach()
+
+
+def _queue_detach():
+    """Queue `_detach_pending` to run on the main thread at its next bytecode. Never raises."""
     try:
         import ctypes
 
-        callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_detach_pending)
-        _pending.append(callback)
+        if not _pending:
+            _pending.append(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_detach_pending))
         add = ctypes.pythonapi.Py_AddPendingCall
         add.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         add.restype = ctypes.c_int
         # the queue holds 32 calls; a full one empties at the next bytecode
         for _ in range(500):
-            if add(ctypes.cast(callback, ctypes.c_void_p), None) == 0:
+            if add(ctypes.cast(_pending[0], ctypes.c_void_p), None) == 0:
                 return
             time.sleep(0.01)
     except Exception as e:
@@ -201,8 +207,34 @@ def _wait_for_stop():
 
 
 def _detach_pending(_arg):
+    # between two bytecodes of the dispatch mode's own handler, torch has taken the mode off
+    # its stack and puts it back on return: taken off now, it would be back after; so the
+    # detach waits for a bytecode outside it (a few seconds at most)
+    if _in_dispatch_handler() and time.monotonic() < _detach_deadline():
+        _queue_detach()
+        return 0
     detach("detached")
     return 0
+
+
+def _in_dispatch_handler():
+    """Whether the agent's dispatch mode is installed but off torch's stack: its handler runs."""
+    try:
+        from . import ops
+
+        if ops.mode is None:
+            return False
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        return all(m is not ops.mode for m in _get_current_dispatch_mode_stack())
+    except Exception:
+        return False
+
+
+def _detach_deadline():
+    if not _deadline:
+        _deadline.append(time.monotonic() + 5.0)
+    return _deadline[0]
 
 
 def _at_exit():
