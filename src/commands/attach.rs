@@ -1,7 +1,6 @@
-use crate::cli::{AttachArgs, BackendArg, ObserverArg};
+use crate::cli::AttachArgs;
 use crate::error::Result;
 use crate::record::attach::{self, Options};
-use crate::record::{Backend, Observer};
 
 /// Records the process for the window, detaches, writes the stats file; exits 0, or 2 when
 /// the process ended during the window or nothing could be written.
@@ -10,16 +9,8 @@ pub fn run(a: AttachArgs) -> Result<()> {
         pid: a.pid,
         output: a.output,
         duration: a.duration,
-        backend: match a.backend {
-            BackendArg::Auto => Backend::Auto,
-            BackendArg::Cuda => Backend::Cuda,
-            BackendArg::Cpu => Backend::Cpu,
-        },
-        observer: match a.observer {
-            ObserverArg::Auto => Observer::Auto,
-            ObserverArg::Python => Observer::Python,
-            ObserverArg::Compiled => Observer::Compiled,
-        },
+        backend: super::backend(a.backend),
+        observer: super::observer(a.observer),
         start_timeout: a.start_timeout,
     })?;
     std::process::exit(code)

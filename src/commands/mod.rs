@@ -20,8 +20,9 @@ mod top;
 mod trace;
 mod view;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{BackendArg, Cli, Command, ObserverArg};
 use crate::error::Result;
+use crate::record::{Backend, Observer};
 
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
@@ -284,5 +285,23 @@ pub(crate) fn warn_inconsistent_input(
 ) {
     if let crate::formats::Input::Snapshot(s) = input {
         warn_inconsistent(path, s, json);
+    }
+}
+
+/// `--backend` as `record` and `attach` take it.
+fn backend(a: BackendArg) -> Backend {
+    match a {
+        BackendArg::Auto => Backend::Auto,
+        BackendArg::Cuda => Backend::Cuda,
+        BackendArg::Cpu => Backend::Cpu,
+    }
+}
+
+/// `--observer` as `record` and `attach` take it.
+fn observer(a: ObserverArg) -> Observer {
+    match a {
+        ObserverArg::Auto => Observer::Auto,
+        ObserverArg::Python => Observer::Python,
+        ObserverArg::Compiled => Observer::Compiled,
     }
 }

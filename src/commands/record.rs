@@ -1,6 +1,6 @@
-use crate::cli::{BackendArg, ObserverArg, RecordArgs};
+use crate::cli::RecordArgs;
 use crate::error::Result;
-use crate::record::{self, Backend, Observer, Options};
+use crate::record::{self, Options};
 
 /// Runs the program, writes the stats, then exits with the program's own exit code.
 pub fn run(a: RecordArgs) -> Result<()> {
@@ -9,16 +9,8 @@ pub fn run(a: RecordArgs) -> Result<()> {
     }
     let code = record::run(&Options {
         output: a.output.unwrap_or_else(|| "memtrack.pkl".into()),
-        backend: match a.backend {
-            BackendArg::Auto => Backend::Auto,
-            BackendArg::Cuda => Backend::Cuda,
-            BackendArg::Cpu => Backend::Cpu,
-        },
-        observer: match a.observer {
-            ObserverArg::Auto => Observer::Auto,
-            ObserverArg::Python => Observer::Python,
-            ObserverArg::Compiled => Observer::Compiled,
-        },
+        backend: super::backend(a.backend),
+        observer: super::observer(a.observer),
         snapshot: a.snapshot,
         max_snapshot_entries: a.max_snapshot_entries,
         cycles: a.cycles,

@@ -92,6 +92,18 @@ pub struct Options {
 const QUIET: Duration = Duration::from_secs(2);
 
 /// Run the program, record it, write the stats; the exit code `record` should end with.
+/// A fresh journal beside `output` (`Journal::create`); the error names the folder.
+fn new_journal(output: &Path) -> Result<Arc<Journal>> {
+    let journal = Journal::create(output).map_err(|e| {
+        let folder = match output.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Error::output(folder, e)
+    })?;
+    Ok(Arc::new(journal))
+}
+
 pub fn run(o: &Options) -> Result<i32> {
     let Some(program) = o.command.first() else {
         return Err(Error::Usage(
@@ -109,13 +121,7 @@ pub fn run(o: &Options) -> Result<i32> {
     let agent_dir = tmp.path().join("agent");
     agent::write_to(&agent_dir).map_err(|e| Error::output(&agent_dir, e))?;
     let socket = tmp.path().join("sock");
-    let journal = Arc::new(Journal::create(&o.output).map_err(|e| {
-        let folder = match o.output.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        Error::output(folder, e)
-    })?);
+    let journal = new_journal(&o.output)?;
     let mut server =
         server::Server::start(&socket, journal.clone()).map_err(|e| Error::output(&socket, e))?;
     signals::install();

@@ -718,18 +718,7 @@ mod tests {
         let narrow = index.tile(a + (b - a) * 0.4, a + (b - a) * 0.45, 800, 400);
         for t in [&whole, &narrow] {
             assert!(!t.samples.x.is_empty());
-            for j in 0..t.samples.x.len() {
-                let drawn: i64 = (t.drawn.iter())
-                    .filter(|d| (d.j0 as usize..d.j1 as usize).contains(&j))
-                    .map(|d| d.size as i64)
-                    .sum();
-                let banded: i64 = t.bands.iter().map(|b| b.bytes[j]).sum();
-                assert_eq!(
-                    drawn + banded + t.untracked[j],
-                    t.samples.total[j],
-                    "sample {j}"
-                );
-            }
+            assert_samples_add_up(t);
         }
         // the peak is a sample of the whole view
         let peak = index.marks.peak_allocated.as_ref().unwrap();
@@ -739,6 +728,22 @@ mod tests {
         assert!(narrow.events < whole.events);
         let step = |t: &Tile| (t.x1 - t.x0) / t.samples.x.len() as f64;
         assert!(step(&narrow) < step(&whole));
+    }
+
+    /// Each sample's total is what is drawn, banded and untracked there: nothing dropped.
+    fn assert_samples_add_up(t: &Tile) {
+        for j in 0..t.samples.x.len() {
+            let drawn: i64 = (t.drawn.iter())
+                .filter(|d| (d.j0 as usize..d.j1 as usize).contains(&j))
+                .map(|d| d.size as i64)
+                .sum();
+            let banded: i64 = t.bands.iter().map(|b| b.bytes[j]).sum();
+            assert_eq!(
+                drawn + banded + t.untracked[j],
+                t.samples.total[j],
+                "sample {j}"
+            );
+        }
     }
 
     #[test]
@@ -761,18 +766,7 @@ mod tests {
         assert!((t.samples.x.iter().zip(&t.samples.event)).all(|(&x, &e)| x == e as f64));
         assert!(t.bands.iter().all(|b| b.site.is_none()));
         assert!(t.bands.len() <= CATEGORIES.len() + 1);
-        for j in 0..t.samples.x.len() {
-            let drawn: i64 = (t.drawn.iter())
-                .filter(|d| (d.j0 as usize..d.j1 as usize).contains(&j))
-                .map(|d| d.size as i64)
-                .sum();
-            let banded: i64 = t.bands.iter().map(|b| b.bytes[j]).sum();
-            assert_eq!(
-                drawn + banded + t.untracked[j],
-                t.samples.total[j],
-                "sample {j}"
-            );
-        }
+        assert_samples_add_up(&t);
         // a window of events 100..=199 holds those events and the one before
         let w = index.tile_on(100.0, 199.0, 50, 300, Axis::Event, BandBy::Site);
         assert_eq!(w.events, 101);

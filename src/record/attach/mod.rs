@@ -18,7 +18,6 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::journal::Journal;
@@ -63,13 +62,7 @@ pub fn run(o: &Options) -> Result<i32> {
     agent::write_to(&agent_dir).map_err(|e| Error::output(&agent_dir, e))?;
     let boot = tmp.path().join("boot.py");
     write_private(&boot, BOOT.as_bytes()).map_err(|e| Error::output(&boot, e))?;
-    let journal = Arc::new(Journal::create(&o.output).map_err(|e| {
-        let folder = match o.output.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        Error::output(folder, e)
-    })?);
+    let journal = super::new_journal(&o.output)?;
     let spool = std::path::absolute(journal.path()).unwrap_or_else(|_| journal.path().into());
     let socket = tmp.path().join("ctl");
     let listener = UnixListener::bind(&socket).map_err(|e| Error::output(&socket, e))?;
