@@ -435,12 +435,13 @@ mod ptrace {
                 });
             }
         }
+        // signals that stopped the thread meanwhile, each handed back at the end
+        let mut pending: Vec<i32> = Vec::new();
         let result = (|| {
             // SAFETY: as above
             unsafe {
                 check(libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0)).map_err(other)?;
             }
-            let mut pending = Vec::new();
             loop {
                 let status = wait_stop(tid, CALL_TIMEOUT).map_err(|_| InjectError::Gone)?;
                 if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
@@ -500,18 +501,19 @@ mod ptrace {
             })();
             let back = restore(tid, &mut saved);
             outcome?;
-            back.map_err(other)?;
-            Ok(pending)
+            back.map_err(other)
         })();
-        // SAFETY: detach (the thread runs on), giving back a signal that arrived meanwhile
-        let give_back = match &result {
-            Ok(p) => p.first().copied().unwrap_or(0),
-            Err(_) => 0,
-        };
+        // SAFETY: detach (the thread runs on), giving back the first signal that arrived
+        // meanwhile with its details, and sending it the others again: none is lost, whether
+        // the injection worked or not
         unsafe {
-            libc::ptrace(libc::PTRACE_DETACH, tid, 0, give_back as libc::c_long);
+            let first = pending.first().copied().unwrap_or(0);
+            libc::ptrace(libc::PTRACE_DETACH, tid, 0, first as libc::c_long);
+            for &sig in pending.iter().skip(1) {
+                libc::syscall(libc::SYS_tgkill, tid, tid, sig);
+            }
         }
-        result.map(|_| ())
+        result
     }
 }
 
