@@ -204,8 +204,8 @@ def run_startup(args, mode):
     raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
 
 
-# The floors issue 45 sets: slowdown of memtrack record per model (CPU time per step), no step
-# above STALL_FLOOR times the median step (wall); start-up seconds added (issue 26).
+# The floors: slowdown of memtrack record per model (CPU time per step), no step
+# above STALL_FLOOR times the median step (wall); start-up seconds added.
 FLOORS = {"lstmcell": 2.0, "conv": 1.25}
 STALL_FLOOR = 5.0
 STARTUP_FLOOR_S = 0.4

@@ -1,4 +1,4 @@
-//! Threads (issue 45): every thread the program starts while recording is recorded, with its
+//! Threads: every thread the program starts while recording is recorded, with its
 //! thread in the file (`memtrack.threads`, `thread_runs`); iterations are the main thread's;
 //! a thread that could not be recorded is named in the file and in `summary`. Each program
 //! runs the same calls in the main thread with `--inline`: the op counts must match.

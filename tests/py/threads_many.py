@@ -1,6 +1,6 @@
 """Many short threads, each running one forward and backward of a shared model, one thread at
-a time or several at once (issue 45: "4 ops, 312 iterations" for 1,000 threads, a module peak
-above the run's).
+a time or several at once (once recorded as
+"4 ops, 312 iterations" for 1,000 threads, with a module peak above the run's).
 
     python tests/py/threads_many.py --threads 200 [--at-once 4] [--inline]
 

@@ -1,5 +1,5 @@
 """A ThreadPoolExecutor serving inference requests of one model while the main thread trains
-another for a few steps (issue 45: other threads' ops were missing, their calls counted as
+another for a few steps (other threads' ops were once missing, their calls counted as
 iterations).
 
     python tests/py/threads_pool.py --steps 5 --requests 32 --workers 4 [--inline]

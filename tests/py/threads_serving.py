@@ -1,5 +1,5 @@
 """Two threads, each serving its own model: N no_grad forward calls each, while the main
-thread only waits (issue 45: the ops of other threads were missing).
+thread only waits (the other threads' ops were once missing from the file).
 
     python tests/py/threads_serving.py --calls 20 [--inline]
 
