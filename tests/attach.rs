@@ -11,6 +11,17 @@ use common::{exit_code, export, memtrack_process as memtrack, python, script};
 
 /// The loop started, and its ready file seen (within 60 s).
 fn start_loop(py: &Path, dir: &Path, steps: u32, code: i32) -> (Child, PathBuf) {
+    start_loop_sleeping_in_backward(py, dir, steps, code, 0.0)
+}
+
+/// The same, with a hook inside each backward pass that sleeps `hook_sleep` seconds.
+fn start_loop_sleeping_in_backward(
+    py: &Path,
+    dir: &Path,
+    steps: u32,
+    code: i32,
+    hook_sleep: f64,
+) -> (Child, PathBuf) {
     let ready = dir.join("ready");
     let facts = dir.join("facts.json");
     let child = Command::new(py)
@@ -19,6 +30,7 @@ fn start_loop(py: &Path, dir: &Path, steps: u32, code: i32) -> (Child, PathBuf) 
         .arg(&ready)
         .arg(&facts)
         .arg(code.to_string())
+        .arg(hook_sleep.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -211,6 +223,37 @@ fn ctrl_c_ends_the_window_and_detaches() {
         export(&dir.path().join("att.pkl"))["memtrack"]["exit"]["ended"],
         "detached"
     );
+}
+
+#[test]
+fn an_attach_and_a_detach_inside_backward_wait_for_its_end() {
+    // autograd puts the thread's dispatch stack back as it was when backward began: a mode
+    // pushed inside it would be gone after, and one taken off would be back
+    let Some(py) = python() else { return };
+    for observer in ["python", "compiled"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (c, facts) = start_loop_sleeping_in_backward(&py, dir.path(), 60, 0, 0.05);
+        let (code, err) = attach(
+            dir.path(),
+            c.id(),
+            &["--duration", "1s", "--observer", observer],
+        );
+        assert_eq!(code, 0, "{observer}: {err}");
+        assert!(c.wait_with_output().unwrap().status.success());
+        let f: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(facts).unwrap()).unwrap();
+        assert_eq!(
+            f["before"], f["after"],
+            "{observer}: what the attach left behind"
+        );
+        let j = export(&dir.path().join("att.pkl"));
+        assert_eq!(j["memtrack"]["exit"]["ended"], "detached");
+        let ops = j["op_count"].as_u64().unwrap();
+        assert!(
+            ops > 200,
+            "{observer}: {ops} ops, the recording was lost at the end of a backward pass"
+        );
+    }
 }
 
 #[test]

@@ -2,10 +2,11 @@
 taken off again. `memtrack attach` queues a pending call in the program (src/record/attach/),
 so `run` is called on the main thread, GIL held, between two bytecodes; it connects back to
 the attach command's socket, checks that this process can be recorded, starts the recording
-of `memtrack.record` (inprocess.start: same spool, same records) and returns. A thread of its
-own then waits on the socket: when the command says stop, or goes away (Ctrl-C, killed), it
-queues the detach as a pending call, which runs on the main thread again (the dispatch mode
-is that thread's) and takes every hook, mode and callback off (inprocess.stop), unregisters
+of `memtrack.record` (inprocess.start: same spool, same records) and returns; inside a
+backward pass, the start waits for its end (autograd would undo it). A thread of its own then
+waits on the socket: when the command says stop, or goes away (Ctrl-C, killed), it queues
+the detach as a pending call, which runs on the main thread again (the dispatch mode is that
+thread's) where the detach lasts, and takes every hook, mode and callback off (inprocess.stop), unregisters
 its exit handler and forgets the agent's modules. A program that exits during the window
 ends the recording in its exit handler. Nothing here raises into the program.
 
@@ -25,8 +26,6 @@ from . import inprocess, state, versions
 _package = __name__.rpartition(".")[0]
 _conn = [None]
 _detached = [False]
-_pending = []  # the ctypes callback of the queued detach, alive until it has run
-_deadline = []  # when a detach waiting for the dispatch handler to return goes ahead anyway
 
 
 def _send(msg):
@@ -125,21 +124,38 @@ def run(config_path, page):
     except Exception:
         return  # the command gave up waiting and removed its socket: nothing to do
     _conn[0] = conn
+    why = _refusal(config)
+    if why is not None:
+        _refuse(why)
+    elif not _in_backward():
+        _start(config)
+    else:
+        # a mode pushed inside backward would be gone at its end: start after it
+        call = _OnMainThread(
+            lambda: not _in_backward(),
+            lambda: _start(config),
+            lambda: _refuse("the program stayed inside one backward pass for 60 s"),
+            patience=60.0,
+        )
+        threading.Thread(target=call.wait, name="memtrack-attach", daemon=True).start()
+
+
+def _refuse(why):
+    _send({"error": why})
+    _close()
+    _forget()
+
+
+def _start(config):
+    """Start the recording (on the main thread, outside backward) and the thread that waits
+    for the stop; or say why not."""
     try:
-        why = _refusal(config)
-        if why is not None:
-            _send({"error": why})
-            _close()
-            _forget()
-            return
         torch = sys.modules["torch"]
         held = _held_bytes(torch)
         state.attached = {"unix_time": time.time(), "held": held}
         inprocess.start(torch, config["spool"], config["backend"], config["observer"])
     except BaseException as e:
-        _send({"error": f"starting the recording: {type(e).__name__}: {e}"})
-        _close()
-        _forget()
+        _refuse(f"starting the recording: {type(e).__name__}: {e}")
         return
     import atexit
 
@@ -155,7 +171,7 @@ def run(config_path, page):
             }
         }
     )
-    conn.settimeout(None)
+    _conn[0].settimeout(None)
     threading.Thread(target=_wait_for_stop, name="memtrack-attach", daemon=True).start()
 
 
@@ -175,7 +191,7 @@ def _close():
 
 
 def _wait_for_stop():
-    """The socket says stop, or closes (the command is gone): queue the detach."""
+    """The socket says stop, or closes (the command is gone): detach on the main thread."""
     conn = _conn[0]
     try:
         while conn is not None:
@@ -184,57 +200,99 @@ def _wait_for_stop():
                 break
     except OSError:
         pass
-    _queue_detach()
+    # taken off at some bytecodes, the dispatch mode comes back by itself: inside its own
+    # handler (torch took it off its stack and pushes it back on return), and inside a
+    # backward pass (autograd puts the thread's dispatch stack back as it was when backward
+    # began); so the detach waits for a bytecode outside both (5 s at most)
+    detaching = lambda: detach("detached")  # noqa: E731
+    _OnMainThread(lambda: not _mode_would_come_back(), detaching, detaching, 5.0).wait()
 
 
-def _queue_detach():
-    """Queue `_detach_pending` to run on the main thread at its next bytecode. Never raises."""
+class _OnMainThread:
+    """`fn` run on the main thread at a bytecode where `ready()` holds, or `late` there once
+    `patience` seconds have passed. A thread calls `wait`, which queues a pending call (run
+    by Python between two bytecodes of the main thread, GIL held) and, each time it
+    declines, asks again 2 ms later, so the main thread never spins on it."""
+
+    def __init__(self, ready, fn, late, patience):
+        import ctypes
+
+        self.ready, self.fn, self.late = ready, fn, late
+        self.deadline = time.monotonic() + patience
+        self.done = False
+        self.ran = threading.Event()
+        self.callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(self._pending)
+
+    def _pending(self, _arg):
+        try:
+            if self.ready():
+                self.done = True
+                self.fn()
+            elif time.monotonic() >= self.deadline:
+                self.done = True
+                self.late()
+        except BaseException:
+            pass
+        finally:
+            self.ran.set()
+        return 0
+
+    def wait(self):
+        while not self.done:
+            self.ran.clear()
+            if not _add_pending_call(self.callback):
+                return
+            self.ran.wait()
+            if not self.done:
+                time.sleep(0.002)
+
+
+def _add_pending_call(callback):
+    """Queue `callback` to run on the main thread at its next bytecode: whether it was
+    queued. Never raises."""
     try:
         import ctypes
 
-        if not _pending:
-            _pending.append(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_detach_pending))
         add = ctypes.pythonapi.Py_AddPendingCall
         add.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         add.restype = ctypes.c_int
         # the queue holds 32 calls; a full one empties at the next bytecode
         for _ in range(500):
-            if add(ctypes.cast(_pending[0], ctypes.c_void_p), None) == 0:
-                return
+            if add(ctypes.cast(callback, ctypes.c_void_p), None) == 0:
+                return True
             time.sleep(0.01)
     except Exception as e:
-        sys.stderr.write(f"memtrack: cannot queue the detach: {e!r}\n")
+        sys.stderr.write(f"memtrack: cannot queue a call on the main thread: {e!r}\n")
+    return False
 
 
-def _detach_pending(_arg):
-    # between two bytecodes of the dispatch mode's own handler, torch has taken the mode off
-    # its stack and puts it back on return: taken off now, it would be back after; so the
-    # detach waits for a bytecode outside it (a few seconds at most)
-    if _in_dispatch_handler() and time.monotonic() < _detach_deadline():
-        _queue_detach()
-        return 0
-    detach("detached")
-    return 0
+def _in_backward():
+    """Whether a backward pass runs on this thread: autograd restores the thread's dispatch
+    stack and profiler callbacks as they were when it began."""
+    try:
+        return sys.modules["torch"]._C._current_graph_task_id() != -1
+    except Exception:
+        return False
 
 
-def _in_dispatch_handler():
-    """Whether the agent's dispatch mode is installed but off torch's stack: its handler runs."""
+def _mode_would_come_back():
+    """Whether the agent's mode (or the compiled observer's thread-local callback), taken off
+    now, would be put back: a backward pass runs on this thread, or the mode's own handler
+    runs (the mode is installed but off the stack)."""
     try:
         from . import ops
 
         if ops.mode is None:
             return False
+        if _in_backward():
+            return True
+        if ops._native is not None:
+            return False  # the compiled observer: the mode never went on the stack
         from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
         return all(m is not ops.mode for m in _get_current_dispatch_mode_stack())
     except Exception:
         return False
-
-
-def _detach_deadline():
-    if not _deadline:
-        _deadline.append(time.monotonic() + 5.0)
-    return _deadline[0]
 
 
 def _at_exit():

@@ -162,7 +162,8 @@ def watch_dynamo_calls(eval_frame):
             try:
                 return fn(*args, **kwargs)
             finally:
-                push(mode)
+                if state.active:  # not after a stop inside the call (an attach's detach)
+                    push(mode)
 
         return call
 

@@ -74,6 +74,10 @@ def load(torch):
         spec = importlib.util.spec_from_file_location(NAME, so)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
+        # a single-phase C extension puts itself in sys.modules; the agent holds it, and the
+        # program's modules stay as they were (an attach's detach leaves none behind)
+        if sys.modules.get(NAME) is mod:
+            del sys.modules[NAME]
         return mod, None
     except Exception as e:
         return None, f"{type(e).__name__}: {e}"
