@@ -15,7 +15,6 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use crate::model::is_agent_file;
 use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, TraceEvent};
 use crate::model::trace::{TraceEvents, TraceSink};
 
@@ -613,18 +612,11 @@ impl<'s> Sites<'s> {
         } else {
             let kept = self.filter.kept(stack);
             let file = |f: FrameId| self.snap.stacks.str(self.snap.stacks.frame(f).filename);
-            // Under `memtrack record --snapshot` every allocation is made inside the agent's
-            // __torch_dispatch__ (and the op call it makes, torch/_ops.py): the program's own
-            // code is the frame below it.
-            let program = match kept.iter().position(|&f| is_agent_file(file(f))) {
-                Some(i) if i + 1 < kept.len() => &kept[i + 1..],
-                _ => &kept[..],
-            };
-            let py = program.iter().copied().find(|&f| file(f).ends_with(".py"));
+            let py = kept.iter().copied().find(|&f| file(f).ends_with(".py"));
             let name = |f: FrameId| self.snap.stacks.str(self.snap.stacks.frame(f).name);
             match py {
                 Some(f) => SiteKey::Frame(f),
-                None => native_site(program, name),
+                None => native_site(&kept, name),
             }
         };
         self.site_of.insert(stack, k);

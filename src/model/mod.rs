@@ -36,6 +36,16 @@ pub fn is_agent_file(filename: &str) -> bool {
     parts.next() == Some(AGENT_PACKAGE)
 }
 
+/// Whether a frame is the `inner` function of torch's `Module._call_impl`: the path a module
+/// call takes where hooks are registered, as `memtrack record`'s global module hooks are (in a
+/// file the agent shows in, left out with its frames).
+pub fn is_hooks_inner_frame(filename: &str, function: &str) -> bool {
+    function == "inner"
+        && filename
+            .replace('\\', "/")
+            .ends_with("torch/nn/modules/module.py")
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_agent_file;

@@ -140,6 +140,56 @@ pub struct ProfileTrace {
 }
 
 impl ProfileTrace {
+    /// Takes out the Python ranges (`with_stack=True`) that `memtrack record` added to a
+    /// program it recorded: the agent's functions; directly inside one, the op call it made
+    /// (`torch/_ops.py`, or the built-in it calls); and `Module._call_impl`'s `inner`, which
+    /// its global module hooks bring. Every other range stays, nested as it was; nothing is
+    /// done where no name is the agent's.
+    pub fn drop_agent_ranges(&mut self) {
+        let file = |name: &str| name.rsplit_once('(').map_or(name, |(f, _)| f).to_owned();
+        let agent: Vec<bool> = (self.names.iter())
+            .map(|n| super::is_agent_file(&file(n)))
+            .collect();
+        if !(self.ranges.iter()).any(|r| r.kind == RangeKind::Python && agent[r.name as usize]) {
+            return;
+        }
+        let op_call =
+            |n: &str| n.starts_with("<built-in method") || file(n).ends_with("torch/_ops.py");
+        // the Python ranges of each thread, outermost first where two start together
+        let mut order: Vec<usize> = (0..self.ranges.len())
+            .filter(|&i| self.ranges[i].kind == RangeKind::Python)
+            .collect();
+        let r = &self.ranges;
+        order.sort_by_key(|&i| (r[i].thread, r[i].start_ns, std::cmp::Reverse(r[i].dur_ns)));
+        let mut drop = vec![false; r.len()];
+        let mut open: Vec<usize> = Vec::new();
+        let mut thread = None;
+        for i in order {
+            if thread != Some(r[i].thread) {
+                open.clear();
+                thread = Some(r[i].thread);
+            }
+            // (a range that ends before this one does cannot hold it)
+            while open.last().is_some_and(|&o| r[o].end_ns() < r[i].end_ns()) {
+                open.pop();
+            }
+            let name = &self.names[r[i].name as usize];
+            let in_agent = open.last().is_some_and(|&o| agent[r[o].name as usize]);
+            let hooks_inner = name
+                .rsplit_once(": ")
+                .is_some_and(|(f, func)| super::is_hooks_inner_frame(&file(f), func));
+            drop[i] = agent[r[i].name as usize] || hooks_inner || (in_agent && op_call(name));
+            open.push(i);
+        }
+        let mut k = 0;
+        self.ranges.retain(|_| {
+            k += 1;
+            !drop[k - 1]
+        });
+    }
+}
+
+impl ProfileTrace {
     pub fn name(&self, id: u32) -> &str {
         &self.names[id as usize]
     }

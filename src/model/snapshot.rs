@@ -97,6 +97,69 @@ impl Stacks {
         self.str_ends.len()
     }
 
+    /// Takes out of every stack what `memtrack record` added to it: the agent's Python frames;
+    /// just inside each, the `torch/_ops.py` frames of the op call it made (under `record
+    /// --snapshot` every allocation is made inside the agent's `__torch_dispatch__`); and the
+    /// `inner` frame of `Module._call_impl` that the agent's global module hooks bring (see
+    /// [`super::is_hooks_inner_frame`]). C++ frames and every other Python frame stay, a mode
+    /// of the program's own below the agent's included. Stacks keep their ids; nothing is done
+    /// where no frame is the agent's.
+    pub fn drop_agent_frames(&mut self) {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Kind {
+            Agent,
+            OpCall,
+            HooksInner,
+            Python,
+            Native,
+        }
+        let kinds: Vec<Kind> = (self.frames.iter())
+            .map(|f| {
+                let file = self.str(f.filename);
+                if super::is_agent_file(file) {
+                    Kind::Agent
+                } else if super::is_hooks_inner_frame(file, self.str(f.name)) {
+                    Kind::HooksInner
+                } else if file.replace('\\', "/").ends_with("torch/_ops.py") {
+                    Kind::OpCall
+                } else if file.ends_with(".py") {
+                    Kind::Python
+                } else {
+                    Kind::Native
+                }
+            })
+            .collect();
+        if !kinds.contains(&Kind::Agent) {
+            return;
+        }
+        let (mut items, mut ends) = (Vec::with_capacity(self.stack_items.len()), Vec::new());
+        let mut start = 0;
+        for &end in &self.stack_ends {
+            let stack = &self.stack_items[start..end as usize];
+            start = end as usize;
+            let kind = |f: FrameId| kinds[f.0 as usize];
+            let first = items.len();
+            // outermost first, so that an agent frame is met before the op calls inside it
+            let mut inside_agent = false;
+            for &f in stack.iter().rev() {
+                match kind(f) {
+                    Kind::Agent => inside_agent = true,
+                    Kind::OpCall if inside_agent => {}
+                    Kind::HooksInner => {}
+                    Kind::Native => items.push(f),
+                    _ => {
+                        inside_agent = false;
+                        items.push(f);
+                    }
+                }
+            }
+            items[first..].reverse();
+            ends.push(u32::try_from(items.len()).unwrap_or(u32::MAX));
+        }
+        self.stack_items = items;
+        self.stack_ends = ends;
+    }
+
     // ---- construction (the formats layer dedupes by content before calling these) ----
 
     /// Intern `s` as a new string (the caller dedups).
@@ -659,4 +722,97 @@ impl Snapshot {
 /// The last path component, for `/` and (Windows captures) `\` separators.
 pub fn short_filename(path: &str) -> &str {
     path.rsplit(['/', '\\']).next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Frame, Stacks};
+
+    /// A stack of `(file, function)` frames, innermost first, interned in `s`.
+    fn push(s: &mut Stacks, frames: &[(&str, &str)]) -> super::StackId {
+        let ids: Vec<_> = (frames.iter())
+            .map(|&(file, name)| {
+                let filename = s.push_str(file);
+                let name = s.push_str(name);
+                s.push_frame(Frame {
+                    filename,
+                    name,
+                    line: 1,
+                })
+            })
+            .collect();
+        s.push_stack(&ids)
+    }
+
+    fn names(s: &Stacks, id: super::StackId) -> Vec<String> {
+        (s.stack(id).iter())
+            .map(|&f| s.str(s.frame(f).name).to_string())
+            .collect()
+    }
+
+    const AGENT: &str = "/tmp/memtrack-1/agent/_memtrack_agent/ops.py";
+    const OPS: &str = "/venv/lib/python3.11/site-packages/torch/_ops.py";
+    const MODULE: &str = "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py";
+
+    #[test]
+    fn the_agents_frames_and_its_op_calls_go_and_the_rest_stays() {
+        let mut s = Stacks::default();
+        // `record --snapshot`'s shape: the allocator, the op call the agent made, the agent,
+        // the module, torch's `inner` (the agent's hooks), the program
+        let recorded = push(
+            &mut s,
+            &[
+                ("c10/cuda/CUDACachingAllocator.cpp", "malloc"),
+                (OPS, "__call__"),
+                ("??", "torch::handle_torch_function"),
+                (AGENT, "_dispatch"),
+                (AGENT, "__torch_dispatch__"),
+                ("linear.py", "forward"),
+                (MODULE, "inner"),
+                (MODULE, "_call_impl"),
+                ("train.py", "main"),
+            ],
+        );
+        // a mode of the program's own below the agent's: its op call and its code stay
+        let user_mode = push(
+            &mut s,
+            &[
+                ("c10/cuda/CUDACachingAllocator.cpp", "malloc"),
+                (OPS, "__call__"),
+                ("my_mode.py", "__torch_dispatch__"),
+                (OPS, "__call__"),
+                (AGENT, "__torch_dispatch__"),
+                ("train.py", "main"),
+            ],
+        );
+        s.drop_agent_frames();
+        assert_eq!(
+            names(&s, recorded),
+            [
+                "malloc",
+                "torch::handle_torch_function",
+                "forward",
+                "_call_impl",
+                "main"
+            ]
+        );
+        assert_eq!(
+            names(&s, user_mode),
+            ["malloc", "__call__", "__torch_dispatch__", "main"]
+        );
+    }
+
+    #[test]
+    fn without_the_agent_nothing_changes() {
+        let mut s = Stacks::default();
+        let frames = [
+            ("c10/cuda/CUDACachingAllocator.cpp", "malloc"),
+            (OPS, "__call__"),
+            (MODULE, "inner"),
+            ("train.py", "main"),
+        ];
+        let id = push(&mut s, &frames);
+        s.drop_agent_frames();
+        assert_eq!(names(&s, id), ["malloc", "__call__", "inner", "main"]);
+    }
 }

@@ -646,23 +646,6 @@ fn frame_file(frame: &str) -> Option<&str> {
     frame.rsplitn(3, ':').nth(2)
 }
 
-/// The Python frames of a stack, innermost first, from below `memtrack record`'s agent (its
-/// `__torch_dispatch__` and the op call it makes are in every recorded stack: the site is the
-/// frame under them, as `analysis::sites` takes it).
-fn program_frames(stack: &[String]) -> Vec<&str> {
-    let python: Vec<&str> = (stack.iter())
-        .filter(|f| is_python(f))
-        .map(String::as_str)
-        .collect();
-    let agent = python
-        .iter()
-        .rposition(|f| frame_file(f).is_some_and(crate::model::is_agent_file));
-    match agent {
-        Some(i) if i + 1 < python.len() => python[i + 1..].to_vec(),
-        _ => python,
-    }
-}
-
 /// The page: the SVG inline, the bands as JSON, hover and zoom.
 pub fn html(chart: &StackedChart) -> String {
     #[derive(serde::Serialize)]
@@ -709,7 +692,12 @@ pub fn html(chart: &StackedChart) -> String {
                 },
                 site: &b.site,
                 allocations: b.allocations,
-                python: program_frames(&b.stack),
+                python: b
+                    .stack
+                    .iter()
+                    .filter(|f| is_python(f))
+                    .map(String::as_str)
+                    .collect(),
                 native: b.stack.iter().filter(|f| !is_python(f)).count(),
                 alloc: match d.by {
                     BandBy::Allocation => when(b.alloc_x, "before the trace"),

@@ -92,8 +92,10 @@ pub fn load_any(path: &Path) -> Result<ProfileTrace> {
         bar.advanced(read as usize);
     };
     let budget = gzip.then_some(Budget::GZIP);
-    scan::read(&mut source, &mut progress, budget)
-        .map_err(|e| Error::input(path, describe(&e, gzip)))
+    let mut trace = scan::read(&mut source, &mut progress, budget)
+        .map_err(|e| Error::input(path, describe(&e, gzip)))?;
+    trace.drop_agent_ranges();
+    Ok(trace)
 }
 
 /// The user's message for a reading that failed.

@@ -331,6 +331,7 @@ impl<'d> Conv<'d> {
     }
 
     fn finish(mut self) -> Snapshot {
+        self.snap.stacks.drop_agent_frames();
         // (a streamed reading said so already, of every event it read)
         let l = &mut self.snap.layout;
         l.has_time_us = l.has_time_us
