@@ -1,5 +1,7 @@
-//! The segments and blocks of one device as they stood right after a trace event: the
-//! snapshot's final state, with the events after that one undone (`segments --at`).
+//! The state of one device's allocator right after a trace event, or before the first:
+//! the snapshot's final segments and live blocks with the events after it undone. `segments
+//! --at` and `view`'s moments show it; `simulate` starts its replay from the state before the
+//! trace (each scenario's settings placing what the file does not give).
 //!
 //! Running back from the end, rather than forward from the first event, needs nothing the
 //! file does not hold: a trace that starts mid-run (the ring buffer wrapped) does not say what
@@ -9,24 +11,28 @@
 //! - `free_requested`: it was still allocated;
 //! - `segment_alloc`: the segment was not there; `segment_free`: it was (empty of live
 //!   blocks, as the allocator frees only empty segments);
-//! - `segment_map` / `segment_unmap` (expandable segments): those pages were unmapped /
-//!   mapped; mapped ranges that touch on one stream form one segment, as at the end.
+//! - `segment_map` / `segment_unmap` (expandable segments): the file lists each mapped range
+//!   as a segment, so a map undone takes its pages out of whatever range holds them, an unmap
+//!   undone puts them back, joined to the ranges on its stream that it touches.
 //!
 //! What lies between live blocks is one free block, as the allocator merges free neighbours.
 //! The allocator's own counters of a segment (`allocated_size`, …) are the end's, so they are
-//! dropped. A block brought back is as large as its trace size (what was asked) rounded as the
-//! allocator rounds by default (to 512 bytes); one the allocator did not split (the rest too
-//! small to cache) was larger, by less than that rest.
+//! dropped. A block brought back that the final state does not have is as large as its trace
+//! size (what was asked) rounded as the settings round, grown over a rest too small for the
+//! allocator to have split off ([`place`]).
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use crate::model::snapshot::{
     Action, Block, BlockState, Segment, SizeClass, Snapshot, StackId, TraceEvent,
 };
-
-use super::caching_allocator::{round_size, ROUNDUP_INTERVALS};
-use super::sites::{Capture, MomentFinder};
 use crate::model::trace::TraceEvents;
+
+use super::address_map::AddressMap;
+use super::caching_allocator::{Settings, SMALL_BUFFER, SMALL_SIZE};
+use super::sites::{Capture, MomentFinder};
 
 /// The index of device `device`'s event among `events` (wherever they are) that is
 /// `capture`'s moment, the peak being at event `peak` (the timeline's); None when no event is
@@ -57,20 +63,308 @@ pub fn find_moment(
     Ok(found)
 }
 
-/// A live block of the rewound state.
-#[derive(Clone, Copy)]
-struct Live {
+/// Where a rewound segment comes from: the final state's segment (its index in
+/// `Snapshot::segments`), or a trace event that freed or unmapped it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SegmentOrigin {
+    Final(u32),
+    Trace { stack: StackId, expandable: bool },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Seg {
     size: u64,
-    requested: Option<u64>,
-    state: BlockState,
+    stream: i64,
+    small: bool,
+    origin: SegmentOrigin,
+}
+
+/// A live block while rewinding: its size where the final state gives it ([`UNKNOWN_SIZE`]
+/// where not), the size asked for with [`PENDING`] set when its free was requested, its stack.
+/// 24 bytes, so that a slot of the live map (32) lies in one cache line: the rewind of millions
+/// of live blocks misses on nearly every slot it touches.
+#[derive(Clone, Copy)]
+struct LiveBlock {
+    size: u64,
+    requested: u64,
     stack: StackId,
 }
 
-/// A segment of the rewound state: where it is, what it is, and its live blocks by address.
-struct Seg {
-    size: u64,
-    template: Segment,
-    live: BTreeMap<u64, Live>,
+impl Default for LiveBlock {
+    fn default() -> Self {
+        LiveBlock {
+            size: 0,
+            requested: 0,
+            stack: StackId::MISSING,
+        }
+    }
+}
+
+/// The size of a [`LiveBlock`] the final state does not give (no block is 2^64 - 1 bytes).
+const UNKNOWN_SIZE: u64 = u64::MAX;
+/// In [`LiveBlock::requested`]: freed, waiting for other streams (`active_pending_free`).
+const PENDING: u64 = 1 << 63;
+
+/// The final segments and live blocks of a device with some of its trace undone: what
+/// [`place`] lays out, under whatever settings.
+pub struct Rewound {
+    segs: FxHashMap<u64, Seg>,
+    live: AddressMap<LiveBlock>,
+}
+
+/// The final segments and live blocks of `device`, with the events of `events` (its trace)
+/// from event `first` on undone, the last first (`first` 0: the state before the trace).
+pub fn rewind(
+    snap: &Snapshot,
+    device: u32,
+    events: &mut dyn TraceEvents,
+    first: usize,
+) -> std::io::Result<Rewound> {
+    let mut segs: FxHashMap<u64, Seg> = FxHashMap::default();
+    let mut live: AddressMap<LiveBlock> = AddressMap::new();
+    for (i, s) in snap.segments.iter().enumerate() {
+        if s.device != device {
+            continue;
+        }
+        // a mapped range of an expandable segment is placed as a plain segment (docs/simulate.md)
+        let seg = Seg {
+            size: s.total_size,
+            stream: s.stream,
+            small: s.size_class == SizeClass::Small,
+            origin: SegmentOrigin::Final(i as u32),
+        };
+        segs.insert(s.address, seg);
+        for b in s.blocks(&snap.blocks) {
+            if b.state.is_active() {
+                let pending = if b.state.is_allocated() { 0 } else { PENDING };
+                let requested = b.requested(&snap.history) | pending;
+                let block = LiveBlock {
+                    size: b.size,
+                    requested,
+                    stack: b.stack,
+                };
+                live.insert(b.address, block);
+            }
+        }
+    }
+    // a block event is undone a few events after it is read, its live-map slot fetched meanwhile
+    let mut pending: VecDeque<TraceEvent> = VecDeque::new();
+    let undo_block = |live: &mut AddressMap<LiveBlock>, e: &TraceEvent| {
+        let flag = match e.action {
+            Action::Alloc => {
+                live.remove(e.addr);
+                return;
+            }
+            Action::FreeCompleted => PENDING,
+            Action::FreeRequested => 0,
+            _ => return,
+        };
+        match live.get_mut(e.addr) {
+            Some(b) => b.requested = (b.requested & !PENDING) | flag,
+            None => {
+                let block = LiveBlock {
+                    size: UNKNOWN_SIZE,
+                    requested: e.size | flag,
+                    stack: e.stack,
+                };
+                live.insert(e.addr, block);
+            }
+        }
+    };
+    events.visit_back_from(device, first, &mut |_, e, stream, _| {
+        match e.action {
+            Action::SegmentAlloc => {
+                segs.remove(&e.addr);
+            }
+            Action::SegmentFree => {
+                let seg = Seg {
+                    size: e.size,
+                    stream,
+                    small: e.size == SMALL_BUFFER,
+                    origin: SegmentOrigin::Trace {
+                        stack: e.stack,
+                        expandable: false,
+                    },
+                };
+                segs.insert(e.addr, seg);
+            }
+            Action::SegmentMap => unmap_range(&mut segs, e.addr, e.size),
+            Action::SegmentUnmap => map_range(&mut segs, e, stream),
+            Action::Alloc | Action::FreeCompleted | Action::FreeRequested => {
+                live.prefetch(e.addr);
+                pending.push_back(*e);
+                if pending.len() > 16 {
+                    let first = pending.pop_front().expect("not empty");
+                    undo_block(&mut live, &first);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    })?;
+    for e in pending {
+        undo_block(&mut live, &e);
+    }
+    Ok(Rewound { segs, live })
+}
+
+/// A segment of a placed state, with its live blocks.
+#[derive(Clone, Debug)]
+pub struct PlacedSegment {
+    /// The segment's base address, as the file gives it.
+    pub address: u64,
+    /// The segment's size in bytes.
+    pub size: u64,
+    /// The CUDA stream it was allocated for (`0` is the default stream).
+    pub stream: i64,
+    /// Whether it belongs to the small pool (2 MiB segments of blocks up to 1 MiB).
+    pub small: bool,
+    pub origin: SegmentOrigin,
+    /// (address, size, requested, pending_free) in address order.
+    pub blocks: Vec<(u64, u64, u64, bool)>,
+    /// The stack of each of `blocks`.
+    pub stacks: Vec<StackId>,
+}
+
+/// A rewound state laid out: segments in address order with their live blocks.
+#[derive(Clone, Debug, Default)]
+pub struct Placed {
+    /// Segments in address order.
+    pub segments: Vec<PlacedSegment>,
+    /// Live blocks of the rewound state that lie in no segment (the file disagrees with itself).
+    pub unplaced_blocks: usize,
+    /// Live blocks the final state does not have (freed in the undone events but allocated
+    /// before them): their sizes are assumed, the request rounded.
+    pub assumed_block_sizes: usize,
+}
+
+/// The rewound segments with their live blocks placed: sizes the final state does not give
+/// are the request rounded as `settings` round it, grown over a gap too small to have been
+/// split off.
+pub fn place(rewound: &Rewound, settings: &Settings) -> Placed {
+    let mut seg_list: Vec<(u64, Seg)> = rewound.segs.iter().map(|(&a, &s)| (a, s)).collect();
+    seg_list.sort_unstable_by_key(|s| s.0);
+    let mut blocks: Vec<(u64, LiveBlock)> = rewound.live.iter().map(|(a, &b)| (a, b)).collect();
+    blocks.sort_unstable_by_key(|b| b.0);
+    let mut out = Placed::default();
+    let mut bi = 0;
+    for (addr, seg) in seg_list {
+        let end = addr + seg.size;
+        while bi < blocks.len() && blocks[bi].0 < addr {
+            out.unplaced_blocks += 1;
+            bi += 1;
+        }
+        let mine_start = bi;
+        while bi < blocks.len() && blocks[bi].0 < end {
+            bi += 1;
+        }
+        let mine = &blocks[mine_start..bi];
+        let mut placed = Vec::with_capacity(mine.len());
+        for (k, &(a, b)) in mine.iter().enumerate() {
+            let next = mine.get(k + 1).map_or(end, |b| b.0);
+            let req = b.requested & !PENDING;
+            let known = (b.size != UNKNOWN_SIZE).then_some(b.size);
+            out.assumed_block_sizes += usize::from(known.is_none());
+            let size = known.unwrap_or_else(|| {
+                let rounded = settings.round_size(req).min(next - a);
+                let gap = next - a - rounded;
+                let split = if seg.small || settings.expandable_segments {
+                    gap >= 512
+                } else {
+                    rounded < settings.max_split_size.unwrap_or(u64::MAX) && gap > SMALL_SIZE
+                };
+                if split {
+                    rounded
+                } else {
+                    next - a
+                }
+            });
+            placed.push((a, size, req, b.requested & PENDING != 0));
+        }
+        out.segments.push(PlacedSegment {
+            address: addr,
+            size: seg.size,
+            stream: seg.stream,
+            small: seg.small,
+            origin: seg.origin,
+            blocks: placed,
+            stacks: mine.iter().map(|(_, b)| b.stack).collect(),
+        });
+    }
+    out.unplaced_blocks += blocks.len() - bi;
+    out
+}
+
+/// Take `[addr, addr + size)` out of the mapped ranges that hold it, keeping what is left of
+/// them on either side.
+fn unmap_range(segs: &mut FxHashMap<u64, Seg>, addr: u64, size: u64) {
+    let end = addr + size;
+    let hit: Vec<u64> = segs
+        .iter()
+        .filter(|(&a, s)| a < end && a + s.size > addr)
+        .map(|(&a, _)| a)
+        .collect();
+    for a in hit {
+        let Some(s) = segs.remove(&a) else {
+            continue;
+        };
+        if a < addr {
+            segs.insert(
+                a,
+                Seg {
+                    size: addr - a,
+                    ..s
+                },
+            );
+        }
+        if a + s.size > end {
+            segs.insert(
+                end,
+                Seg {
+                    size: a + s.size - end,
+                    ..s
+                },
+            );
+        }
+    }
+}
+
+/// Put the pages an unmap event `e` took back among the mapped ranges, joined to a range on
+/// its stream that ends where they start or starts where they end (one expandable segment's
+/// mapped pages are one range).
+fn map_range(segs: &mut FxHashMap<u64, Seg>, e: &TraceEvent, stream: i64) {
+    let (addr, size) = (e.addr, e.size);
+    let mut start = addr;
+    let mut len = size;
+    // a neighbour's pool and origin are this range's (a 2 MiB map of a large segment is not
+    // small)
+    let mut like = None;
+    if let Some(&s) = segs.get(&(addr + size)) {
+        if s.stream == stream {
+            segs.remove(&(addr + size));
+            len += s.size;
+            like = Some(s);
+        }
+    }
+    let before = (segs.iter())
+        .find(|(&a, s)| a + s.size == addr && s.stream == stream)
+        .map(|(&a, &s)| (a, s));
+    if let Some((a, s)) = before {
+        segs.remove(&a);
+        start = a;
+        len += s.size;
+        like = Some(s);
+    }
+    let seg = like.unwrap_or(Seg {
+        size,
+        stream,
+        small: size == SMALL_BUFFER,
+        origin: SegmentOrigin::Trace {
+            stack: e.stack,
+            expandable: true,
+        },
+    });
+    segs.insert(start, Seg { size: len, ..seg });
 }
 
 /// Replace device `device`'s segments and blocks in `snap` by those right after its trace's
@@ -90,43 +384,17 @@ pub fn rewind_to(snap: &mut Snapshot, device: u32, index: usize) {
 }
 
 /// [`rewind_to`] undoing the events of `events` (wherever they are: kept, or put aside on
-/// disk as they were read, and then read back from the end without being held).
+/// disk as they were read, and then read back from the end without being held); sizes the
+/// final state does not give placed as the allocator's default settings would.
 pub fn rewind_with(
     snap: &mut Snapshot,
     device: u32,
     index: usize,
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<()> {
-    let mut segs: BTreeMap<u64, Seg> = BTreeMap::new();
-    for s in snap.segments.iter().filter(|s| s.device == device) {
-        let live = s
-            .blocks(&snap.blocks)
-            .iter()
-            .filter(|b| b.state != BlockState::Inactive)
-            .map(|b| {
-                let live = Live {
-                    size: b.size,
-                    requested: Some(b.requested(&snap.history)),
-                    state: b.state,
-                    stack: b.stack,
-                };
-                (b.address, live)
-            })
-            .collect();
-        let mut template = s.clone();
-        (template.allocated_size, template.active_size) = (None, None);
-        template.requested_size = None;
-        let seg = Seg {
-            size: s.total_size,
-            template,
-            live,
-        };
-        segs.insert(s.address, seg);
-    }
-    events.visit_back(device, index, &mut |_, e, stream, _| {
-        undo(&mut segs, stream, e, device);
-        Ok(())
-    })?;
+    let rewound = rewind(snap, device, events, index + 1)?;
+    let placed = place(&rewound, &Settings::default());
+    drop(rewound);
     // the device's segments and blocks replaced, in address order
     let mut segments: Vec<Segment> = Vec::new();
     let mut blocks: Vec<Block> = Vec::new();
@@ -137,40 +405,68 @@ pub fn rewind_with(
         s.block_start = start;
         segments.push(s);
     }
-    for (addr, s) in segs {
+    let free = |address: u64, size: u64| Block {
+        address,
+        size,
+        requested_size: None,
+        state: BlockState::Inactive,
+        stack: StackId::MISSING,
+        history_start: 0,
+        history_len: 0,
+        has_frames_key: false,
+    };
+    for s in placed.segments {
         let start = blocks.len() as u32;
-        let mut at = addr;
-        let free = |at: u64, size: u64| Block {
-            address: at,
-            size,
-            requested_size: None,
-            state: BlockState::Inactive,
-            stack: StackId::MISSING,
-            history_start: 0,
-            history_len: 0,
-            has_frames_key: false,
-        };
-        for (&b, l) in &s.live {
+        let mut at = s.address;
+        for (&(b, size, requested, pending), &stack) in s.blocks.iter().zip(&s.stacks) {
             if b > at {
                 blocks.push(free(at, b - at));
             }
             blocks.push(Block {
                 address: b,
-                size: l.size,
-                requested_size: l.requested,
-                state: l.state,
-                stack: l.stack,
+                size,
+                requested_size: Some(requested),
+                state: if pending {
+                    BlockState::ActivePendingFree
+                } else {
+                    BlockState::ActiveAllocated
+                },
+                stack,
                 history_start: 0,
                 history_len: 0,
                 has_frames_key: true,
             });
-            at = at.max(b + l.size);
+            at = at.max(b + size);
         }
-        if at < addr + s.size {
-            blocks.push(free(at, addr + s.size - at));
+        if at < s.address + s.size {
+            blocks.push(free(at, s.address + s.size - at));
         }
-        let mut seg = s.template;
-        seg.address = addr;
+        let mut seg = match s.origin {
+            SegmentOrigin::Final(i) => snap.segments[i as usize].clone(),
+            SegmentOrigin::Trace { stack, expandable } => Segment {
+                device,
+                address: s.address,
+                total_size: s.size,
+                stream: s.stream,
+                size_class: if s.small {
+                    SizeClass::Small
+                } else {
+                    SizeClass::Large
+                },
+                size_class_derived: true,
+                pool_id: None,
+                is_expandable: expandable.then_some(true),
+                allocated_size: None,
+                active_size: None,
+                requested_size: None,
+                stack,
+                block_start: 0,
+                block_len: 0,
+            },
+        };
+        (seg.allocated_size, seg.active_size) = (None, None);
+        seg.requested_size = None;
+        seg.address = s.address;
         seg.total_size = s.size;
         seg.block_start = start;
         seg.block_len = blocks.len() as u32 - start;
@@ -180,140 +476,6 @@ pub fn rewind_with(
     snap.segments = segments;
     snap.blocks = blocks;
     Ok(())
-}
-
-/// Undo one event of device `device`'s trace on the state.
-fn undo(segs: &mut BTreeMap<u64, Seg>, stream: i64, e: &TraceEvent, device: u32) {
-    let containing = |segs: &mut BTreeMap<u64, Seg>, addr: u64| -> Option<u64> {
-        let (&base, s) = segs.range(..=addr).next_back()?;
-        (addr < base + s.size).then_some(base)
-    };
-    match e.action {
-        Action::Alloc => {
-            if let Some(base) = containing(segs, e.addr) {
-                segs.get_mut(&base).unwrap().live.remove(&e.addr);
-            }
-        }
-        Action::FreeCompleted | Action::FreeRequested => {
-            let state = if e.action == Action::FreeCompleted {
-                BlockState::ActivePendingFree
-            } else {
-                BlockState::ActiveAllocated
-            };
-            if let Some(base) = containing(segs, e.addr) {
-                let live = &mut segs.get_mut(&base).unwrap().live;
-                // a trace gives the size asked for; the block is that rounded as the
-                // allocator rounds by default
-                let b = live.entry(e.addr).or_insert(Live {
-                    size: round_size(e.size, &[1; ROUNDUP_INTERVALS]),
-                    requested: Some(e.size),
-                    state,
-                    stack: e.stack,
-                });
-                b.state = state;
-            }
-        }
-        Action::SegmentAlloc => {
-            segs.remove(&e.addr);
-        }
-        Action::SegmentFree => {
-            segs.entry(e.addr)
-                .or_insert_with(|| new_segment(stream, e, device, false));
-        }
-        Action::SegmentMap => unmap(segs, e.addr, e.size),
-        Action::SegmentUnmap => {
-            segs.entry(e.addr)
-                .or_insert_with(|| new_segment(stream, e, device, true));
-            merge_touching(segs);
-        }
-        _ => {}
-    }
-}
-
-/// A segment that the trace freed (or unmapped) and that stood before: what the event says.
-fn new_segment(stream: i64, e: &TraceEvent, device: u32, expandable: bool) -> Seg {
-    Seg {
-        size: e.size,
-        template: Segment {
-            device,
-            address: e.addr,
-            total_size: e.size,
-            stream,
-            size_class: if e.size <= 2 << 20 && !expandable {
-                SizeClass::Small
-            } else {
-                SizeClass::Large
-            },
-            size_class_derived: true,
-            pool_id: None,
-            is_expandable: expandable.then_some(true),
-            allocated_size: None,
-            active_size: None,
-            requested_size: None,
-            stack: e.stack,
-            block_start: 0,
-            block_len: 0,
-        },
-        live: BTreeMap::new(),
-    }
-}
-
-/// Take `[addr, addr + size)` out of the segments (mapped pages undone): a segment it covers
-/// goes, one it cuts shrinks or splits in two.
-fn unmap(segs: &mut BTreeMap<u64, Seg>, addr: u64, size: u64) {
-    let end = addr + size;
-    let hit: Vec<u64> = segs
-        .range(..end)
-        .filter(|(&b, s)| b + s.size > addr)
-        .map(|(&b, _)| b)
-        .collect();
-    for base in hit {
-        let s = segs.remove(&base).unwrap();
-        let s_end = base + s.size;
-        if base < addr {
-            let mut left = Seg {
-                size: addr - base,
-                template: s.template.clone(),
-                live: s.live.range(..addr).map(|(&a, &l)| (a, l)).collect(),
-            };
-            left.template.total_size = left.size;
-            segs.insert(base, left);
-        }
-        if end < s_end {
-            let mut right = Seg {
-                size: s_end - end,
-                template: s.template.clone(),
-                live: s.live.range(end..).map(|(&a, &l)| (a, l)).collect(),
-            };
-            right.template.address = end;
-            segs.insert(end, right);
-        }
-    }
-}
-
-/// Expandable segments whose mapped ranges touch, on one stream, are one segment.
-fn merge_touching(segs: &mut BTreeMap<u64, Seg>) {
-    let bases: Vec<u64> = segs.keys().copied().collect();
-    let mut i = 0;
-    while i + 1 < bases.len() {
-        let (a, b) = (bases[i], bases[i + 1]);
-        let joins = match (segs.get(&a), segs.get(&b)) {
-            (Some(x), Some(y)) => {
-                a + x.size == b
-                    && x.template.is_expandable == Some(true)
-                    && y.template.is_expandable == Some(true)
-                    && x.template.stream == y.template.stream
-            }
-            _ => false,
-        };
-        if joins {
-            let y = segs.remove(&b).unwrap();
-            let x = segs.get_mut(&a).unwrap();
-            x.size += y.size;
-            x.live.extend(y.live);
-        }
-        i += 1;
-    }
 }
 
 #[cfg(test)]
@@ -382,6 +544,11 @@ mod tests {
             .iter()
             .map(|b| (b.address, b.size, b.state))
             .collect()
+    }
+
+    #[test]
+    fn a_live_block_and_its_key_fill_half_a_cache_line() {
+        assert_eq!(std::mem::size_of::<LiveBlock>(), 24);
     }
 
     #[test]

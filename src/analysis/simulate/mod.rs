@@ -3,13 +3,12 @@
 //! and a check of the model against the segment events the file recorded.
 //!
 //! The replay's input is narrow on purpose: the segments and live blocks before the trace's
-//! first event (`InitialState`) and the trace events in order. Program actions (`alloc`,
+//! first event (`rewind::Placed`) and the trace events in order. Program actions (`alloc`,
 //! `free_requested`, `free_completed`, `oom`) drive the model; the recorded segment events are
 //! what the allocator did in answer, and only compared, except a run of `segment_free` /
 //! `segment_unmap` that no allocation asked for: that is `torch.cuda.empty_cache()`, and the
 //! model empties its cache there too.
 
-mod initial;
 mod limit;
 mod replay;
 mod report;
@@ -25,9 +24,9 @@ use crate::model::snapshot::{Snapshot, StackId, TraceEvent};
 use crate::model::trace::TraceEvents;
 
 use super::caching_allocator::{SettingError, Settings};
+use super::rewind::{place, rewind, Placed};
 use super::sites::Sites;
 use super::timeline::{timeline, Timeline};
-use initial::{place, rewind, InitialState};
 use limit::memory_limit;
 use replay::{validate, Replay, TracePlan};
 
@@ -96,7 +95,7 @@ pub fn simulate_events(
     // the events can be walked twice at once, it goes on another core meanwhile
     let at_once = events.two_readers()?.map(|[mut ahead, mut back]| {
         std::thread::scope(|scope| {
-            let rewinding = scope.spawn(move || rewind(snap, device, &mut *back));
+            let rewinding = scope.spawn(move || rewind(snap, device, &mut *back, 0));
             let planned = forward(&mut *ahead);
             // a panic in the walk back is a bug: let it surface as on one thread
             let rewound = (rewinding.join()).unwrap_or_else(|p| std::panic::resume_unwind(p));
@@ -105,12 +104,11 @@ pub fn simulate_events(
     });
     let (planned, rewound) = match at_once {
         Some(walked) => walked,
-        None => (forward(events), rewind(snap, device, events)),
+        None => (forward(events), rewind(snap, device, events, 0)),
     };
     let (plan, (limit, source, mut notes)) = planned?;
     let rewound = rewound?;
-    let inits: Vec<InitialState> =
-        each_on_all_cores(scenarios.len(), |k| place(&rewound, &scenarios[k]));
+    let inits: Vec<Placed> = each_on_all_cores(scenarios.len(), |k| place(&rewound, &scenarios[k]));
     drop(rewound);
     let replays: Vec<std::sync::Mutex<Replay>> = inits
         .iter()
@@ -179,7 +177,7 @@ pub fn simulate_events(
         let (scenario, log) = run.finish(plan.events);
         if k == 0 {
             validation = validate(snap, device, recorded, &plan.recorded, &log);
-            notes.extend(init.note().filter(|_| plan.events > 0));
+            notes.extend(Note::start_state(init).filter(|_| plan.events > 0));
             if init.unplaced_blocks > 0 {
                 notes.push(Note::UnplacedBlocks(init.unplaced_blocks));
             }

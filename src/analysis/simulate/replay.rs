@@ -6,8 +6,8 @@ use crate::model::trace::TraceEvents;
 
 use super::super::address_map::AddressMap;
 use super::super::caching_allocator::{Allocator, BlockId, SegmentAction, SegmentView, Settings};
+use super::super::rewind::Placed;
 use super::super::timeline::Timeline;
-use super::initial::InitialState;
 use super::limit::{ReleaseCause, ReleaseRuns};
 use super::report::{Mismatch, Scenario, SegmentEventRef, SimulatedOom, Validation};
 
@@ -130,7 +130,7 @@ impl Replay {
     pub(super) fn new(
         settings: Settings,
         limit: Option<u64>,
-        init: &InitialState,
+        init: &Placed,
         plan: &TracePlan,
         recorded_addresses: bool,
     ) -> Replay {

@@ -188,6 +188,18 @@ pub enum Note {
     PrivatePools,
 }
 
+impl Note {
+    /// What the replay assumed to start where the trace starts, when it did not start empty.
+    pub fn start_state(init: &super::super::rewind::Placed) -> Option<Note> {
+        (!init.segments.is_empty()).then(|| Note::StartState {
+            segments: init.segments.len(),
+            bytes: init.segments.iter().map(|s| s.size).sum(),
+            live_blocks: init.segments.iter().map(|s| s.blocks.len()).sum(),
+            assumed_block_sizes: init.assumed_block_sizes,
+        })
+    }
+}
+
 impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
