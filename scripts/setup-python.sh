@@ -16,4 +16,8 @@ if ! "$py" -c "import torch, matplotlib" >/dev/null 2>&1; then
     "$py" -m pip install --progress-bar on --upgrade pip >&2
     "$py" -m pip install --progress-bar on torch matplotlib numpy >&2
 fi
+# dask (pure Python, a few MB): tests/many_ranks_recipe.rs runs the documented recipe on it
+if ! "$py" -c "import dask" >/dev/null 2>&1; then
+    "$py" -m pip install --progress-bar on dask >&2
+fi
 echo "$py"
