@@ -565,10 +565,10 @@ pub struct RecordArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  memtrack attach 12345 --duration 30s -o run.pkl\n  memtrack attach 12345 -o run.pkl          (until Ctrl-C)\n\nThe process must be this user's, run Python with torch imported, and may be traced\n(docs/record.md, \"attach\")."
+    after_help = "Examples:\n  memtrack attach 12345 --duration 30s -o run.pkl\n  memtrack attach 12345 -o run.pkl          (until Ctrl-C)\n  memtrack attach LAUNCHER_PID -o run.pkl   (torchrun: run.rank0.pkl, run.rank1.pkl, ...)\n\nThe process must be this user's, run Python with torch imported, and may be traced\n(docs/record.md, \"attach\")."
 )]
 pub struct AttachArgs {
-    /// The process to record
+    /// The process to record; a torchrun launcher's: each of its ranks, a file per rank
     #[arg(value_name = "PID")]
     pub pid: u32,
     /// The stats file to write

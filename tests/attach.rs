@@ -145,6 +145,37 @@ fn refusals_say_why_and_leave_the_process_as_it_was() {
     assert_eq!(code, 2);
     assert!(err.contains("Python without torch"), "{err}");
     assert!(bare.wait().unwrap().success());
+    // a torch outside the supported range (no such torch runs on this Python: the real one
+    // is imported and says it is 2.99, as a torch newer than any tried would)
+    let ready = dir.path().join("imported");
+    let newer = Command::new(&py)
+        .args([
+            "-c",
+            "import sys, time, torch\ntorch.__version__ = '2.99.0'\n\
+             open(sys.argv[1], 'w').close()\n\
+             for _ in range(60): time.sleep(0.05)\nprint('ok')",
+        ])
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !ready.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "torch never imported"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, err) = attach(dir.path(), newer.id(), &["--duration", "1s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("torch 2.99.0 is not supported") && err.contains("MEMTRACK_ANY_TORCH"),
+        "{err}"
+    );
+    let out = newer.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
     assert!(!dir.path().join("att.pkl").exists());
 }
 
@@ -254,6 +285,59 @@ fn an_attach_and_a_detach_inside_backward_wait_for_its_end() {
             "{observer}: {ops} ops, the recording was lost at the end of a backward pass"
         );
     }
+}
+
+#[test]
+fn a_torchrun_launchers_pid_records_each_rank_in_its_own_file() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let facts = dir.path().join("facts.json");
+    let launcher = Command::new(&py)
+        .args(["-m", "torch.distributed.run", "--standalone"])
+        .args(["--nproc-per-node", "2"])
+        .arg(script("attach_loop.py"))
+        .args(["300", "0.01"])
+        .arg(&ready)
+        .arg(&facts)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rank_file = |p: &Path, r: u32| PathBuf::from(format!("{}.rank{r}", p.display()));
+    let start = Instant::now();
+    while !(rank_file(&ready, 0).exists() && rank_file(&ready, 1).exists()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the ranks never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, err) = attach(dir.path(), launcher.id(), &["--duration", "1s"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("is a torchrun launcher"), "{err}");
+    let out = launcher.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for r in 0..2 {
+        let f: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(rank_file(&facts, r)).unwrap()).unwrap();
+        assert_eq!(
+            f["before"], f["after"],
+            "rank {r}: what the attach left behind"
+        );
+        let j = export(&dir.path().join(format!("att.rank{r}.pkl")));
+        assert_eq!(j["memtrack"]["exit"]["ended"], "detached", "rank {r}");
+        assert_eq!(j["memtrack"]["rank"], r, "rank {r}");
+        assert!(j["op_count"].as_u64().unwrap() > 50, "rank {r}");
+    }
+    assert!(
+        !dir.path().join("att.pkl").exists(),
+        "no file for the launcher"
+    );
 }
 
 #[test]

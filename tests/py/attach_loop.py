@@ -1,15 +1,17 @@
 """A training loop for `memtrack attach` (tests/attach.rs): STEPS steps of a small MLP,
 about PACE seconds each, printing the loss every 25 steps (stdout is the same with or
 without an attach); with HOOK_SLEEP, a hook inside each backward pass sleeps that long, so
-most of the time is spent inside backward. It writes READY_FILE after the first steps, then at its end a JSON of
-facts to FACTS_FILE: each step's start time and duration, and what an attach could have left
-behind (dispatch modes, global module hooks, patched functions, import hooks,
-the agent's modules and threads), as at the start and at the end.
+most of the time is spent inside backward. It writes READY_FILE after the first steps, then
+at its end a JSON of facts to FACTS_FILE: each step's start time and duration, and what an
+attach could have left behind (dispatch modes, global module hooks, patched functions,
+import hooks, the agent's modules and threads), as at the start and at the end. A rank of
+torchrun (RANK set) adds `.rankN` to both file names.
 
     python attach_loop.py STEPS PACE READY_FILE FACTS_FILE [EXIT_CODE [HOOK_SLEEP]]
 """
 
 import json
+import os
 import sys
 import threading
 import time
@@ -19,6 +21,9 @@ from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 steps, pace, ready, facts_path = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4]
+if "RANK" in os.environ:  # a rank of torchrun: files of its own
+    ready += ".rank" + os.environ["RANK"]
+    facts_path += ".rank" + os.environ["RANK"]
 code = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 hook_sleep = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
 

@@ -11,10 +11,11 @@
 //! the agent connects to, says stop on it at the end of the window (or closes it, when it
 //! dies), and then writes the stats file from the journal as `record --recover` does.
 
+pub mod connection;
 pub mod inject;
 pub mod target;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 use super::journal::Journal;
 use super::{agent, finalize, signals, Backend, Observer};
 use crate::error::{Error, Result};
+use connection::{Connection, Poll};
 
 pub struct Options {
     pub pid: u32,
@@ -45,18 +47,39 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 enum Ending {
     Duration,
     Interrupted,
-    /// The process ended during the window (its exit handler said so, or it vanished).
-    TargetExited,
+    /// Every process ended during the window (its exit handler said so, or it vanished).
+    TargetsExited,
 }
 
-/// Attach, record, detach, write the file; the exit code.
+/// A process that started recording.
+struct Attached {
+    pid: u32,
+    conn: Connection,
+    /// Seconds into the window when it ended, where it did.
+    ended: Option<f64>,
+}
+
+/// Attach, record, detach, write the file; the exit code. A torchrun launcher's PID attaches
+/// to each of its ranks (one file per rank, as `record` names them).
 pub fn run(o: &Options) -> Result<i32> {
     if o.output.as_os_str() == "-" {
         return Err(Error::Usage(
             "attach: -o - is not possible: attach writes a stats file; give a file name".into(),
         ));
     }
-    let t = target::inspect(o.pid).map_err(|why| Error::Unavailable(format!("attach: {why}")))?;
+    let refused = |why: String| Error::Unavailable(format!("attach: {why}"));
+    let pids = target::processes_to_attach(o.pid).map_err(refused)?;
+    if pids != [o.pid] {
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        eprintln!(
+            "memtrack: process {} is a torchrun launcher: attaching to its ranks' processes {}",
+            o.pid,
+            list.join(", ")
+        );
+    }
+    let targets = (pids.iter().map(|&p| target::inspect(p)))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(refused)?;
     let tmp = agent::private_dir().map_err(|e| Error::output(&std::env::temp_dir(), e))?;
     let agent_dir = tmp.path().join("agent");
     agent::write_to(&agent_dir).map_err(|e| Error::output(&agent_dir, e))?;
@@ -93,125 +116,130 @@ pub fn run(o: &Options) -> Result<i32> {
             py_str(&boot)
         )
     };
-    if let Err(e) = inject::inject(o.pid, &t.symbols, line) {
-        return fail(match e {
-            inject::InjectError::Permission(e) => target::ptrace_denied(o.pid, &e),
-            inject::InjectError::Gone => {
-                format!("process {} ended before attach could start", o.pid)
-            }
-            inject::InjectError::Other(why) => {
-                format!("process {}: {why}; the process is as it was", o.pid)
-            }
-        });
+    // (a process given the line before another failed finds no boot file when it runs it:
+    // the private folder goes with this function)
+    for t in &targets {
+        if let Err(e) = inject::inject(t.pid, &t.symbols, line) {
+            return fail(match e {
+                inject::InjectError::Permission(e) => target::ptrace_denied(t.pid, &e),
+                inject::InjectError::Gone => {
+                    format!("process {} ended before attach could start", t.pid)
+                }
+                inject::InjectError::Other(why) => {
+                    format!("process {}: {why}; the process is as it was", t.pid)
+                }
+            });
+        }
     }
-    // the pending call runs when the main thread next runs Python code
-    let accepted = accept_within(&listener, o.start_timeout);
-    let Ok(stream) = accepted else {
-        // what runs later finds no config and no socket: it does nothing
-        drop(listener);
-        let _ = std::fs::remove_file(&config);
-        let _ = std::fs::remove_file(&socket);
-        let _ = std::fs::remove_file(&boot);
-        let why = if !alive(o.pid) {
-            format!("process {} ended before recording began", o.pid)
-        } else if accepted.is_err_and(|w| w == Waited::Interrupted) {
-            format!(
-                "interrupted before recording began; process {} is as it was",
-                o.pid
-            )
-        } else {
-            format!(
-                "process {}'s main thread ran no Python code within {} s (busy in one long \
-                 call, or waiting); the queued call does nothing when it runs: the process \
-                 is as it was. Try again, or wait longer with --start-timeout",
-                o.pid,
-                o.start_timeout.as_secs()
-            )
-        };
-        return fail(why);
-    };
+    // each pending call runs when its main thread next runs Python code
+    let mut conns: Vec<Connection> = Vec::new();
+    let waiting = Instant::now();
+    while conns.len() < targets.len() {
+        let left = o.start_timeout.saturating_sub(waiting.elapsed());
+        match accept_within(&listener, left) {
+            Ok(stream) => conns.push(Connection::new(stream)),
+            Err(waited) => {
+                // what runs later finds no config and no socket: it does nothing; one that
+                // connected takes the recording off when its connection closes
+                drop(conns);
+                drop(listener);
+                let _ = std::fs::remove_file(&config);
+                let _ = std::fs::remove_file(&socket);
+                let _ = std::fs::remove_file(&boot);
+                return fail(not_started(o, &pids, waited));
+            }
+        }
+    }
     drop(listener);
     let _ = std::fs::remove_file(&socket);
-    let mut conn = Connection::new(stream);
-    // taking stock of parameters and optimizer state walks the heap: allow it time
-    let first = conn.next_message(Duration::from_secs(120), || !alive(o.pid));
-    let started = match first {
-        Some(m) if m.get("started").is_some() => m["started"].clone(),
-        Some(m) if m.get("error").is_some() => {
-            return fail(format!(
-                "process {} cannot be recorded: {}; nothing was installed, it runs on as it was",
-                o.pid,
-                m["error"].as_str().unwrap_or("?")
-            ))
-        }
-        _ => {
-            return fail(format!(
-                "process {} did not say whether it started recording; if it did, it takes the \
-                 recording off by itself now that this connection is closed",
-                o.pid
-            ))
-        }
-    };
-    let window = match o.duration {
-        Some(d) => format!("for {} s", d.as_secs_f64()),
-        None => "until Ctrl-C".into(),
-    };
-    eprintln!(
-        "memtrack: recording process {} ({}, torch {}, {} backend) {window}; iterations under way at the attach are partial",
-        o.pid,
-        t.exe.display(),
-        started["torch"].as_str().unwrap_or("?"),
-        started["backend"].as_str().unwrap_or("?"),
-    );
-    let began = Instant::now();
-    let ending = wait_window(&mut conn, o, &journal);
-    let mut exited_note = None;
-    match ending {
-        Ending::TargetExited => {
-            exited_note = Some(format!(
-                "process {} ended {:.1} s into the window; the file holds what was recorded until then",
-                o.pid,
-                began.elapsed().as_secs_f64()
-            ));
-        }
-        Ending::Duration | Ending::Interrupted => {
-            if ending == Ending::Interrupted {
+    let mut attached: Vec<Attached> = Vec::new();
+    let mut refusals: Vec<String> = Vec::new();
+    for mut conn in conns {
+        let pid = match pids.as_slice() {
+            [only] => *only,
+            _ => conn.peer_pid().unwrap_or(0),
+        };
+        // taking stock of parameters and optimizer state walks the heap: allow it time
+        match conn.next_message(Duration::from_secs(120), || !alive(pid)) {
+            Some(m) if m.get("started").is_some() => {
+                let started = &m["started"];
+                let exe = targets.iter().find(|t| t.pid == pid).map(|t| &t.exe);
+                let window = match o.duration {
+                    Some(d) => format!("for {} s", d.as_secs_f64()),
+                    None => "until Ctrl-C".into(),
+                };
                 eprintln!(
-                    "memtrack: interrupted after {:.1} s: detaching (again to stop waiting)",
-                    began.elapsed().as_secs_f64()
+                    "memtrack: recording process {pid} ({}, torch {}, {} backend) {window}; iterations under way at the attach are partial",
+                    exe.map_or_else(|| "?".into(), |e| e.display().to_string()),
+                    started["torch"].as_str().unwrap_or("?"),
+                    started["backend"].as_str().unwrap_or("?"),
                 );
+                attached.push(Attached {
+                    pid,
+                    conn,
+                    ended: None,
+                });
             }
-            conn.say_stop();
-            let bye = conn.next_message(STOP_TIMEOUT, || {
-                signals::take().interrupts() > 0 || !alive(o.pid)
-            });
-            match bye {
-                Some(m) if m["stopped"] == "detached" => {
-                    eprintln!(
-                        "memtrack: detached from process {}: it runs on unrecorded",
-                        o.pid
-                    )
-                }
-                Some(m) if m["stopped"] == "exit" => {
-                    exited_note = Some(format!("process {} ended while detaching", o.pid))
-                }
-                _ if !alive(o.pid) => {
-                    exited_note = Some(format!("process {} ended while detaching", o.pid))
-                }
-                _ => eprintln!(
-                    "memtrack: process {} has not run Python code since it was told to detach; \
-                     it detaches at its next bytecode (this connection is closed); the file \
-                     holds what was recorded until now",
-                    o.pid
-                ),
-            }
+            Some(m) if m.get("error").is_some() => refusals.push(format!(
+                "process {pid} cannot be recorded: {}; nothing was installed, it runs on as it was",
+                m["error"].as_str().unwrap_or("?")
+            )),
+            _ => refusals.push(format!(
+                "process {pid} did not say whether it started recording; if it did, it takes \
+                 the recording off by itself now that this connection is closed"
+            )),
         }
     }
-    drop(conn);
+    if attached.is_empty() {
+        return fail(refusals.join("; "));
+    }
+    for why in &refusals {
+        eprintln!("memtrack: {why}");
+    }
+    let began = Instant::now();
+    let ending = wait_window(&mut attached, o, &journal, began);
+    if ending == Ending::Interrupted {
+        eprintln!(
+            "memtrack: interrupted after {:.1} s: detaching (again to stop waiting)",
+            began.elapsed().as_secs_f64()
+        );
+    }
+    let mut notes: Vec<String> = Vec::new();
+    for a in attached.iter_mut().filter(|a| a.ended.is_none()) {
+        a.conn.say_stop();
+    }
+    for a in &mut attached {
+        if let Some(at) = a.ended {
+            notes.push(format!(
+                "process {} ended {at:.1} s into the window; the file holds what was recorded until then",
+                a.pid
+            ));
+            continue;
+        }
+        let pid = a.pid;
+        let bye = a.conn.next_message(STOP_TIMEOUT, || {
+            signals::take().interrupts() > 0 || !alive(pid)
+        });
+        match bye {
+            Some(m) if m["stopped"] == "detached" => {
+                eprintln!("memtrack: detached from process {pid}: it runs on unrecorded")
+            }
+            Some(m) if m["stopped"] == "exit" => {
+                notes.push(format!("process {pid} ended while detaching"))
+            }
+            _ if !alive(pid) => notes.push(format!("process {pid} ended while detaching")),
+            _ => eprintln!(
+                "memtrack: process {pid} has not run Python code since it was told to detach; \
+                 it detaches at its next bytecode (this connection is closed); the file holds \
+                 what was recorded until now"
+            ),
+        }
+    }
+    drop(attached);
     journal.adopt();
     let report = finalize::finalize(&journal, &o.output, o.pid, None, None)?;
-    let mut code = 0;
-    if let Some(note) = &exited_note {
+    let mut code = if refusals.is_empty() { 0 } else { 2 };
+    for note in &notes {
         eprintln!("memtrack: {note}");
         code = 2;
     }
@@ -235,23 +263,67 @@ pub fn run(o: &Options) -> Result<i32> {
     Ok(code)
 }
 
-/// Wait out the window: its duration, Ctrl-C, or the process's end.
-fn wait_window(conn: &mut Connection, o: &Options, journal: &Journal) -> Ending {
-    let start = Instant::now();
+/// Why the processes' pending calls did not all connect within the start timeout.
+fn not_started(o: &Options, pids: &[u32], waited: Waited) -> String {
+    let list = |pids: &mut dyn Iterator<Item = &u32>| {
+        pids.map(u32::to_string).collect::<Vec<_>>().join(", ")
+    };
+    let gone = list(&mut pids.iter().filter(|&&p| !alive(p)));
+    let (which, whose) = match pids {
+        [only] => (
+            format!("process {only} is"),
+            format!("process {only}'s main thread"),
+        ),
+        _ => {
+            let all = list(&mut pids.iter());
+            (
+                format!("processes {all} are"),
+                format!("a main thread of processes {all}"),
+            )
+        }
+    };
+    if !gone.is_empty() {
+        format!("process {gone} ended before recording began")
+    } else if waited == Waited::Interrupted {
+        format!("interrupted before recording began; {which} as it was")
+    } else {
+        format!(
+            "{whose} ran no Python code within {} s (busy in one long call, or waiting); the \
+             queued call does nothing when it runs: {which} as it was. Try again, or wait \
+             longer with --start-timeout",
+            o.start_timeout.as_secs()
+        )
+    }
+}
+
+/// Wait out the window: its duration, Ctrl-C, or the end of every process.
+fn wait_window(
+    attached: &mut [Attached],
+    o: &Options,
+    journal: &Journal,
+    began: Instant,
+) -> Ending {
     loop {
-        if o.duration.is_some_and(|d| start.elapsed() >= d) {
+        if o.duration.is_some_and(|d| began.elapsed() >= d) {
             return Ending::Duration;
         }
         if signals::take().interrupts() > 0 {
             return Ending::Interrupted;
         }
-        match conn.poll(Duration::from_millis(50)) {
-            Poll::Closed => return Ending::TargetExited,
-            Poll::Message(m) if m.get("stopped").is_some() => return Ending::TargetExited,
-            _ => {}
+        let live = attached.iter().filter(|a| a.ended.is_none()).count().max(1);
+        let wait = Duration::from_millis(50) / live as u32;
+        for a in attached.iter_mut().filter(|a| a.ended.is_none()) {
+            let ended = match a.conn.poll(wait) {
+                Poll::Closed => true,
+                Poll::Message(m) => m.get("stopped").is_some(),
+                Poll::Nothing => false,
+            };
+            if ended || !alive(a.pid) {
+                a.ended = Some(began.elapsed().as_secs_f64());
+            }
         }
-        if !alive(o.pid) {
-            return Ending::TargetExited;
+        if attached.iter().all(|a| a.ended.is_some()) {
+            return Ending::TargetsExited;
         }
         // hold each new spool file open: what the process wrote is read even if it is removed
         journal.adopt();
@@ -320,90 +392,4 @@ fn py_str(p: &Path) -> String {
     }
     s.push_str("\")");
     s
-}
-
-enum Poll {
-    Nothing,
-    Message(serde_json::Value),
-    Closed,
-}
-
-/// The agent's socket: one JSON object a line, each at most 64 KiB.
-struct Connection {
-    stream: UnixStream,
-    buf: Vec<u8>,
-    closed: bool,
-}
-
-impl Connection {
-    fn new(stream: UnixStream) -> Connection {
-        let _ = stream.set_nonblocking(false);
-        Connection {
-            stream,
-            buf: Vec::new(),
-            closed: false,
-        }
-    }
-
-    fn poll(&mut self, wait: Duration) -> Poll {
-        if let Some(m) = self.take_line() {
-            return m;
-        }
-        if self.closed {
-            return Poll::Closed;
-        }
-        let _ = self.stream.set_read_timeout(Some(wait));
-        let mut chunk = [0u8; 4096];
-        match self.stream.read(&mut chunk) {
-            Ok(0) => self.closed = true,
-            Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
-            Err(_) => self.closed = true,
-        }
-        if self.buf.len() > 1 << 16 {
-            self.closed = true; // not what the agent sends
-        }
-        self.take_line().unwrap_or(if self.closed {
-            Poll::Closed
-        } else {
-            Poll::Nothing
-        })
-    }
-
-    fn take_line(&mut self) -> Option<Poll> {
-        let end = self.buf.iter().position(|&b| b == b'\n')?;
-        let line: Vec<u8> = self.buf.drain(..=end).collect();
-        Some(match serde_json::from_slice(&line) {
-            Ok(v) => Poll::Message(v),
-            Err(_) => Poll::Nothing,
-        })
-    }
-
-    /// The next message within `limit`, None at the end or when `give_up()` says so.
-    fn next_message(
-        &mut self,
-        limit: Duration,
-        give_up: impl Fn() -> bool,
-    ) -> Option<serde_json::Value> {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            match self.poll(Duration::from_millis(50)) {
-                Poll::Message(m) => return Some(m),
-                Poll::Closed => return None,
-                Poll::Nothing => {}
-            }
-            if give_up() {
-                return None;
-            }
-        }
-        None
-    }
-
-    fn say_stop(&mut self) {
-        let _ = self.stream.write_all(b"stop\n");
-    }
 }

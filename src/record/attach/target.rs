@@ -42,6 +42,55 @@ fn comm(pid: u32) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The processes an attach to `pid` records: `pid` itself, or where it is a torchrun
+/// launcher (`torchrun`, `python -m torch.distributed.run` or `.launch`), which runs no model
+/// of its own, its worker processes (its children), one per local rank.
+pub fn processes_to_attach(pid: u32) -> Result<Vec<u32>, Refusal> {
+    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        return Ok(vec![pid]); // inspect says why
+    };
+    let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+    let launcher = args.iter().take(4).any(|a| {
+        let base = a.rsplit(|&b| b == b'/').next().unwrap_or(a);
+        *a == b"torch.distributed.run" || *a == b"torch.distributed.launch" || base == b"torchrun"
+    });
+    if !launcher {
+        return Ok(vec![pid]);
+    }
+    let workers = children(pid);
+    if workers.is_empty() {
+        return Err(format!(
+            "process {pid} is a torchrun launcher with no worker processes (yet, or any more): \
+             attach when its ranks run"
+        ));
+    }
+    Ok(workers)
+}
+
+/// The live processes whose parent is `pid`, in pid order.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out: Vec<u32> = fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| {
+            let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else {
+                return false;
+            };
+            // "PID (comm) STATE PPID …": comm may hold spaces and parentheses
+            let mut rest = stat
+                .rsplit_once(')')
+                .map_or("", |(_, r)| r)
+                .split_whitespace();
+            let state = rest.next().unwrap_or("Z");
+            rest.next().and_then(|pp| pp.parse::<u32>().ok()) == Some(pid) && state != "Z"
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 /// Look at `pid` without stopping it.
 pub fn inspect(pid: u32) -> Result<Target, Refusal> {
     if pid == std::process::id() {
