@@ -35,15 +35,17 @@ fn start_loop_sleeping_in_backward(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    wait_for(&[ready], "the loop never got ready");
+    (child, facts)
+}
+
+/// Until every one of `files` exists (120 s at most: then `what` fails the test).
+fn wait_for(files: &[PathBuf], what: &str) {
     let start = Instant::now();
-    while !ready.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the loop never got ready"
-        );
+    while !files.iter().all(|f| f.exists()) {
+        assert!(start.elapsed() < Duration::from_secs(120), "{what}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    (child, facts)
 }
 
 fn attach(dir: &Path, pid: u32, extra: &[&str]) -> (i32, String) {
@@ -159,14 +161,7 @@ fn refusals_say_why_and_leave_the_process_as_it_was() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while !ready.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "torch never imported"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(&[ready], "torch never imported");
     let (code, err) = attach(dir.path(), newer.id(), &["--duration", "1s"]);
     assert_eq!(code, 2, "{err}");
     assert!(
@@ -305,14 +300,10 @@ fn a_torchrun_launchers_pid_records_each_rank_in_its_own_file() {
         .spawn()
         .unwrap();
     let rank_file = |p: &Path, r: u32| PathBuf::from(format!("{}.rank{r}", p.display()));
-    let start = Instant::now();
-    while !(rank_file(&ready, 0).exists() && rank_file(&ready, 1).exists()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "the ranks never got ready"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(
+        &[rank_file(&ready, 0), rank_file(&ready, 1)],
+        "the ranks never got ready",
+    );
     let (code, err) = attach(dir.path(), launcher.id(), &["--duration", "1s"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("is a torchrun launcher"), "{err}");
