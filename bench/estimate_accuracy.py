@@ -1,5 +1,7 @@
 """`memtrack estimate` against real H100 runs: peak allocated and peak reserved, side by side,
-with the difference and the floor each is held to.
+with the difference and the floor each is held to; beside them what PyTorch's MemTracker under
+FakeTensorMode and accelerate's `estimate-memory` answer for the same program
+(bench/estimate_peers.py; accelerate needs `accelerate`, "-" where a tool has no answer).
 
     MEMTRACK=target/release/memtrack python3 bench/estimate_accuracy.py [--python PY]
 
@@ -25,19 +27,35 @@ REC = os.path.join(ROOT, "fixtures", "record")
 H100_SNAPSHOTS = os.path.join(ROOT, "fixtures", "snapshots", "h100")
 CAPTURE = [os.path.join(ROOT, "scripts", "capture_gpu_snapshots.py"), "--steps", "12"]
 # (name, program and arguments, PYTORCH_CUDA_ALLOC_CONF, H100 run, floor on peak allocated,
-# floor on peak reserved)
+# floor on peak reserved, the program's name in bench/estimate_peers.py)
 CASES = [
     ("gpt2_train.py", [os.path.join(REC, "gpt2_train.py")], None,
-     os.path.join(REC, "h100_gpt2_train.pkl"), 0.03, 0.05),
+     os.path.join(REC, "h100_gpt2_train.pkl"), 0.03, 0.05, "gpt2"),
     ("resnet_train.py", [os.path.join(REC, "resnet_train.py")], None,
-     os.path.join(REC, "h100_resnet18_train.pkl"), None, 0.10),
+     os.path.join(REC, "h100_resnet18_train.pkl"), None, 0.10, "resnet"),
     ("capture \"\"", CAPTURE, "",
-     os.path.join(H100_SNAPSHOTS, "gpt_default.pickle"), None, 0.05),
+     os.path.join(H100_SNAPSHOTS, "gpt_default.pickle"), None, 0.05, "capture"),
     ("capture expandable", CAPTURE, "expandable_segments:True",
-     os.path.join(H100_SNAPSHOTS, "gpt_expandable_segments.pickle"), None, 0.05),
+     os.path.join(H100_SNAPSHOTS, "gpt_expandable_segments.pickle"), None, 0.05, None),
     ("capture max_split", CAPTURE, "max_split_size_mb:128",
-     os.path.join(H100_SNAPSHOTS, "gpt_max_split_size_mb.pickle"), None, 0.05),
+     os.path.join(H100_SNAPSHOTS, "gpt_max_split_size_mb.pickle"), None, 0.05, None),
 ]
+
+
+def peer(python, tool, program):
+    """What `tool` answers for `program` (bench/estimate_peers.py): bytes, or why not."""
+    if program is None:
+        return "-"
+    r = subprocess.run(
+        [python, os.path.join(ROOT, "bench", "estimate_peers.py"), tool, program],
+        capture_output=True,
+        text=True,
+    )
+    try:
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return f"failed: {r.stderr.strip()[-80:]}"
+    return f"{out['bytes']:,}" if "bytes" in out else f"fails: {out['error'][:60]}"
 
 
 def stats(path):
@@ -58,8 +76,9 @@ def main():
     ap.add_argument("--python", default=os.environ.get("MEMTRACK_PYTHON", sys.executable))
     a = ap.parse_args()
     print(f"{'program':<20} {'series':<10} {'H100':>15} {'estimate':>15} {'diff':>8} {'floor':>6}  ok   wall")
+    peers = []
     with tempfile.TemporaryDirectory() as tmp:
-        for k, (prog, argv, conf, h100, f_alloc, f_res) in enumerate(CASES):
+        for k, (prog, argv, conf, h100, f_alloc, f_res, peer_name) in enumerate(CASES):
             out = os.path.join(tmp, f"{k}.pkl")
             env = dict(os.environ)
             env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
@@ -87,6 +106,13 @@ def main():
                 print(
                     f"{prog:<20} {name:<10} {real[i]:>15,} {est[i]:>15,} {diff:>+8.2%} {fl:>6}  {ok:<4} {wall:5.1f}s"
                 )
+            peers.append((prog, peer_name))
+    # the peers' figures count tensors (MemTracker) or parameters (accelerate): no reserved
+    print(f"\n{'program':<20} {'MemTracker + FakeTensorMode (peak)':<70} accelerate estimate-memory (training, Adam, fp32)")
+    for prog, peer_name in peers:
+        mt = peer(a.python, "memtracker", peer_name)
+        acc = peer(a.python, "accelerate", peer_name)
+        print(f"{prog:<20} {mt:<70} {acc}")
 
 
 if __name__ == "__main__":
