@@ -362,3 +362,47 @@ fn another_users_process_is_refused_with_how_to_attach() {
     );
     assert!(c.wait_with_output().unwrap().status.success());
 }
+
+#[test]
+fn an_undumpable_process_without_cap_sys_ptrace_says_how_to_grant_it() {
+    let Some(py) = python() else { return };
+    // SAFETY: geteuid has no preconditions
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the tests do not run as root, setpriv cannot drop a capability");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    // a program that made itself undumpable (PR_SET_DUMPABLE 0, as some launchers and
+    // setuid helpers do): only a tracer with CAP_SYS_PTRACE may look inside it
+    let target = Command::new(&py)
+        .args([
+            "-c",
+            "import ctypes, sys, time, torch\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n\
+             open(sys.argv[1], 'w').close()\n\
+             for _ in range(60): time.sleep(0.05)\nprint('ok')",
+        ])
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&[ready], "the program never got ready");
+    // memtrack as a container without CAP_SYS_PTRACE runs it
+    let o = Command::new("setpriv")
+        .args(["--bounding-set=-sys_ptrace", "--"])
+        .arg(env!("CARGO_BIN_EXE_memtrack"))
+        .current_dir(dir.path())
+        .args(["attach", &target.id().to_string(), "--duration", "1s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("lacks CAP_SYS_PTRACE") && err.contains("--cap-add=SYS_PTRACE"),
+        "{err}"
+    );
+    let out = target.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    assert!(!dir.path().join("memtrack.pkl").exists());
+}

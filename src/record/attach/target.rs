@@ -127,10 +127,18 @@ pub fn inspect(pid: u32) -> Result<Target, Refusal> {
             comm(tracer)
         ));
     }
-    let exe = fs::read_link(format!("/proc/{pid}/exe"))
-        .map_err(|e| format!("process {pid} ({name}): its program cannot be read: {e}"))?;
-    let files = inject::mapped_files(pid)
-        .map_err(|e| format!("process {pid} ({name}): its memory maps cannot be read: {e}"))?;
+    // a process that made itself undumpable shows its program and maps only to a tracer
+    // allowed to trace it: ptrace's rules, ptrace's words
+    let unreadable = |what: &str, e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            denied(&format!("cannot read {what} of process {pid} ({name})"), &e)
+        } else {
+            format!("process {pid} ({name}): {what} cannot be read: {e}")
+        }
+    };
+    let exe =
+        fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| unreadable("the program", e))?;
+    let files = inject::mapped_files(pid).map_err(|e| unreadable("the memory maps", e))?;
     let base = |p: &Path| {
         p.file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -181,7 +189,12 @@ pub fn inspect(pid: u32) -> Result<Target, Refusal> {
 
 /// Why ptrace said no, and how to allow it.
 pub fn ptrace_denied(pid: u32, e: &std::io::Error) -> String {
-    let mut why = format!("cannot trace process {pid} ({e}): ");
+    denied(&format!("cannot trace process {pid}"), e)
+}
+
+/// `what` (something ptrace's rules forbid) failed with `e`: why, and how to allow it.
+fn denied(what: &str, e: &std::io::Error) -> String {
+    let mut why = format!("{what} ({e}): ");
     match fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
