@@ -2,7 +2,8 @@
 """Scale of `memtrack view` (issue 24 item 4) on one snapshot: time until the server answers,
 bytes of the first page (the page, its overview and its first tile), the server's memory, and
 the latency of zoom requests (p50, p95, max over random windows), asked as the page asks
-them (x on the event index, bands by category; `--axis time --by site` as before).
+them (x on the event index, bands by category; `--axis time --by site` as before), and of the
+segment timeline's tiles of the same windows.
 
     python3 bench/view.py [SNAPSHOT] [--requests N] [--bin PATH] [--axis event|time] [--by category|site]
 
@@ -70,14 +71,19 @@ def main():
         first_tile, first_s = get(api("/api/tile", x0=x0, x1=x1, width=a.width, height=a.height, **extra))
         first_bytes = len(page) + len(overview) + len(first_tile)
         rng = random.Random(24)
-        lat = []
+        lat, seg_lat = [], []
         for _ in range(a.requests):
             span = (x1 - x0) / 2 ** rng.uniform(0, 12)
             lo = rng.uniform(x0, x1 - span)
             _, s = get(api("/api/tile", x0=lo, x1=lo + span, width=a.width, height=a.height, **extra))
             lat.append(s)
+            # the same window's segment timeline, as the page asks it with segments on
+            seg_axis = {"axis": a.axis} if extra else {}
+            _, s = get(api("/api/segment_tile", x0=lo, x1=lo + span, width=a.width, height=170, **seg_axis))
+            seg_lat.append(s)
         lat.sort()
-        pct = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000
+        seg_lat.sort()
+        pct = lambda q, l=lat: l[min(len(l) - 1, int(q * len(l)))] * 1000
         event = ov["peak"]["index"] if ov["peak"] else 0
         _, live_s = get(api("/api/live", event=event))
         _, seg_s = get(api("/api/segments", event=event))
@@ -91,6 +97,7 @@ def main():
     print(f"first page          {first_bytes / 1e3:.0f} kB (page {len(page) / 1e3:.0f} kB, tile {len(first_tile) / 1e3:.0f} kB in {first_s * 1000:.0f} ms; target < 5 MB)")
     print(f"RSS                 {rss / 1024:.0f} MiB now, {hwm / 1024:.0f} MiB at most (target < 1 GB)")
     print(f"zoom ({a.requests} tiles)   p50 {pct(0.5):.0f} ms, p95 {pct(0.95):.0f} ms, max {lat[-1] * 1000:.0f} ms (target p95 <= 200 ms)")
+    print(f"segment timeline    p50 {pct(0.5, seg_lat):.0f} ms, p95 {pct(0.95, seg_lat):.0f} ms, max {seg_lat[-1] * 1000:.0f} ms (the same windows)")
     print(f"click at the peak   live table {live_s * 1000:.0f} ms, segments {seg_s * 1000:.0f} ms")
 
 

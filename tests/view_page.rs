@@ -381,3 +381,126 @@ fn a_profiler_trace_keeps_its_small_allocations_visible() {
     assert!(f(&root["heights"]["max_px"]) <= f(&root["chart"]["bottom"]));
     assert_eq!(v.interrupt(), 0);
 }
+
+/// Under the chart: the overview strip shows the whole capture with the window on it, and
+/// dragging on it brushes the window (kept in the fragment, followed by the strip when the
+/// chart zooms); the segment timeline, switched on, stacks the segments and names the one under
+/// the pointer.
+#[test]
+fn the_overview_strip_brushes_the_window_and_the_segment_timeline_names_its_segments() {
+    let Some(browser) = common::browser_or_skip("the_overview_strip_brushes_the_window") else {
+        return;
+    };
+    let v = Viewer::start(&gpt());
+    let r = probe(&browser, &v, "probe=brush:0.2-0.4");
+    let (a, b) = (f(&r["full"][0]), f(&r["full"][1]));
+    let (v0, v1) = (f(&r["view"][0]), f(&r["view"][1]));
+    let near = |x: f64, want: f64| (x - want).abs() <= (b - a) * 0.005;
+    assert!(
+        near(v0, a + 0.2 * (b - a)) && near(v1, a + 0.4 * (b - a)),
+        "the brushed window: {v0}..{v1} of {a}..{b}"
+    );
+    // the strip draws the window where it lies in the whole capture
+    let s = &r["strip"];
+    let px = |frac: f64| f(&r["chart"]["pad_l"]) + frac * f(&s["width"]);
+    assert!(
+        (f(&s["x0"]) - px(0.2)).abs() < 2.0 && (f(&s["x1"]) - px(0.4)).abs() < 2.0,
+        "{s}"
+    );
+    assert!(
+        f(&s["samples"]) > 100.0,
+        "the whole capture is sampled: {s}"
+    );
+    let hash = r["hash"].as_str().unwrap().to_string();
+    assert!(hash.contains("v="), "{hash}");
+    // the fragment reproduces the window, and the strip shows it again
+    let fragment = hash
+        .trim_start_matches('#')
+        .replace("probe=brush%3A0.2-0.4", "probe=");
+    let again = probe(&browser, &v, &fragment);
+    assert!(near(f(&again["view"][0]), v0) && near(f(&again["view"][1]), v1));
+    assert!(
+        (f(&again["strip"]["x0"]) - f(&s["x0"])).abs() < 2.0,
+        "{}",
+        again["strip"]
+    );
+    // zooming the chart narrows the window drawn on the strip
+    let zoomed = probe(&browser, &v, "probe=zoomright");
+    let w = f(&zoomed["strip"]["x1"]) - f(&zoomed["strip"]["x0"]);
+    assert!(
+        w < f(&zoomed["strip"]["width"]) / 2.0,
+        "{}",
+        zoomed["strip"]
+    );
+    assert!(zoomed["segtl"].is_null() && !zoomed["segtl_shown"].as_bool().unwrap());
+
+    // the segment timeline: reserved bytes by segment, the last sample the snapshot's
+    let overview = v.json("/api/overview");
+    let events = overview["timeline"]["events"].as_u64().unwrap();
+    let end = v.json(&format!("/api/segments?event={}", events - 1));
+    let r = probe(&browser, &v, "probe=segtl,seghover");
+    let seg = &r["segtl"];
+    assert!(r["segtl_shown"].as_bool().unwrap(), "{r}");
+    assert!(
+        f(&seg["drawn"]) >= 10.0 && f(&seg["height"]) >= 150.0,
+        "{seg}"
+    );
+    assert_eq!(f(&seg["total_last"]), f(&end["reserved"]), "{seg}");
+    assert_ne!(
+        seg["pixel"],
+        serde_json::json!([255, 255, 255]),
+        "segments drawn: {seg}"
+    );
+    assert!(r["hash"].as_str().unwrap().contains("seg=1"));
+    // hovering a segment names its address, size, stream and when it was made
+    let h = &r["seghover"];
+    let tip = h["tip"].as_str().unwrap();
+    let address = h["facts"]["address"].as_u64().unwrap();
+    assert!(tip.contains(&format!("segment 0x{address:x}")), "{tip}");
+    assert!(
+        end["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["address"].as_u64() == Some(address))
+            || tip.contains("freed at"),
+        "the address is a segment's: {tip}"
+    );
+    assert!(
+        tip.contains(&format!("stream {}", h["facts"]["stream"])),
+        "{tip}"
+    );
+    let made = match h["t0"].as_f64() {
+        Some(t0) => format!("made at event {}", fmt_thousands(t0 as u64)),
+        None => "made before the trace".into(),
+    };
+    assert!(tip.contains(&made), "{tip} names {made}");
+    // opened from the fragment, the timeline is there again
+    let shown = probe(&browser, &v, "seg=1&probe=");
+    assert!(shown["segtl_shown"].as_bool().unwrap() && !shown["segtl"].is_null());
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// Expandable segments: the timeline's segments are the pages mapped, named so, and add up
+/// to what is reserved at the end.
+#[test]
+fn the_segment_timeline_of_expandable_segments_shows_the_mappings() {
+    let Some(browser) = common::browser_or_skip("the_segment_timeline_of_expandable") else {
+        return;
+    };
+    let v = Viewer::start(&fixture("snapshots/h100/gpt_expandable_segments.pickle"));
+    let events = v.json("/api/overview")["timeline"]["events"]
+        .as_u64()
+        .unwrap();
+    let end = v.json(&format!("/api/segments?event={}", events - 1));
+    let r = probe(&browser, &v, "probe=segtl,seghover");
+    assert_eq!(f(&r["segtl"]["total_last"]), f(&end["reserved"]));
+    let h = &r["seghover"];
+    if h["facts"]["mapped"].as_bool().unwrap() {
+        assert!(
+            h["tip"].as_str().unwrap().contains("mapped (expandable)"),
+            "{h}"
+        );
+    }
+    assert_eq!(v.interrupt(), 0);
+}

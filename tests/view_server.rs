@@ -152,6 +152,59 @@ fn tiles_add_up_zoom_is_finer_and_moments_match_top_and_segments() {
     assert_eq!(v.interrupt(), 0);
 }
 
+/// The segment timeline's tiles: as bounded as the allocation tiles (a sample per pixel at
+/// most, the width capped), every reserved byte in a segment at each sample, each drawn segment
+/// with its address and stream, a narrower window resolving more of them; refused where there
+/// are no segments.
+#[test]
+fn segment_tiles_are_bounded_and_hold_every_reserved_byte() {
+    let v = Viewer::start(&fixture(
+        "snapshots/cs336_ctx256_forward_empty_cache_start.pickle",
+    ));
+    let ov = v.json("/api/overview");
+    let events = ov["timeline"]["events"].as_u64().unwrap();
+    let count = ov["segments"]["count"].as_u64().unwrap();
+    assert!(count > 0, "{ov}");
+    let last = events - 1;
+    let whole = v.json(&format!(
+        "/api/segment_tile?x0=0&x1={last}&width=40&height=20&axis=event"
+    ));
+    let n = whole["samples"]["total"].as_array().unwrap().len();
+    assert!(n > 0 && n <= 41, "at most a sample a pixel column: {n}");
+    for j in 0..n {
+        assert_eq!(whole["untracked"][j], 0, "sample {j}: bytes in no segment");
+        assert_eq!(
+            sample_sum(&whole, j),
+            whole["samples"]["total"][j].as_i64().unwrap(),
+            "sample {j}"
+        );
+    }
+    // each sample's total is the reserved bytes `segments --at` names for its event
+    for j in [0, n / 2, n - 1] {
+        let e = whole["samples"]["event"][j].as_u64().unwrap();
+        let state = v.json(&format!("/api/segments?event={e}"));
+        assert_eq!(whole["samples"]["total"][j], state["reserved"], "event {e}");
+    }
+    let drawn = whole["drawn"].as_array().unwrap();
+    let facts = whole["facts"].as_array().unwrap();
+    assert_eq!(drawn.len(), facts.len());
+    assert!(facts.iter().all(|f| f["address"].as_u64().unwrap() > 0));
+    // at 20 pixels tall few segments are drawn one by one; at 2000 all that are live
+    let tall = v.json(&format!(
+        "/api/segment_tile?x0=0&x1={last}&width=40&height=2000&axis=event"
+    ));
+    assert!(tall["drawn"].as_array().unwrap().len() >= drawn.len());
+    assert_eq!(tall["live_allocations"], whole["live_allocations"]);
+    let (status, body) = v.get("/api/segment_tile?x0=0&x1=1&width=9000&height=10");
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = v.get("/api/segment_tile?x0=0&x1=1&width=10&height=10&axis=sideways");
+    assert_eq!(status, 400);
+    assert_eq!(v.interrupt(), 0);
+    let p = Viewer::start(&profiler_trace());
+    let (status, body) = p.get("/api/segment_tile?x0=0&x1=1&width=10&height=10");
+    assert_eq!(status, 404, "{body}");
+}
+
 #[test]
 fn a_stats_file_shows_its_series() {
     let v = Viewer::start(&fixture("tracker/memory_tracker_cpu_torch2.15.0.pkl"));

@@ -187,24 +187,43 @@ class Recording(contextlib.ContextDecorator):
         return out if output is None else target
 
     def _repr_html_(self):
+        """In a notebook: the picture first, scaled to the cell's width (its viewBox kept, no
+        scroller), then the summary under a ``<details>`` the reader can fold."""
         title = html.escape(f"memtrack: {self.path}")
         if not self.ok:
             return f"<p><b>{title}</b>: {html.escape(self.message)}</p>"
         parts = [f"<p><b>{title}</b></p>"]
-        for what, get in (("summary", self.summary), ("plot", self.plot)):
-            try:
-                text = get()
-            except Exception as e:
-                parts.append(f"<p>{what}: {html.escape(str(e))}</p>")
-                continue
-            if what == "summary":
-                parts.append(f"<pre>{html.escape(text)}</pre>")
-            else:
-                parts.append(f'<div style="max-width:100%;overflow-x:auto">{text}</div>')
+        try:
+            parts.append(f'<div style="width:100%">{_fit_width(self.plot())}</div>')
+        except Exception as e:
+            parts.append(f"<p>plot: {html.escape(str(e))}</p>")
+        try:
+            text = self.summary()
+            parts.append(
+                "<details open><summary>summary</summary>"
+                f'<pre style="overflow-x:auto">{html.escape(text)}</pre></details>'
+            )
+        except Exception as e:
+            parts.append(f"<p>summary: {html.escape(str(e))}</p>")
         return "\n".join(parts)
 
     def __repr__(self):
         return f"<memtrack.Recording {self.path!r}: {self.message}>"
+
+
+def _fit_width(svg):
+    """The SVG scaled to its container's width: its root's fixed width and height give way to
+    width 100% (the viewBox keeps the aspect), so a narrow cell shows all of it, legend too."""
+    import re
+
+    head = re.search(r"<svg\b[^>]*>", svg)
+    if head is None or "viewBox" not in head.group(0):
+        return svg
+    tag = re.sub(r'\s(width|height)="[^"]*"', "", head.group(0))
+    tag = tag.replace(
+        "<svg", '<svg width="100%" style="display:block;height:auto;max-width:100%"', 1
+    )
+    return svg[: head.start()] + tag + svg[head.end() :]
 
 
 def record(path="memtrack.pkl", *, backend="auto", observer="auto"):

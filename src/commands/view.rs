@@ -64,12 +64,13 @@ pub fn run(a: ViewArgs) -> Result<()> {
             };
             let stage = crate::progress::Stage::new("indexing");
             let timeline = timelines.take(device).finish(&snap, device);
-            let index = crate::view::index::build(&snap, device, timeline, &mut spool)
+            let (index, segments) = crate::view::index::build(&snap, device, timeline, &mut spool)
                 .map_err(super::spool_error("view"))?;
             drop(stage);
             Content::Snapshot {
                 snap,
                 index: Box::new(index),
+                segments: Box::new(segments),
                 events: Box::new(spool),
                 devices,
             }

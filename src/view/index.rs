@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use super::event_series::EventSeries;
 use super::ranges::{ranges, Range};
+use super::segment_index::{SegmentIndex, SegmentPairing};
 use crate::analysis::groups::{GroupBy, Grouper};
 use crate::analysis::sites::Sites;
 use crate::analysis::timeline::{AnnotationMark, OomMark, Point, Timeline};
@@ -245,18 +246,22 @@ impl Pairing {
 }
 
 /// The whole of a snapshot device's events seen once: alloc paired with free by address.
+/// With it, the segment timeline of the same events ([`SegmentIndex`]: reserved bytes by
+/// segment), paired in the same pass.
 pub fn build(
     snap: &Snapshot,
     device: u32,
     timeline: Timeline,
     events: &mut dyn TraceEvents,
-) -> std::io::Result<AllocIndex> {
-    // the Active Memory Timeline is allocated memory only
+) -> std::io::Result<(AllocIndex, SegmentIndex)> {
+    // the Active Memory Timeline is allocated memory only; the segment timeline reserved
     let series = EventSeries::write(timeline.points().map(|p| (p.x, p.allocated)))?;
+    let reserved = EventSeries::write(timeline.points().map(|p| (p.x, p.reserved)))?;
     let Timeline {
         series: timeline_series,
         x_is_time,
         peak_allocated,
+        peak_reserved,
         ooms,
         annotations,
         ..
@@ -265,10 +270,17 @@ pub fn build(
     // in `timeline` would live to the end of the function)
     drop(timeline_series);
     let mut pairing = Pairing::default();
-    events.visit(device, &mut |i, e, _, _| {
+    let mut segments = SegmentPairing::default();
+    events.visit(device, &mut |i, e, stream, _| {
+        let stack = e.stack.0;
         match e.action {
-            Action::Alloc => pairing.alloc(i, e.addr, e.size, e.stack.0),
-            Action::FreeRequested => pairing.free(i, e.addr, e.size, e.stack.0),
+            Action::Alloc => pairing.alloc(i, e.addr, e.size, stack),
+            Action::FreeRequested => pairing.free(i, e.addr, e.size, stack),
+            Action::SegmentAlloc => segments.made(i, e.addr, e.size, stream, stack, false),
+            Action::SegmentMap => segments.made(i, e.addr, e.size, stream, stack, true),
+            Action::SegmentFree | Action::SegmentUnmap => {
+                segments.freed(i, e.addr, e.size, stream, stack)
+            }
             _ => {}
         }
         Ok(())
@@ -279,7 +291,8 @@ pub fn build(
         sites.label(key, false)
     });
     set_categories(snap, device, &mut allocs);
-    Ok(AllocIndex {
+    let segments = segments.finish(snap, device, &mut sites, reserved, x_is_time, peak_reserved);
+    let index = AllocIndex {
         series,
         device,
         device_label: format!("cuda:{device}"),
@@ -291,7 +304,8 @@ pub fn build(
             ooms,
             annotations,
         },
-    })
+    };
+    Ok((index, segments))
 }
 
 /// Each allocation's category, by `top --group-by category`'s rules (its allocating stack and
@@ -712,7 +726,7 @@ mod tests {
     #[test]
     fn every_sample_adds_up_to_allocated_and_zooming_in_draws_more() {
         let snap = fixture("cs336_medium_512_training.pickle");
-        let index = build(&snap, 0, timeline(&snap, 0, true), &mut &snap).unwrap();
+        let (index, _) = build(&snap, 0, timeline(&snap, 0, true), &mut &snap).unwrap();
         let (a, b) = index.overview().x_range;
         let whole = index.tile(a, b, 800, 400);
         let narrow = index.tile(a + (b - a) * 0.4, a + (b - a) * 0.45, 800, 400);
@@ -749,7 +763,7 @@ mod tests {
     #[test]
     fn on_the_event_axis_banded_by_category_samples_still_add_up() {
         let snap = fixture("cs336_medium_512_training.pickle");
-        let index = build(&snap, 0, timeline(&snap, 0, true), &mut &snap).unwrap();
+        let (index, _) = build(&snap, 0, timeline(&snap, 0, true), &mut &snap).unwrap();
         let n = index.events();
         // every allocation has the category its details name (top --group-by category's)
         for id in (0..index.allocs.len()).step_by(97) {

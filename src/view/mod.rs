@@ -25,5 +25,6 @@ pub mod index;
 pub mod page;
 pub mod profile;
 pub mod ranges;
+pub mod segment_index;
 pub mod series;
 pub mod server;

@@ -2,7 +2,8 @@
 //! (`include_str!`), the script inlined into the page when it is served. No CDN, no front-end
 //! build: what is in `page.html` and the `page_*.js` modules is what the browser runs. The
 //! modules share one scope, in this order: the core (state, routes, scales, the URL
-//! fragment), the timeline, stats files, what the user does, and the tests' probe (which
+//! fragment), the timeline, stats files, what the user does, the overview strip and segment
+//! timeline under the chart, and the tests' probe (which
 //! starts the page).
 
 const HTML: &str = include_str!("page.html");
@@ -11,6 +12,7 @@ const SCRIPT: &str = concat!(
     include_str!("page_chart.js"),
     include_str!("page_stats.js"),
     include_str!("page_interact.js"),
+    include_str!("page_overview.js"),
     include_str!("page_probe.js"),
 );
 

@@ -16,7 +16,7 @@ const state = {
   overview: null, full: [0, 1], view: [0, 1], tile: null, layout: null,
   requests: 0, pending: null, moment: null, hits: null, query: "", detailCache: new Map(),
   // what the URL fragment holds
-  axis: "event", colour: "category", yscale: KIND === "profile" ? "sqrt" : "linear", selected: null,
+  axis: "event", colour: "category", yscale: KIND === "profile" ? "sqrt" : "linear", selected: null, segtl: false,
   // the sample under the cursor (the legend's moment); null: none
   cursor: null,
   // what the last draw put where, read back by tests (probe.js) and the legend
@@ -140,13 +140,14 @@ function yTicks(top) {
 }
 
 // ---- the URL fragment: a link reproduces the view ----
-// #x=event&v=A,B&q=TEXT&sel=ID&at=EVENT&c=category&y=linear
+// #x=event&v=A,B&q=TEXT&sel=ID&at=EVENT&c=category&y=linear&seg=1
 function readFragment() {
   const f = new URLSearchParams(location.hash.replace(/^#/, ""));
   const out = { probe: f.has("probe") ? f.get("probe") : null, selftest: f.has("selftest") };
   if (f.get("x") === "time" || f.get("x") === "event") state.axis = f.get("x");
   if (f.get("c") === "site" || f.get("c") === "category") state.colour = f.get("c");
   if (f.get("y") === "sqrt" || f.get("y") === "linear") state.yscale = f.get("y");
+  if (f.get("seg") === "1") state.segtl = true;
   const v = (f.get("v") || "").split(",").map(Number);
   if (v.length === 2 && v.every(Number.isFinite) && v[1] > v[0]) out.view = v;
   if (f.get("q")) out.q = f.get("q");
@@ -168,6 +169,7 @@ function writeFragment() {
   if (state.query) f.set("q", $("search").value.trim());
   if (state.selected !== null) f.set("sel", state.selected);
   if (state.moment !== null) f.set("at", state.moment.event);
+  if (state.segtl && KIND === "snapshot") f.set("seg", "1");
   const keep = new URLSearchParams(location.hash.replace(/^#/, ""));
   if (keep.has("probe")) f.set("probe", keep.get("probe"));
   history.replaceState(null, "", location.pathname + location.search + "#" + f.toString());
@@ -229,6 +231,7 @@ function setupTimeline(ov) {
     "go to the OOM at event " + o.index + ": " + fmtBytes(o.requested_bytes) + " asked", "go-oom-" + k, () => goTo(o.index, o.x), "oom"));
   if (!t.categories.length) { state.colour = "site"; $("colour-control").style.display = "none"; }
   if (!t.x_is_time) $("axis-control").style.display = "none";
+  if (KIND !== "snapshot") $("segtl-control").style.display = "none";
   if (KIND === "profile") {
     // a profiler trace has the allocator's totals, not its segments
     $("state").style.display = "none";
@@ -250,6 +253,7 @@ function syncControls() {
   $("colour").value = state.colour;
   $("xaxis").value = state.axis;
   $("yscale").value = state.yscale;
+  $("segtl").checked = state.segtl;
 }
 
 function fail(e) { $("status").textContent = String(e.message || e); console.warn(e); }
@@ -262,6 +266,7 @@ function refresh() {
   if (KIND !== "stats") { params.axis = timed() ? "time" : "event"; params.by = state.colour === "category" ? "category" : "site"; }
   const path = KIND === "stats" ? "/api/series" : "/api/tile";
   const started = performance.now();
+  const under = KIND === "stats" ? null : Promise.all([refreshStrip(), refreshSegments()]);
   const req = api(path, params).then((tile) => {
     if (state.pending !== req) return tile;
     state.tile = tile;
@@ -274,7 +279,7 @@ function refresh() {
         " in bands (< " + fmtBytes(tile.min_bytes) + " or past the cap) · " + ms + " ms";
     draw();
     writeFragment();
-    return tile;
+    return under ? under.then(() => tile) : tile;
   });
   state.pending = req;
   req.catch(fail);
@@ -294,4 +299,6 @@ function goTo(event, x) {
 function draw() {
   if (KIND === "stats") return drawSeries();
   drawTimeline();
+  drawStrip();
+  drawSegTimeline();
 }

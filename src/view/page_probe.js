@@ -55,6 +55,29 @@ function step(name, out) {
     window.dispatchEvent(new KeyboardEvent("keydown", { key: arg, bubbles: true }));
     return settle().then(() => new Promise((r) => setTimeout(r, 300)));
   }
+  if (what === "segtl") { $("segtl").checked = true; $("segtl").dispatchEvent(new Event("change")); return settle().then(() => state.segPending).then(settle); }
+  if (what === "seghover") {
+    // the pointer on the middle of the largest segment drawn
+    const S = state.segLayout, rect = segChart.getBoundingClientRect();
+    let best = null;
+    for (const it of S.L.drawn) if (!best || it.d.size * (it.d.j1 - it.d.j0) > best.d.size * (best.d.j1 - best.d.j0)) best = it;
+    if (!best) throw new Error("no segment drawn");
+    const j = best.d.j0 + ((best.d.j1 - best.d.j0) >> 1);
+    const px = (S.L.px[j] + S.L.px[j + 1]) / 2, py = S.yPx(best.bottom[j - best.d.j0] + best.d.size / 2);
+    segChart.dispatchEvent(new MouseEvent("mousemove", { clientX: rect.left + px, clientY: rect.top + py, bubbles: true }));
+    out.seghover = { id: best.d.id, size: best.d.size, t0: best.d.t0, facts: state.segTile.facts[S.L.drawn.indexOf(best)], tip: tip.textContent };
+    return Promise.resolve();
+  }
+  if (what === "brush") {
+    // drag on the overview strip from one fraction of its plot to another (`brush:0.2-0.4`)
+    const [p, q] = arg.split("-").map(Number), rect = strip.getBoundingClientRect();
+    const at = (f) => ({ clientX: rect.left + PAD_L + f * plotWidth(), clientY: rect.top + STRIP_H / 2, bubbles: true, buttons: 1 });
+    strip.dispatchEvent(new MouseEvent("mousedown", at(p)));
+    window.dispatchEvent(new MouseEvent("mousemove", at((p + q) / 2)));
+    window.dispatchEvent(new MouseEvent("mousemove", at(q)));
+    window.dispatchEvent(new MouseEvent("mouseup", at(q)));
+    return settle().then(settle);
+  }
   if (what === "hover") {
     const at = hoverSomething();
     return new Promise((r) => setTimeout(r, 400)).then(() => {
@@ -108,6 +131,16 @@ function runProbe(steps) {
       hs.sort((a, b) => a - b);
       out.heights = { drawn: hs.length, median_px: hs.length ? hs[hs.length >> 1] : null, max_px: hs.length ? hs[hs.length - 1] : null };
     }
+    out.strip = state.stripDrawn ? { x0: state.stripDrawn.x0, x1: state.stripDrawn.x1, width: plotWidth(), samples: state.whole.x.length } : null;
+    if (state.segTile) {
+      const st = state.segTile;
+      out.segtl = { drawn: st.drawn.length, facts: st.facts.length, live: st.live_allocations, view: [st.x0, st.x1],
+        total_last: st.samples.total[st.samples.total.length - 1], total_max: Math.max(...st.samples.total),
+        note: $("segtl-note").textContent, height: segChart.clientHeight,
+        // a pixel in the middle of the panel's plot, where segments are stacked from the bottom
+        pixel: (() => { const dpr = window.devicePixelRatio || 1, d = segChart.getContext("2d").getImageData(Math.round((PAD_L + plotWidth() / 2) * dpr), Math.round((SEG_H - 22) * dpr), 1, 1).data; return [d[0], d[1], d[2]]; })() };
+    } else out.segtl = null;
+    out.segtl_shown = $("segtl-wrap").style.display !== "none";
     report("probe", out);
   }).catch((e) => { out.error = String(e && e.message || e); report("probe", out); });
 }

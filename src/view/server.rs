@@ -22,6 +22,7 @@ use crate::model::{Snapshot, TrackerStats};
 use super::http::{self, Request, Response};
 use super::index::{AllocIndex, Axis, BandBy, MAX_WIDTH};
 use super::profile::ProfileView;
+use super::segment_index::SegmentIndex;
 use super::{details, page, series};
 
 /// Longest URL answered.
@@ -38,6 +39,8 @@ pub enum Content<'a> {
         snap: Box<Snapshot>,
         /// Every allocation of the device shown.
         index: Box<AllocIndex>,
+        /// Its segments over time (reserved bytes by segment).
+        segments: Box<SegmentIndex>,
         /// The trace's events, replayed for moments.
         events: Box<dyn TraceEvents>,
         /// Devices with trace events (the one shown is `index.device`).
@@ -208,6 +211,7 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
             Content::Snapshot {
                 snap,
                 index,
+                segments,
                 devices,
                 ..
             },
@@ -216,8 +220,16 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
             "devices": devices,
             "timeline": index.overview(),
             "stacks": snap.stacks.stack_count(),
+            "segments": {
+                "count": segments.index.allocs.len(),
+                "peak_reserved": segments.index.marks.peak_allocated,
+            },
         })),
         ("/api/tile", Content::Snapshot { index, .. }) => tile(index, p),
+        ("/api/segment_tile", Content::Snapshot { segments, .. }) => {
+            let (x0, x1, width, height, axis) = window(p)?;
+            json(&segments.tile(x0, x1, width, height, axis))
+        }
         ("/api/event", Content::Snapshot { index, .. }) => event_x(index, p),
         ("/api/alloc", Content::Snapshot { snap, index, .. }) => {
             let id = p.count("id", usize::MAX)?;
@@ -282,7 +294,7 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
             }
             json(&view.search(q))
         }
-        ("/api/segments", Content::Profile(_)) => Err(Failure(
+        ("/api/segments" | "/api/segment_tile", Content::Profile(_)) => Err(Failure(
             404,
             "a profiler trace has no segments: it records the allocator's totals only".into(),
         )),
@@ -321,6 +333,17 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
 /// `/api/tile`: the window `x0..x1` on `axis` (`event`, the default, or `time`: the
 /// timeline's own x), small allocations banded `by` `site` (the default) or `category`.
 fn tile(index: &AllocIndex, p: &Params) -> Result<Vec<u8>, Failure> {
+    let (x0, x1, width, height, axis) = window(p)?;
+    let by = match p.get("by") {
+        None | Some("site") => BandBy::Site,
+        Some("category") => BandBy::Category,
+        Some(other) => return Err(bad(format!("by: `site` or `category`, not {other:?}"))),
+    };
+    json(&index.tile_on(x0, x1, width, height, axis, by))
+}
+
+/// A tile's window: `x0`, `x1`, `width`, `height` (bounded) and `axis`.
+fn window(p: &Params) -> Result<(f64, f64, usize, usize, Axis), Failure> {
     let (x0, x1) = (p.number("x0")?, p.number("x1")?);
     let width = p.count("width", MAX_WIDTH)?;
     let height = p.count("height", MAX_WIDTH)?;
@@ -329,12 +352,7 @@ fn tile(index: &AllocIndex, p: &Params) -> Result<Vec<u8>, Failure> {
         Some("event") => Axis::Event,
         Some(other) => return Err(bad(format!("axis: `event` or `time`, not {other:?}"))),
     };
-    let by = match p.get("by") {
-        None | Some("site") => BandBy::Site,
-        Some("category") => BandBy::Category,
-        Some(other) => return Err(bad(format!("by: `site` or `category`, not {other:?}"))),
-    };
-    json(&index.tile_on(x0, x1, width, height, axis, by))
+    Ok((x0, x1, width, height, axis))
 }
 
 /// `/api/event?event=N`: the event's x on the timeline's own axis (seconds, or the index), and

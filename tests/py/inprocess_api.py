@@ -80,7 +80,7 @@ facts["raised_ok"] = raised.ok
 
 html = rec._repr_html_()
 facts["html_has_svg"] = "<svg" in html
-facts["html_has_table"] = "<pre>" in html and "peak" in html.lower()
+facts["html_has_table"] = "<pre" in html and "peak" in html.lower()
 
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
