@@ -314,3 +314,65 @@ fn parametrizations_are_named_where_they_are_and_end_backward_once_per_step() {
         }
     }
 }
+
+#[test]
+fn backward_of_forwards_under_torch_func_transforms_belongs_to_their_modules() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "run.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&script("func_transforms_backward.py")],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    // the program's `cases N threshold_backward M` (on stderr, where record's report goes)
+    let passes: usize = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("cases ")?.split_once(" threshold_backward "))
+        .map(|(_, m)| m.trim().parse().unwrap())
+        .expect("the program's counts");
+    let j = export(&dir.path().join("run.pkl"));
+    let names = op_names(&j);
+    let backward: Vec<(&str, &str)> = names
+        .iter()
+        .filter_map(|n| {
+            let (m, phase) = module_and_phase(n)?;
+            (phase == "backward").then_some((m, *n))
+        })
+        .collect();
+    // the layers' ops (matrix products, relu's backward) are never the loss's, outside them
+    let layer_op = |n: &str| {
+        [".mm.", ".bmm.", ".addmm.", ".threshold_backward."]
+            .iter()
+            .any(|k| n.contains(k))
+    };
+    let global: Vec<&str> = backward
+        .iter()
+        .filter(|(m, n)| *m == "Global" && layer_op(n))
+        .map(|(_, n)| *n)
+        .collect();
+    assert!(
+        global.is_empty(),
+        "layers' backward ops named Global: {global:?}"
+    );
+    // relu runs in MLP.forward: one threshold_backward per backward pass, each the MLP's
+    // (the module is named by the program's variable: `net`, and `base` for the ensemble)
+    let relu: Vec<&str> = backward
+        .iter()
+        .filter(|(_, n)| n.contains(".threshold_backward."))
+        .map(|(m, _)| *m)
+        .collect();
+    assert_eq!(relu.len(), passes, "{relu:?}");
+    assert!(relu.iter().all(|m| *m == "net" || *m == "base"), "{relu:?}");
+    for layer in ["fc1", "fc2"] {
+        for m in ["net", "base"] {
+            let owner = format!("{m}.{layer}");
+            assert!(
+                backward.iter().any(|(o, n)| *o == owner && layer_op(n)),
+                "no backward op of {owner}"
+            );
+        }
+    }
+}

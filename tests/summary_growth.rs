@@ -18,6 +18,14 @@ fn recorded(dir: &std::path::Path, name: &str, args: &[&str]) -> Option<String> 
     Some(dir.join(name).to_str().unwrap().to_string())
 }
 
+fn numbers(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
 #[test]
 fn a_loop_that_keeps_a_copy_each_step_grows_by_its_size() {
     let dir = tempfile::tempdir().unwrap();
@@ -70,8 +78,14 @@ fn the_same_loop_without_the_copy_is_flat() {
     let Some(flat) = recorded(dir.path(), "flat.pkl", &["none", "6"]) else {
         return;
     };
-    let g = &json_out(&["summary", &flat, "--format", "json"])["growth"];
+    let s = json_out(&["summary", &flat, "--format", "json"]);
+    let g = &s["growth"];
     assert_eq!(g["verdict"], "flat", "{g}");
+    // every iteration is a training step: all are compared, none is an inference call
+    assert_eq!(g["compared"], "iterations", "{g}");
+    assert_eq!(g["inference_calls_left_out"], 0, "{g}");
+    assert_eq!(numbers(&g["measured_iterations"]), [2, 3, 4, 5, 6]);
+    assert!(s.get("inference_calls").is_none());
     assert_eq!(g["bytes_per_iteration"].as_f64(), Some(0.0), "{g}");
     assert!(g.get("categories").is_none(), "{g}");
     assert!(

@@ -7,10 +7,17 @@
 //! that is the same point of the loop every time, where an iteration's end may be cut short by
 //! the program's. The first iteration is warm-up (the optimizer's state and the gradients are
 //! made in it), so the comparison starts at the second.
+//!
+//! Where a recording has training steps and inference calls (an evaluation after training, an
+//! EMA copy's forward), only the training steps are compared: an evaluation starts at another
+//! point of the program, with other memory live, and its start says nothing about a step's.
 
 use serde::Serialize;
 
 use crate::model::{ModState, Retained, TrackerStats, CATEGORIES};
+
+use super::iteration_kinds::growth_scope;
+use super::summary::Iteration;
 
 /// Iterations left out at the start before growth is measured.
 pub const WARMUP_ITERATIONS: usize = 1;
@@ -24,9 +31,16 @@ pub const FLAT_SHARE: f64 = 0.001;
 pub struct Growth {
     /// Iterations in the file.
     pub iterations: usize,
-    /// Iterations left out as warm-up ([`WARMUP_ITERATIONS`]).
+    /// What is compared: `training steps` where the file also has inference calls (they are
+    /// left out), else `iterations` (all of them).
+    pub compared: &'static str,
+    /// Inference calls left out of the comparison.
+    pub inference_calls_left_out: usize,
+    /// Iterations compared that are left out as warm-up ([`WARMUP_ITERATIONS`]).
     pub warmup_iterations: usize,
-    /// Allocated bytes when each iteration after warm-up started (before its first op), in order.
+    /// The 1-based numbers of the iterations measured (after warm-up), in order.
+    pub measured_iterations: Vec<usize>,
+    /// Allocated bytes when each iteration measured started (before its first op), in order.
     pub allocated_at_start_bytes: Vec<f64>,
     /// Mean bytes retained per iteration after warm-up: the change between the first and the
     /// last start measured, over the iterations between them; None when fewer than two
@@ -85,11 +99,16 @@ pub struct CategoryGrowth {
     pub bytes_per_iteration: f64,
 }
 
-/// Growth of `stats` across its iterations, given by each one's first op (0-based, iteration
-/// 1 first).
-pub fn growth(stats: &TrackerStats, first_ops: &[usize]) -> Growth {
+/// Growth of `stats` across its iterations (the summary's, iteration 1 first): across its
+/// training steps where it has inference calls too.
+pub fn growth(stats: &TrackerStats, all: &[Iteration]) -> Growth {
     let retained = stats.record.as_ref().and_then(|r| r.retained.as_ref());
-    let iterations = first_ops.len();
+    let iterations = all.len();
+    let compared = growth_scope(all);
+    let first_ops: Vec<usize> = compared.iter().map(|it| it.first_op).collect();
+    let measured_iterations: Vec<usize> = (compared.iter().skip(WARMUP_ITERATIONS))
+        .map(|it| it.iteration)
+        .collect();
     let at = |op: usize| {
         if op == 0 {
             0.0
@@ -108,9 +127,8 @@ pub fn growth(stats: &TrackerStats, first_ops: &[usize]) -> Growth {
         None => "unknown",
         Some(per) => {
             // the highest allocated over the iterations measured: the scale of "small"
-            let from = first_ops.get(WARMUP_ITERATIONS).copied().unwrap_or(0);
-            let peak = (stats.allocated[from..].iter())
-                .copied()
+            let peak = (compared.iter().skip(WARMUP_ITERATIONS))
+                .map(|it| it.peak_allocated_bytes)
                 .filter(|x| !x.is_nan())
                 .fold(0.0, f64::max);
             if (per * steps as f64).abs() <= FLAT_SHARE * peak {
@@ -126,13 +144,20 @@ pub fn growth(stats: &TrackerStats, first_ops: &[usize]) -> Growth {
     };
     Growth {
         iterations,
-        warmup_iterations: WARMUP_ITERATIONS.min(iterations),
+        compared: if compared.len() < iterations {
+            "training steps"
+        } else {
+            "iterations"
+        },
+        inference_calls_left_out: iterations - compared.len(),
+        warmup_iterations: WARMUP_ITERATIONS.min(compared.len()),
         allocated_at_start_bytes: starts,
         bytes_per_iteration,
         rising_steps,
         steps,
         verdict,
-        categories: category_growth(stats),
+        categories: category_growth(stats, &measured_iterations),
+        measured_iterations,
         retained_iterations_checked: retained.map(|r| r.iterations),
         ops: retained.map_or_else(Vec::new, retained_ops),
         modules: retained.map_or_else(Vec::new, retained_modules),
@@ -180,13 +205,15 @@ fn retained_modules(r: &Retained) -> Vec<RetainedRow> {
     rows
 }
 
-/// Per category, the mean change per iteration after warm-up of the bytes at the first module's
-/// first Pre-Forward (the start of the forward), from a record file's module breakdown.
-fn category_growth(stats: &TrackerStats) -> Vec<CategoryGrowth> {
+/// Per category, the mean change per iteration measured (`measured`: their numbers) of the
+/// bytes at the first module's first Pre-Forward (the start of the forward), from a record
+/// file's module breakdown.
+fn category_growth(stats: &TrackerStats, measured: &[usize]) -> Vec<CategoryGrowth> {
     let Some(r) = &stats.record else {
         return Vec::new();
     };
-    let at_forward: Vec<[i64; 7]> = (r.modules.iter().skip(WARMUP_ITERATIONS))
+    let at_forward: Vec<[i64; 7]> = (r.modules.iter())
+        .filter(|it| measured.binary_search(&it.iteration).is_ok())
         .filter_map(|it| {
             let first = it.modules.first()?;
             let snap = first.state(ModState::PreForward)?.calls.first()?;

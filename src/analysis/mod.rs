@@ -12,6 +12,7 @@ pub mod diff;
 pub mod ending;
 pub mod groups;
 pub mod growth;
+pub mod iteration_kinds;
 pub mod leaks;
 pub mod memviz;
 pub mod modules;

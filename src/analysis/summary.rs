@@ -2,10 +2,10 @@
 
 use serde::Serialize;
 
-use crate::analysis::modules::natural_cmp;
-use crate::model::{
-    Marker, ModState, ModuleStats, RecordInfo, Series, TrackerStats, Unmeasured, CATEGORIES,
-};
+use crate::model::{Marker, RecordInfo, Series, TrackerStats, Unmeasured};
+
+use super::iteration_kinds::{self, InferenceCalls};
+pub use super::iteration_kinds::{ModulePeak, ModulePeaks};
 
 /// `summary` of a tracker stats file: peaks, the forward/backward split, the top ops.
 #[derive(Debug, Serialize)]
@@ -28,8 +28,13 @@ pub struct TrackerSummary {
     pub markers: Vec<Marker>,
     /// memtrack's own extension of the file; None for a plain MemoryTracker file.
     pub record: Option<RecordInfo>,
-    /// Per-module peaks of the last iteration (files from `memtrack record`).
+    /// Per-module peaks of the training step with the highest peak, or of the last
+    /// iteration where none trains (files from `memtrack record`).
     pub module_peaks: Option<ModulePeaks>,
+    /// The forward-only calls (evaluation, generation) of a file that also has training
+    /// steps: their count and peak; None where the iterations are of one kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inference_calls: Option<InferenceCalls>,
     /// The driver-level (NVML) series' peaks, where `record` sampled them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub device_peaks: Vec<DevicePeak>,
@@ -142,83 +147,6 @@ fn device_peaks(stats: &TrackerStats) -> Vec<DevicePeak> {
         .collect()
 }
 
-/// MemTracker's Peak-Forward / Peak-Backward totals per module: the most memory in use while
-/// the module's forward (backward) ran.
-#[derive(Debug, Serialize)]
-pub struct ModulePeaks {
-    /// The 1-based number of the iteration shown (the last one recorded).
-    pub iteration: usize,
-    /// How many iterations the record's module breakdown holds.
-    pub iterations: usize,
-    /// Modules deeper than this are left out ([`MODULE_PEAK_DEPTH`]).
-    pub max_depth: usize,
-    /// Modules down to `max_depth`, in natural order of their names.
-    pub modules: Vec<ModulePeak>,
-}
-
-/// A module's memory at its peaks, from a record's module breakdown.
-#[derive(Debug, Serialize)]
-pub struct ModulePeak {
-    /// The module's fully qualified name (`MLP.blocks.0`).
-    pub module: String,
-    /// Bytes of the module's own parameters.
-    pub parameter_bytes: i64,
-    /// Highest Peak-Forward total over its calls, in bytes; None if its forward never ran.
-    pub peak_forward_bytes: Option<i64>,
-    /// Highest Peak-Backward total over its calls, in bytes; None if its backward never ran.
-    pub peak_backward_bytes: Option<i64>,
-    /// The largest category in the higher of the two peaks, and its bytes.
-    pub top_category: Option<(&'static str, i64)>,
-}
-
-/// Modules down to this depth appear in the summary (`modules` shows any depth).
-pub const MODULE_PEAK_DEPTH: usize = 2;
-
-fn module_peaks(record: &RecordInfo) -> Option<ModulePeaks> {
-    let last = record.modules.last()?;
-    let mut modules: Vec<&ModuleStats> = last
-        .modules
-        .iter()
-        .filter(|m| m.depth() <= MODULE_PEAK_DEPTH)
-        .collect();
-    modules.sort_by(|a, b| natural_cmp(&a.fqn, &b.fqn));
-    let modules = modules
-        .into_iter()
-        .map(|m| {
-            let best = [ModState::PeakForward, ModState::PeakBackward]
-                .iter()
-                .filter_map(|&s| m.state(s))
-                .flat_map(|s| s.calls.iter())
-                .max_by_key(|snap| snap.total());
-            let top_category = best.and_then(|snap| {
-                let mut by = [0i64; 7];
-                for d in &snap.0 {
-                    for (slot, b) in by.iter_mut().zip(d.by_category) {
-                        *slot += b;
-                    }
-                }
-                by.iter()
-                    .enumerate()
-                    .max_by_key(|(_, b)| **b)
-                    .map(|(i, b)| (CATEGORIES[i], *b))
-            });
-            ModulePeak {
-                module: m.fqn.clone(),
-                parameter_bytes: m.parameter_bytes,
-                peak_forward_bytes: m.max_total(ModState::PeakForward),
-                peak_backward_bytes: m.max_total(ModState::PeakBackward),
-                top_category,
-            }
-        })
-        .collect();
-    Some(ModulePeaks {
-        iteration: last.iteration,
-        iterations: record.modules.len(),
-        max_depth: MODULE_PEAK_DEPTH,
-        modules,
-    })
-}
-
 /// The peak of one series: its bytes and the op where it was reached.
 #[derive(Debug, Serialize)]
 pub struct Peak {
@@ -287,6 +215,9 @@ pub struct Iteration {
     /// longer run, its first, the one with the highest peak and its last (`--all-iterations`
     /// shows all).
     pub shown: bool,
+    /// `training step` (a backward or an optimizer step ran in it) or `inference` (forward
+    /// only: evaluation, generation).
+    pub kind: &'static str,
 }
 
 impl TrackerSummary {
@@ -324,18 +255,21 @@ pub fn tracker_summary(stats: &TrackerStats, top: usize) -> TrackerSummary {
         })
         .collect::<Vec<Peak>>();
     let phases = phases(stats);
+    let iterations = iterations(stats, &phases);
     TrackerSummary {
         ops: n,
         op_index: stats.op_index,
         num_alloc_retries: stats.num_alloc_retries,
-        growth: super::growth::growth(stats, &iteration_first_ops(&phases)),
+        growth: super::growth::growth(stats, &iterations),
         raised: super::ending::raised(stats),
-        iterations: iterations(stats, &phases),
+        module_peaks: (stats.record.as_ref())
+            .and_then(|r| iteration_kinds::module_peaks(r, &iterations)),
+        inference_calls: iteration_kinds::inference_calls(stats, &iterations),
+        iterations,
         phases,
         top_ops: top_ops(stats, top),
         markers: stats.markers.clone(),
         record: stats.record.clone(),
-        module_peaks: stats.record.as_ref().and_then(module_peaks),
         device_peaks: device_peaks(stats),
         peaks_inside_ops: peaks_inside_ops(stats, &peaks),
         unmeasured: stats
@@ -389,7 +323,7 @@ fn counted(of: &[&Unmeasured], how: &str) -> String {
 }
 
 /// Index and value of the first maximum in `v[from..to]`, skipping NaN.
-pub(super) fn argmax(v: &[f64], from: usize, to: usize) -> Option<(usize, f64)> {
+pub(crate) fn argmax(v: &[f64], from: usize, to: usize) -> Option<(usize, f64)> {
     let mut best: Option<(usize, f64)> = None;
     for (i, &x) in v.iter().enumerate().take(to).skip(from) {
         if !x.is_nan() && best.is_none_or(|(_, b)| x > b) {
@@ -688,11 +622,15 @@ fn iterations(stats: &TrackerStats, phases: &[Phase]) -> Vec<Iteration> {
                 allocated_change_bytes: 0.0,
                 same_as: p.iteration,
                 shown: true,
+                kind: iteration_kinds::INFERENCE,
             });
             shapes.push(Vec::new());
         }
         let it = out.last_mut().unwrap();
         it.end_op = p.end_op;
+        if iteration_kinds::trains(p) {
+            it.kind = iteration_kinds::TRAINING_STEP;
+        }
         if it.peak_allocated_bytes.is_nan() || p.peak_allocated_bytes > it.peak_allocated_bytes {
             it.peak_allocated_bytes = p.peak_allocated_bytes;
         }
@@ -725,20 +663,6 @@ fn iterations(stats: &TrackerStats, phases: &[Phase]) -> Vec<Iteration> {
         k = run_end;
     }
     out
-}
-
-/// Each iteration's first op, iteration 1 first (setup, iteration 0, is none): where the
-/// iterations `phases` delimits begin.
-fn iteration_first_ops(phases: &[Phase]) -> Vec<usize> {
-    let mut firsts: Vec<(usize, usize)> = Vec::new();
-    for p in phases.iter().filter(|p| p.iteration > 0) {
-        match firsts.iter_mut().find(|(i, _)| *i == p.iteration) {
-            Some((_, first)) => *first = (*first).min(p.first_op),
-            None => firsts.push((p.iteration, p.first_op)),
-        }
-    }
-    firsts.sort_unstable();
-    firsts.into_iter().map(|(_, op)| op).collect()
 }
 
 #[cfg(test)]
@@ -859,6 +783,61 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(shown, vec![1, 4, 5], "first, peak, last");
         assert!(sum.iterations.iter().all(|it| it.same_as == 1));
+    }
+
+    #[test]
+    fn growth_compares_training_steps_and_inference_calls_are_their_own_part() {
+        // three training steps, each back at 10 when the next starts, then two evaluation
+        // calls that start higher (their inputs, a larger batch)
+        let mut names = Vec::new();
+        for _ in 0..3 {
+            names.extend(["Net.forward.mm_0", "Net.backward.mm_0", "SGD.step.add_0"]);
+        }
+        for _ in 0..2 {
+            names.extend(["Net.forward.mm_0", "Global.forward.argmax_0"]);
+        }
+        let alloc = [
+            5.0, 3.0, 10.0, 15.0, 12.0, 10.0, 15.0, 12.0, 10.0, 30.0, 20.0, 40.0, 5.0,
+        ];
+        let s = recorded(&names, &alloc, &[0, 3, 6, 9, 11], &[0, 3, 6, 9, 11]);
+        let sum = tracker_summary(&s, 5);
+        let kinds: Vec<&str> = sum.iterations.iter().map(|it| it.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                "training step",
+                "training step",
+                "training step",
+                "inference",
+                "inference"
+            ]
+        );
+        let g = &sum.growth;
+        assert_eq!(
+            (g.compared, g.inference_calls_left_out),
+            ("training steps", 2)
+        );
+        assert_eq!(g.measured_iterations, [2, 3]);
+        assert_eq!(g.allocated_at_start_bytes, [10.0, 10.0]);
+        assert_eq!(
+            g.verdict, "flat",
+            "the evaluations' higher starts are not growth"
+        );
+        let calls = sum.inference_calls.as_ref().expect("inference calls");
+        assert_eq!((calls.calls, calls.iterations.as_slice()), (2, &[4, 5][..]));
+        assert_eq!(
+            (
+                calls.peak_iteration,
+                calls.peak_op_index,
+                calls.peak_allocated_bytes
+            ),
+            (5, 11, 40.0)
+        );
+        // the same file without its training steps: all inference, compared as iterations
+        let s = recorded(&names[9..], &alloc[9..], &[0, 2], &[0, 2]);
+        let sum = tracker_summary(&s, 5);
+        assert!(sum.inference_calls.is_none());
+        assert_eq!(sum.growth.compared, "iterations");
     }
 
     #[test]

@@ -11,23 +11,35 @@ use super::table::Table;
 /// One paragraph saying whether memory grows across iterations, by how much, and in which
 /// categories.
 pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
+    let training = g.compared == "training steps";
     let measured = |g: &Growth| {
-        format!(
-            "iterations {}-{}",
-            g.warmup_iterations + 1,
-            g.warmup_iterations + g.allocated_at_start_bytes.len()
-        )
+        let numbers = number_ranges(&g.measured_iterations);
+        if training {
+            format!("the training steps of iterations {numbers}")
+        } else {
+            format!("iterations {numbers}")
+        }
+    };
+    let what = if training {
+        ("training step", "training steps")
+    } else {
+        ("iteration", "iterations")
     };
     let text = match (g.verdict, g.bytes_per_iteration) {
         (_, None) if g.iterations == 0 => {
             "Unknown: the file has no fw_start markers, so no iterations to compare.".to_string()
         }
         ("unknown", _) | (_, None) => format!(
-            "Unknown: {} iteration{} (the first is warm-up; at least {} are needed to \
-             compare the start of one iteration with the next){}.",
-            g.iterations,
-            if g.iterations == 1 { "" } else { "s" },
+            "Unknown: {} {} (the first is warm-up; at least {} are needed to \
+             compare the start of one {} with the next){}.",
+            g.iterations - g.inference_calls_left_out,
+            if g.iterations - g.inference_calls_left_out == 1 {
+                what.0
+            } else {
+                what.1
+            },
             g.warmup_iterations.max(1) + 2,
+            what.0,
             if g.iterations <= 1 {
                 ". A MemoryTracker file keeps only the last iteration's markers; `memtrack \
                  record` keeps every iteration"
@@ -36,8 +48,9 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
             }
         ),
         ("flat", Some(_)) => format!(
-            "Flat: allocated at the start of each iteration after warm-up ({}) stays \
+            "Flat: allocated at the start of each {} after warm-up ({}) stays \
              at {}.",
+            what.0,
             measured(g),
             format_bytes(g.allocated_at_start_bytes[0], units),
         ),
@@ -45,9 +58,9 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
             let first = g.allocated_at_start_bytes[0];
             let last = g.allocated_at_start_bytes[g.allocated_at_start_bytes.len() - 1];
             let how = match verdict {
-                "grows" => "retained per iteration after warm-up".to_string(),
-                "shrinks" => "per iteration after warm-up: memory is given back".to_string(),
-                _ => "per iteration after warm-up on average, up and down".to_string(),
+                "grows" => format!("retained per {} after warm-up", what.0),
+                "shrinks" => format!("per {} after warm-up: memory is given back", what.0),
+                _ => format!("per {} after warm-up on average, up and down", what.0),
             };
             let mut s = format!(
                 "{} {how} ({}: allocated at each start rose at {} of {} steps, {} to \
@@ -72,8 +85,22 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
             s
         }
     };
-    doc.heading("Growth across iterations");
+    doc.heading(if training {
+        "Growth across training steps"
+    } else {
+        "Growth across iterations"
+    });
     doc.para(&text);
+    if training {
+        let n = g.inference_calls_left_out;
+        doc.para(&format!(
+            "{n} inference call{} (forward only) left out: {} start{} at another point of \
+             the program than a step; they are reported under Inference calls.",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "it" } else { "they" },
+            if n == 1 { "s" } else { "" },
+        ));
+    }
     if let Some(checked) = g.retained_iterations_checked.filter(|_| !g.ops.is_empty()) {
         doc.para(&format!(
             "Allocations still alive two iterations after the one that made them ({checked} \
@@ -101,5 +128,34 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
             .map(|m| format!("{} {}", m.name, format_bytes(m.bytes_per_iteration, units)))
             .collect();
         doc.para(&format!("By module: {}.", modules.join(", ")));
+    }
+}
+
+/// 1-based numbers as ranges: `2-4, 6, 8-9`.
+pub(super) fn number_ranges(numbers: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut k = 0;
+    while k < numbers.len() {
+        let mut j = k;
+        while j + 1 < numbers.len() && numbers[j + 1] == numbers[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j == k {
+            numbers[k].to_string()
+        } else {
+            format!("{}-{}", numbers[k], numbers[j])
+        });
+        k = j + 1;
+    }
+    parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn numbers_read_as_ranges() {
+        assert_eq!(super::number_ranges(&[2, 3, 4, 6, 8, 9]), "2-4, 6, 8-9");
+        assert_eq!(super::number_ranges(&[5]), "5");
+        assert_eq!(super::number_ranges(&[]), "");
     }
 }

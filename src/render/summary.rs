@@ -181,10 +181,25 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
             ]);
         }
         doc.heading(&format!(
-            "Module peaks (iteration {} of {}, depth <= {}): all memory in use while the module ran, its own or not, and the category with the most of it then; `memtrack modules` for all",
-            mp.iteration, mp.iterations, mp.max_depth
+            "Module peaks (iteration {} of {}, {}, depth <= {}): all memory in use while the module ran, its own or not, and the category with the most of it then; `memtrack modules --iteration N` for another iteration",
+            mp.iteration, mp.iterations, mp.chosen, mp.max_depth
         ));
         doc.table(&t);
+    }
+
+    if let Some(c) = &s.inference_calls {
+        doc.heading("Inference calls");
+        doc.para(&format!(
+            "{} forward-only call{} (no backward, no optimizer step) beside the training steps, in iteration{} {}: peak allocated {} at op {} ({}) in iteration {}.",
+            thousands(c.calls),
+            if c.calls == 1 { "" } else { "s" },
+            if c.calls == 1 { "" } else { "s" },
+            super::growth::number_ranges(&c.iterations),
+            format_bytes(c.peak_allocated_bytes, units),
+            thousands(c.peak_op_index),
+            c.peak_op,
+            c.peak_iteration,
+        ));
     }
 
     super::growth::write(doc, &s.growth, units);

@@ -87,6 +87,12 @@ class ModuleTracker:
         self.gtid = torch._C._current_graph_task_id
         self.engine = torch.autograd.Variable._execution_engine
         self.grad_acc = _get_grad_fn_or_grad_acc
+        functorch = getattr(torch._C, "_functorch", None)
+        self.functorch_level = getattr(functorch, "maybe_current_level", lambda: None)
+        self.is_wrapped = getattr(functorch, "is_functorch_wrapped_tensor", None)
+        self.unwrap = getattr(functorch, "get_unwrapped", None)
+        if self.is_wrapped is None or self.unwrap is None:
+            self.functorch_level = lambda: None
         self.tree_flatten = tree_flatten
         # the main thread's (and every thread Python did not start: autograd's device
         # threads run its backward); threads the program started have their own
@@ -145,8 +151,28 @@ class ModuleTracker:
         return total
 
     def grad_tensors(self, leaves):
+        """The tensors among leaves whose gradients a backward computes. Under a torch.func
+        transform (vmap) a module sees functorch's wrappers, which do not require grad where
+        the tensor they wrap does (vmap of a forward whose backward runs outside it): the
+        wrapped tensor's autograd node is the one a backward runs, so hooks go on it."""
         Tensor = self.Tensor
-        return [a for a in leaves if isinstance(a, Tensor) and a.requires_grad]
+        out = []
+        transformed = None
+        for a in leaves:
+            if not isinstance(a, Tensor):
+                continue
+            if a.requires_grad:
+                out.append(a)
+                continue
+            if transformed is None:
+                transformed = self.functorch_level() is not None
+            if transformed:
+                while self.is_wrapped(a):
+                    a = self.unwrap(a)
+                    if a.requires_grad:
+                        out.append(a)
+                        break
+        return out
 
     @staticmethod
     def passes_through(outputs, inputs):
