@@ -3,6 +3,7 @@ outputs' and inputs' gradients (ModuleTracker.on_grads). Each fn given (the trac
 backward_starts / backward_ends) reports its own failures.
 """
 
+from . import ops
 from .transport import internal_error
 
 _will_engine_execute_node = None  # bound by bind()
@@ -43,6 +44,9 @@ def _last(fn, gtid, nodes):
     runs (register_multi_grad_hook's "all")."""
     left = {}
     will_run = _will_engine_execute_node
+    weak = _weakly(nodes)
+    if weak is not None:
+        live, nodes = weak  # the hook holds no node: no reference cycle (_weakly)
 
     def hook(grad_outputs):
         try:
@@ -50,7 +54,7 @@ def _last(fn, gtid, nodes):
             n = left.get(k)
             if n is None:
                 n = 0
-                for node in nodes:
+                for node in nodes if weak is None else live(nodes):
                     if will_run(node):
                         n += 1
             n -= 1
@@ -64,6 +68,21 @@ def _last(fn, gtid, nodes):
         fn()
 
     return hook
+
+
+def _weakly(nodes):
+    """(live_nodes, capsule): the nodes held weakly by the compiled observer (observer.cpp,
+    weak_nodes), or None where it is not loaded or one is a custom Function's node. A hook
+    on a node that holds the node (or a sibling) is a reference cycle per module call, which
+    only the collector's full collections free: every few thousand ops, one the program alone
+    never has (docs/record.md, Python's garbage collections)."""
+    ext = ops._native
+    if ext is None:
+        return None
+    try:
+        return ext.live_nodes, ext.weak_nodes(nodes)
+    except Exception:  # TypeError: a custom Function's node; an older build: no weak_nodes
+        return None
 
 
 def on_grads(tracker, tensors, fn, mode):
