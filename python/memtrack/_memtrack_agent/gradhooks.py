@@ -39,12 +39,14 @@ def _first(fn, gtid):
     return hook
 
 
-def _last(fn, gtid, nodes):
+def _last(fn, gtid, nodes, weakly=True):
     """The last of several nodes to run in each backward, counting only those this backward
     runs (register_multi_grad_hook's "all")."""
     left = {}
     will_run = _will_engine_execute_node
-    weak = _weakly(nodes)
+    # a leaf's gradient accumulator lives only while something holds it (the leaf holds it
+    # weakly): on_leaf_grads keeps them, and its hooks go at the end of the backward anyway
+    weak = _weakly(nodes) if weakly else None
     if weak is not None:
         live, nodes = weak  # the hook holds no node: no reference cycle (_weakly)
 
@@ -145,7 +147,7 @@ def on_leaf_grads(tracker, nodes, leaves, fn, mode):
         hook = _first(once, tracker.gtid)
     else:
         accs = [tracker.grad_acc(t) for t in leaves]
-        hook = _last(once, tracker.gtid, nodes + accs)
+        hook = _last(once, tracker.gtid, nodes + accs, weakly=False)
     for n in nodes:
         n.register_prehook(hook)
 
