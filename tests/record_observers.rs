@@ -341,3 +341,47 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// The `gc` line of tests/py/gc_generations.py: (collections by generation, objects the
+/// collector tracks left per step).
+fn gc_counts(stdout: &str) -> (Vec<u64>, f64) {
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("gc "))
+        .unwrap_or_else(|| panic!("no gc line in {stdout:?}"));
+    let j: Value = serde_json::from_str(line).unwrap();
+    let gens = j["collections"].as_array().unwrap();
+    let gens = gens.iter().map(|g| g.as_u64().unwrap()).collect();
+    (gens, j["left_per_step"].as_f64().unwrap())
+}
+
+/// A loop of small modules under the compiled observer (`auto`'s choice here) leaves no
+/// garbage behind and sets off no full collection the program alone does not have: the module
+/// tracker's hooks on autograd nodes hold them weakly (observer.cpp, weak_nodes). Holding them
+/// in the hook left 360 objects a step in reference cycles, and 2 full collections (a
+/// 100-200 ms stall each) in 400 steps the program alone never has.
+#[test]
+fn a_loop_of_small_modules_sets_off_no_full_collection() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let alone = std::process::Command::new(&py)
+        .arg(script("gc_generations.py"))
+        .output()
+        .unwrap();
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let (alone_gens, alone_left) = gc_counts(&String::from_utf8_lossy(&alone.stdout));
+    let stdout = stdout_under_the_compiled_observer(dir.path(), &py, "gc_generations.py", &[]);
+    let (gens, left) = gc_counts(&stdout);
+    assert!(
+        left <= alone_left + 1.0,
+        "{left} objects left a step (alone {alone_left})"
+    );
+    assert!(
+        gens[2] <= alone_gens[2],
+        "{gens:?} collections by generation, alone {alone_gens:?}"
+    );
+}

@@ -3,6 +3,7 @@ outputs' and inputs' gradients (ModuleTracker.on_grads). Each fn given (the trac
 backward_starts / backward_ends) reports its own failures.
 """
 
+from . import ops
 from .transport import internal_error
 
 _will_engine_execute_node = None  # bound by bind()
@@ -38,11 +39,16 @@ def _first(fn, gtid):
     return hook
 
 
-def _last(fn, gtid, nodes):
+def _last(fn, gtid, nodes, weakly=True):
     """The last of several nodes to run in each backward, counting only those this backward
     runs (register_multi_grad_hook's "all")."""
     left = {}
     will_run = _will_engine_execute_node
+    # a leaf's gradient accumulator lives only while something holds it (the leaf holds it
+    # weakly): on_leaf_grads keeps them, and its hooks go at the end of the backward anyway
+    weak = _weakly(nodes) if weakly else None
+    if weak is not None:
+        live, nodes = weak  # the hook holds no node: no reference cycle (_weakly)
 
     def hook(grad_outputs):
         try:
@@ -50,7 +56,7 @@ def _last(fn, gtid, nodes):
             n = left.get(k)
             if n is None:
                 n = 0
-                for node in nodes:
+                for node in nodes if weak is None else live(nodes):
                     if will_run(node):
                         n += 1
             n -= 1
@@ -64,6 +70,21 @@ def _last(fn, gtid, nodes):
         fn()
 
     return hook
+
+
+def _weakly(nodes):
+    """(live_nodes, capsule): the nodes held weakly by the compiled observer (observer.cpp,
+    weak_nodes), or None where it is not loaded or one is a custom Function's node. A hook
+    on a node that holds the node (or a sibling) is a reference cycle per module call, which
+    only the collector's full collections free: every few thousand ops, one the program alone
+    never has (docs/record.md, Python's garbage collections)."""
+    ext = ops._native
+    if ext is None:
+        return None
+    try:
+        return ext.live_nodes, ext.weak_nodes(nodes)
+    except Exception:  # TypeError: a custom Function's node; an older build: no weak_nodes
+        return None
 
 
 def on_grads(tracker, tensors, fn, mode):
@@ -126,7 +147,7 @@ def on_leaf_grads(tracker, nodes, leaves, fn, mode):
         hook = _first(once, tracker.gtid)
     else:
         accs = [tracker.grad_acc(t) for t in leaves]
-        hook = _last(once, tracker.gtid, nodes + accs)
+        hook = _last(once, tracker.gtid, nodes + accs, weakly=False)
     for n in nodes:
         n.register_prehook(hook)
 

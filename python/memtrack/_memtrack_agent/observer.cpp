@@ -44,6 +44,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Storage.h>
+#include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <atomic>
@@ -335,8 +336,68 @@ PyObject* guarded(PyObject*, PyObject* const* args, Py_ssize_t n) {
   Py_RETURN_NONE;
 }
 
+// ---- weak references to autograd nodes, for the module tracker's "all" hooks (gradhooks._last):
+// a hook on each of several nodes that counts, in each backward, those the backward will run.
+// Holding the nodes' Python objects in the hook, which each node holds, would make a reference
+// cycle per module call (node -> its pre-hooks -> the hook -> the nodes): garbage that only
+// the collector's full collections free, and every one of them promoted into the oldest
+// generation, so that a loop of small modules set off a full collection (100-200 ms with
+// torch imported) every few thousand ops that the program alone never has. A capsule of weak
+// node pointers holds nothing Python sees: no cycle, nothing for the collector to track.
+
+struct WeakNodes {
+  std::vector<c10::weak_intrusive_ptr<torch::autograd::Node>> nodes;
+};
+
+const char* const WEAK_NODES = "memtrack.weak_nodes";
+
+void free_weak_nodes(PyObject* capsule) {
+  delete static_cast<WeakNodes*>(PyCapsule_GetPointer(capsule, WEAK_NODES));
+}
+
+// weak_nodes(nodes) -> capsule; TypeError where one is not a C++ node (a custom Function's)
+PyObject* weak_nodes(PyObject*, PyObject* seq) {
+  PyObject* fast = PySequence_Fast(seq, "weak_nodes(nodes): a sequence");
+  if (!fast) return nullptr;
+  auto held = std::make_unique<WeakNodes>();
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* o = PySequence_Fast_GET_ITEM(fast, i);
+    if (!torch::autograd::THPCppFunction_Check(o)) {
+      Py_DECREF(fast);
+      PyErr_SetString(PyExc_TypeError, "weak_nodes: not a C++ autograd node");
+      return nullptr;
+    }
+    held->nodes.emplace_back(reinterpret_cast<torch::autograd::THPCppFunction*>(o)->cdata);
+  }
+  Py_DECREF(fast);
+  PyObject* capsule = PyCapsule_New(held.get(), WEAK_NODES, free_weak_nodes);
+  if (capsule) held.release();
+  return capsule;
+}
+
+// live_nodes(capsule) -> [node, ...]: those still alive (a dead one runs in no backward)
+PyObject* live_nodes(PyObject*, PyObject* capsule) {
+  auto* held = static_cast<WeakNodes*>(PyCapsule_GetPointer(capsule, WEAK_NODES));
+  if (!held) return nullptr;
+  PyObject* list = PyList_New(0);
+  if (!list) return nullptr;
+  for (auto& weak : held->nodes) {
+    c10::intrusive_ptr<torch::autograd::Node> node = weak.lock();
+    if (!node) continue;
+    PyObject* o = torch::autograd::functionToPyObject(node);
+    if (!o || PyList_Append(list, o) < 0) {
+      Py_XDECREF(o);
+      Py_DECREF(list);
+      return nullptr;
+    }
+    Py_DECREF(o);
+  }
+  return list;
+}
+
 // ---- the module: install(on_op), attach(), uninstall(), op(id) -> (name, mutable), pause(), resume(),
-// guarded(fn, *args)
+// guarded(fn, *args), weak_nodes(nodes), live_nodes(capsule)
 
 PyObject* install(PyObject*, PyObject* fn) {
   if (handle != 0) {
@@ -419,6 +480,8 @@ PyMethodDef methods[] = {
     {"resume", resume, METH_NOARGS, "Undo one pause()."},
     {"guarded", (PyCFunction)(void (*)(void))guarded, METH_FASTCALL,
      "fn(*args), a signal's exception in it raised again in the program's code."},
+    {"weak_nodes", weak_nodes, METH_O, "A capsule of weak references to C++ autograd nodes."},
+    {"live_nodes", live_nodes, METH_O, "The nodes of a weak_nodes capsule still alive."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "memtrack_observer", nullptr, -1, methods};
