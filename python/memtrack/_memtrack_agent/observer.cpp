@@ -345,8 +345,22 @@ PyObject* guarded(PyObject*, PyObject* const* args, Py_ssize_t n) {
 // torch imported) every few thousand ops that the program alone never has. A capsule of weak
 // node pointers holds nothing Python sees: no cycle, nothing for the collector to track.
 
+// a node's Python object holds it by std::shared_ptr in older torch, by c10::intrusive_ptr in
+// newer: the weak pointer of whichever this torch has
+template <class P>
+struct WeakOf;
+template <class T>
+struct WeakOf<std::shared_ptr<T>> {
+  using type = std::weak_ptr<T>;
+};
+template <class T>
+struct WeakOf<c10::intrusive_ptr<T>> {
+  using type = c10::weak_intrusive_ptr<T>;
+};
+using WeakNode = WeakOf<decltype(torch::autograd::THPCppFunction::cdata)>::type;
+
 struct WeakNodes {
-  std::vector<c10::weak_intrusive_ptr<torch::autograd::Node>> nodes;
+  std::vector<WeakNode> nodes;
 };
 
 const char* const WEAK_NODES = "memtrack.weak_nodes";
@@ -383,7 +397,7 @@ PyObject* live_nodes(PyObject*, PyObject* capsule) {
   PyObject* list = PyList_New(0);
   if (!list) return nullptr;
   for (auto& weak : held->nodes) {
-    c10::intrusive_ptr<torch::autograd::Node> node = weak.lock();
+    auto node = weak.lock();
     if (!node) continue;
     PyObject* o = torch::autograd::functionToPyObject(node);
     if (!o || PyList_Append(list, o) < 0) {
