@@ -39,6 +39,51 @@ fn start_loop_sleeping_in_backward(
     (child, facts)
 }
 
+/// A Python that imports torch, runs `prelude`, says it is ready, sleeps 3 s in short steps
+/// (bytecodes between them) and prints `ok`; started, and seen ready.
+fn start_sleeper(py: &Path, dir: &Path, prelude: &str) -> Child {
+    let ready = dir.join("sleeper-ready");
+    let child = Command::new(py)
+        .arg("-c")
+        .arg(format!(
+            "import sys, time, torch\n{prelude}\nopen(sys.argv[1], 'w').close()\n\
+             for _ in range(60): time.sleep(0.05)\nprint('ok')"
+        ))
+        .arg(&ready)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&[ready], "the program never got ready");
+    child
+}
+
+/// Whether the tests run as root (setpriv's changes need it); if not, says what is skipped.
+fn root_or_skip(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("SKIPPED: the tests do not run as root, setpriv cannot {what}");
+    }
+    root
+}
+
+/// `memtrack attach PID --duration 1s` in `dir`, run through `setpriv SETPRIV… --`:
+/// (exit code, stderr).
+fn attach_through_setpriv(setpriv: &[&str], dir: &Path, pid: u32) -> (i32, String) {
+    let o = Command::new("setpriv")
+        .args(setpriv)
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_memtrack"))
+        .current_dir(dir)
+        .args(["attach", &pid.to_string(), "--duration", "1s"])
+        .output()
+        .unwrap();
+    (
+        exit_code(o.status),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 /// Until every one of `files` exists (120 s at most: then `what` fails the test).
 fn wait_for(files: &[PathBuf], what: &str) {
     let start = Instant::now();
@@ -149,19 +194,7 @@ fn refusals_say_why_and_leave_the_process_as_it_was() {
     assert!(bare.wait().unwrap().success());
     // a torch outside the supported range (no such torch runs on this Python: the real one
     // is imported and says it is 2.99, as a torch newer than any tried would)
-    let ready = dir.path().join("imported");
-    let newer = Command::new(&py)
-        .args([
-            "-c",
-            "import sys, time, torch\ntorch.__version__ = '2.99.0'\n\
-             open(sys.argv[1], 'w').close()\n\
-             for _ in range(60): time.sleep(0.05)\nprint('ok')",
-        ])
-        .arg(&ready)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for(&[ready], "torch never imported");
+    let newer = start_sleeper(&py, dir.path(), "torch.__version__ = '2.99.0'");
     let (code, err) = attach(dir.path(), newer.id(), &["--duration", "1s"]);
     assert_eq!(code, 2, "{err}");
     assert!(
@@ -334,28 +367,14 @@ fn a_torchrun_launchers_pid_records_each_rank_in_its_own_file() {
 #[test]
 fn another_users_process_is_refused_with_how_to_attach() {
     let Some(py) = python() else { return };
-    // SAFETY: geteuid has no preconditions
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the tests do not run as root, setpriv cannot become nobody");
+    if !root_or_skip("become nobody") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let (c, _) = start_loop(&py, dir.path(), 150, 0);
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(env!("CARGO_BIN_EXE_memtrack"))
-        .args([
-            "attach",
-            &c.id().to_string(),
-            "-o",
-            "/tmp/never.pkl",
-            "--duration",
-            "1s",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let setpriv = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+    let (code, err) = attach_through_setpriv(&setpriv, dir.path(), c.id());
+    assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("belongs to root") && err.contains("sudo -u root"),
         "{err}"
@@ -366,37 +385,21 @@ fn another_users_process_is_refused_with_how_to_attach() {
 #[test]
 fn an_undumpable_process_without_cap_sys_ptrace_says_how_to_grant_it() {
     let Some(py) = python() else { return };
-    // SAFETY: geteuid has no preconditions
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the tests do not run as root, setpriv cannot drop a capability");
+    if !root_or_skip("drop a capability") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let ready = dir.path().join("ready");
     // a program that made itself undumpable (PR_SET_DUMPABLE 0, as some launchers and
     // setuid helpers do): only a tracer with CAP_SYS_PTRACE may look inside it
-    let target = Command::new(&py)
-        .args([
-            "-c",
-            "import ctypes, sys, time, torch\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n\
-             open(sys.argv[1], 'w').close()\n\
-             for _ in range(60): time.sleep(0.05)\nprint('ok')",
-        ])
-        .arg(&ready)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for(&[ready], "the program never got ready");
+    let target = start_sleeper(
+        &py,
+        dir.path(),
+        "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)",
+    );
     // memtrack as a container without CAP_SYS_PTRACE runs it
-    let o = Command::new("setpriv")
-        .args(["--bounding-set=-sys_ptrace", "--"])
-        .arg(env!("CARGO_BIN_EXE_memtrack"))
-        .current_dir(dir.path())
-        .args(["attach", &target.id().to_string(), "--duration", "1s"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
+    let (code, err) =
+        attach_through_setpriv(&["--bounding-set=-sys_ptrace"], dir.path(), target.id());
+    assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("lacks CAP_SYS_PTRACE") && err.contains("--cap-add=SYS_PTRACE"),
         "{err}"
