@@ -40,15 +40,31 @@ pub fn is_agent_file(filename: &str) -> bool {
 /// call takes where hooks are registered, as `memtrack record`'s global module hooks are (in a
 /// file the agent shows in, left out with its frames).
 pub fn is_hooks_inner_frame(filename: &str, function: &str) -> bool {
-    function == "inner"
-        && filename
-            .replace('\\', "/")
-            .ends_with("torch/nn/modules/module.py")
+    function == "inner" && path_ends_with(filename, "torch/nn/modules/module.py")
+}
+
+/// Whether `filename`'s last components are those of `tail` (`/`-separated), whichever
+/// separator the file uses.
+pub fn path_ends_with(filename: &str, tail: &str) -> bool {
+    let mut parts = filename.rsplit(['/', '\\']);
+    tail.rsplit('/').all(|part| parts.next() == Some(part))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_agent_file;
+    use super::{is_agent_file, path_ends_with};
+
+    #[test]
+    fn a_path_ends_with_whole_components_on_either_separator() {
+        assert!(path_ends_with(
+            "/venv/site-packages/torch/_ops.py",
+            "torch/_ops.py"
+        ));
+        assert!(path_ends_with(r"C:\venv\torch\_ops.py", "torch/_ops.py"));
+        assert!(path_ends_with("torch/_ops.py", "torch/_ops.py"));
+        assert!(!path_ends_with("/src/mytorch/_ops.py", "torch/_ops.py"));
+        assert!(!path_ends_with("_ops.py", "torch/_ops.py"));
+    }
 
     #[test]
     fn agent_files_are_the_package_and_the_old_single_file() {

@@ -146,15 +146,19 @@ impl ProfileTrace {
     /// its global module hooks bring. Every other range stays, nested as it was; nothing is
     /// done where no name is the agent's.
     pub fn drop_agent_ranges(&mut self) {
-        let file = |name: &str| name.rsplit_once('(').map_or(name, |(f, _)| f).to_owned();
+        // a python_function range's name is `path(line): function`
+        fn file(name: &str) -> &str {
+            name.rsplit_once('(').map_or(name, |(f, _)| f)
+        }
         let agent: Vec<bool> = (self.names.iter())
-            .map(|n| super::is_agent_file(&file(n)))
+            .map(|n| super::is_agent_file(file(n)))
             .collect();
         if !(self.ranges.iter()).any(|r| r.kind == RangeKind::Python && agent[r.name as usize]) {
             return;
         }
-        let op_call =
-            |n: &str| n.starts_with("<built-in method") || file(n).ends_with("torch/_ops.py");
+        let op_call = |n: &str| {
+            n.starts_with("<built-in method") || super::path_ends_with(file(n), "torch/_ops.py")
+        };
         // the Python ranges of each thread, outermost first where two start together
         let mut order: Vec<usize> = (0..self.ranges.len())
             .filter(|&i| self.ranges[i].kind == RangeKind::Python)
@@ -177,7 +181,7 @@ impl ProfileTrace {
             let in_agent = open.last().is_some_and(|&o| agent[r[o].name as usize]);
             let hooks_inner = name
                 .rsplit_once(": ")
-                .is_some_and(|(f, func)| super::is_hooks_inner_frame(&file(f), func));
+                .is_some_and(|(f, func)| super::is_hooks_inner_frame(file(f), func));
             drop[i] = agent[r[i].name as usize] || hooks_inner || (in_agent && op_call(name));
             open.push(i);
         }
@@ -187,9 +191,7 @@ impl ProfileTrace {
             !drop[k - 1]
         });
     }
-}
 
-impl ProfileTrace {
     pub fn name(&self, id: u32) -> &str {
         &self.names[id as usize]
     }

@@ -120,7 +120,7 @@ impl Stacks {
                     Kind::Agent
                 } else if super::is_hooks_inner_frame(file, self.str(f.name)) {
                     Kind::HooksInner
-                } else if file.replace('\\', "/").ends_with("torch/_ops.py") {
+                } else if super::path_ends_with(file, "torch/_ops.py") {
                     Kind::OpCall
                 } else if file.ends_with(".py") {
                     Kind::Python
