@@ -1,12 +1,13 @@
 //! What `memtrack record` adds to a program's stacks (its agent's functions and the op calls
 //! they make) is left out wherever memtrack shows or groups stacks: a profiler trace taken
-//! inside a recorded program reads as the same program's trace taken alone.
+//! inside a recorded program reads as the same program's trace taken alone, and an H100
+//! snapshot taken by `record --snapshot` shows none of the agent's frames.
 
 mod common;
 
 use std::path::Path;
 
-use common::{python, record, script, stdout};
+use common::{fixture, python, record, script, stdout};
 
 /// `text` without the addresses Python prints in built-ins' names (`at 0x7f…`).
 fn without_addresses(text: &str) -> String {
@@ -81,4 +82,40 @@ fn a_profiler_trace_taken_under_record_reads_as_the_program_alone() {
     a.sort();
     r.sort();
     assert_eq!(r, a);
+}
+
+#[test]
+fn a_snapshot_taken_under_record_shows_none_of_the_agents_frames() {
+    // `record --backend cuda --snapshot` on an H100 (fixtures/snapshots/README.md): every
+    // allocation of the program was made inside the agent's __torch_dispatch__
+    let snap = fixture("snapshots/h100_gpt2_train_exit.pickle");
+    let raw = std::fs::read(&snap).unwrap();
+    assert!(
+        raw.windows(15).any(|w| w == b"_memtrack_agent"),
+        "the capture holds the agent's frames"
+    );
+    let folded = stdout(&["top", snap.to_str().unwrap(), "--folded"]);
+    assert!(folded.lines().count() > 5, "{folded}");
+    for line in folded.lines() {
+        let frames: Vec<&str> = line.rsplit_once(' ').unwrap().0.split(';').collect();
+        for f in &frames {
+            assert!(!f.contains("_memtrack_agent"), "{f} in {line}");
+            assert!(
+                !f.starts_with("_ops.py:"),
+                "the agent's op call {f} in {line}"
+            );
+            assert!(
+                !f.starts_with("module.py:") || !f.ends_with(":inner"),
+                "{f} in {line}"
+            );
+        }
+    }
+    // the program's own frames stay, and so do torch's module calls
+    assert!(folded.contains("gpt2_train.py:"), "{folded}");
+    assert!(folded.contains(":_call_impl;"), "{folded}");
+    let top = stdout(&["top", snap.to_str().unwrap()]);
+    assert!(
+        !top.contains("_memtrack_agent") && !top.contains("_ops.py"),
+        "{top}"
+    );
 }
