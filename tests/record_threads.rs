@@ -139,6 +139,39 @@ fn two_threads_serving_two_models_are_recorded_with_their_calls_and_no_iteration
     }
 }
 
+/// A thread that ends leaves nothing of the agent's for its C++ destructors: left on its
+/// dispatch stack, the mode is dropped after join() returns, and when the interpreter is
+/// finalizing by then the program aborts at exit (std::terminate, SIGABRT).
+#[test]
+fn an_ending_thread_lets_go_of_the_observer_before_its_destructors_run() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    for observer in ["python", "compiled"] {
+        let out = dir.path().join(format!("ends-{observer}.pkl"));
+        let o = memtrack_process()
+            .args(["record", "--backend", "cpu", "--observer", observer, "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .arg(script("thread_ends_at_exit.py"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{observer}: {stdout}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            stdout.contains("modes dropped by thread destructors: 0"),
+            "{observer}: {stdout}"
+        );
+        let th = threads(&export(&out));
+        let names: Vec<&str> = th.iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["MainThread", "ends-at-exit"], "{observer}");
+    }
+}
+
 #[test]
 fn many_short_threads_running_forward_and_backward_are_all_recorded() {
     let Some(py) = python() else { return };

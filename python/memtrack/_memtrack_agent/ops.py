@@ -474,10 +474,15 @@ def leave_dispatch_stack():
     """Take the agent's mode off torch's dispatch stack, wherever it is, keeping the others in
     their order, and stop the compiled observer (a forked child, or the end of an in-process
     recording)."""
-    from torch.utils._python_dispatch import _pop_mode, _push_mode
-
     if _native is not None:
         _native.uninstall()
+    leave_this_threads_stack()
+
+
+def leave_this_threads_stack():
+    """Take the agent's mode off this thread's dispatch stack, keeping the others in order."""
+    from torch.utils._python_dispatch import _pop_mode, _push_mode
+
     C = state.torch._C
     others = []
     while C._len_torch_dispatch_stack() > 0:

@@ -36,6 +36,16 @@ def _enter_observer():
     _push_mode(ops.mode)
 
 
+def _leave_observer():
+    """Take the dispatch mode off this ending thread's stack while its Python still runs. Left
+    there, torch's thread-local destructor drops it after the thread's Python part has ended;
+    if the interpreter is finalizing by then (the main thread joined it and exited), taking
+    the GIL ends the thread inside that C++ destructor: std::terminate, SIGABRT. The compiled
+    observer's callback holds no Python object."""
+    if ops._native is None and ops.mode is not None:
+        ops.leave_this_threads_stack()
+
+
 def started(thread):
     """A threading.Thread starts running (in it): record it from here."""
     if not state.active or getattr(thread, "_memtrack_own", False):
@@ -73,6 +83,7 @@ def install():
         finally:
             if ident is not None:
                 try:
+                    _leave_observer()
                     ended(ident)
                 except Exception:  # interpreter shutdown
                     pass
