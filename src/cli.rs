@@ -565,7 +565,7 @@ pub struct RecordArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  memtrack attach 12345 --duration 30s -o run.pkl\n  memtrack attach 12345 -o run.pkl          (until Ctrl-C)\n  memtrack attach LAUNCHER_PID -o run.pkl   (torchrun: run.rank0.pkl, run.rank1.pkl, ...)\n\nThe process must be this user's, run Python with torch imported, and may be traced\n(docs/record.md, \"attach\")."
+    after_help = "Examples:\n  memtrack attach 12345 --duration 30s -o run.pkl\n  memtrack attach 12345 -o run.pkl          (until Ctrl-C)\n  memtrack attach LAUNCHER_PID -o run.pkl   (torchrun: run.rank0.pkl, run.rank1.pkl, ...)\n  memtrack attach 12345 --dump -o now         (CUDA: now.pid12345.dump.pickle, no recording)\n\nThe process must be this user's, run Python with torch imported, and may be traced\n(docs/record.md, \"attach\")."
 )]
 pub struct AttachArgs {
     /// The process to record; a torchrun launcher's: each of its ranks, a file per rank
@@ -589,6 +589,17 @@ pub struct AttachArgs {
     /// Python bytecode)
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub start_timeout: std::time::Duration,
+    /// CUDA: also record the allocator's history for the window and write an allocator
+    /// snapshot at its end (NAME.pid<PID>.detach.pickle)
+    #[arg(long, conflicts_with = "dump")]
+    pub snapshot: bool,
+    /// Allocator history entries kept for --snapshot (`max_entries`)
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    pub max_snapshot_entries: usize,
+    /// CUDA: record nothing; write an allocator snapshot and `memory_stats()` now
+    /// (NAME.pid<PID>.dump.pickle and .dump.memory_stats.json)
+    #[arg(long, conflicts_with_all = ["duration", "observer", "backend"])]
+    pub dump: bool,
 }
 
 /// `30s`, `500ms`, `2m`, `1h` or a number of seconds.

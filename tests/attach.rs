@@ -409,3 +409,46 @@ fn an_undumpable_process_without_cap_sys_ptrace_says_how_to_grant_it() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
     assert!(!dir.path().join("memtrack.pkl").exists());
 }
+
+#[test]
+fn the_cuda_snapshot_options_on_a_cpu_process_say_there_is_no_allocator() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let child = start_sleeper(&py, dir.path(), "");
+    let pid = child.id();
+    let (code, stderr) = attach(dir.path(), pid, &["--dump"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "process {pid} cannot be dumped: no allocator to dump: this process has not initialised CUDA"
+        )) && stderr.contains("runs on as it was"),
+        "{stderr}"
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let written: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("att"))
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
+
+    let (code, stderr) = attach(dir.path(), pid, &["--dump", "--duration", "1s"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--duration"), "{stderr}");
+
+    let (c, _) = start_loop(&py, dir.path(), 250, 0);
+    let pid = c.id();
+    let (code, stderr) = attach(dir.path(), pid, &["--snapshot", "--duration", "500ms"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "--snapshot: process {pid} records on the cpu backend: no allocator snapshot"
+        )),
+        "{stderr}"
+    );
+    assert!(c.wait_with_output().unwrap().status.success());
+    let j = export(&dir.path().join("att.pkl"));
+    assert!(j["ops"].as_array().unwrap().len() > 10);
+}

@@ -12,6 +12,9 @@ pub fn run(a: AttachArgs) -> Result<()> {
         backend: super::backend(a.backend),
         observer: super::observer(a.observer),
         start_timeout: a.start_timeout,
+        snapshot: a.snapshot,
+        max_snapshot_entries: a.max_snapshot_entries,
+        dump: a.dump,
     })?;
     std::process::exit(code)
 }

@@ -11,7 +11,7 @@ its exit handler and forgets the agent's modules. A program that exits during th
 ends the recording in its exit handler. Nothing here raises into the program.
 
 Each line sent on the socket is one JSON object: {"error": why} (nothing was installed),
-{"started": facts}, then {"stopped": how}.
+{"started": facts}, then {"stopped": how}; with `--dump`, {"dumped": facts} alone.
 """
 
 import json
@@ -127,6 +127,8 @@ def run(config_path, page):
     why = _refusal(config)
     if why is not None:
         _refuse(why)
+    elif config.get("dump"):
+        _dump(config["dump"])
     elif not _in_backward():
         _start(config)
     else:
@@ -146,6 +148,28 @@ def _refuse(why):
     _forget()
 
 
+def _dump(prefix):
+    """`attach --dump`: an allocator snapshot and the allocator's counters, now; nothing is
+    installed."""
+    from . import cuda
+
+    torch = sys.modules["torch"]
+    try:
+        if not torch.cuda.is_initialized():
+            _refuse("no allocator to dump: this process has not initialised CUDA")
+            return
+        path = cuda.snapshot_path(prefix, "dump")
+        torch.cuda.memory._dump_snapshot(path)
+        stats = dict(torch.cuda.memory_stats())
+        history = cuda.history_enabled(torch)
+    except BaseException as e:
+        _refuse(f"dumping: {type(e).__name__}: {e}")
+        return
+    _send({"dumped": {"snapshot": path, "memory_stats": stats, "history": history}})
+    _close()
+    _forget()
+
+
 def _start(config):
     """Start the recording (on the main thread, outside backward) and the thread that waits
     for the stop; or say why not."""
@@ -153,6 +177,7 @@ def _start(config):
         torch = sys.modules["torch"]
         held = _held_bytes(torch)
         state.attached = {"unix_time": time.time(), "held": held}
+        state.snapshot = config.get("snapshot")
         inprocess.start(torch, config["spool"], config["backend"], config["observer"])
     except BaseException as e:
         _refuse(f"starting the recording: {type(e).__name__}: {e}")

@@ -34,14 +34,35 @@ def setup(torch):
         message({"t": MSG_AGENT_ERROR, "text": f"torch.cuda._lazy_call: {e!r}"})
 
 
+def _snapshot_settings():
+    """(path prefix or None, history entries) of --snapshot."""
+    if state.snapshot is not None:
+        return state.snapshot["prefix"], int(state.snapshot["entries"])
+    prefix = os.environ.get("MEMTRACK_SNAPSHOT")
+    return prefix, int(os.environ.get("MEMTRACK_MAX_SNAPSHOT_ENTRIES", "100000"))
+
+
+def history_enabled(torch):
+    """Whether the allocator records its history now (the program may have turned it on)."""
+    try:
+        return bool(torch._C._cuda_isHistoryEnabled())
+    except Exception:
+        return False
+
+
 def _on_cuda_init():
     torch = state.torch
+    if not state.active:
+        return  # queued before a detach, run once the program initialised CUDA after it
+    prefix, entries = _snapshot_settings()
     # --cycles wants allocation stacks for the tensors it finds, as
     # torch.utils.viz._cycles.observe_tensor_cycles turns the history on
-    if os.environ.get("MEMTRACK_SNAPSHOT") or os.environ.get("MEMTRACK_CYCLES"):
+    if prefix or os.environ.get("MEMTRACK_CYCLES"):
         try:
-            n = int(os.environ.get("MEMTRACK_MAX_SNAPSHOT_ENTRIES", "100000"))
-            torch.cuda.memory._record_memory_history(max_entries=n)
+            if not history_enabled(torch):
+                torch.cuda.memory._record_memory_history(max_entries=entries)
+                # (a detach turns it off again, after the snapshot; the program's own stays)
+                state.undo.append(lambda: torch.cuda.memory._record_memory_history(enabled=None))
         except Exception as e:
             message({"t": MSG_AGENT_ERROR, "text": f"_record_memory_history: {e!r}"})
     try:
@@ -52,6 +73,8 @@ def _on_cuda_init():
 
 
 def _on_oom(device, alloc, device_allocated, device_free):
+    if not state.active:
+        return  # torch has no way to take an OOM observer off: after a detach it does nothing
     try:
         msg = {
             "t": MSG_OOM,
@@ -86,16 +109,21 @@ def send_device(torch):
         pass
 
 
+def snapshot_path(prefix, reason):
+    """PREFIX.rank<R>.REASON.pickle (pid<PID> without a rank)."""
+    rank = state.int_env("RANK")
+    tag = f".rank{rank}" if rank is not None else f".pid{os.getpid()}"
+    return f"{prefix}{tag}.{reason}.pickle"
+
+
 def write_snapshot(reason):
-    prefix = os.environ.get("MEMTRACK_SNAPSHOT")
+    prefix, _ = _snapshot_settings()
     if not prefix:
         return
     torch = state.torch
     if not torch.cuda.is_initialized():
         return
-    rank = state.int_env("RANK")
-    tag = f".rank{rank}" if rank is not None else f".pid{os.getpid()}"
-    path = f"{prefix}{tag}.{reason}.pickle"
+    path = snapshot_path(prefix, reason)
     torch.cuda.memory._dump_snapshot(path)
     message({"t": MSG_SNAPSHOT, "reason": reason, "path": path})
 

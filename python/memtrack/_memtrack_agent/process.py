@@ -98,7 +98,7 @@ def finish(how):
         if state.backend == "cuda" and torch.cuda.is_initialized():
             msg["memory_stats"] = dict(torch.cuda.memory_stats())
             cuda.send_device(torch)  # the device the program ended on (after set_device)
-            cuda.write_snapshot("exit")
+            cuda.write_snapshot("detach" if how == "detached" else "exit")
     except Exception:
         pass
     state.active = False

@@ -13,6 +13,9 @@ torch = None
 # `memtrack attach`: when it started the agent and what was held then (attach.py), for hello
 attached = None
 backend = "cpu"
+# `memtrack attach --snapshot`: {"prefix": path prefix, "entries": history length}; under
+# `record` they come from MEMTRACK_SNAPSHOT and MEMTRACK_MAX_SNAPSHOT_ENTRIES
+snapshot = None
 # What each part installed, as functions that take it off again, in the order installed. Only
 # the in-process recording (inprocess.py) runs them, backwards, when its block ends; under
 # `memtrack record` the agent stays until the process ends.

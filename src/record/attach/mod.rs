@@ -12,6 +12,7 @@
 //! dies), and then writes the stats file from the journal as `record --recover` does.
 
 pub mod connection;
+mod dump;
 pub mod inject;
 pub mod target;
 
@@ -35,6 +36,11 @@ pub struct Options {
     pub observer: Observer,
     /// How long the process's main thread has to run the pending call.
     pub start_timeout: Duration,
+    /// CUDA: the allocator's history for the window, and a snapshot at its end.
+    pub snapshot: bool,
+    pub max_snapshot_entries: usize,
+    /// CUDA: a snapshot and the allocator's counters now, without recording.
+    pub dump: bool,
 }
 
 /// The code that runs in the process first (python/memtrack/_bootstrap/attach.py).
@@ -80,78 +86,38 @@ pub fn run(o: &Options) -> Result<i32> {
     let targets = (pids.iter().map(|&p| target::inspect(p)))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(refused)?;
-    let tmp = agent::private_dir().map_err(|e| Error::output(&std::env::temp_dir(), e))?;
-    let agent_dir = tmp.path().join("agent");
-    agent::write_to(&agent_dir).map_err(|e| Error::output(&agent_dir, e))?;
-    let boot = tmp.path().join("boot.py");
-    write_private(&boot, BOOT.as_bytes()).map_err(|e| Error::output(&boot, e))?;
-    let journal = super::new_journal(&o.output)?;
-    let spool = std::path::absolute(journal.path()).unwrap_or_else(|_| journal.path().into());
-    let socket = tmp.path().join("ctl");
-    let listener = UnixListener::bind(&socket).map_err(|e| Error::output(&socket, e))?;
-    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| Error::output(&socket, e))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| Error::output(&socket, e))?;
-    let config = tmp.path().join("attach.json");
+    signals::install();
     let settings = serde_json::json!({
-        "socket": socket,
-        "spool": spool,
         "backend": o.backend.name(),
         "observer": o.observer.name(),
         "any_torch": std::env::var("MEMTRACK_ANY_TORCH").ok(),
+        "snapshot": o.snapshot.then(|| serde_json::json!({
+            "prefix": super::snapshot_prefix(&o.output),
+            "entries": o.max_snapshot_entries,
+        })),
     });
-    write_private(&config, settings.to_string().as_bytes())
-        .map_err(|e| Error::output(&config, e))?;
-    signals::install();
-
+    if o.dump {
+        let mut settings = settings;
+        settings["dump"] = super::snapshot_prefix(&o.output)
+            .display()
+            .to_string()
+            .into();
+        let (_tmp, conns) = connect(o, &pids, &targets, settings).map_err(refused)?;
+        return Ok(dump::report(&pids, conns));
+    }
+    let journal = super::new_journal(&o.output)?;
+    let spool = std::path::absolute(journal.path()).unwrap_or_else(|_| journal.path().into());
+    let mut settings = settings;
+    settings["spool"] = spool.display().to_string().into();
     let fail = |why: String| {
         journal.remove();
         Err(Error::Unavailable(format!("attach: {why}")))
     };
-    let line = |page: u64| {
-        format!(
-            "(lambda p,a: __import__(\"os\").path.isfile(p) and exec(compile(open(p,\"rb\").read(),p,\"exec\"),{{\"__name__\":\"_memtrack_attach_boot\",\"_file\":p,\"_page\":a}}))({},{page})",
-            py_str(&boot)
-        )
+    // (the private folder holds the agent's files: it lives until the detach)
+    let (_tmp, conns) = match connect(o, &pids, &targets, settings) {
+        Ok(c) => c,
+        Err(why) => return fail(why),
     };
-    // (a process given the line before another failed finds no boot file when it runs it:
-    // the private folder goes with this function)
-    for t in &targets {
-        if let Err(e) = inject::inject(t.pid, &t.symbols, line) {
-            return fail(match e {
-                inject::InjectError::Permission(e) => target::ptrace_denied(t.pid, &e),
-                inject::InjectError::Gone => {
-                    format!("process {} ended before attach could start", t.pid)
-                }
-                inject::InjectError::Other(why) => {
-                    format!("process {}: {why}; the process is as it was", t.pid)
-                }
-            });
-        }
-    }
-    // each pending call runs when its main thread next runs Python code
-    let mut conns: Vec<Connection> = Vec::new();
-    let waiting = Instant::now();
-    while conns.len() < targets.len() {
-        let left = o.start_timeout.saturating_sub(waiting.elapsed());
-        match accept_within(&listener, left) {
-            Ok(stream) => conns.push(Connection::new(stream)),
-            Err(waited) => {
-                // what runs later finds no config and no socket: it does nothing; one that
-                // connected takes the recording off when its connection closes
-                drop(conns);
-                drop(listener);
-                let _ = std::fs::remove_file(&config);
-                let _ = std::fs::remove_file(&socket);
-                let _ = std::fs::remove_file(&boot);
-                return fail(not_started(o, &pids, waited));
-            }
-        }
-    }
-    drop(listener);
-    let _ = std::fs::remove_file(&socket);
     let mut attached: Vec<Attached> = Vec::new();
     let mut refusals: Vec<String> = Vec::new();
     for mut conn in conns {
@@ -174,6 +140,12 @@ pub fn run(o: &Options) -> Result<i32> {
                     started["torch"].as_str().unwrap_or("?"),
                     started["backend"].as_str().unwrap_or("?"),
                 );
+                if o.snapshot && started["backend"] != "cuda" {
+                    eprintln!(
+                        "memtrack: --snapshot: process {pid} records on the {} backend: no allocator snapshot",
+                        started["backend"].as_str().unwrap_or("?")
+                    );
+                }
                 attached.push(Attached {
                     pid,
                     conn,
@@ -261,6 +233,74 @@ pub fn run(o: &Options) -> Result<i32> {
         code = 2;
     }
     Ok(code)
+}
+
+/// Place the pending call in each process and wait for each to connect back: the private
+/// folder (the agent's files, kept until the detach) and the connections; or why not, every
+/// process left as it was.
+fn connect(
+    o: &Options,
+    pids: &[u32],
+    targets: &[target::Target],
+    mut settings: serde_json::Value,
+) -> std::result::Result<(tempfile::TempDir, Vec<Connection>), String> {
+    let io = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
+    let tmp = agent::private_dir().map_err(|e| io(&std::env::temp_dir(), e))?;
+    let agent_dir = tmp.path().join("agent");
+    agent::write_to(&agent_dir).map_err(|e| io(&agent_dir, e))?;
+    let boot = tmp.path().join("boot.py");
+    write_private(&boot, BOOT.as_bytes()).map_err(|e| io(&boot, e))?;
+    let socket = tmp.path().join("ctl");
+    let listener = UnixListener::bind(&socket).map_err(|e| io(&socket, e))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| io(&socket, e))?;
+    listener.set_nonblocking(true).map_err(|e| io(&socket, e))?;
+    let config = tmp.path().join("attach.json");
+    settings["socket"] = socket.display().to_string().into();
+    write_private(&config, settings.to_string().as_bytes()).map_err(|e| io(&config, e))?;
+    let line = |page: u64| {
+        format!(
+            "(lambda p,a: __import__(\"os\").path.isfile(p) and exec(compile(open(p,\"rb\").read(),p,\"exec\"),{{\"__name__\":\"_memtrack_attach_boot\",\"_file\":p,\"_page\":a}}))({},{page})",
+            py_str(&boot)
+        )
+    };
+    // (a process given the line before another failed finds no boot file when it runs it:
+    // the private folder goes with this function)
+    for t in targets {
+        if let Err(e) = inject::inject(t.pid, &t.symbols, line) {
+            return Err(match e {
+                inject::InjectError::Permission(e) => target::ptrace_denied(t.pid, &e),
+                inject::InjectError::Gone => {
+                    format!("process {} ended before attach could start", t.pid)
+                }
+                inject::InjectError::Other(why) => {
+                    format!("process {}: {why}; the process is as it was", t.pid)
+                }
+            });
+        }
+    }
+    // each pending call runs when its main thread next runs Python code
+    let mut conns: Vec<Connection> = Vec::new();
+    let waiting = Instant::now();
+    while conns.len() < targets.len() {
+        let left = o.start_timeout.saturating_sub(waiting.elapsed());
+        match accept_within(&listener, left) {
+            Ok(stream) => conns.push(Connection::new(stream)),
+            Err(waited) => {
+                // what runs later finds no config and no socket: it does nothing; one that
+                // connected takes the recording off when its connection closes
+                drop(conns);
+                drop(listener);
+                let _ = std::fs::remove_file(&config);
+                let _ = std::fs::remove_file(&socket);
+                let _ = std::fs::remove_file(&boot);
+                return Err(not_started(o, pids, waited));
+            }
+        }
+    }
+    drop(listener);
+    let _ = std::fs::remove_file(&socket);
+    Ok((tmp, conns))
 }
 
 /// Why the processes' pending calls did not all connect within the start timeout.
