@@ -103,3 +103,84 @@ fn an_unknown_gpu_is_a_usage_error() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("--gpu H900") && e.contains("A100-40GB"), "{e}");
 }
+
+/// The ops of the second training step (its forward and backward), each with the change in
+/// allocated bytes it made.
+fn second_step(j: &Value) -> Vec<(String, i64)> {
+    let ops = j["ops"].as_array().unwrap();
+    let start = j["memtrack"]["iteration_starts"][1].as_u64().unwrap() as usize;
+    let allocated = |i: usize| ops[i]["allocated_bytes"].as_f64().unwrap() as i64;
+    (start..ops.len())
+        .map(|i| (i, ops[i]["name"].as_str().unwrap()))
+        .take_while(|(_, n)| !n.starts_with("SGD") && !n.contains("record_function"))
+        .map(|(i, n)| {
+            let base = n.trim_end_matches(|c: char| c.is_ascii_digit());
+            (
+                base.trim_end_matches('_').to_string(),
+                allocated(i) - allocated(i - 1),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn autocast_casts_as_cuda_would_and_allocates_as_the_cpus_own_autocast() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let run = |cmd: &[&str], device: &str, model: &str| {
+        let out = dir.path().join(format!("{device}-{model}.pkl"));
+        let o = memtrack()
+            .args(cmd)
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .arg(&py)
+            .arg(script("autocast_train.py"))
+            .args([device, model])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (stdout, export(&out))
+    };
+    // autocast's CPU and CUDA policies agree on every op of the MLP: the same casts, in the
+    // same order, and the same bytes (CUDA rounds each block up to 512 bytes)
+    let (stdout, cpu) = run(&["record", "--backend", "cpu"], "cpu", "mlp");
+    assert!(
+        stdout.starts_with("torch.bfloat16 torch.float32"),
+        "{stdout}"
+    );
+    let (stdout, est) = run(&["estimate"], "cuda", "mlp");
+    assert!(
+        stdout.starts_with("torch.bfloat16 torch.float32"),
+        "{stdout}"
+    );
+    let (cpu, est) = (second_step(&cpu), second_step(&est));
+    let names = |s: &[(String, i64)]| s.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&est), names(&cpu));
+    let casts = est.iter().filter(|(n, _)| n.ends_with("_to_copy.default"));
+    assert!(casts.count() >= 12, "{est:?}");
+    for ((name, e), (_, c)) in est.iter().zip(&cpu) {
+        assert!((e - c).abs() <= 1024, "{name}: estimate {e} B, cpu {c} B");
+    }
+    // attention gets bf16 inputs: CUDA's flash kernel, as on an H100; the layer ends in a
+    // layer_norm, which autocast runs in fp32
+    let (stdout, est) = run(&["estimate"], "cuda", "transformer");
+    assert!(
+        stdout.starts_with("torch.float32 torch.float32"),
+        "{stdout}"
+    );
+    let ops: Vec<&str> = (est["ops"].as_array().unwrap().iter())
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        ops.iter()
+            .any(|n| n.contains("_scaled_dot_product_flash_attention")),
+        "{ops:?}"
+    );
+    assert!(ops.iter().any(|n| n.contains("native_layer_norm")));
+}

@@ -15,6 +15,8 @@ What is changed, and why:
   CUDA one is called: dropout keeps a 1-byte mask (native_dropout), scaled_dot_product_attention
   runs flash (fp16/bf16) or memory-efficient attention (fp32) instead of the math path that
   saves the whole attention matrix, and optimizers take their foreach path as on CUDA.
+- Under `torch.autocast("cuda")`, CUDA's autocast policy is applied (fake_autocast.py): meta
+  tensors carry no autocast keys.
 - A value read from a tensor (`.item()`, `bool()`, `print(loss)`, `.cpu()`, `.tolist()`) has
   no value here: a placeholder (zeros) is returned and the read is written, with the program's
   line, to MEMTRACK_ESTIMATE_READS, which `estimate` prints; it is never silent.
@@ -26,7 +28,7 @@ import sys
 import types
 import weakref
 
-from . import ops, state, transport
+from . import fake_autocast, ops, state, transport
 from .protocol import MSG_DEVICE, OTH
 
 _torch = None
@@ -322,14 +324,36 @@ def _handlers(torch):
     return h
 
 
+def _opened(torch, f):
+    """A copy of the Python function `f` whose own check for overrides says no: run with the
+    mode on, its body runs and the functions it calls come to the mode. A function mode
+    otherwise sees the outer call alone (it is off while its handler runs), and
+    nn.MultiheadAttention's projections and attention are inside one such call."""
+    no = lambda *a: False  # noqa: E731
+    names = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
+    scope = dict(f.__globals__, **{n: no for n in names})
+    g = types.FunctionType(f.__code__, scope, f.__name__, f.__defaults__, f.__closure__)
+    g.__kwdefaults__ = f.__kwdefaults__
+    return g
+
+
 def _mode_class(torch, handlers):
     from torch.overrides import TorchFunctionMode
 
     Tensor = torch.Tensor
+    opened = {}
+    mha = getattr(torch.nn.functional, "multi_head_attention_forward", None)
+    if isinstance(mha, types.FunctionType):
+        opened[mha] = _opened(torch, mha)
 
     class CudaAsMeta(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            body = opened.get(func)
+            if body is not None:
+                with self:
+                    return body(*args, **kwargs)
+            args, kwargs = fake_autocast.apply(func, args, kwargs)
             h = handlers.get(func)
             if h is not None:
                 return h(func, args, kwargs)
@@ -498,6 +522,7 @@ def install(torch):
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         }
     )
+    fake_autocast.install(torch, lambda t: t.is_meta and not _is_host(t))
     mode = _mode_class(torch, _handlers(torch))()
     mode.__enter__()
     import atexit
