@@ -392,9 +392,7 @@ pub fn rewind_with(
     index: usize,
     events: &mut dyn TraceEvents,
 ) -> std::io::Result<()> {
-    let rewound = rewind(snap, device, events, index + 1)?;
-    let placed = place(&rewound, &Settings::default());
-    drop(rewound);
+    let (rewound_segments, rewound_blocks) = device_state_at(snap, device, index, events)?;
     // the device's segments and blocks replaced, in address order
     let mut segments: Vec<Segment> = Vec::new();
     let mut blocks: Vec<Block> = Vec::new();
@@ -405,6 +403,32 @@ pub fn rewind_with(
         s.block_start = start;
         segments.push(s);
     }
+    let shift = blocks.len() as u32;
+    blocks.extend(rewound_blocks);
+    segments.extend(rewound_segments.into_iter().map(|mut s| {
+        s.block_start += shift;
+        s
+    }));
+    // legacy `history` ranges index the old block list: blocks brought here keep none
+    snap.segments = segments;
+    snap.blocks = blocks;
+    Ok(())
+}
+
+/// Device `device`'s segments and blocks right after its event `index`, as [`rewind_with`]
+/// puts them in place, read from `snap` without changing it: the segments in address order,
+/// each one's `block_start` indexing the blocks returned (which name no `history` entry).
+pub fn device_state_at(
+    snap: &Snapshot,
+    device: u32,
+    index: usize,
+    events: &mut dyn TraceEvents,
+) -> std::io::Result<(Vec<Segment>, Vec<Block>)> {
+    let rewound = rewind(snap, device, events, index + 1)?;
+    let placed = place(&rewound, &Settings::default());
+    drop(rewound);
+    let mut segments: Vec<Segment> = Vec::new();
+    let mut blocks: Vec<Block> = Vec::new();
     let free = |address: u64, size: u64| Block {
         address,
         size,
@@ -472,10 +496,7 @@ pub fn rewind_with(
         seg.block_len = blocks.len() as u32 - start;
         segments.push(seg);
     }
-    // legacy `history` ranges index the old block list: blocks brought here keep none
-    snap.segments = segments;
-    snap.blocks = blocks;
-    Ok(())
+    Ok((segments, blocks))
 }
 
 #[cfg(test)]

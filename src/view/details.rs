@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::analysis::groups::{group_report, GroupBy, GroupReport, Grouper};
 use crate::analysis::moment::Moment;
-use crate::analysis::rewind::rewind_with;
+use crate::analysis::rewind::device_state_at;
 use crate::analysis::sites::{gather, Capture, Extra, LiveConfig, Sites};
 use crate::model::snapshot::{Snapshot, StackId};
 use crate::model::trace::TraceEvents;
@@ -173,14 +173,14 @@ pub fn state_at(
     events: &mut dyn TraceEvents,
     event: usize,
 ) -> std::io::Result<StateAt> {
-    let mut state = Snapshot {
-        segments: snap.segments_on(device).cloned().collect(),
-        blocks: snap.blocks.clone(),
-        history: snap.history.clone(),
+    // the later events, read back from the end where the reading put them aside (the
+    // snapshot itself is not copied: a 10 GB capture's blocks and history are tens of MiB)
+    let (segments, blocks) = device_state_at(snap, device, event, events)?;
+    let state = Snapshot {
+        segments,
+        blocks,
         ..Snapshot::default()
     };
-    // the later events, read back from the end where the reading put them aside
-    rewind_with(&mut state, device, event, events)?;
     let mut sites = Sites::new(snap);
     let mut site_label: FxHashMap<StackId, String> = FxHashMap::default();
     let mut out = StateAt {
