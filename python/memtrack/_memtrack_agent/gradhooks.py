@@ -3,6 +3,8 @@ outputs' and inputs' gradients (ModuleTracker.on_grads). Each fn given (the trac
 backward_starts / backward_ends) reports its own failures.
 """
 
+import weakref
+
 from . import ops
 from .transport import internal_error
 
@@ -39,9 +41,22 @@ def _first(fn, gtid):
     return hook
 
 
+class _Held:
+    """The nodes a strong "all" hook counts (_last), weakly referable: once hand_over gave
+    them to the module's outputs' hooks, the hook reaches them only through a weak
+    reference."""
+
+    __slots__ = ("nodes", "__weakref__")
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+
+
 def _last(fn, gtid, nodes, weakly=True):
     """The last of several nodes to run in each backward, counting only those this backward
-    runs (register_multi_grad_hook's "all")."""
+    runs (register_multi_grad_hook's "all"). Where the hook would hold the nodes itself, its
+    `hand_over` returns them, for the module's outputs' hooks to hold, and leaves the hook a
+    weak reference to them (on_grads)."""
     left = {}
     will_run = _will_engine_execute_node
     # a leaf's gradient accumulator lives only while something holds it (the leaf holds it
@@ -49,6 +64,11 @@ def _last(fn, gtid, nodes, weakly=True):
     weak = _weakly(nodes) if weakly else None
     if weak is not None:
         live, nodes = weak  # the hook holds no node: no reference cycle (_weakly)
+        held = None
+    else:
+        # [the nodes, held here | None, a weak reference to them]; the closure keeps no
+        # other reference to them
+        held, nodes = [_Held(nodes), None], None
 
     def hook(grad_outputs):
         try:
@@ -56,7 +76,13 @@ def _last(fn, gtid, nodes, weakly=True):
             n = left.get(k)
             if n is None:
                 n = 0
-                for node in nodes if weak is None else live(nodes):
+                if held is None:
+                    counted = live(nodes)
+                else:
+                    h = held[0] or held[1]()
+                    # gone: the module's outputs' graph died, its backward can run no more
+                    counted = h.nodes if h is not None else ()
+                for node in counted:
                     if will_run(node):
                         n += 1
             n -= 1
@@ -69,6 +95,15 @@ def _last(fn, gtid, nodes, weakly=True):
             return
         fn()
 
+    def hand_over():
+        h = held[0]
+        if h is not None:
+            held[1] = weakref.ref(h)
+            held[0] = None
+        return h
+
+    if held is not None:
+        hook.hand_over = hand_over
     return hook
 
 
@@ -87,7 +122,7 @@ def _weakly(nodes):
         return None
 
 
-def on_grads(tracker, tensors, fn, mode):
+def on_grads(tracker, tensors, fn, mode, inputs_hook=None):
     """Call fn() once the gradients of `tensors` are being computed in a backward: when
     the first is ("any", a module's backward starts) or all of them are ("all", it ended),
     as register_multi_grad_hook, by a pre-hook on each distinct node producing them. A
@@ -97,7 +132,15 @@ def on_grads(tracker, tensors, fn, mode):
     machinery (handles, locks, a buffer of gradients): about a third of the module hooks'
     cost on a loop of small modules. Every hook on a non-leaf is a node pre-hook, so
     that those of different modules on one node keep the order they were registered in
-    (a node runs its tensor hooks before its pre-hooks)."""
+    (a node runs its tensor hooks before its pre-hooks).
+
+    Where an "all" hook holds its nodes itself (they cannot be held weakly, _weakly), it
+    returns a weak reference to that hook; the module's post-forward passes it on to its
+    outputs' "any" hook (`inputs_hook`), which takes the nodes over (hand_over) and holds
+    them from then on. A hook holding the nodes it sits on is a reference cycle per module
+    call that only a full collection frees (docs/record.md, Known limits); the outputs'
+    nodes lead to the inputs' nodes anyway, so holding them there makes no cycle, and they
+    go with the outputs' graph. Returns None otherwise."""
     nodes = []
     leaves = None
     for t in tensors:
@@ -115,13 +158,25 @@ def on_grads(tracker, tensors, fn, mode):
             nodes.append(g)
     if leaves is not None:
         on_leaf_grads(tracker, nodes, leaves, fn, mode)
-    elif len(nodes) == 1:
+        return None
+    handing = None
+    if len(nodes) == 1:
         # one node runs once per backward: its pre-hook is both "any" and "all"
-        nodes[0].register_prehook(_every(fn))
+        hook = _every(fn)
+    elif mode == "any":
+        hook = _first(fn, tracker.gtid)
     else:
-        hook = _first(fn, tracker.gtid) if mode == "any" else _last(fn, tracker.gtid, nodes)
-        for n in nodes:
-            n.register_prehook(hook)
+        hook = _last(fn, tracker.gtid, nodes)
+        if hasattr(hook, "hand_over"):
+            handing = weakref.ref(hook)
+    if inputs_hook is not None:
+        inputs = inputs_hook()
+        if inputs is not None:
+            hook.keep = inputs.hand_over()  # held as long as the hook, by its nodes
+    for n in nodes:
+        n.register_prehook(hook)
+    return handing
+
 
 def on_leaf_grads(tracker, nodes, leaves, fn, mode):
     """on_grads where some tensors are leaves (a parametrization's forward reads the

@@ -24,7 +24,8 @@ class ModInfo:
         self.seen = False
         self.root = True  # no parent has named it
         # per running forward call: the ids and versions of its inputs that require grad
-        # (passes_through; the inputs live while the call runs)
+        # (passes_through; the inputs live while the call runs) and a weak reference to
+        # the hook on their nodes (on_grads)
         self.fw_inputs = []
 
 

@@ -460,10 +460,11 @@ class ModuleTracker:
             self.mt_pre_fw(mod, info, leaves, bw)
             if not bw:
                 tensors = self.grad_tensors(leaves)
-                info.fw_inputs.append([(id(t), t._version) for t in tensors])
+                seen = [[(id(t), t._version) for t in tensors], None]
+                info.fw_inputs.append(seen)
                 ends = functools.partial(self.backward_ends, info.wmod, info)
                 if tensors:
-                    on_grads(self, tensors, ends, "all")
+                    seen[1] = on_grads(self, tensors, ends, "all")
                 else:
                     # ModTracker queues these until the next backward; a program that never
                     # runs one (inference) would grow the queue forever
@@ -489,7 +490,7 @@ class ModuleTracker:
             self.mt_post_fw(mod, info, leaves, bw)
             self.remove_parent(info)
             if not bw:
-                inputs_seen = info.fw_inputs.pop() if info.fw_inputs else None
+                inputs_seen, inputs_hook = info.fw_inputs.pop() if info.fw_inputs else (None, None)
                 tensors = self.grad_tensors(leaves)
                 if tensors:
                     how = (
@@ -498,7 +499,7 @@ class ModuleTracker:
                         else PUSH_BACKWARD
                     )
                     starts = functools.partial(self.backward_starts, info.wmod, info, how)
-                    on_grads(self, tensors, starts, "any")
+                    on_grads(self, tensors, starts, "any", inputs_hook)
         except Exception as e:
             internal_error(e)
 
