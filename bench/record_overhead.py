@@ -2,8 +2,8 @@
 """Step-time overhead of recording, side by side: the same models run plain, under PyTorch's
 MemTracker, under PyTorch's profiler with profile_memory=True, under a do-nothing
 TorchDispatchMode (the floor any dispatch-mode tool pays) and under `memtrack record` (a
-release build) with each of its observers (`--observer python`, the default, and
-`--observer compiled`, built by its first cell); then the start-up cost per process
+release build) with each of its observers (`--observer python`, and
+`--observer compiled`, `auto`'s choice on the CPU, built by its first cell); then the start-up cost per process
 (`python -c "import torch"` plain and under `memtrack record`). `lstmcell` is a loop of
 small ops (an LSTMCell unrolled 16 steps, about 1,000 ops a step); `conv` a small conv net. `conv-compiled` is the conv model under
 torch.compile: its slowdown is reported separately, against the compiled model run plain
