@@ -324,7 +324,7 @@ def _handlers(torch):
     return h
 
 
-def _opened(torch, f):
+def _opened(f):
     """A copy of the Python function `f` whose own check for overrides says no: run with the
     mode on, its body runs and the functions it calls come to the mode. A function mode
     otherwise sees the outer call alone (it is off while its handler runs), and
@@ -344,7 +344,7 @@ def _mode_class(torch, handlers):
     opened = {}
     mha = getattr(torch.nn.functional, "multi_head_attention_forward", None)
     if isinstance(mha, types.FunctionType):
-        opened[mha] = _opened(torch, mha)
+        opened[mha] = _opened(mha)
 
     class CudaAsMeta(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):

@@ -16,10 +16,7 @@ const DUMP_TIMEOUT: Duration = Duration::from_secs(300);
 pub fn report(pids: &[u32], conns: Vec<Connection>) -> i32 {
     let mut code = 0;
     for mut conn in conns {
-        let pid = match pids {
-            [only] => *only,
-            _ => conn.peer_pid().unwrap_or(0),
-        };
+        let pid = super::peer(pids, &conn);
         let m = conn.next_message(DUMP_TIMEOUT, || !super::alive(pid));
         match m.as_ref().map(|m| (&m["dumped"], &m["error"])) {
             Some((d, _)) if d.is_object() => {

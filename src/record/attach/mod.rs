@@ -87,28 +87,24 @@ pub fn run(o: &Options) -> Result<i32> {
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(refused)?;
     signals::install();
-    let settings = serde_json::json!({
+    let prefix = super::snapshot_prefix(&o.output);
+    let mut settings = serde_json::json!({
         "backend": o.backend.name(),
         "observer": o.observer.name(),
         "any_torch": std::env::var("MEMTRACK_ANY_TORCH").ok(),
         "snapshot": o.snapshot.then(|| serde_json::json!({
-            "prefix": super::snapshot_prefix(&o.output),
+            "prefix": prefix,
             "entries": o.max_snapshot_entries,
         })),
     });
     if o.dump {
-        let mut settings = settings;
-        settings["dump"] = super::snapshot_prefix(&o.output)
-            .display()
-            .to_string()
-            .into();
+        settings["dump"] = serde_json::json!(prefix);
         let (_tmp, conns) = connect(o, &pids, &targets, settings).map_err(refused)?;
         return Ok(dump::report(&pids, conns));
     }
     let journal = super::new_journal(&o.output)?;
     let spool = std::path::absolute(journal.path()).unwrap_or_else(|_| journal.path().into());
-    let mut settings = settings;
-    settings["spool"] = spool.display().to_string().into();
+    settings["spool"] = serde_json::json!(spool);
     let fail = |why: String| {
         journal.remove();
         Err(Error::Unavailable(format!("attach: {why}")))
@@ -121,10 +117,7 @@ pub fn run(o: &Options) -> Result<i32> {
     let mut attached: Vec<Attached> = Vec::new();
     let mut refusals: Vec<String> = Vec::new();
     for mut conn in conns {
-        let pid = match pids.as_slice() {
-            [only] => *only,
-            _ => conn.peer_pid().unwrap_or(0),
-        };
+        let pid = peer(&pids, &conn);
         // taking stock of parameters and optimizer state walks the heap: allow it time
         match conn.next_message(Duration::from_secs(120), || !alive(pid)) {
             Some(m) if m.get("started").is_some() => {
@@ -301,6 +294,15 @@ fn connect(
     drop(listener);
     let _ = std::fs::remove_file(&socket);
     Ok((tmp, conns))
+}
+
+/// The process at the other end of `conn`: the one attached to, or one of the ranks (0 where
+/// the kernel cannot say).
+fn peer(pids: &[u32], conn: &Connection) -> u32 {
+    match pids {
+        [only] => *only,
+        _ => conn.peer_pid().unwrap_or(0),
+    }
 }
 
 /// Why the processes' pending calls did not all connect within the start timeout.
