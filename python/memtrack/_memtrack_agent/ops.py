@@ -313,12 +313,19 @@ def observe_compiled(torch, ext):
     if _skip_code is not None:
         for f in (observed, _native_code, _new_dense, _other_observed, _device_index):
             _skip_code(f.__code__)
+    # on the CPU the observer does observed()'s work itself for the common op (one plain dense
+    # tensor out), with this table and the spool, and reports deaths in C (ext.died)
+    fast = None if _cuda else (globals(), transport._spool, transport._unlocked, _internal_error)
+    previous = _death_callback
+    if fast is not None:
+        _death_callback = functools.partial(functools.partial, ext.died)
+    else:
+        _death_callback = functools.partial(functools.partial, ext.guarded, _on_del)
     try:
-        ext.install(observed)
+        ext.install(observed, fast)
     except Exception as e:
-        _native = None
+        _native, _death_callback = None, previous
         return f"{type(e).__name__}: {e}"
-    _death_callback = functools.partial(functools.partial, ext.guarded, _on_del)
     _sample_record_functions(torch)
     from .importhook import after_import
 
