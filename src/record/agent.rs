@@ -19,7 +19,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 29] = [
+pub const FILES: [(&str, &str); 30] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
@@ -31,6 +31,7 @@ pub const FILES: [(&str, &str); 29] = [
     agent_file!("cuda.py"),
     agent_file!("cycles.py"),
     agent_file!("dynamo.py"),
+    agent_file!("fast_path.h"),
     agent_file!("fake_autocast.py"),
     agent_file!("fake_cuda.py"),
     agent_file!("gradhooks.py"),
@@ -108,7 +109,9 @@ mod tests {
             .unwrap()
             .filter_map(|e| {
                 let name = e.unwrap().file_name().into_string().unwrap();
-                (name.ends_with(".py") || name.ends_with(".cpp"))
+                [".py", ".cpp", ".h"]
+                    .iter()
+                    .any(|ext| name.ends_with(ext))
                     .then(|| format!("{}/{name}", crate::model::AGENT_PACKAGE))
             })
             .collect();

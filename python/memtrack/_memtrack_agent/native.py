@@ -20,6 +20,8 @@ import sysconfig
 
 NAME = "memtrack_observer"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observer.cpp")
+# what SOURCE includes from beside it: part of the build's key
+HEADERS = [os.path.join(os.path.dirname(SOURCE), "fast_path.h")]
 
 
 def cache_folder():
@@ -53,8 +55,10 @@ def _command(torch, out):
 def load(torch):
     """(module, None), or (None, why) where it cannot be had. Never raises."""
     try:
-        with open(SOURCE, "rb") as f:
-            source = f.read()
+        source = b""
+        for path in [SOURCE] + HEADERS:
+            with open(path, "rb") as f:
+                source += f.read() + b"\0"
         folder = os.path.join(cache_folder(), _key(torch, source))
         so = os.path.join(folder, NAME + ".so")
         failed = os.path.join(folder, "failed.log")

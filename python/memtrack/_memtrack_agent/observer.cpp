@@ -1,8 +1,9 @@
 // The compiled observer (`record --observer compiled`, and `auto`'s choice without CUDA): an
-// at::RecordFunction callback that does the per-op trampoline's work in C++ and hands each op
-// a TorchDispatchMode would see to the agent's Python body (ops.observed: the storage table,
-// categories, the spool), so the ~6 us an op that torch's C++-to-Python dispatch costs a
-// Python mode is not paid. Built by native.py on the user's machine, once per torch and
+// at::RecordFunction callback that picks out each op a TorchDispatchMode would see, so the
+// ~6 us an op that torch's C++-to-Python dispatch costs a Python mode is not paid. On the CPU
+// it accounts the common op itself (fast_path.h: the agent's storage table and spool, no
+// Python frame); any other op goes to the agent's Python body (ops.observed: the storage
+// table, categories, the spool). Built by native.py on the user's machine, once per torch and
 // Python (a plain C extension: Python's C API and torch's headers, no pybind11).
 //
 // Which RecordFunction calls are the ops a dispatch mode sees (RecordFunction fires at every
@@ -44,7 +45,6 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Storage.h>
-#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -55,6 +55,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "fast_path.h"
 
 namespace {
 
@@ -232,241 +234,6 @@ long device_of(const std::vector<c10::IValue>* outs) {
   if (!outs || outs->size() != 1 || !(*outs)[0].isTensor()) return -1;
   const at::Tensor& t = (*outs)[0].toTensor();
   return t.defined() && !t.is_cpu() ? (long)t.get_device() : -1L;
-}
-
-// ---- the CPU fast path: the common op (one plain dense CPU tensor out, and no CUDA stats to
-// read) accounted here, with the agent's own table and spool (ops.py, transport.py) and the
-// same records ops.observed would write, so that no Python frame runs per op. Anything else
-// (several outputs, sparse, subclasses, CUDA, a code not yet known, a full spool segment,
-// several threads recording) goes to ops.observed, and each record that cannot be written in
-// place goes to the agent's own writer for it (which reserves room, opens segments, locks).
-
-constexpr int64_t ADD = -1, DEL = -2, SIZE = -4;  // protocol.py's record codes
-constexpr int64_t ACT = 3, TEMP = 4, OPT = 5;     // and MemTracker's categories
-
-struct Hot {
-  PyObject* globals = nullptr;  // ops.py's: in_opt, in_ac, _death_callback, the bound writers
-  PyObject* known = nullptr;    // ops._known: id(storage) -> [category, bytes, weakref]
-  PyObject* codes = nullptr;    // ops._native_codes: op id -> code
-  PyObject* spool = nullptr;    // transport._spool: [next free slot, end of reserved, slots, map]
-  PyObject* unlocked[4] = {};   // transport's unlocked writers: ap, ext, ext2, ext6
-  PyObject* internal_error = nullptr;
-  PyObject* names[7] = {};      // interned: in_opt, in_ac, _death_callback, _ap, _ext, _ext2, _ext6
-};
-Hot* hot = nullptr;  // set by install() on the CPU backend; never freed (callbacks may be late)
-
-enum { IN_OPT, IN_AC, DEATH_CALLBACK, AP, EXT, EXT2, EXT6 };
-
-PyObject* global(int name) { return PyDict_GetItemWithError(hot->globals, hot->names[name]); }
-
-// Append a record of n slots: into the reserved slots of the current segment when the agent's
-// writer for it is still the unlocked one (no other thread records), else through the writer
-// bound in ops.py. -1 with a Python exception set where that fails.
-int emit(const int64_t* rec, int n) {
-  int which = n == 1 ? AP : n == 2 ? EXT2 : n == 6 ? EXT6 : EXT;
-  PyObject* writer = global(which);
-  if (!writer) return PyErr_Occurred() ? -1 : 0;
-  PyObject* sp = hot->spool;
-  if (writer == hot->unlocked[which - AP] && PyList_GET_SIZE(sp) >= 3) {
-    long long p = PyLong_AsLongLong(PyList_GET_ITEM(sp, 0));
-    long long end = PyLong_AsLongLong(PyList_GET_ITEM(sp, 1));
-    PyObject* mv = PyList_GET_ITEM(sp, 2);
-    if (PyErr_Occurred()) return -1;
-    if (PyMemoryView_Check(mv) && p >= 1 && p + n <= end &&
-        (p + n) * 8 <= PyMemoryView_GET_BUFFER(mv)->len) {
-      auto* slots = static_cast<int64_t*>(PyMemoryView_GET_BUFFER(mv)->buf);
-      PyObject* next = PyLong_FromLongLong(p + n);
-      if (!next) return -1;
-      PyList_SetItem(sp, 0, next);  // (steals next)
-      for (int i = 0; i < n; ++i) slots[p + i] = rec[i];
-      std::atomic_thread_fence(std::memory_order_release);
-      slots[0] = p + n;  // published after the record: the reader never sees half of one
-      return 0;
-    }
-  }
-  // the writer's own way: it finds room (or drops the record where there is none) and locks
-  PyObject* args[6];
-  int made = 0, ok = 0;
-  for (; made < n && made < 6; ++made) {
-    args[made] = PyLong_FromLongLong(rec[made]);
-    if (!args[made]) break;
-  }
-  if (made == n) {
-    PyObject* r;
-    if (which == EXT) {
-      PyObject* tuple = PyTuple_New(n);
-      if (tuple) {
-        for (int i = 0; i < n; ++i) {
-          Py_INCREF(args[i]);
-          PyTuple_SET_ITEM(tuple, i, args[i]);
-        }
-      }
-      r = tuple ? PyObject_CallOneArg(writer, tuple) : nullptr;
-      Py_XDECREF(tuple);
-    } else {
-      r = PyObject_Vectorcall(writer, args, (size_t)n, nullptr);
-    }
-    ok = r != nullptr;
-    Py_XDECREF(r);
-  }
-  for (int i = 0; i < made; ++i) Py_DECREF(args[i]);
-  return ok ? 0 : -1;
-}
-
-// The agent's own failure, reported as ops.py reports its own, never raised into the program.
-// A KeyboardInterrupt or SystemExit (a signal handler's, run in one of the agent's writers) is
-// the program's: left set, for defer_if_the_programs.
-void report_own_failure() {
-  if (!PyErr_Occurred() || !PyErr_ExceptionMatches(PyExc_Exception)) return;
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  PyErr_NormalizeException(&type, &value, &traceback);
-  if (value && traceback) PyException_SetTraceback(value, traceback);
-  if (hot && hot->internal_error && value) {
-    PyObject* r = PyObject_CallOneArg(hot->internal_error, value);
-    Py_XDECREF(r);
-  }
-  PyErr_Clear();
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(traceback);
-}
-
-// Whether the fast path may account tensor t: undefined (nothing to count), or plain, dense,
-// on the CPU, with a storage (never a subclass, meta, sparse or functorch wrapper).
-bool fast_tensor(const at::Tensor& t) {
-  if (!t.defined()) return true;
-  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-  return !impl->key_set().has(c10::DispatchKey::Python) &&
-         !impl->key_set().has_any(c10::functorch_transforms_ks) &&
-         t.layout() == c10::kStrided && t.is_cpu() && impl->has_storage();
-}
-
-// The op's outputs' tensors where the fast path takes them all, as ops.observed would see
-// them: a tensor, a list of tensors, or several values (their tensors; a list among several
-// the agent ignores, so that case is left to it); false where one is not fast_tensor.
-bool fast_outputs(const std::vector<c10::IValue>* outs, std::vector<at::Tensor>& ts) {
-  if (!hot || !outs) return false;
-  for (const c10::IValue& v : *outs) {
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (!fast_tensor(t)) return false;
-      if (t.defined()) ts.push_back(t);
-    } else if (v.isTensorList()) {
-      if (outs->size() != 1) return false;
-      for (const at::Tensor& t : v.toTensorList().vec()) {
-        if (!fast_tensor(t)) return false;
-        if (t.defined()) ts.push_back(t);
-      }
-    }
-  }
-  return true;
-}
-
-// Account one output storage of an op (ops._new_dense, or _resized for a mutable op's known
-// one). `sample` >= 0: the op's sample, written with a new storage's ADD record in one (true
-// when it was). -1 with an exception set on failure.
-int account(const at::Tensor& t, long code, long bw, int64_t sample) {
-  const c10::Storage& storage = t.storage();
-  PyObject* st = THPStorage_Wrap(storage);
-  if (!st) return -1;
-  if (Py_TYPE(st) != THPStorageClass) {  // (a subclass's storage, which the agent ignores)
-    Py_DECREF(st);
-    return 0;
-  }
-  PyObject* k = PyLong_FromVoidPtr(st);  // id(storage): the table's and the records' key
-  PyObject* e = k ? PyDict_GetItemWithError(hot->known, k) : nullptr;
-  int64_t key = (int64_t)(intptr_t)st;
-  int64_t nbytes = (int64_t)storage.nbytes();
-  int r = !k || PyErr_Occurred() ? -1 : 0;
-  if (r == 0 && !e) {
-    // a new storage: counted in its category, its death reported by its weakref's callback
-    PyObject* flag = global(IN_OPT);
-    bool in_opt = flag && PyObject_IsTrue(flag) == 1;
-    flag = in_opt ? nullptr : global(IN_AC);
-    bool in_ac = flag && PyObject_IsTrue(flag) == 1;
-    int64_t cat = in_opt ? OPT : (bw && !in_ac ? TEMP : ACT);
-    PyObject* make_callback = global(DEATH_CALLBACK);
-    PyObject* callback = make_callback ? PyObject_CallOneArg(make_callback, k) : nullptr;
-    PyObject* ref = callback ? PyWeakref_NewRef(st, callback) : nullptr;
-    PyObject* entry = ref ? PyList_New(3) : nullptr;
-    PyObject* pcat = entry ? PyLong_FromLongLong(cat) : nullptr;
-    PyObject* pbytes = pcat ? PyLong_FromLongLong(nbytes) : nullptr;
-    if (pbytes) {
-      PyList_SET_ITEM(entry, 0, pcat);
-      PyList_SET_ITEM(entry, 1, pbytes);
-      Py_INCREF(ref);
-      PyList_SET_ITEM(entry, 2, ref);
-      r = PyDict_SetItem(hot->known, k, entry);
-    } else {
-      Py_XDECREF(pcat);
-      r = -1;
-    }
-    Py_XDECREF(entry);
-    Py_XDECREF(ref);
-    Py_XDECREF(callback);
-    if (r == 0) {
-      int64_t rec[6] = {ADD, key, cat, -1, nbytes, sample};
-      r = emit(rec, sample >= 0 ? 6 : 5) < 0 ? -1 : sample >= 0;
-    }
-  } else if (r == 0 && (code & 2)) {  // a mutable op may have resized it
-    PyObject* old = PyList_Check(e) && PyList_GET_SIZE(e) >= 2 ? PyList_GET_ITEM(e, 1) : nullptr;
-    long long was = old ? PyLong_AsLongLong(old) : -1;
-    if (!old || PyErr_Occurred()) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a malformed storage entry");
-      r = -1;
-    } else if (was != nbytes) {
-      PyObject* now = PyLong_FromLongLong(nbytes);
-      int64_t rec[3] = {SIZE, key, nbytes};
-      r = !now || PyList_SetItem(e, 1, now) < 0 || emit(rec, 3) < 0 ? -1 : 0;
-    }
-  }
-  Py_XDECREF(k);
-  Py_DECREF(st);
-  return r;
-}
-
-// ops.observed's work for op id, whose outputs' tensors fast_outputs gave; false where it is
-// left to ops.observed (the op's code not known yet).
-bool observe_fast(int32_t id, const std::vector<c10::IValue>& outs,
-                  const std::vector<at::Tensor>& ts) {
-  if (id >= PyList_GET_SIZE(hot->codes)) return false;
-  long code = PyLong_AsLong(PyList_GET_ITEM(hot->codes, id));
-  if (code < 0) {  // never sampled (or an error, reported)
-    if (PyErr_Occurred()) report_own_failure();
-    return true;
-  }
-  long bw = torch::autograd::get_current_graph_task_id() != -1 ? 1 : 0;
-  int64_t sample = code | bw;
-  // one tensor out: its ADD record and the sample go together (as ops._new_dense writes them)
-  bool single = outs.size() == 1 && outs[0].isTensor();
-  int r = 0;
-  for (size_t i = 0; r >= 0 && i < ts.size(); ++i) r = account(ts[i], code, bw, single ? sample : -1);
-  if (r == 0) r = emit(&sample, 1);
-  if (r < 0) report_own_failure();
-  return true;
-}
-
-// died(key, weakref): a counted storage's weakref callback (ops._death_callback's, with this
-// observer): out of the table, and its DEL record written. No bytecode of the agent's runs in
-// it but a writer's where several threads record; a signal handler's exception raised there
-// is deferred to the program (as guarded() does) and the record written again.
-PyObject* died(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  if (n < 1 || !hot) Py_RETURN_NONE;
-  PyObject* k = args[0];
-  PyObject* e = PyDict_GetItemWithError(hot->known, k);
-  if (e) {
-    int64_t rec[2] = {DEL, (int64_t)PyLong_AsLongLong(k)};
-    bool written = PyDict_DelItem(hot->known, k) == 0 && !PyErr_Occurred();
-    for (int attempt = 0; written && attempt < 2; ++attempt) {
-      if (emit(rec, 2) == 0) break;
-      if (PyErr_ExceptionMatches(PyExc_Exception)) break;
-      defer_if_the_programs();
-    }
-  }
-  report_own_failure();
-  defer_if_the_programs();
-  Py_RETURN_NONE;
 }
 
 // Hand op `id` and its outputs to the agent: (id, None | storage | tensor | tuple of them,
@@ -654,41 +421,9 @@ PyObject* live_nodes(PyObject*, PyObject* capsule) {
   return list;
 }
 
-// ---- the module: install(on_op, fast), died(key, ref), attach(), uninstall(), op(id) -> (name, mutable), pause(), resume(),
-// guarded(fn, *args), weak_nodes(nodes), live_nodes(capsule)
-
-// install(on_op, fast): fast is None, or (ops' globals, transport._spool, transport's
-// unlocked writers (ap, ext, ext2, ext6), ops._internal_error) for the CPU fast path
-bool set_hot(PyObject* fast) {
-  if (fast == Py_None) return true;
-  PyObject *globals, *spool, *unlocked, *internal_error;
-  if (!PyArg_ParseTuple(fast, "O!O!O!O", &PyDict_Type, &globals, &PyList_Type, &spool,
-                        &PyTuple_Type, &unlocked, &internal_error))
-    return false;
-  if (PyTuple_GET_SIZE(unlocked) != 4) {
-    PyErr_SetString(PyExc_TypeError, "install: four unlocked writers");
-    return false;
-  }
-  auto* h = new Hot();
-  h->globals = globals;
-  h->spool = spool;
-  h->internal_error = internal_error;
-  h->known = PyDict_GetItemString(globals, "_known");
-  h->codes = PyDict_GetItemString(globals, "_native_codes");
-  const char* names[7] = {"in_opt", "in_ac", "_death_callback", "_ap", "_ext", "_ext2", "_ext6"};
-  bool ok = h->known && PyDict_Check(h->known) && h->codes && PyList_Check(h->codes);
-  for (int i = 0; ok && i < 7; ++i) ok = (h->names[i] = PyUnicode_InternFromString(names[i]));
-  if (!ok) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "install: not ops.py's globals");
-    delete h;
-    return false;
-  }
-  for (int i = 0; i < 4; ++i) h->unlocked[i] = PyTuple_GET_ITEM(unlocked, i);
-  for (PyObject* o : {h->globals, h->spool, h->internal_error, h->known, h->codes}) Py_INCREF(o);
-  for (PyObject* o : h->unlocked) Py_INCREF(o);
-  hot = h;  // (a previous one, of an earlier in-process recording, is left: a late callback)
-  return true;
-}
+// ---- the module: install(on_op, fast), died(key, ref), attach(), uninstall(),
+// op(id) -> (name, mutable), pause(), resume(), guarded(fn, *args), weak_nodes(nodes),
+// live_nodes(capsule)
 
 PyObject* install(PyObject*, PyObject* const* args, Py_ssize_t n) {
   if (n < 1 || n > 2) {

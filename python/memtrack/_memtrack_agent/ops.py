@@ -6,7 +6,9 @@ names (parts.py: the storages of any tensor), and `track_as` for the hooks that 
 
 What runs per operator is kept to a minimum: the op's outputs' storages are looked up in a
 dict, new ones get a weakref whose callback reports the free, and one int (four on CUDA) is
-written into the spool (transport.ap / ext). Op names, the current module, MemTracker's
+written into the spool (transport.ap / ext). On the CPU the compiled observer does the same
+in C for an op whose outputs are plain dense tensors (observer.cpp, the fast path), with
+this module's table and writers; `observed` has the rest. Op names, the current module, MemTracker's
 category totals and peaks are all worked out by the collector (src/record/replay/), so no
 strings are built and no snapshots are copied here.
 
@@ -103,9 +105,10 @@ def _on_del(k, w=None):
 
 
 # _death_callback(k): the weakref callback of storage k, _on_del(k, weakref), made in C (no
-# Python frame per storage); with the compiled observer it calls _on_del through the
-# observer's guarded(), so that a signal's exception raised in it reaches the program
-# (Python loses one raised in a weakref callback: docs/record.md, Known limits)
+# Python frame per storage); with the compiled observer it is the observer's died(k, weakref)
+# on the CPU (C, no bytecode), and calls _on_del through its guarded() on CUDA, so that a
+# signal's exception raised in it reaches the program (Python loses one raised in a weakref
+# callback: docs/record.md, Known limits)
 _death_callback = functools.partial(functools.partial, _on_del)
 
 

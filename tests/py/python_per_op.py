@@ -1,0 +1,63 @@
+"""A loop of small ops (an LSTMCell unrolled 8 steps, Adam) that counts the calls of each
+Python function of the memtrack agent made during 5 training steps after 2 warm-up ones
+(sys.setprofile sees a Python function called from C too), and the ops of those steps.
+
+Prints one line: `calls {"ops": N, "observed": N, "on_del": N, "agent": N}`: the calls of
+the agent's per-op entry (ops.observed), of its per-storage death callback (ops._on_del),
+and of all its functions."""
+
+import json
+import sys
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+torch.manual_seed(0)
+cell = nn.LSTMCell(16, 16)
+opt = torch.optim.Adam(cell.parameters(), lr=1e-3)
+x = torch.randn(8, 4, 16)
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    h = x.new_zeros(4, 16)
+    c = h
+    for t in range(8):
+        h, c = cell(x[t], (h, c))
+    h.sum().backward()
+    opt.step()
+
+
+class Count(TorchDispatchMode):
+    n = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        Count.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+for _ in range(2):
+    step()
+with Count():  # (a mode of the program's own: its ops are those the agent would see)
+    step()
+
+calls = {"observed": 0, "on_del": 0, "agent": 0}
+
+
+def profile(frame, event, arg):
+    if event != "call":
+        return
+    code = frame.f_code
+    if "_memtrack_agent" not in code.co_filename:
+        return
+    calls["agent"] += 1
+    if code.co_name in ("observed", "_on_del") and code.co_filename.endswith("ops.py"):
+        calls[code.co_name.lstrip("_")] += 1
+
+
+sys.setprofile(profile)
+for _ in range(5):
+    step()
+sys.setprofile(None)
+print("calls " + json.dumps({"ops": 5 * Count.n, **calls}))
