@@ -205,6 +205,39 @@ fn refusals_say_why_and_leave_the_process_as_it_was() {
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
     assert!(!dir.path().join("att.pkl").exists());
+    // an output folder whose name is not UTF-8: the process is told its paths in JSON (this
+    // panicked)
+    use std::os::unix::ffi::OsStrExt;
+    let folder = dir.path().join(std::ffi::OsStr::from_bytes(b"d\xff"));
+    std::fs::create_dir(&folder).unwrap();
+    let sleeper = start_sleeper(&py, &folder, "");
+    let o = memtrack()
+        .current_dir(dir.path())
+        .args([
+            "attach",
+            &sleeper.id().to_string(),
+            "--duration",
+            "1s",
+            "-o",
+        ])
+        .arg(folder.join("att.pkl"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(exit_code(o.status), 2, "{err}");
+    assert!(
+        err.contains("is not UTF-8") && !err.contains("panicked"),
+        "{err}"
+    );
+    let out = sleeper.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let left: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "sleeper-ready")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[test]

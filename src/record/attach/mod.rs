@@ -65,6 +65,19 @@ struct Attached {
     ended: Option<f64>,
 }
 
+/// A path beside the output that the process is given in its settings (JSON, whose strings
+/// are UTF-8).
+fn utf8<'a>(path: &'a Path, output: &Path) -> Result<&'a str> {
+    path.to_str().ok_or_else(|| {
+        Error::Usage(format!(
+            "attach: -o {}: the process is told the paths beside the output as UTF-8 text, \
+             and this one's folder name is not UTF-8: write the output into a folder named in \
+             UTF-8",
+            output.display()
+        ))
+    })
+}
+
 /// Attach, record, detach, write the file; the exit code. A torchrun launcher's PID attaches
 /// to each of its ranks (one file per rank, as `record` names them).
 pub fn run(o: &Options) -> Result<i32> {
@@ -88,6 +101,7 @@ pub fn run(o: &Options) -> Result<i32> {
         .map_err(refused)?;
     signals::install();
     let prefix = super::snapshot_prefix(&o.output);
+    let prefix = utf8(&prefix, &o.output)?;
     let mut settings = serde_json::json!({
         "backend": o.backend.name(),
         "observer": o.observer.name(),
@@ -104,7 +118,13 @@ pub fn run(o: &Options) -> Result<i32> {
     }
     let journal = super::new_journal(&o.output)?;
     let spool = std::path::absolute(journal.path()).unwrap_or_else(|_| journal.path().into());
-    settings["spool"] = serde_json::json!(spool);
+    match utf8(&spool, &o.output) {
+        Ok(spool) => settings["spool"] = serde_json::json!(spool),
+        Err(e) => {
+            journal.remove();
+            return Err(e);
+        }
+    }
     let fail = |why: String| {
         journal.remove();
         Err(Error::Unavailable(format!("attach: {why}")))
