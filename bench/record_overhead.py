@@ -217,7 +217,8 @@ def main():
     ap.add_argument("--models", default="lstmcell,conv")
     ap.add_argument("--starts", type=int, default=5, help="start-up runs per side")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=30)
+    # a stall (a full collection) comes about once in several hundred steps: 30 would miss it
+    ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--memtrack", default=os.path.join(ROOT, "target", "release", "memtrack"))
