@@ -7,10 +7,10 @@ names (parts.py: the storages of any tensor), and `track_as` for the hooks that 
 What runs per operator is kept to a minimum: the op's outputs' storages are looked up in a
 dict, new ones get a weakref whose callback reports the free, and one int (four on CUDA) is
 written into the spool (transport.ap / ext). On the CPU the compiled observer does the same
-in C for an op whose outputs are plain dense tensors (observer.cpp, the fast path), with
-this module's table and writers; `observed` has the rest. Op names, the current module, MemTracker's
-category totals and peaks are all worked out by the collector (src/record/replay/), so no
-strings are built and no snapshots are copied here.
+in C for an op whose outputs are plain dense tensors (fast_path.h), with this module's table
+and writers; `observed` has the rest. Op names, the current module, MemTracker's category
+totals and peaks are all worked out by the collector (src/record/replay/), so no strings are
+built and no snapshots are copied here.
 
 The hot path reads only this module's globals (bound once by install(), as closures were
 before) and the spool functions; `in_opt` / `in_ac` are set by optim.py and modules.py.
@@ -316,8 +316,8 @@ def observe_compiled(torch, ext):
     if _skip_code is not None:
         for f in (observed, _native_code, _new_dense, _other_observed, _device_index):
             _skip_code(f.__code__)
-    # on the CPU the observer does observed()'s work itself for the common op (one plain dense
-    # tensor out), with this table and the spool, and reports deaths in C (ext.died)
+    # on the CPU the observer does observed()'s work itself for an op whose outputs are plain
+    # dense tensors, with this table and the spool, and reports deaths in C (ext.died)
     fast = None if _cuda else (globals(), transport._spool, transport._unlocked, _internal_error)
     previous = _death_callback
     if fast is not None:
