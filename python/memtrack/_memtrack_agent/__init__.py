@@ -12,7 +12,8 @@ Modules, each owning one part (imports go one way, down this list):
   importhook code run right after a module is imported
   dynamo     marking the agent's code never to be traced by torch.compile
   names      module and optimizer names announced once
-  native     the compiled observer (observer.cpp, --observer compiled|auto): built once, loaded
+  native     the compiled observer (observer.cpp, --observer compiled|auto): built once, loaded,
+             started in place of the dispatch mode
   ops        the dispatch mode, or the compiled observer's entry: per-op samples and storage
              accounting (the hot path)
   modules    module hooks: names, forward/backward, activation checkpointing, iterations

@@ -139,7 +139,7 @@ def begin(torch, backend, observer):
     dynamo.mark_every_function(__package__)
     # the observer starts last, so that it sees none of the agent's own set-up
     if native_observer is not None:
-        why = ops.observe_compiled(torch, native_observer)
+        why = native.observe(torch, native_observer)
         if why is not None:  # (after the hello: the file says so in its agent errors)
             transport.internal_error(RuntimeError(f"the compiled observer: {why}"))
             native_observer = None

@@ -1,6 +1,7 @@
 """The compiled observer (observer.cpp): built with the machine's C++ compiler against the
-running torch, once per (observer source, torch, Python) in a cache folder, then loaded as a
-C extension. No ninja and no pybind11: one compiler call.
+running torch, once per (observer source, torch, Python) in a cache folder, loaded as a C
+extension, and started in place of the dispatch mode (observe). No ninja and no pybind11: one
+compiler call.
 
 The cache is $MEMTRACK_OBSERVER_CACHE, else ~/.cache/memtrack/observer. Ranks of one job
 starting together build once (a lock file); a build that fails is remembered (its log beside
@@ -12,11 +13,14 @@ each folder from the root down and the file itself belong to this user or root a
 writable by nobody else (a sticky folder such as /tmp excepted, as ssh's StrictModes has it).
 """
 
+import functools
 import hashlib
 import os
 import subprocess
 import sys
 import sysconfig
+
+from . import ops, state, transport
 
 NAME = "memtrack_observer"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observer.cpp")
@@ -159,3 +163,111 @@ def _build(torch, folder, so, failed):
             return f"its build failed (see {failed})"
         os.replace(tmp, so)
         return None
+
+
+def observe(torch, ext):
+    """Observe ops with the compiled observer `ext` (load()) instead of the dispatch mode
+    (ops.install() first); None, or why it cannot (the caller enters the mode instead)."""
+    ops._Storage = torch.UntypedStorage
+    ops._native = ext
+    if ops._skip_code is not None:
+        hot = (ops.observed, ops._native_code, ops._new_dense, ops._other_observed)
+        for f in hot + (ops._device_index,):
+            ops._skip_code(f.__code__)
+    # on the CPU the observer does ops.observed()'s work itself for an op whose outputs are
+    # plain dense tensors, with ops' table and the spool, and reports deaths in C (ext.died)
+    fast = None
+    if not ops._cuda:
+        fast = (vars(ops), transport._spool, transport._unlocked, transport.internal_error)
+    previous = ops._death_callback
+    if fast is not None:
+        ops._death_callback = functools.partial(functools.partial, ext.died)
+    else:
+        ops._death_callback = functools.partial(functools.partial, ext.guarded, ops._on_del)
+    try:
+        ext.install(ops.observed, fast)
+    except Exception as e:
+        ops._native, ops._death_callback = None, previous
+        return f"{type(e).__name__}: {e}"
+    _sample_record_functions(torch)
+    from .importhook import after_import
+
+    waiting = after_import("torch._dynamo.callback", _pause_while_compiling)
+    if waiting is not None:
+        state.undo.append(lambda: waiting in sys.meta_path and sys.meta_path.remove(waiting))
+    return None
+
+
+def _pause_while_compiling(callback):
+    """torch.compile's tracing runs real and fake ops that are not the program's; a dispatch
+    mode is switched off for them (ignore_compile_internals), the compiled observer is paused
+    between dynamo's compile start and end callbacks (a torch without them: docs/record.md,
+    Observers). Called when torch._dynamo.callback is imported."""
+    handler = getattr(callback, "callback_handler", None)
+    if handler is None or ops._native is None:
+        return
+    ext = ops._native
+
+    # torch 2.3 calls them with no argument, later torches with a CallbackArgs; whatever
+    # happens, nothing raises into dynamo (it would end the program's compile)
+    def start(*args):
+        try:
+            ext.pause()
+        except Exception as e:
+            transport.internal_error(e)
+
+    def end(*args):
+        try:
+            ext.resume()
+        except Exception as e:
+            transport.internal_error(e)
+
+    handler.register_start_callback(start)
+    handler.register_end_callback(end)
+
+    def undo():
+        pairs = ((handler.remove_start_callback, start), (handler.remove_end_callback, end))
+        for remove, fn in pairs:
+            try:
+                remove(fn)
+            except Exception:
+                pass
+
+    state.undo.append(undo)
+
+
+def _sample_record_functions(torch):
+    """record_function's enter and exit ops make a RecordFunction and are not observed by one,
+    yet a dispatch mode sees them (MemoryTracker names them): sample them as they return.
+    (C++'s own user scopes, as c10d's collectives open, are not ops and are not sampled.)"""
+    try:
+        rf = torch.autograd.profiler.record_function
+        profiler_ops = torch.ops.profiler
+        enter = profiler_ops._record_function_enter_new.default
+        exit_ = profiler_ops._record_function_exit._RecordFunction
+    except Exception:
+        return
+    codes = [
+        ops.intern(("op", f.__name__), f.__name__, bool(f._schema.is_mutable))
+        for f in (enter, exit_)
+    ]
+    orig_enter, orig_exit = rf.__enter__, rf.__exit__
+
+    def __enter__(self):
+        r = orig_enter(self)
+        if ops._native is not None and state.active:
+            ops.sample(codes[0], ops._gtid() != -1)
+        return r
+
+    def __exit__(self, *exc):
+        r = orig_exit(self, *exc)
+        if ops._native is not None and state.active:
+            ops.sample(codes[1], ops._gtid() != -1)
+        return r
+
+    rf.__enter__, rf.__exit__ = __enter__, __exit__
+
+    def undo():
+        rf.__enter__, rf.__exit__ = orig_enter, orig_exit
+
+    state.undo.append(undo)

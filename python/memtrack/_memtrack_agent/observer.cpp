@@ -29,7 +29,7 @@
 //     detach is not sampled (as MemoryTracker), so it is not handed over either;
 //   - autograd nodes (BACKWARD_FUNCTION scopes) are not ops, and do not nest;
 //   - `record_function` blocks: their enter and exit ops are not observed by RecordFunction
-//     (they make one); the agent samples them from Python (ops.observe_compiled).
+//     (they make one); the agent samples them from Python (native.observe).
 // Ops the agent's own Python body runs (reading a sparse tensor's parts) are not seen.
 //
 // A dense or meta tensor, or a subclass, is never given a Python object here that it did not

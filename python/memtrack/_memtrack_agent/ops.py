@@ -24,7 +24,6 @@ and lets the program go on; a try costs nothing in CPython 3.11 while nothing ra
 """
 
 import functools
-import sys
 import weakref
 
 from . import parts as _parts
@@ -305,111 +304,6 @@ def _other_observed(out, code, bw):
                 _resized(o, k, e, _device_index(o))
         elif isinstance(o, _Tensor):
             track(o, code, bw)
-
-
-def observe_compiled(torch, ext):
-    """Observe ops with the compiled observer `ext` (native.load) instead of the dispatch mode
-    (install() first); None, or why it cannot (the caller enters the mode instead)."""
-    global _native, _Storage, _death_callback
-    _Storage = torch.UntypedStorage
-    _native = ext
-    if _skip_code is not None:
-        for f in (observed, _native_code, _new_dense, _other_observed, _device_index):
-            _skip_code(f.__code__)
-    # on the CPU the observer does observed()'s work itself for an op whose outputs are plain
-    # dense tensors, with this table and the spool, and reports deaths in C (ext.died)
-    fast = None if _cuda else (globals(), transport._spool, transport._unlocked, _internal_error)
-    previous = _death_callback
-    if fast is not None:
-        _death_callback = functools.partial(functools.partial, ext.died)
-    else:
-        _death_callback = functools.partial(functools.partial, ext.guarded, _on_del)
-    try:
-        ext.install(observed, fast)
-    except Exception as e:
-        _native, _death_callback = None, previous
-        return f"{type(e).__name__}: {e}"
-    _sample_record_functions(torch)
-    from .importhook import after_import
-
-    waiting = after_import("torch._dynamo.callback", _pause_while_compiling)
-    if waiting is not None:
-        state.undo.append(lambda: waiting in sys.meta_path and sys.meta_path.remove(waiting))
-    return None
-
-
-def _pause_while_compiling(callback):
-    """torch.compile's tracing runs real and fake ops that are not the program's; a dispatch
-    mode is switched off for them (ignore_compile_internals), the compiled observer is paused
-    between dynamo's compile start and end callbacks (a torch without them: docs/record.md,
-    Observers). Called when torch._dynamo.callback is imported."""
-    handler = getattr(callback, "callback_handler", None)
-    if handler is None or _native is None:
-        return
-    ext = _native
-
-    # torch 2.3 calls them with no argument, later torches with a CallbackArgs; whatever
-    # happens, nothing raises into dynamo (it would end the program's compile)
-    def start(*args):
-        try:
-            ext.pause()
-        except Exception as e:
-            _internal_error(e)
-
-    def end(*args):
-        try:
-            ext.resume()
-        except Exception as e:
-            _internal_error(e)
-
-    handler.register_start_callback(start)
-    handler.register_end_callback(end)
-
-    def undo():
-        pairs = ((handler.remove_start_callback, start), (handler.remove_end_callback, end))
-        for remove, fn in pairs:
-            try:
-                remove(fn)
-            except Exception:
-                pass
-
-    state.undo.append(undo)
-
-
-def _sample_record_functions(torch):
-    """record_function's enter and exit ops make a RecordFunction and are not observed by one,
-    yet a dispatch mode sees them (MemoryTracker names them): sample them as they return.
-    (C++'s own user scopes, as c10d's collectives open, are not ops and are not sampled.)"""
-    try:
-        rf = torch.autograd.profiler.record_function
-        profiler_ops = torch.ops.profiler
-        enter = profiler_ops._record_function_enter_new.default
-        exit_ = profiler_ops._record_function_exit._RecordFunction
-    except Exception:
-        return
-    codes = [
-        intern(("op", f.__name__), f.__name__, bool(f._schema.is_mutable)) for f in (enter, exit_)
-    ]
-    orig_enter, orig_exit = rf.__enter__, rf.__exit__
-
-    def __enter__(self):
-        r = orig_enter(self)
-        if _native is not None and state.active:
-            sample(codes[0], _gtid() != -1)
-        return r
-
-    def __exit__(self, *exc):
-        r = orig_exit(self, *exc)
-        if _native is not None and state.active:
-            sample(codes[1], _gtid() != -1)
-        return r
-
-    rf.__enter__, rf.__exit__ = __enter__, __exit__
-
-    def undo():
-        rf.__enter__, rf.__exit__ = orig_enter, orig_exit
-
-    state.undo.append(undo)
 
 
 def sample(code, bw):
