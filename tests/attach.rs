@@ -161,6 +161,13 @@ fn a_window_is_recorded_and_the_loop_goes_on_as_without_memtrack() {
     assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
     assert!(text.contains("attached to the running process"), "{text}");
     assert!(text.contains("partial"), "{text}");
+    // the attach's own thread (which waits for the detach) is not one of the program's
+    let threads = m["threads"].as_array().map_or(&[][..], |t| t.as_slice());
+    assert!(
+        threads.iter().all(|t| t["name"] != "memtrack-attach"),
+        "{threads:?}"
+    );
+    assert!(!text.contains("memtrack-attach"), "{text}");
 }
 
 #[test]

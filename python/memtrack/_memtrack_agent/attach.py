@@ -139,7 +139,15 @@ def run(config_path, page):
             lambda: _refuse("the program stayed inside one backward pass for 60 s"),
             patience=60.0,
         )
-        threading.Thread(target=call.wait, name="memtrack-attach", daemon=True).start()
+        _start_own_thread(call.wait)
+
+
+def _start_own_thread(target):
+    """A thread of the attach's own: marked the agent's, so that it is not recorded as one of
+    the program's (threads.py), as the flusher is not."""
+    t = threading.Thread(target=target, name="memtrack-attach", daemon=True)
+    t._memtrack_own = True
+    t.start()
 
 
 def _refuse(why):
@@ -197,7 +205,7 @@ def _start(config):
         }
     )
     _conn[0].settimeout(None)
-    threading.Thread(target=_wait_for_stop, name="memtrack-attach", daemon=True).start()
+    _start_own_thread(_wait_for_stop)
 
 
 def _forget():
