@@ -156,7 +156,7 @@ fn wheel_installs_the_command_and_the_in_process_api_records() {
     );
     // the compiled observer's source comes with the agent: native.py builds it from there
     let agent = Path::new(&site(&vpy)).join("memtrack/_memtrack_agent");
-    for file in ["observer.cpp", "fast_path.h", "native.py"] {
+    for file in ["observer.cpp", "fast_path.h", "module_path.h", "native.py"] {
         assert!(agent.join(file).is_file(), "the wheel has no {file}");
     }
 

@@ -19,7 +19,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 30] = [
+pub const FILES: [(&str, &str); 31] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
@@ -38,6 +38,7 @@ pub const FILES: [(&str, &str); 30] = [
     agent_file!("importhook.py"),
     agent_file!("inprocess.py"),
     agent_file!("modnames.py"),
+    agent_file!("module_path.h"),
     agent_file!("modules.py"),
     agent_file!("names.py"),
     agent_file!("native.py"),

@@ -508,11 +508,17 @@ class ModuleTracker:
 # graph (or be frozen into it). is_compiling() is a constant True while tracing, so the hooks
 # trace to nothing; in eager code they cost one call.
 _is_compiling = None
+# The compiled observer's module fast path (module_path.h, bind_native): module_pre(mod,
+# inputs) and module_post(mod, output) do the commonest calls' work in C and return True, or
+# return False, having done nothing, for the tracker's methods to do it.
+_native_pre = _native_post = None
 
 
 def fw_pre_hook(mod, inputs):
     """The global forward pre-hook."""
     if _is_compiling() or not state.active:
+        return
+    if _native_pre is not None and _native_pre(mod, inputs):
         return
     tracker.pre_forward(mod, inputs)
 
@@ -521,7 +527,26 @@ def fw_post_hook(mod, inputs, output):
     """The global forward hook (always called, even when the forward raised)."""
     if _is_compiling() or not state.active:
         return
+    if _native_post is not None and _native_post(mod, output):
+        return
     tracker.post_forward(mod, inputs, output)
+
+
+def bind_native(torch, ext):
+    """Do the commonest module calls with the compiled observer `ext` (started with its CPU fast
+    path, whose storage table and writers it uses): a submodule's further call in the main
+    thread, outside backward, on plain tensors (module_path.h says which)."""
+    global _native_pre, _native_post
+    codes = (PUSH, POP, SNAP, INPUT, OUTPUT, PRE_FW, POST_FW, PRE_BW, POST_BW, PUSH_FORWARD)
+    codes += (PUSH_BACKWARD, PUSH_PASS_THROUGH)
+    ext.bind_modules(tracker, codes, torch.nn.Parameter, functools.partial, vars(state))
+    _native_pre, _native_post = ext.module_pre, ext.module_post
+
+    def undo():
+        global _native_pre, _native_post
+        _native_pre = _native_post = None
+
+    state.undo.append(undo)
 
 
 def install(torch):

@@ -20,12 +20,12 @@ import subprocess
 import sys
 import sysconfig
 
-from . import ops, state, transport
+from . import modules, ops, state, transport
 
 NAME = "memtrack_observer"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observer.cpp")
 # what SOURCE includes from beside it: part of the build's key
-HEADERS = [os.path.join(os.path.dirname(SOURCE), "fast_path.h")]
+HEADERS = [os.path.join(os.path.dirname(SOURCE), h) for h in ("fast_path.h", "module_path.h")]
 
 
 def cache_folder():
@@ -189,6 +189,11 @@ def observe(torch, ext):
     except Exception as e:
         ops._native, ops._death_callback = None, previous
         return f"{type(e).__name__}: {e}"
+    if fast is not None:
+        try:
+            modules.bind_native(torch, ext)
+        except Exception as e:  # an older build's: the module tracker stays in Python
+            transport.internal_error(e)
     _sample_record_functions(torch)
     from .importhook import after_import
 

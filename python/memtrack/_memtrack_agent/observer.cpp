@@ -421,9 +421,15 @@ PyObject* live_nodes(PyObject*, PyObject* capsule) {
   return list;
 }
 
+}  // namespace
+
+#include "module_path.h"
+
+namespace {
+
 // ---- the module: install(on_op, fast), died(key, ref), attach(), uninstall(),
 // op(id) -> (name, mutable), pause(), resume(), guarded(fn, *args), weak_nodes(nodes),
-// live_nodes(capsule)
+// live_nodes(capsule), bind_modules(...), module_pre(mod, inputs), module_post(mod, output)
 
 PyObject* install(PyObject*, PyObject* const* args, Py_ssize_t n) {
   if (n < 1 || n > 2) {
@@ -518,6 +524,12 @@ PyMethodDef methods[] = {
      "fn(*args), a signal's exception in it raised again in the program's code."},
     {"weak_nodes", weak_nodes, METH_O, "A capsule of weak references to C++ autograd nodes."},
     {"live_nodes", live_nodes, METH_O, "The nodes of a weak_nodes capsule still alive."},
+    {"bind_modules", (PyCFunction)(void (*)(void))bind_modules, METH_FASTCALL,
+     "The module tracker's commonest calls in C, with its state (module_path.h)."},
+    {"module_pre", (PyCFunction)(void (*)(void))module_pre, METH_FASTCALL,
+     "A module's forward pre-hook, where the fast path takes it: True when done."},
+    {"module_post", (PyCFunction)(void (*)(void))module_post, METH_FASTCALL,
+     "A module's forward hook, where the fast path takes it: True when done."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "memtrack_observer", nullptr, -1, methods};
