@@ -228,13 +228,21 @@ bool observe_fast(int32_t id, const std::vector<c10::IValue>& outs,
   return true;
 }
 
-// died(key, weakref): a counted storage's weakref callback (ops._death_callback's, with this
-// observer): out of the table, and its DEL record written. No bytecode of the agent's runs in
-// it but a writer's where several threads record; a signal handler's exception raised there
-// is deferred to the program (as guarded() does) and the record written again.
-PyObject* died(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  if (n < 1 || !hot) Py_RETURN_NONE;
-  PyObject* k = args[0];
+// A counted storage's death: the callback of its weakref (ops._death_callback(key) makes it,
+// death(key) with this observer): out of the table, and its DEL record written. A C object,
+// not a functools.partial of a function: none of the agent's bytecode runs in it (but a
+// writer's where several threads record), and it costs a fraction of a partial to make and
+// call, once per storage. A signal handler's exception raised in it is deferred to the
+// program (as guarded() does) and the record written again.
+struct Death {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* key;  // id(storage)
+};
+
+PyObject* death_call(PyObject* self, PyObject* const*, size_t, PyObject*) {
+  PyObject* k = reinterpret_cast<Death*>(self)->key;
+  if (!hot) Py_RETURN_NONE;
   PyObject* e = PyDict_GetItemWithError(hot->known, k);
   if (e) {
     int64_t rec[2] = {DEL, (int64_t)PyLong_AsLongLong(k)};
@@ -248,6 +256,38 @@ PyObject* died(PyObject*, PyObject* const* args, Py_ssize_t n) {
   report_own_failure();
   defer_if_the_programs();
   Py_RETURN_NONE;
+}
+
+void death_dealloc(PyObject* self) {
+  Py_XDECREF(reinterpret_cast<Death*>(self)->key);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyTypeObject DeathType = [] {
+  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
+  t.tp_name = "memtrack_observer.Death";
+  t.tp_basicsize = sizeof(Death);
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
+  t.tp_vectorcall_offset = offsetof(Death, vectorcall);
+  t.tp_call = PyVectorcall_Call;
+  t.tp_dealloc = death_dealloc;
+  t.tp_doc = "A counted storage's weakref callback: its DEL record.";
+  return t;
+}();
+
+// death(key) -> the weakref callback reporting storage `key`'s death
+PyObject* death(PyObject*, PyObject* k) {
+  if (!PyLong_CheckExact(k)) {
+    PyErr_SetString(PyExc_TypeError, "death(key): an int");
+    return nullptr;
+  }
+  if (PyType_Ready(&DeathType) < 0) return nullptr;
+  auto* d = PyObject_New(Death, &DeathType);
+  if (!d) return nullptr;
+  d->vectorcall = death_call;
+  Py_INCREF(k);
+  d->key = k;
+  return reinterpret_cast<PyObject*>(d);
 }
 
 // install(on_op, fast): fast is None, or (ops' globals, transport._spool, transport's

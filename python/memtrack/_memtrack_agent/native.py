@@ -175,13 +175,13 @@ def observe(torch, ext):
         for f in hot + (ops._device_index,):
             ops._skip_code(f.__code__)
     # on the CPU the observer does ops.observed()'s work itself for an op whose outputs are
-    # plain dense tensors, with ops' table and the spool, and reports deaths in C (ext.died)
+    # plain dense tensors, with ops' table and the spool, and reports deaths in C (ext.death)
     fast = None
     if not ops._cuda:
         fast = (vars(ops), transport._spool, transport._unlocked, transport.internal_error)
     previous = ops._death_callback
     if fast is not None:
-        ops._death_callback = functools.partial(functools.partial, ext.died)
+        ops._death_callback = ext.death
     else:
         ops._death_callback = functools.partial(functools.partial, ext.guarded, ops._on_del)
     try:

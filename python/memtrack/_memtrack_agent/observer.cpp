@@ -427,7 +427,7 @@ PyObject* live_nodes(PyObject*, PyObject* capsule) {
 
 namespace {
 
-// ---- the module: install(on_op, fast), died(key, ref), attach(), uninstall(),
+// ---- the module: install(on_op, fast), death(key), attach(), uninstall(),
 // op(id) -> (name, mutable), pause(), resume(), guarded(fn, *args), weak_nodes(nodes),
 // live_nodes(capsule), bind_modules(...), module_pre(mod, inputs), module_post(mod, output)
 
@@ -513,8 +513,7 @@ PyObject* resume(PyObject*, PyObject*) {
 PyMethodDef methods[] = {
     {"install", (PyCFunction)(void (*)(void))install, METH_FASTCALL,
      "Start handing every op of this thread to the callable (the CPU's commonest in C)."},
-    {"died", (PyCFunction)(void (*)(void))died, METH_FASTCALL,
-     "A counted storage died: out of ops._known, its DEL record written."},
+    {"death", death, METH_O, "A counted storage's weakref callback (ops._death_callback)."},
     {"attach", attach, METH_NOARGS, "Hand this thread's ops over too."},
     {"uninstall", uninstall, METH_NOARGS, "Stop (this thread's callback is removed)."},
     {"op", op, METH_O, "(name, mutable) of an op id handed over."},

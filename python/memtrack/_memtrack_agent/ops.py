@@ -104,8 +104,8 @@ def _on_del(k, w=None):
 
 
 # _death_callback(k): the weakref callback of storage k, _on_del(k, weakref), made in C (no
-# Python frame per storage); with the compiled observer it is the observer's died(k, weakref)
-# on the CPU (C, no bytecode), and calls _on_del through its guarded() on CUDA, so that a
+# Python frame per storage); with the compiled observer it is the observer's death(k), a C
+# object, on the CPU (no bytecode), and calls _on_del through its guarded() on CUDA, so that a
 # signal's exception raised in it reaches the program (Python loses one raised in a weakref
 # callback: docs/record.md, Known limits)
 _death_callback = functools.partial(functools.partial, _on_del)
