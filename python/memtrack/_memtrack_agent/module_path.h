@@ -6,9 +6,9 @@
 // layers of a model from its second call on). Done here with the tracker's own Python state
 // (its dicts and lists, the ModInfo on the module) and the same records, and the autograd
 // hooks that say when the module's backward starts and ends are C objects on the nodes
-// (gradhooks.py's `_every`, `_first` and `_last`, holding the nodes weakly) calling the
-// tracker's backward_starts / backward_ends: on a loop of small modules the Python bodies
-// of the hooks cost about 0.3x the program's own time. Everything else (a top-level call,
+// (gradhooks.py's `_every`, `_first` and `_last`, holding the nodes weakly) doing the
+// tracker's backward_starts / backward_ends (backward_fast, else calling them): on a loop of
+// small modules the Python bodies of the hooks cost about 0.2x the program's own time. Everything else (a top-level call,
 // which may begin an iteration; the first call of a module in an iteration; backward;
 // another thread; pytree containers; leaf tensors; subclasses; a custom Function's node)
 // is left to the Python path, decided before anything is done, so that a call is done

@@ -192,7 +192,7 @@ def observe(torch, ext):
     if fast is not None:
         try:
             modules.bind_native(torch, ext)
-        except Exception as e:  # an older build's: the module tracker stays in Python
+        except Exception as e:  # the module tracker stays in Python, as it would on CUDA
             transport.internal_error(e)
     _sample_record_functions(torch)
     from .importhook import after_import
