@@ -263,17 +263,24 @@ void death_dealloc(PyObject* self) {
   Py_TYPE(self)->tp_free(self);
 }
 
-PyTypeObject DeathType = [] {
+// The type of a small callable C object (Death, module_path.h's ModHook): called through
+// its `vectorcall` member, and not tracked by the collector: nothing it holds leads back to
+// it, so it is in no reference cycle.
+template <class Object>
+PyTypeObject callable_type(const char* name, destructor dealloc, const char* doc) {
   PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
-  t.tp_name = "memtrack_observer.Death";
-  t.tp_basicsize = sizeof(Death);
+  t.tp_name = name;
+  t.tp_basicsize = sizeof(Object);
   t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
-  t.tp_vectorcall_offset = offsetof(Death, vectorcall);
+  t.tp_vectorcall_offset = offsetof(Object, vectorcall);
   t.tp_call = PyVectorcall_Call;
-  t.tp_dealloc = death_dealloc;
-  t.tp_doc = "A counted storage's weakref callback: its DEL record.";
+  t.tp_dealloc = dealloc;
+  t.tp_doc = doc;
   return t;
-}();
+}
+
+PyTypeObject DeathType = callable_type<Death>("memtrack_observer.Death", death_dealloc,
+                                              "A counted storage's weakref callback.");
 
 // death(key) -> the weakref callback reporting storage `key`'s death
 PyObject* death(PyObject*, PyObject* k) {

@@ -328,17 +328,9 @@ PyObject* hook_call(PyObject* self, PyObject* const*, size_t, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyTypeObject ModHookType = [] {
-  PyTypeObject t{PyVarObject_HEAD_INIT(nullptr, 0)};
-  t.tp_name = "memtrack_observer.ModHook";
-  t.tp_basicsize = sizeof(ModHook);
-  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL;
-  t.tp_vectorcall_offset = offsetof(ModHook, vectorcall);
-  t.tp_call = PyVectorcall_Call;
-  t.tp_dealloc = hook_dealloc;
-  t.tp_doc = "A module's backward starts or ends: a pre-hook on its outputs' or inputs' nodes.";
-  return t;
-}();
+PyTypeObject ModHookType = callable_type<ModHook>(
+    "memtrack_observer.ModHook", hook_dealloc,
+    "A module's backward starts or ends: a pre-hook on its outputs' or inputs' nodes.");
 
 // The hook calling fn(wmod, info[, how]) on c's nodes: when the first of them runs in a
 // backward (starts) or the last that backward runs (ends), and registered on each. -1 with
