@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from . import inprocess, state, versions
+from . import inprocess, state, transport, versions
 
 _package = __name__.rpartition(".")[0]
 _conn = [None]
@@ -139,15 +139,7 @@ def run(config_path, page):
             lambda: _refuse("the program stayed inside one backward pass for 60 s"),
             patience=60.0,
         )
-        _start_own_thread(call.wait)
-
-
-def _start_own_thread(target):
-    """A thread of the attach's own: marked the agent's, so that it is not recorded as one of
-    the program's (threads.py), as the flusher is not."""
-    t = threading.Thread(target=target, name="memtrack-attach", daemon=True)
-    t._memtrack_own = True
-    t.start()
+        transport.start_own_thread(call.wait, "memtrack-attach")
 
 
 def _refuse(why):
@@ -205,7 +197,7 @@ def _start(config):
         }
     )
     _conn[0].settimeout(None)
-    _start_own_thread(_wait_for_stop)
+    transport.start_own_thread(_wait_for_stop, "memtrack-attach")
 
 
 def _forget():

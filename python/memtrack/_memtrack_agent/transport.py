@@ -458,7 +458,13 @@ def _flusher():
                 pass
 
 
-def start_flusher():
-    t = threading.Thread(target=_flusher, name="memtrack-flush", daemon=True)
-    t._memtrack_own = True  # the agent's: not recorded (threads.py)
+def start_own_thread(target, name):
+    """A daemon thread of the agent's own: marked so, it is never recorded as one of the
+    program's (threads.py)."""
+    t = threading.Thread(target=target, name=name, daemon=True)
+    t._memtrack_own = True
     t.start()
+
+
+def start_flusher():
+    start_own_thread(_flusher, "memtrack-flush")
