@@ -59,18 +59,18 @@ using NodePtr = std::remove_cv_t<std::remove_reference_t<decltype(
 // One module call, as gathered before anything is done.
 struct Call {
   PyObject* info = nullptr;   // its ModInfo (a new reference)
-  PyObject* name = nullptr;   // info.name, info.name_id, info.wmod (new references)
-  PyObject* name_id = nullptr;
+  PyObject* name = nullptr;   // info.name, info.wmod (new references)
   PyObject* wmod = nullptr;
-  int64_t mk = 0, name_id_v = 0;
+  PyObject* fw_inputs = nullptr;  // info.fw_inputs: a list (a new reference)
+  int64_t mk = 0, name_id = 0;
   std::vector<PyObject*> grads;  // the leaves whose gradients a backward computes (borrowed)
   std::vector<NodePtr> nodes;    // their distinct nodes, in order
   int64_t io = 0;                // the bytes of the leaves' storages (io_mem)
   ~Call() {
     Py_XDECREF(info);
     Py_XDECREF(name);
-    Py_XDECREF(name_id);
     Py_XDECREF(wmod);
+    Py_XDECREF(fw_inputs);
   }
 };
 
@@ -94,6 +94,44 @@ bool plain_leaves(PyObject* seq, std::vector<PyObject*>& out, int depth = 0) {
 }
 
 PyObject* attr(PyObject* o, PyObject* name) { return PyObject_GetAttr(o, name); }
+
+// o.<name>, an int, into out; -1 with an exception set on failure
+int int_attr(PyObject* o, PyObject* name, int64_t& out) {
+  PyObject* v = attr(o, name);
+  if (!v) return -1;
+  out = PyLong_AsLongLong(v);
+  Py_DECREF(v);
+  return out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+// ModuleTracker.add_parent / remove_parent, on the main thread's running modules (name ->
+// how many of its calls run): PUSH where it starts running, POP where it stops. -1 with an
+// exception set on failure.
+int add_parent(PyObject* name, int64_t name_id, int64_t how) {
+  PyObject* count = PyDict_GetItemWithError(mods->parents, name);
+  if (!count && PyErr_Occurred()) return -1;
+  long c = count ? PyLong_AsLong(count) : 0;
+  PyObject* now = c == -1 && PyErr_Occurred() ? nullptr : PyLong_FromLong(c + 1);
+  int r = now ? PyDict_SetItem(mods->parents, name, now) : -1;
+  Py_XDECREF(now);
+  int64_t push[3] = {code(C_PUSH), name_id, how};
+  return r < 0 ? -1 : count ? 0 : emit(push, 3);
+}
+
+int remove_parent(PyObject* name, int64_t name_id) {
+  PyObject* count = PyDict_GetItemWithError(mods->parents, name);
+  if (!count) return PyErr_Occurred() ? -1 : 0;
+  long c = PyLong_AsLong(count);
+  if (c == -1 && PyErr_Occurred()) return -1;
+  if (c <= 1) {
+    int64_t pop[2] = {code(C_POP), name_id};
+    return PyDict_DelItem(mods->parents, name) < 0 ? -1 : emit(pop, 2);
+  }
+  PyObject* now = PyLong_FromLong(c - 1);
+  int r = now ? PyDict_SetItem(mods->parents, name, now) : -1;
+  Py_XDECREF(now);
+  return r;
+}
 
 // The bytes counted for a tensor's storage (ops.storage_bytes), 0 where it is not counted;
 // -1 with an exception set on failure.
@@ -134,15 +172,15 @@ int gather(PyObject* mod, PyObject* io, bool post, Call& c) {
   Py_XDECREF(seen);
   if (PyErr_Occurred()) return -1;
   if (!same || !is_seen) return 0;
-  if (!(c.name = attr(c.info, m->s_name)) || !(c.name_id = attr(c.info, m->s_name_id)) ||
-      !(c.wmod = attr(c.info, m->s_wmod)))
+  if (!(c.name = attr(c.info, m->s_name)) || int_attr(c.info, m->s_name_id, c.name_id) < 0 ||
+      !(c.wmod = attr(c.info, m->s_wmod)) || !(c.fw_inputs = attr(c.info, m->s_fw_inputs)))
     return -1;
+  if (!PyList_Check(c.fw_inputs)) return 0;
   PyObject* mk = attr(c.info, m->s_mk);
   if (!mk) return -1;
   c.mk = PyLong_AsLongLong(mk);
   int tracked = PyDict_Contains(m->tracked, mk);
   Py_DECREF(mk);
-  c.name_id_v = PyLong_AsLongLong(c.name_id);
   if (tracked < 0 || PyErr_Occurred()) return -1;
   if (!tracked) return 0;  // its first call in the iteration: its parameters are counted
   // not a top-level call (which may begin an iteration), nor a module running already
@@ -184,13 +222,10 @@ int gather(PyObject* mod, PyObject* io, bool post, Call& c) {
     c.nodes.push_back(g);
   }
   if (post) {  // the inputs' entry: no hook holding nodes to hand over (gradhooks.on_grads)
-    PyObject* fw = attr(c.info, m->s_fw_inputs);
-    if (!fw) return -1;
-    Py_ssize_t n = PyList_Check(fw) ? PyList_GET_SIZE(fw) : -1;
-    PyObject* last = n > 0 ? PyList_GET_ITEM(fw, n - 1) : nullptr;
-    bool plain = n == 0 || (last && PyList_Check(last) && PyList_GET_SIZE(last) == 2 &&
+    Py_ssize_t n = PyList_GET_SIZE(c.fw_inputs);
+    PyObject* last = n > 0 ? PyList_GET_ITEM(c.fw_inputs, n - 1) : nullptr;
+    bool plain = n == 0 || (PyList_Check(last) && PyList_GET_SIZE(last) == 2 &&
                             PyList_GET_ITEM(last, 1) == Py_None);
-    Py_DECREF(fw);
     if (!plain) return 0;
   }
   return 1;
@@ -251,40 +286,25 @@ int backward_fast(bool starts, PyObject* const* args) {
     if (queued != Py_True) return 0;  // maybe_set_engine_callback queues it
   }
   PyObject* info = args[1];
+  int64_t id = 0;
   PyObject* name = attr(info, m->s_name);
-  PyObject* name_id = name ? attr(info, m->s_name_id) : nullptr;
-  PyObject* mk = name_id ? attr(info, m->s_mk) : nullptr;
+  PyObject* mk = name && int_attr(info, m->s_name_id, id) == 0 ? attr(info, m->s_mk) : nullptr;
   PyObject* mod = mk ? PyObject_CallNoArgs(args[0]) : nullptr;
   int r = mod ? 0 : -1;
   int tracked = r == 0 && mod != Py_None ? PyDict_Contains(m->tracked, mk) : 0;
   int64_t rec[3] = {code(C_SNAP), mk ? PyLong_AsLongLong(mk) : 0,
                     code(starts ? C_PRE_BW : C_POST_BW)};
-  int64_t id = name_id ? PyLong_AsLongLong(name_id) : 0;
+  int64_t how = starts ? PyLong_AsLongLong(args[2]) : 0;
   if (tracked < 0 || PyErr_Occurred()) r = -1;
-  PyObject* count = r == 0 ? PyDict_GetItemWithError(m->parents, name) : nullptr;
-  if (r == 0 && !count && PyErr_Occurred()) r = -1;
-  long c = count ? PyLong_AsLong(count) : 0;
   if (r == 0 && starts) {  // add_parent(info, how), then the snapshot
-    PyObject* now = PyLong_FromLong(c + 1);
-    r = now ? PyDict_SetItem(m->parents, name, now) : -1;
-    Py_XDECREF(now);
-    int64_t push[3] = {code(C_PUSH), id, PyLong_AsLongLong(args[2])};
-    if (r == 0 && !count) r = emit(push, 3);
+    r = add_parent(name, id, how);
     if (r == 0 && tracked) r = emit(rec, 3);
   } else if (r == 0) {  // the snapshot, then remove_parent(info)
     if (tracked) r = emit(rec, 3);
-    if (r == 0 && count && c <= 1) {
-      int64_t pop[2] = {code(C_POP), id};
-      r = PyDict_DelItem(m->parents, name) < 0 ? -1 : emit(pop, 2);
-    } else if (r == 0 && count) {
-      PyObject* now = PyLong_FromLong(c - 1);
-      r = now ? PyDict_SetItem(m->parents, name, now) : -1;
-      Py_XDECREF(now);
-    }
+    if (r == 0) r = remove_parent(name, id);
   }
   Py_XDECREF(mod);
   Py_XDECREF(mk);
-  Py_XDECREF(name_id);
   Py_XDECREF(name);
   return r < 0 ? -1 : 1;
 }
@@ -376,14 +396,11 @@ int hook_nodes(Call& c, bool starts, PyObject* how) {
 // ModuleTracker.pre_forward's work for c (add_parent, mt_pre_fw, the inputs' hooks)
 int pre_effects(Call& c) {
   Mods* m = mods;
-  PyObject* one = PyLong_FromLong(1);
-  int r = one ? PyDict_SetItem(m->parents, c.name, one) : -1;
-  Py_XDECREF(one);
-  if (r < 0) return -1;
-  int64_t push[3] = {code(C_PUSH), c.name_id_v, code(C_PUSH_FORWARD)};
-  int64_t input[4] = {code(C_INPUT), c.mk, c.name_id_v, c.io};
+  int64_t input[4] = {code(C_INPUT), c.mk, c.name_id, c.io};
   int64_t snap[3] = {code(C_SNAP), c.mk, code(C_PRE_FW)};
-  if (emit(push, 3) < 0 || emit(input, 4) < 0 || emit(snap, 3) < 0) return -1;
+  if (add_parent(c.name, c.name_id, code(C_PUSH_FORWARD)) < 0 || emit(input, 4) < 0 ||
+      emit(snap, 3) < 0)
+    return -1;
   // [[(id, version) of each input requiring grad], None]: passes_through reads it
   PyObject* ids = PyList_New((Py_ssize_t)c.grads.size());
   if (!ids) return -1;
@@ -397,10 +414,7 @@ int pre_effects(Call& c) {
     PyList_SET_ITEM(ids, (Py_ssize_t)i, pair);
   }
   PyObject* seen = Py_BuildValue("[NO]", ids, Py_None);
-  PyObject* fw = seen ? attr(c.info, m->s_fw_inputs) : nullptr;
-  r = fw && PyList_Check(fw) ? PyList_Append(fw, seen) : -1;
-  if (fw && !PyList_Check(fw)) PyErr_SetString(PyExc_TypeError, "fw_inputs: not a list");
-  Py_XDECREF(fw);
+  int r = seen ? PyList_Append(c.fw_inputs, seen) : -1;
   Py_XDECREF(seen);
   if (r < 0) return -1;
   if (!c.grads.empty()) return hook_nodes(c, false, nullptr);
@@ -433,24 +447,20 @@ bool passes_through(const Call& c, PyObject* seen_ids) {
 
 // ModuleTracker.post_forward's work for c (mt_post_fw, remove_parent, the outputs' hooks)
 int post_effects(Call& c) {
-  Mods* m = mods;
   int64_t output[3] = {code(C_OUTPUT), c.mk, c.io};
   int64_t snap[3] = {code(C_SNAP), c.mk, code(C_POST_FW)};
-  if (emit(output, 3) < 0 || emit(snap, 3) < 0) return -1;
-  if (PyDict_DelItem(m->parents, c.name) < 0) return -1;
-  int64_t pop[2] = {code(C_POP), c.name_id_v};
-  if (emit(pop, 2) < 0) return -1;
-  PyObject* fw = attr(c.info, m->s_fw_inputs);
-  if (!fw) return -1;
-  PyObject* entry = nullptr;
-  Py_ssize_t n = PyList_Check(fw) ? PyList_GET_SIZE(fw) : 0;
+  if (emit(output, 3) < 0 || emit(snap, 3) < 0 || remove_parent(c.name, c.name_id) < 0)
+    return -1;
+  PyObject* entry = nullptr;  // info.fw_inputs.pop(), where it has one
+  Py_ssize_t n = PyList_GET_SIZE(c.fw_inputs);
   if (n > 0) {
-    entry = PyList_GET_ITEM(fw, n - 1);
+    entry = PyList_GET_ITEM(c.fw_inputs, n - 1);
     Py_INCREF(entry);
-    if (PyList_SetSlice(fw, n - 1, n, nullptr) < 0) Py_CLEAR(entry);
+    if (PyList_SetSlice(c.fw_inputs, n - 1, n, nullptr) < 0) {
+      Py_DECREF(entry);
+      return -1;
+    }
   }
-  Py_DECREF(fw);
-  if (n > 0 && !entry) return -1;
   int r = 0;
   if (!c.grads.empty()) {
     PyObject* ids = entry && PyList_Check(entry) && PyList_GET_SIZE(entry) == 2
