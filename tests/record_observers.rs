@@ -420,10 +420,12 @@ fn a_loop_of_small_modules_leaves_no_garbage_under_the_python_observer() {
 /// outputs, one or several) in C: no call of the agent's Python per op, and none per storage
 /// death. The Python entry per op and death callback cost about 0.5x the loop's own time;
 /// before, 5 steps of tests/py/python_per_op.py made 2,040 calls of `observed` and 1,140 of
-/// `_on_del` for 2,480 ops. Nor does the module tracker run Python for a submodule's further
-/// calls (module_path.h): its per-call methods ran 4 times a module call, 180 times in the 5
-/// steps (9 module calls each); now 35, for the top-level model and the cell's first call of
-/// each step. The agent's functions ran 12,340 times in all; now about 1,000.
+/// `_on_del` for 2,480 ops. Nor does the module tracker run Python for a submodule's call
+/// (module_path.h), its first in the iteration included: its per-call methods ran 4 times a
+/// module call, 200 times in the 5 steps (10 module calls each); now 30: the top-level
+/// model's 4, the first backward hook of a backward (which queues the end-of-backward
+/// callback) and the end of the cell's backward, called by that callback (its first input
+/// needs no gradient). The agent's functions ran about 18,000 times in all; now about 1,000.
 #[test]
 fn the_compiled_observer_runs_no_python_per_op_nor_per_submodule_call_on_the_cpu() {
     let Some(py) = python() else { return };
@@ -437,7 +439,7 @@ fn the_compiled_observer_runs_no_python_per_op_nor_per_submodule_call_on_the_cpu
     let n = |k: &str| calls[k].as_u64().unwrap();
     assert!(n("ops") > 2000, "{calls}");
     assert_eq!((n("observed"), n("on_del")), (0, 0), "{calls}");
-    assert!(n("module_calls") <= 40, "{calls}");
+    assert!(n("module_calls") <= 30, "{calls}");
     // and the file has every one of those ops
     let j = export(&dir.path().join("run.pkl"));
     let recorded = j["ops"].as_array().map_or(0, |a| a.len()) as u64;

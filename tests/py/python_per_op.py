@@ -1,7 +1,7 @@
-"""A loop of small ops (an LSTMCell unrolled 8 steps inside a model, Adam) that counts the
-calls of each Python function of the memtrack agent made during 5 training steps after 2
-warm-up ones (sys.setprofile sees a Python function called from C too), and the ops of those
-steps.
+"""A loop of small ops (an LSTMCell unrolled 8 steps, then a BatchNorm1d, inside a model, Adam)
+that counts the calls of each Python function of the memtrack agent made during 5 training
+steps after 2 warm-up ones (sys.setprofile sees a Python function called from C too), and the
+ops of those steps.
 
 Prints one line: `calls {"ops": N, "observed": N, "on_del": N, "module_calls": N, "agent":
 N}`: the calls of the agent's per-op entry (ops.observed), of its per-storage death callback
@@ -22,13 +22,14 @@ class Unrolled(nn.Module):
     def __init__(self):
         super().__init__()
         self.cell = nn.LSTMCell(16, 16)
+        self.norm = nn.BatchNorm1d(16)  # (parameters and buffers, called once a step)
 
     def forward(self, x):
         h = x.new_zeros(4, 16)
         c = h
         for t in range(8):
             h, c = self.cell(x[t], (h, c))
-        return h
+        return self.norm(h)
 
 
 torch.manual_seed(0)

@@ -1,18 +1,20 @@
 // The compiled observer's module fast path (included by observer.cpp, in its translation unit,
 // after its weak node pointers). The module tracker's forward hooks (modules.py,
 // ModuleTracker.pre_forward / post_forward) for their commonest call: a submodule, called in
-// the main thread outside backward and tracked in this iteration already, whose inputs and
-// outputs are plain tensors in plain tuples and lists (an RNN cell unrolled over time, the
-// layers of a model from its second call on). Done here with the tracker's own Python state
-// (its dicts and lists, the ModInfo on the module) and the same records, and the autograd
-// hooks that say when the module's backward starts and ends are C objects on the nodes
-// (gradhooks.py's `_every`, `_first` and `_last`, holding the nodes weakly) doing the
-// tracker's backward_starts / backward_ends (backward_fast, else calling them): on a loop of
-// small modules the Python bodies of the hooks cost about 0.2x the program's own time. Everything else (a top-level call,
-// which may begin an iteration; the first call of a module in an iteration; backward;
-// another thread; pytree containers; leaf tensors; subclasses; a custom Function's node)
-// is left to the Python path, decided before anything is done, so that a call is done
-// wholly by one path or the other.
+// the main thread outside backward, whose inputs and outputs are plain tensors in plain
+// tuples and lists (the layers of a model, an RNN cell unrolled over time). Done here with
+// the tracker's own Python state (its dicts and lists, the ModInfo on the module) and the
+// same records, and the autograd hooks that say when the module's backward starts and ends
+// are C objects on the nodes (gradhooks.py's `_every`, `_first` and `_last`, holding the
+// nodes weakly) doing the tracker's backward_starts / backward_ends (backward_fast, else
+// calling them): on a loop of small modules the Python bodies of the hooks cost about 0.2x
+// the program's own time, on a small conv net 0.07x. A module's first call in an iteration
+// counts its parameters and buffers (track_params_and_buffers) where they are plain CPU
+// tensors counted already, with their hooks on, read through nn.Module's own methods.
+// Everything else (a top-level call, which may begin an iteration; a first call with new or
+// unusual parameters; backward; another thread; pytree containers; leaf tensors;
+// subclasses; a custom Function's node) is left to the Python path, decided before anything
+// is done, so that a call is done wholly by one path or the other.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,6 +24,7 @@
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -30,7 +33,16 @@ namespace {
 
 // modules.bind_native's codes, in this order (protocol.py's)
 enum { C_PUSH, C_POP, C_SNAP, C_INPUT, C_OUTPUT, C_PRE_FW, C_POST_FW, C_PRE_BW, C_POST_BW,
-       C_PUSH_FORWARD, C_PUSH_BACKWARD, C_PUSH_PASS_THROUGH, N_CODES };
+       C_PUSH_FORWARD, C_PUSH_BACKWARD, C_PUSH_PASS_THROUGH, C_MOD, C_REF, C_PARAM, C_BUFFER,
+       C_GRAD, N_CODES };
+
+// The nn.Module methods a module's parameters and buffers are read through (MemTracker's
+// mod.parameters() and mod.buffers()): a module whose class overrides one is the Python
+// path's.
+enum { M_PARAMETERS, M_BUFFERS, M_NAMED_PARAMETERS, M_NAMED_BUFFERS, M_NAMED_MEMBERS,
+       M_NAMED_MODULES, N_METHODS };
+const char* method_names[N_METHODS] = {"parameters", "buffers", "named_parameters",
+                                       "named_buffers", "_named_members", "named_modules"};
 
 struct Mods {
   unsigned long main_ident = 0;  // the thread that started recording (tracker.main_ident)
@@ -44,10 +56,13 @@ struct Mods {
   PyObject* partial = nullptr;   // functools.partial
   PyObject* parameter = nullptr; // torch.nn.Parameter (a plain tensor, as ops.parts has it)
   PyObject* state = nullptr;     // state.py's globals (`active`)
+  PyObject* hooked = nullptr;    // tracker.hooked_params: id(param) -> weakref
+  PyObject* methods[N_METHODS] = {};  // nn.Module's
   int64_t codes[N_CODES] = {};
   // interned attribute names
   PyObject *s_dict, *s_info, *s_obj_id, *s_seen, *s_mk, *s_name, *s_name_id, *s_wmod,
-      *s_fw_inputs, *s_active, *s_has_callback;
+      *s_fw_inputs, *s_active, *s_has_callback, *s_parameters, *s_buffers, *s_modules;
+  PyObject* s_methods[N_METHODS] = {};
 };
 Mods* mods = nullptr;  // set by bind_modules(); never freed (a late hook may still run)
 
@@ -55,6 +70,13 @@ int64_t code(int i) { return mods->codes[i]; }
 
 using NodePtr = std::remove_cv_t<std::remove_reference_t<decltype(
     std::declval<at::TensorBase>().grad_fn())>>;
+
+// A storage a module's first call counts (ops.track_as): its entry in ops._known, its key,
+// the category it is counted in
+struct Member {
+  PyObject* entry;  // a new reference
+  int64_t key, cat;
+};
 
 // One module call, as gathered before anything is done.
 struct Call {
@@ -66,7 +88,11 @@ struct Call {
   std::vector<PyObject*> grads;  // the leaves whose gradients a backward computes (borrowed)
   std::vector<NodePtr> nodes;    // their distinct nodes, in order
   int64_t io = 0;                // the bytes of the leaves' storages (io_mem)
+  bool first = false;            // its first call in the iteration (MOD, with its members)
+  std::vector<Member> params, buffers;  // (params: each parameter's, then its gradient's)
   ~Call() {
+    for (auto* v : {&params, &buffers})
+      for (const Member& e : *v) Py_DECREF(e.entry);
     Py_XDECREF(info);
     Py_XDECREF(name);
     Py_XDECREF(wmod);
@@ -133,20 +159,158 @@ int remove_parent(PyObject* name, int64_t name_id) {
   return r;
 }
 
-// The bytes counted for a tensor's storage (ops.storage_bytes), 0 where it is not counted;
-// -1 with an exception set on failure.
-int64_t counted_bytes(const at::Tensor& t) {
+// The entry of tensor t's storage in ops._known (a new reference) and the storage's key: 1,
+// or 0 where it has none (not counted, or another kind of storage), -1 with an exception set
+// on failure.
+int known_entry(const at::Tensor& t, PyObject*& entry, int64_t& key) {
+  entry = nullptr;
   PyObject* st = THPStorage_Wrap(t.storage());
   if (!st) return -1;
-  PyObject* k = PyLong_FromVoidPtr(st);
+  key = (int64_t)(intptr_t)st;
+  PyObject* k = Py_TYPE(st) == THPStorageClass ? PyLong_FromVoidPtr(st) : nullptr;
   PyObject* e = k ? PyDict_GetItemWithError(hot->known, k) : nullptr;
   Py_XDECREF(k);
   Py_DECREF(st);
-  if (!e) return PyErr_Occurred() || !k ? -1 : 0;
-  PyObject* nb = PyList_Check(e) && PyList_GET_SIZE(e) >= 2 ? PyList_GET_ITEM(e, 1) : nullptr;
-  if (!nb || nb == Py_None) return 0;
+  if (PyErr_Occurred()) return -1;
+  if (!e || !PyList_Check(e) || PyList_GET_SIZE(e) < 2) return 0;
+  Py_INCREF(e);
+  entry = e;
+  return 1;
+}
+
+// A known entry's bytes (None: 0); -1 with an exception set on failure
+int64_t entry_bytes(PyObject* e) {
+  PyObject* nb = PyList_GET_ITEM(e, 1);
+  if (nb == Py_None) return 0;
   int64_t v = PyLong_AsLongLong(nb);
   return v == -1 && PyErr_Occurred() ? -1 : v;
+}
+
+// The bytes counted for a tensor's storage (ops.storage_bytes), 0 where it is not counted;
+// -1 with an exception set on failure.
+int64_t counted_bytes(const at::Tensor& t) {
+  PyObject* e;
+  int64_t key;
+  int r = known_entry(t, e, key);
+  if (r <= 0) return r;
+  int64_t v = entry_bytes(e);
+  Py_DECREF(e);
+  return v;
+}
+
+// ---- a module's first call in an iteration: its parameters and buffers (track_params_and_buffers)
+
+bool own_method(PyObject* mod, int i) {
+  return _PyType_Lookup(Py_TYPE(mod), mods->s_methods[i]) == mods->methods[i];
+}
+
+// mod.__dict__[name] where it is a dict (borrowed), else null (no exception set)
+PyObject* dict_attr(PyObject* mod, PyObject* name) {
+  PyObject* d = attr(mod, mods->s_dict);
+  if (!d) return nullptr;
+  PyObject* v = PyDict_Check(d) ? PyDict_GetItemWithError(d, name) : nullptr;
+  Py_DECREF(d);  // (the module holds its __dict__)
+  return v && PyDict_Check(v) ? v : nullptr;
+}
+
+// Module.named_modules()'s modules under mod (each once, mod first, depth first) into out: 1,
+// or 0 where one overrides named_modules, or is not a plain module, or the tree is deeper
+// than 64; -1 with an exception set on failure.
+int sub_modules(PyObject* mod, std::vector<PyObject*>& out, int depth = 0) {
+  for (PyObject* o : out)
+    if (o == mod) return 1;
+  if (depth > 64 || !own_method(mod, M_NAMED_MODULES)) return 0;
+  out.push_back(mod);
+  PyObject* children = dict_attr(mod, mods->s_modules);
+  if (!children) return PyErr_Occurred() ? -1 : 0;
+  Py_ssize_t pos = 0;
+  PyObject *key, *child;
+  while (PyDict_Next(children, &pos, &key, &child)) {
+    if (child == Py_None) continue;
+    int r = sub_modules(child, out, depth + 1);
+    if (r <= 0) return r;
+  }
+  return 1;
+}
+
+// Add a plain CPU tensor's storage, known already, to out, counted as `cat`: 1, or 0 where
+// ops.track_as would do more (count a new storage, note an unusual tensor); -1 with an
+// exception set on failure.
+int add_member(const at::Tensor& t, int64_t cat, std::vector<Member>& out) {
+  if (!t.defined() || !fast_tensor(t)) return 0;
+  Member e{nullptr, 0, cat};
+  int r = known_entry(t, e.entry, e.key);
+  if (r > 0) out.push_back(e);
+  return r;
+}
+
+// Whether tracker.hooked_params holds p (its hooks are on it); -1 with an exception set on
+// failure
+int hooked(PyObject* p) {
+  PyObject* k = PyLong_FromVoidPtr(p);
+  PyObject* w = k ? PyDict_GetItemWithError(mods->hooked, k) : nullptr;
+  Py_XDECREF(k);
+  if (!w) return PyErr_Occurred() || !k ? -1 : 0;
+  return PyWeakref_CheckRef(w) && PyWeakref_GetObject(w) == p;
+}
+
+// c's members, as mod.parameters() (each parameter, then its gradient) and mod.buffers()
+// give them: 1, or 0 where the Python path must count them (a method overridden, a tensor
+// that is not a plain known CPU one, a parameter whose hooks are not on it yet); -1 with an
+// exception set on failure.
+int gather_members(PyObject* mod, Call& c) {
+  for (int i = 0; i < N_METHODS; ++i)
+    if (!own_method(mod, i)) return 0;
+  std::vector<PyObject*> modules;
+  int r = sub_modules(mod, modules);
+  if (r <= 0) return r;
+  std::vector<PyObject*> seen;  // _named_members' memo: each tensor once
+  for (int buffers = 0; buffers < 2; ++buffers) {
+    seen.clear();
+    for (PyObject* sub : modules) {
+      PyObject* d = dict_attr(sub, buffers ? mods->s_buffers : mods->s_parameters);
+      if (!d) return PyErr_Occurred() ? -1 : 0;
+      Py_ssize_t pos = 0;
+      PyObject *key, *v;
+      while (PyDict_Next(d, &pos, &key, &v)) {
+        if (v == Py_None || std::find(seen.begin(), seen.end(), v) != seen.end()) continue;
+        seen.push_back(v);
+        if (Py_TYPE(v) != (PyTypeObject*)THPVariableClass &&
+            Py_TYPE(v) != (PyTypeObject*)mods->parameter)
+          return 0;
+        const at::Tensor& t = THPVariable_Unpack(v);
+        if (buffers) {
+          r = add_member(t, code(C_BUFFER), c.buffers);
+          if (r <= 0) return r;
+          continue;
+        }
+        if (t.grad_fn() || (r = hooked(v)) <= 0) return t.grad_fn() ? 0 : r;
+        if ((r = add_member(t, code(C_PARAM), c.params)) <= 0) return r;
+        const at::Tensor& grad = t.grad();
+        if (grad.defined() && (r = add_member(grad, code(C_GRAD), c.params)) <= 0) return r;
+      }
+    }
+  }
+  return 1;
+}
+
+// ops.track_as for each member: its category set (a REF record where it changes); the bytes
+// of those counted as `cat` into total. -1 with an exception set on failure.
+int count_members(const std::vector<Member>& members, int64_t cat, int64_t& total) {
+  for (const Member& e : members) {
+    int64_t was = PyLong_AsLongLong(PyList_GET_ITEM(e.entry, 0));
+    if (was == -1 && PyErr_Occurred()) return -1;
+    if (was != e.cat) {
+      PyObject* now = PyLong_FromLongLong(e.cat);
+      int64_t ref[3] = {code(C_REF), e.key, e.cat};
+      if (!now || PyList_SetItem(e.entry, 0, now) < 0 || emit(ref, 3) < 0) return -1;
+    }
+    if (e.cat != cat) continue;
+    int64_t nb = entry_bytes(e.entry);
+    if (nb < 0) return -1;
+    total += nb;
+  }
+  return 0;
 }
 
 // Whether the call of `mod` is the fast path's, with what it needs gathered into c; output:
@@ -182,7 +346,8 @@ int gather(PyObject* mod, PyObject* io, bool post, Call& c) {
   int tracked = PyDict_Contains(m->tracked, mk);
   Py_DECREF(mk);
   if (tracked < 0 || PyErr_Occurred()) return -1;
-  if (!tracked) return 0;  // its first call in the iteration: its parameters are counted
+  c.first = !tracked;
+  if (c.first && post) return 0;
   // not a top-level call (which may begin an iteration), nor a module running already
   PyObject* count = PyDict_GetItemWithError(m->parents, c.name);
   if (!count && PyErr_Occurred()) return -1;
@@ -190,6 +355,10 @@ int gather(PyObject* mod, PyObject* io, bool post, Call& c) {
     if (!count || PyLong_AsLong(count) != 1 || PyDict_GET_SIZE(m->parents) < 2) return 0;
   } else if (count || PyDict_GET_SIZE(m->parents) == 0) {
     return 0;
+  }
+  if (c.first) {
+    int r = gather_members(mod, c);
+    if (r <= 0) return r;
   }
   std::vector<PyObject*> leaves;
   if (THPVariable_Check(io)) {
@@ -396,11 +565,23 @@ int hook_nodes(Call& c, bool starts, PyObject* how) {
 // ModuleTracker.pre_forward's work for c (add_parent, mt_pre_fw, the inputs' hooks)
 int pre_effects(Call& c) {
   Mods* m = mods;
-  int64_t input[4] = {code(C_INPUT), c.mk, c.name_id, c.io};
   int64_t snap[3] = {code(C_SNAP), c.mk, code(C_PRE_FW)};
-  if (add_parent(c.name, c.name_id, code(C_PUSH_FORWARD)) < 0 || emit(input, 4) < 0 ||
-      emit(snap, 3) < 0)
-    return -1;
+  if (add_parent(c.name, c.name_id, code(C_PUSH_FORWARD)) < 0) return -1;
+  if (c.first) {  // its parameters and buffers counted, and it is tracked in this iteration
+    int64_t pm = 0, bm = 0;
+    PyObject* mk = PyLong_FromLongLong(c.mk);
+    int r = mk && count_members(c.params, code(C_PARAM), pm) == 0 &&
+                    count_members(c.buffers, code(C_BUFFER), bm) == 0
+                ? PyDict_SetItem(m->tracked, mk, Py_True)
+                : -1;
+    Py_XDECREF(mk);
+    int64_t first[6] = {code(C_MOD), c.mk, c.name_id, pm, bm, c.io};
+    if (r < 0 || emit(first, 6) < 0) return -1;
+  } else {
+    int64_t input[4] = {code(C_INPUT), c.mk, c.name_id, c.io};
+    if (emit(input, 4) < 0) return -1;
+  }
+  if (emit(snap, 3) < 0) return -1;
   // [[(id, version) of each input requiring grad], None]: passes_through reads it
   PyObject* ids = PyList_New((Py_ssize_t)c.grads.size());
   if (!ids) return -1;
@@ -504,22 +685,30 @@ PyObject* module_post(PyObject*, PyObject* const* args, Py_ssize_t n) {
   return module_hook(args, n, true);
 }
 
-// bind_modules(tracker, codes, Parameter, functools.partial, vars(state)): after install() with the CPU
-// fast path (whose table and writers this path uses)
+// bind_modules(tracker, codes, Parameter, functools.partial, vars(state), nn.Module): after
+// install() with the CPU fast path (whose table and writers this path uses)
 PyObject* bind_modules(PyObject*, PyObject* const* args, Py_ssize_t n) {
-  if (n != 5 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != N_CODES) {
-    PyErr_SetString(PyExc_TypeError, "bind_modules(tracker, codes, Parameter, partial, state)");
+  if (n != 6 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != N_CODES) {
+    PyErr_SetString(PyExc_TypeError, "bind_modules(tracker, codes, Parameter, partial, state, Module)");
     return nullptr;
   }
   PyObject* tracker = args[0];
   auto* m = new Mods();
-  const char* names[11] = {"__dict__", "_memtrack_info", "obj_id", "seen", "mk", "name",
-                           "name_id", "wmod", "fw_inputs", "active", "has_callback"};
-  PyObject** slots[11] = {&m->s_dict, &m->s_info, &m->s_obj_id, &m->s_seen,
+  const char* names[14] = {"__dict__", "_memtrack_info", "obj_id", "seen", "mk", "name",
+                           "name_id", "wmod", "fw_inputs", "active", "has_callback",
+                           "_parameters", "_buffers", "_modules"};
+  PyObject** slots[14] = {&m->s_dict, &m->s_info, &m->s_obj_id, &m->s_seen,
                           &m->s_mk, &m->s_name, &m->s_name_id, &m->s_wmod,
-                          &m->s_fw_inputs, &m->s_active, &m->s_has_callback};
-  bool ok = PyDict_Check(args[4]);
-  for (int i = 0; ok && i < 11; ++i) ok = (*slots[i] = PyUnicode_InternFromString(names[i]));
+                          &m->s_fw_inputs, &m->s_active, &m->s_has_callback,
+                          &m->s_parameters, &m->s_buffers, &m->s_modules};
+  bool ok = PyDict_Check(args[4]) && PyType_Check(args[5]);
+  for (int i = 0; ok && i < 14; ++i) ok = (*slots[i] = PyUnicode_InternFromString(names[i]));
+  for (int i = 0; ok && i < N_METHODS; ++i) {
+    ok = (m->s_methods[i] = PyUnicode_InternFromString(method_names[i]));
+    // borrowed: nn.Module holds its methods
+    ok = ok && (m->methods[i] = _PyType_Lookup((PyTypeObject*)args[5], m->s_methods[i]));
+    if (!ok && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "bind_modules: not nn.Module");
+  }
   for (int i = 0; ok && i < N_CODES; ++i) {
     m->codes[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[1], i));
     ok = !PyErr_Occurred();
@@ -530,13 +719,14 @@ PyObject* bind_modules(PyObject*, PyObject* const* args, Py_ssize_t n) {
   Py_XDECREF(ident);
   ok = ident && !PyErr_Occurred() && (m->tracked = PyObject_GetAttrString(tracker, "tracked")) &&
        (m->inner = PyObject_GetAttrString(tracker, "inner")) &&
+       (m->hooked = PyObject_GetAttrString(tracker, "hooked_params")) &&
        (m->parents = PyObject_GetAttrString(main, "parents")) &&
        (m->queued = PyObject_GetAttrString(main, "post_bw_to_enqueue")) &&
        (m->starts = PyObject_GetAttrString(tracker, "backward_starts")) &&
        (m->ends = PyObject_GetAttrString(tracker, "backward_ends"));
   m->main = main;
   if (ok && !(PyDict_Check(m->tracked) && PyDict_Check(m->inner) && PyDict_Check(m->parents) &&
-              PyList_Check(m->queued))) {
+              PyDict_Check(m->hooked) && PyList_Check(m->queued))) {
     PyErr_SetString(PyExc_TypeError, "bind_modules: not a module tracker");
     ok = false;
   }
@@ -545,6 +735,7 @@ PyObject* bind_modules(PyObject*, PyObject* const* args, Py_ssize_t n) {
   m->parameter = args[2];
   m->partial = args[3];
   m->state = args[4];
+  for (int i = 0; i < N_METHODS; ++i) Py_INCREF(m->methods[i]);
   Py_INCREF(m->parameter);
   Py_INCREF(m->partial);
   Py_INCREF(m->state);

@@ -34,6 +34,7 @@ from .protocol import (
     PUSH_BACKWARD,
     PUSH_FORWARD,
     PUSH_PASS_THROUGH,
+    REF,
     RESET,
     SNAP,
 )
@@ -534,12 +535,14 @@ def fw_post_hook(mod, inputs, output):
 
 def bind_native(torch, ext):
     """Do the commonest module calls with the compiled observer `ext` (started with its CPU fast
-    path, whose storage table and writers it uses): a submodule's further call in the main
-    thread, outside backward, on plain tensors (module_path.h says which)."""
+    path, whose storage table and writers it uses): a submodule's call in the main thread,
+    outside backward, on plain tensors (module_path.h says which)."""
     global _native_pre, _native_post
     codes = (PUSH, POP, SNAP, INPUT, OUTPUT, PRE_FW, POST_FW, PRE_BW, POST_BW, PUSH_FORWARD)
-    codes += (PUSH_BACKWARD, PUSH_PASS_THROUGH)
-    ext.bind_modules(tracker, codes, torch.nn.Parameter, functools.partial, vars(state))
+    codes += (PUSH_BACKWARD, PUSH_PASS_THROUGH, MOD, REF, PARAM, BUFFER, GRAD)
+    ext.bind_modules(
+        tracker, codes, torch.nn.Parameter, functools.partial, vars(state), torch.nn.Module
+    )
     _native_pre, _native_post = ext.module_pre, ext.module_post
 
     def undo():
