@@ -207,6 +207,51 @@ fn functorch_grad_and_vmap_measure_through_the_wrappers() {
     }
 }
 
+/// A lazy layer's parameters take no hooks until they are materialized, in the layer's own
+/// pre-hook, after the global forward pre-hooks ran for its first call: registering them
+/// raised (a ValueError, two agent errors), which cut short the tracking of that call and of
+/// the model's, and marked the parameters hooked, so that their hooks were never registered
+/// (their gradients stayed temporaries of the backward) and their storages stayed
+/// activations until the next iteration. They are counted, and hooked, after that call.
+#[test]
+fn a_lazy_layer_is_tracked_once_materialized() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (j, _) = recorded(&py, dir.path(), "lazy_module.py");
+    assert!(agent_errors(&j).is_empty(), "{:?}", agent_errors(&j));
+    // LazyLinear(8, 16) and Linear(16, 4)
+    let (lazy, all) = ((8 * 16 + 16) * 4, (8 * 16 + 16 + 16 * 4 + 4) * 4);
+    let its = parameter_bytes(&j);
+    // the dry run, before the optimizer, and the first step are one iteration; at the
+    // model's first call the lazy layer's parameters held nothing yet
+    assert_eq!(its.len(), 3, "{its:?}");
+    for it in &its[1..] {
+        let bytes = |name: &str| it.iter().find(|(m, _)| m == name).map(|(_, b)| *b);
+        assert_eq!(
+            (bytes("Net.lazy"), bytes("Net")),
+            (Some(lazy), Some(all)),
+            "{it:?}"
+        );
+    }
+    // in the first iteration: parameters from the dry run's end, gradients after backward
+    let net = &j["memtrack"]["modules"][0]["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["fqn"] == "Net")
+        .unwrap()["states"];
+    let state = |name: &str, category: &str| {
+        net.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["state"] == name)
+            .unwrap()["calls"][0]["cpu"][category]
+            .as_i64()
+    };
+    assert_eq!(state("Post-Forward", "Parameter"), Some(all), "{net}");
+    assert_eq!(state("Post-Backward", "Gradient"), Some(all), "{net}");
+}
+
 #[test]
 fn meta_and_fake_tensors_hold_no_memory() {
     let Some(py) = python() else { return };

@@ -85,6 +85,10 @@ class ModuleTracker:
         from torch.utils._pytree import tree_flatten
 
         self.Tensor = torch.Tensor
+        # a lazy module's parameter before it is materialized (in the module's own pre-hook,
+        # after the global ones): it takes no hooks, and becomes a Parameter, the same object
+        self.Uninitialized = getattr(torch.nn.parameter, "UninitializedTensorMixin", ())
+        self.lazy_pending = set()  # id(module) whose call began with such parameters
         self.gtid = torch._C._current_graph_task_id
         self.engine = torch.autograd.Variable._execution_engine
         self.grad_acc = _get_grad_fn_or_grad_acc
@@ -282,7 +286,9 @@ class ModuleTracker:
                 track_as(p.grad, GRAD)
             pid = id(p)
             h = hooked_params.get(pid)
-            if h is None or h() is not p:
+            if isinstance(p, self.Uninitialized):
+                self.lazy_pending.add(id(mod))  # counted again after its call (post_forward)
+            elif h is None or h() is not p:
                 try:
                     self.param_hooks.append(p.register_hook(self.grad_hook))
                     self.param_hooks.append(
@@ -476,6 +482,15 @@ class ModuleTracker:
         except Exception as e:
             internal_error(e)
 
+    def materialized(self, mod):
+        """After the call of a module whose parameters were uninitialized as it began (a lazy
+        module's, made in its own pre-hook): count them as parameters, and hook them."""
+        self.lazy_pending.discard(id(mod))
+        try:
+            self.track_params_and_buffers(mod)
+        except Exception as e:
+            internal_error(e)
+
     def post_forward(self, mod, inputs, output):
         if self.inner and id(mod) in self.inner:
             return
@@ -528,6 +543,8 @@ def fw_post_hook(mod, inputs, output):
     """The global forward hook (always called, even when the forward raised)."""
     if _is_compiling() or not state.active:
         return
+    if tracker.lazy_pending and id(mod) in tracker.lazy_pending:
+        tracker.materialized(mod)
     if _native_post is not None and _native_post(mod, output):
         return
     tracker.post_forward(mod, inputs, output)
