@@ -19,7 +19,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 31] = [
+pub const FILES: [(&str, &str); 32] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
@@ -45,6 +45,7 @@ pub const FILES: [(&str, &str); 31] = [
     agent_file!("observer.cpp"),
     agent_file!("ops.py"),
     agent_file!("optim.py"),
+    agent_file!("params.py"),
     agent_file!("parts.py"),
     agent_file!("process.py"),
     agent_file!("protocol.py"),

@@ -9,7 +9,7 @@
 // nodes weakly) doing the tracker's backward_starts / backward_ends (backward_fast, else
 // calling them): on a loop of small modules the Python bodies of the hooks cost about 0.2x
 // the program's own time, on a small conv net 0.05x. A module's first call in an iteration
-// counts its parameters and buffers (track_params_and_buffers) where they are plain CPU
+// counts its parameters and buffers (params.Params.track) where they are plain CPU
 // tensors counted already, with their hooks on, read through nn.Module's own methods.
 // Everything else (a top-level call, which may begin an iteration; a first call with new or
 // unusual parameters; backward; another thread; pytree containers; leaf tensors;
@@ -56,7 +56,7 @@ struct Mods {
   PyObject* partial = nullptr;   // functools.partial
   PyObject* parameter = nullptr; // torch.nn.Parameter (a plain tensor, as ops.parts has it)
   PyObject* state = nullptr;     // state.py's globals (`active`)
-  PyObject* hooked = nullptr;    // tracker.hooked_params: id(param) -> weakref
+  PyObject* hooked = nullptr;    // tracker.params.hooked: id(param) -> weakref
   PyObject* methods[N_METHODS] = {};  // nn.Module's
   int64_t codes[N_CODES] = {};
   // interned attribute names
@@ -120,6 +120,16 @@ bool plain_leaves(PyObject* seq, std::vector<PyObject*>& out, int depth = 0) {
 }
 
 PyObject* attr(PyObject* o, PyObject* name) { return PyObject_GetAttr(o, name); }
+
+// o.__dict__[name] (borrowed: o holds its __dict__), or null: absent, or with an exception set
+// on failure
+PyObject* own_attr(PyObject* o, PyObject* name) {
+  PyObject* d = attr(o, mods->s_dict);
+  if (!d) return nullptr;
+  PyObject* v = PyDict_Check(d) ? PyDict_GetItemWithError(d, name) : nullptr;
+  Py_DECREF(d);
+  return v;
+}
 
 // o.<name>, an int, into out; -1 with an exception set on failure
 int int_attr(PyObject* o, PyObject* name, int64_t& out) {
@@ -198,18 +208,15 @@ int64_t counted_bytes(const at::Tensor& t) {
   return v;
 }
 
-// ---- a module's first call in an iteration: its parameters and buffers (track_params_and_buffers)
+// ---- a module's first call in an iteration: its parameters and buffers (params.Params.track)
 
 bool own_method(PyObject* mod, int i) {
   return _PyType_Lookup(Py_TYPE(mod), mods->s_methods[i]) == mods->methods[i];
 }
 
-// mod.__dict__[name] where it is a dict (borrowed), else null (no exception set)
+// mod.__dict__[name] where it is a dict (borrowed), else null (an exception set on failure)
 PyObject* dict_attr(PyObject* mod, PyObject* name) {
-  PyObject* d = attr(mod, mods->s_dict);
-  if (!d) return nullptr;
-  PyObject* v = PyDict_Check(d) ? PyDict_GetItemWithError(d, name) : nullptr;
-  Py_DECREF(d);  // (the module holds its __dict__)
+  PyObject* v = own_attr(mod, name);
   return v && PyDict_Check(v) ? v : nullptr;
 }
 
@@ -244,7 +251,7 @@ int add_member(const at::Tensor& t, int64_t cat, std::vector<Member>& out) {
   return r;
 }
 
-// Whether tracker.hooked_params holds p (its hooks are on it); -1 with an exception set on
+// Whether tracker.params.hooked holds p (its hooks are on it); -1 with an exception set on
 // failure
 int hooked(PyObject* p) {
   PyObject* k = PyLong_FromVoidPtr(p);
@@ -321,11 +328,8 @@ int gather(PyObject* mod, PyObject* io, bool post, Call& c) {
   if (PyDict_GET_SIZE(m->inner) != 0 || !strcmp(Py_TYPE(mod)->tp_name, "OptimizedModule"))
     return 0;
   if (torch::autograd::get_current_graph_task_id() != -1) return 0;
-  PyObject* d = attr(mod, m->s_dict);
-  if (!d) return -1;
-  c.info = PyDict_Check(d) ? PyDict_GetItemWithError(d, m->s_info) : nullptr;
+  c.info = own_attr(mod, m->s_info);
   Py_XINCREF(c.info);
-  Py_DECREF(d);
   if (!c.info) return PyErr_Occurred() ? -1 : 0;
   PyObject* obj_id = attr(c.info, m->s_obj_id);
   PyObject* seen = obj_id ? attr(c.info, m->s_seen) : nullptr;
@@ -354,10 +358,6 @@ int gather(PyObject* mod, PyObject* io, bool post, Call& c) {
     if (!count || PyLong_AsLong(count) != 1 || PyDict_GET_SIZE(m->parents) < 2) return 0;
   } else if (count || PyDict_GET_SIZE(m->parents) == 0) {
     return 0;
-  }
-  if (c.first) {
-    int r = gather_members(mod, c);
-    if (r <= 0) return r;
   }
   std::vector<PyObject*> leaves;
   if (THPVariable_Check(io)) {
@@ -396,7 +396,7 @@ int gather(PyObject* mod, PyObject* io, bool post, Call& c) {
                             PyList_GET_ITEM(last, 1) == Py_None);
     if (!plain) return 0;
   }
-  return 1;
+  return c.first ? gather_members(mod, c) : 1;  // (last: the walk costs most)
 }
 
 // ---- the hooks on the nodes (gradhooks.py's _every, _first, _last, for one module)
@@ -717,13 +717,16 @@ PyObject* bind_modules(PyObject*, PyObject* const* args, Py_ssize_t n) {
   PyObject* ident = main ? PyObject_GetAttrString(tracker, "main_ident") : nullptr;
   if (ident) m->main_ident = PyLong_AsUnsignedLong(ident);
   Py_XDECREF(ident);
-  ok = ident && !PyErr_Occurred() && (m->tracked = PyObject_GetAttrString(tracker, "tracked")) &&
+  PyObject* params = ident ? PyObject_GetAttrString(tracker, "params") : nullptr;
+  ok = params && !PyErr_Occurred() &&
+       (m->tracked = PyObject_GetAttrString(tracker, "tracked")) &&
        (m->inner = PyObject_GetAttrString(tracker, "inner")) &&
-       (m->hooked = PyObject_GetAttrString(tracker, "hooked_params")) &&
+       (m->hooked = PyObject_GetAttrString(params, "hooked")) &&
        (m->parents = PyObject_GetAttrString(main, "parents")) &&
        (m->queued = PyObject_GetAttrString(main, "post_bw_to_enqueue")) &&
        (m->starts = PyObject_GetAttrString(tracker, "backward_starts")) &&
        (m->ends = PyObject_GetAttrString(tracker, "backward_ends"));
+  Py_XDECREF(params);
   m->main = main;
   if (ok && !(PyDict_Check(m->tracked) && PyDict_Check(m->inner) && PyDict_Check(m->parents) &&
               PyDict_Check(m->hooked) && PyList_Check(m->queued))) {

@@ -14,6 +14,7 @@ from . import gradhooks, modnames, ops, state, threads
 from .dynamo import is_compiling, skipper
 from .gradhooks import on_grads
 from .modnames import mod_info, wrapped
+from .params import Params
 from .protocol import (
     BUFFER,
     GRAD,
@@ -85,10 +86,6 @@ class ModuleTracker:
         from torch.utils._pytree import tree_flatten
 
         self.Tensor = torch.Tensor
-        # a lazy module's parameter before it is materialized (in the module's own pre-hook,
-        # after the global ones): it takes no hooks, and becomes a Parameter, the same object
-        self.Uninitialized = getattr(torch.nn.parameter, "UninitializedTensorMixin", ())
-        self.lazy_pending = set()  # id(module) whose call began with such parameters
         self.gtid = torch._C._current_graph_task_id
         self.engine = torch.autograd.Variable._execution_engine
         self.grad_acc = _get_grad_fn_or_grad_acc
@@ -116,8 +113,7 @@ class ModuleTracker:
         self.it_roots = set()  # the top-level modules called in it
         self.root = None  # the iteration's first top-level module: its calls are marked
         self.root_call = None  # the top-level module whose marked forward runs now
-        self.hooked_params = {}  # id(param) -> weakref: hooks installed once per parameter
-        self.param_hooks = []  # their handles, for an in-process recording to remove
+        self.params = Params(torch)  # their counting at a first call, and their hooks
         self.ac_mod = None  # the module whose forward is recomputed in backward (AC)
         # Modules whose compiled call is running under hooks that already ran for them,
         # outside: torch.compile(module)'s OptimizedModule (for the module it wraps) and
@@ -258,50 +254,6 @@ class ModuleTracker:
         engine.queue_callback(self.engine_callback)
         st.has_callback = True
 
-    # -- MemTracker's param/grad hooks
-
-    @staticmethod
-    def grad_hook(grad):
-        try:
-            if state.active and grad is not None:
-                ops.track_as(grad, GRAD)
-        except Exception as e:
-            internal_error(e)
-
-    @staticmethod
-    def post_acc_hook(p):
-        try:
-            if state.active and p.grad is not None:
-                ops.track_as(p.grad, GRAD)
-        except Exception as e:
-            internal_error(e)
-
-    def track_params_and_buffers(self, mod):
-        track_as = ops.track_as
-        hooked_params = self.hooked_params
-        pm = 0
-        for p in mod.parameters():
-            pm += track_as(p, PARAM)
-            if p.grad is not None:
-                track_as(p.grad, GRAD)
-            pid = id(p)
-            h = hooked_params.get(pid)
-            if isinstance(p, self.Uninitialized):
-                self.lazy_pending.add(id(mod))  # counted again after its call (post_forward)
-            elif h is None or h() is not p:
-                try:
-                    self.param_hooks.append(p.register_hook(self.grad_hook))
-                    self.param_hooks.append(
-                        p.register_post_accumulate_grad_hook(self.post_acc_hook)
-                    )
-                except RuntimeError:
-                    pass  # a parameter that does not require grad
-                hooked_params[pid] = weakref.ref(p)
-        bm = 0
-        for b in mod.buffers():
-            bm += track_as(b, BUFFER)
-        return pm, bm
-
     # -- iterations
 
     def step_ended(self):
@@ -381,7 +333,7 @@ class ModuleTracker:
             ext((INPUT, mk, info.name_id, self.io_mem(inputs)))
             ext((SNAP, mk, PRE_FW))
             return
-        pm, bm = self.track_params_and_buffers(mod)
+        pm, bm = self.params.track(mod)
         tracked[mk] = True
         ext((MOD, mk, info.name_id, pm, bm, self.io_mem(inputs)))
         ext((SNAP, mk, PRE_FW))
@@ -482,15 +434,6 @@ class ModuleTracker:
         except Exception as e:
             internal_error(e)
 
-    def materialized(self, mod):
-        """After the call of a module whose parameters were uninitialized as it began (a lazy
-        module's, made in its own pre-hook): count them as parameters, and hook them."""
-        self.lazy_pending.discard(id(mod))
-        try:
-            self.track_params_and_buffers(mod)
-        except Exception as e:
-            internal_error(e)
-
     def post_forward(self, mod, inputs, output):
         if self.inner and id(mod) in self.inner:
             return
@@ -543,8 +486,8 @@ def fw_post_hook(mod, inputs, output):
     """The global forward hook (always called, even when the forward raised)."""
     if _is_compiling() or not state.active:
         return
-    if tracker.lazy_pending and id(mod) in tracker.lazy_pending:
-        tracker.materialized(mod)
+    if tracker.params.lazy_pending and id(mod) in tracker.params.lazy_pending:
+        tracker.params.materialized(mod)
     if _native_post is not None and _native_post(mod, output):
         return
     tracker.post_forward(mod, inputs, output)
@@ -593,9 +536,9 @@ def install(torch):
     ]
 
     def undo():
-        for h in handles + tracker.param_hooks:
+        for h in handles:
             h.remove()
-        tracker.param_hooks.clear()
+        tracker.params.remove_hooks()
 
     state.undo.append(undo)
     return tracker
