@@ -43,14 +43,16 @@ class Params:
         hooked = self.hooked
         pm = 0
         for p in mod.parameters():
+            if isinstance(p, self.Uninitialized):
+                # it holds nothing yet: counted, and hooked, after the call (materialized)
+                self.lazy_pending.add(id(mod))
+                continue
             pm += track_as(p, PARAM)
             if p.grad is not None:
                 track_as(p.grad, GRAD)
             pid = id(p)
             h = hooked.get(pid)
-            if isinstance(p, self.Uninitialized):
-                self.lazy_pending.add(id(mod))  # counted again after its call (materialized)
-            elif h is None or h() is not p:
+            if h is None or h() is not p:
                 try:
                     self.handles.append(p.register_hook(_grad_hook))
                     self.handles.append(p.register_post_accumulate_grad_hook(_post_acc_hook))
