@@ -780,6 +780,10 @@ pub struct EstimateArgs {
     /// How to print the verdict (text or json)
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Stop the program when one read of a value the estimate does not have, deciding a
+    /// branch at the same line, repeats more than this (a loop waiting on that value)
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub max_repeats: u64,
     /// The program and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

@@ -1,40 +1,29 @@
 //! Running the program for an estimate: `record`'s collector with the agent's `estimate`
-//! backend, the device passed in the environment, and the values the program read.
+//! backend, the device passed in the environment, the allocator model live beside it
+//! (`live`) and after it (`ALLOCATOR_MODEL`).
 
-use std::path::{Path, PathBuf};
-
-use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 use super::gpus::{self, Gpu};
+use super::live::LiveModel;
 use crate::error::{Error, Result};
 use crate::record::{self, Backend, Observer, Options};
 
-/// A place where the program read a value a tensor does not have here (`.item()`, `bool()`,
-/// `print(loss)`, `.cpu()`): it got zeros instead, and what depends on it is not estimated.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ValueRead {
-    pub file: String,
-    pub line: u32,
-    pub what: String,
-    pub count: u64,
+/// How the run is done: the device, and how often one unknown read deciding a branch may
+/// repeat before the program is stopped.
+pub struct Settings<'a> {
+    pub gpu: &'a Gpu,
+    /// A device of the table (its CUDA context is not the allocator's), not a bare size.
+    pub named: bool,
+    pub max_repeats: u64,
 }
 
-/// What running the program gave: its exit code, and the reads it made.
-pub struct Run {
-    pub code: i32,
-    pub reads: Vec<ValueRead>,
-}
-
-/// Run `command` as if on `gpu` (`named`: a device of the table, whose CUDA context the
-/// allocator cannot use), writing the stats file to `output`.
-pub fn run(command: &[std::ffi::OsString], gpu: &Gpu, named: bool, output: &Path) -> Result<Run> {
-    let usable = gpus::usable_bytes(gpu, named);
-    let reads_file = tempfile::Builder::new()
-        .prefix("memtrack-estimate-reads")
-        .suffix(".json")
-        .tempfile()
-        .map_err(|e| Error::output(&std::env::temp_dir(), e))?;
-    let reads_path: PathBuf = reads_file.path().to_path_buf();
+/// Run `command` as if on the settings' GPU, writing the stats file to `output`; the
+/// program's exit code (128 + a signal that killed it).
+pub fn run(command: &[std::ffi::OsString], s: &Settings, output: &Path) -> Result<i32> {
+    let gpu = s.gpu;
+    let usable = gpus::usable_bytes(gpu, s.named);
+    let model = LiveModel::start(usable).map_err(|e| Error::output(&std::env::temp_dir(), e))?;
     // the child inherits these; nothing else of memtrack reads them
     std::env::set_var(
         "MEMTRACK_ESTIMATE_GPU",
@@ -43,8 +32,9 @@ pub fn run(command: &[std::ffi::OsString], gpu: &Gpu, named: bool, output: &Path
             gpu.name, gpu.total_bytes, gpu.capability.0, gpu.capability.1
         ),
     );
-    std::env::set_var("MEMTRACK_ESTIMATE_READS", &reads_path);
-    let code = record::run(&Options {
+    std::env::set_var("MEMTRACK_ESTIMATE_MODEL", model.socket());
+    std::env::set_var("MEMTRACK_ESTIMATE_MAX_REPEATS", s.max_repeats.to_string());
+    record::run(&Options {
         output: output.to_path_buf(),
         backend: Backend::Estimate,
         observer: Observer::Python,
@@ -53,10 +43,6 @@ pub fn run(command: &[std::ffi::OsString], gpu: &Gpu, named: bool, output: &Path
         cycles: false,
         device_interval: std::time::Duration::ZERO,
         command: command.to_vec(),
-    })?;
-    let reads = std::fs::read(&reads_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    Ok(Run { code, reads })
+        device_model: Some(&super::ALLOCATOR_MODEL),
+    })
 }

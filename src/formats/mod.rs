@@ -3,6 +3,7 @@
 //! `load` detects what a file is from its content, never from its name.
 
 pub mod error;
+pub mod estimate_ext;
 pub mod event_spool;
 pub mod json;
 pub mod kind;

@@ -75,6 +75,14 @@ impl Observer {
     }
 }
 
+/// What turns an estimated run's device log into its allocated and reserved series (the
+/// estimate's allocator model, `estimate::AllocatorModel`): record itself models no device.
+pub trait DeviceModel: Sync {
+    fn fill(&self, stats: &mut crate::model::TrackerStats, log: &DeviceLog);
+}
+
+pub use replay::{DeviceEvent, DeviceLog};
+
 pub struct Options {
     pub output: PathBuf,
     pub backend: Backend,
@@ -86,6 +94,8 @@ pub struct Options {
     /// Between driver-level samples (NVML); zero: none.
     pub device_interval: Duration,
     pub command: Vec<OsString>,
+    /// For backend `estimate`: the model of the device the program runs as if on.
+    pub device_model: Option<&'static dyn DeviceModel>,
 }
 
 /// How long the collector waits for silent connections after the program ended.
@@ -211,7 +221,14 @@ pub fn run(o: &Options) -> Result<i32> {
         None => 130,
     };
     let samples = sampler.map(sampler::Sampler::finish);
-    let report = finalize::finalize(&journal, &o.output, pid, status, samples.as_ref())?;
+    let report = finalize::finalize(
+        &journal,
+        &o.output,
+        pid,
+        status,
+        samples.as_ref(),
+        o.device_model,
+    )?;
     let mut code = code;
     if report.complete {
         journal.remove();
@@ -244,8 +261,12 @@ pub fn run(o: &Options) -> Result<i32> {
 
 /// `record --recover DIR [-o OUT]`: the stats files from a journal a `record` left behind
 /// (the agents' spools are complete up to their last op), named as that run would have, or
-/// after `output`.
-pub fn recover(dir: &Path, output: Option<&Path>) -> Result<()> {
+/// after `output`; an estimate's through `device_model`.
+pub fn recover(
+    dir: &Path,
+    output: Option<&Path>,
+    device_model: Option<&'static dyn DeviceModel>,
+) -> Result<()> {
     let Some(output) = output
         .map(Path::to_path_buf)
         .or_else(|| journal::output_of(dir))
@@ -256,7 +277,7 @@ pub fn recover(dir: &Path, output: Option<&Path>) -> Result<()> {
         ));
     };
     let journal = Journal::open(dir).map_err(|why| Error::input(dir, why))?;
-    let report = finalize::finalize(&journal, &output, 0, None, None)?;
+    let report = finalize::finalize(&journal, &output, 0, None, None, device_model)?;
     if report.recorded == 0 {
         return Err(Error::input(
             dir,

@@ -61,6 +61,10 @@ pub const MSG_CUDA_UNAVAILABLE: &str = "cuda_unavailable";
 pub const MSG_TORCH_UNSUPPORTED: &str = "torch_unsupported";
 pub const MSG_THREAD: &str = "thread";
 pub const MSG_THREADS_BEFORE: &str = "threads_before";
+pub const MSG_ESTIMATE_READ: &str = "read";
+pub const MSG_ESTIMATE_BOUND: &str = "bound";
+pub const MSG_ESTIMATE_UNWRITTEN: &str = "unwritten";
+pub const MSG_ESTIMATE_STOPPED: &str = "stopped";
 
 /// The agent's pseudo-op sampled after each compiled graph call (its name in files).
 pub const COMPILED_GRAPH: &str = "compiled_graph";

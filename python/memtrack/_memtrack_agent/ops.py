@@ -490,7 +490,7 @@ def _install_resize(torch):
             e = _known.get(id(st))
             if e is not None:
                 nb = st.nbytes()
-                if st.device.type == "cuda":
+                if st.device.type != "cpu":  # CUDA's, or the estimate's device (meta)
                     nb = -(-nb // min_alloc) * min_alloc
                 if nb != e[1]:
                     e[1] = nb

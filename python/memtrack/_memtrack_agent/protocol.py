@@ -81,6 +81,12 @@ MSG_CUDA_UNAVAILABLE = "cuda_unavailable"
 MSG_TORCH_UNSUPPORTED = "torch_unsupported"
 MSG_THREAD = "thread"
 MSG_THREADS_BEFORE = "threads_before"
+# `memtrack estimate` (fake_values.py, fake_files.py): a value read, a data-dependent op sized
+# by its upper bound, a file not written, the program stopped on a read repeated too often
+MSG_ESTIMATE_READ = "read"
+MSG_ESTIMATE_BOUND = "bound"
+MSG_ESTIMATE_UNWRITTEN = "unwritten"
+MSG_ESTIMATE_STOPPED = "stopped"
 
 # The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
 COMPILED_GRAPH = "compiled_graph"

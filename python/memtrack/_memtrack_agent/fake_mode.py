@@ -1,0 +1,305 @@
+"""`memtrack estimate`'s function mode: CUDA tensors are meta tensors.
+
+- A `device="cuda"` argument, `.cuda()` and `.to("cuda")` make meta tensors; a copy of a
+  real CPU tensor keeps its values (fake_values), a copy back to the CPU reads them.
+- Reads of values (`.item()`, `bool()`, `print(loss)`, `.tolist()`, `.numpy()`, `.cpu()`)
+  answer the known values, or zeros said as unknown (fake_values).
+- dropout and attention run CUDA's kernels (fake_kernels); autocast's CUDA policy is
+  applied (fake_autocast).
+- A function mode is off while its handler runs, so what a Python function of torch calls
+  inside would not come to it. For the few whose insides matter the mode runs their body
+  with itself on (`_opened`): backward and `autograd.grad` (hooks, activation checkpointing's
+  recomputation, custom Functions' backward run inside them and must see CUDA as forward
+  did: the same dropout, the same attention, so that recomputation saves the same tensors),
+  and nn.MultiheadAttention's forward (its projections and attention are inside one call).
+"""
+
+import types
+
+from . import fake_autocast, fake_kernels, fake_memory, fake_values
+
+_torch = None
+
+
+def _is_cuda(d):
+    """Whether a device argument names the device: "cuda", "cuda:1", torch.device("cuda"), 0,
+    or "meta" (what a device tensor's `.device` says here)."""
+    if isinstance(d, str):
+        return d.startswith("cuda") or d == "meta"
+    if isinstance(d, int) and not isinstance(d, bool):
+        return True
+    return getattr(d, "type", None) in ("cuda", "meta")
+
+
+def _is_cpu(d):
+    if isinstance(d, str):
+        return d.startswith("cpu")
+    return getattr(d, "type", None) == "cpu"
+
+
+def to_meta(t, dtype=None, host=False):
+    """A new meta tensor like `t` (a real CPU tensor or a host one): a copy to the GPU."""
+    if host:
+        with fake_memory.making_host():
+            out = _torch.empty_like(t, device="meta", dtype=dtype or t.dtype)
+    else:
+        out = _torch.empty_like(t, device="meta", dtype=dtype or t.dtype)
+        values = fake_values.value(t) if t.is_meta else t
+        if values is not None:
+            fake_values.from_host(out, values if dtype in (None, t.dtype) else values.to(dtype))
+    if t.requires_grad and out.is_floating_point():
+        out.requires_grad_(True)
+    return out
+
+
+def _to_cpu(t, what, dtype=None):
+    v = fake_values.value(t)
+    if v is not None:
+        v = v.clone()
+    else:
+        fake_values.note_read(what)
+        v = fake_values.placeholder(t)
+    return v if dtype in (None, v.dtype) else v.to(dtype)
+
+
+def _to(func, args, kwargs):
+    t = args[0]
+    try:
+        device, dtype, _non_blocking, _fmt = _torch._C._nn._parse_to(*args[1:], **kwargs)
+    except Exception:
+        return func(*args, **kwargs)
+    host = fake_memory.is_host(t)
+    if device is not None and _is_cuda(device):
+        if t.is_meta and not host:
+            if dtype is None or dtype == t.dtype:
+                return t
+            return func(t, dtype=dtype)
+        return to_meta(t, dtype)
+    if device is not None and _is_cpu(device) and t.is_meta:
+        if host:
+            return t if dtype is None or dtype == t.dtype else to_meta(t, dtype, host=True)
+        return _to_cpu(t, "copied to the CPU (.to)", dtype)
+    if host:
+        return to_meta(t, dtype, host=True) if dtype not in (None, t.dtype) else t
+    return func(*args, **kwargs)
+
+
+def _cuda(func, args, kwargs):
+    t = args[0]
+    if t.is_meta and not fake_memory.is_host(t):
+        return t
+    return to_meta(t)
+
+
+def _cpu(func, args, kwargs):
+    t = args[0]
+    if t.is_meta:
+        if fake_memory.is_host(t):
+            return t
+        return _to_cpu(t, "copied to the CPU (.cpu)")
+    return func(*args, **kwargs)
+
+
+def _from_data(func, args, kwargs):
+    """torch.tensor(data, device="cuda") and the like: made on the CPU from the host's data,
+    then copied to the device, its values known."""
+    d = kwargs.get("device")
+    if d is None or not _is_cuda(d) or (args and isinstance(args[0], _torch.Tensor)):
+        if d is not None and _is_cuda(d):
+            kwargs = dict(kwargs, device="meta")
+        return func(*args, **kwargs)
+    t = func(*args, **dict(kwargs, device="cpu"))
+    return to_meta(t)
+
+
+def _device_read(t):
+    return t.is_meta and not fake_memory.is_host(t)
+
+
+def _reader(what, known, unknown):
+    """A handler for a read of values: known(values, args) where they are known, else
+    unknown(tensor, what, args), which says the read."""
+
+    def read(func, args, kwargs):
+        t = args[0]
+        if not _device_read(t):
+            return func(*args, **kwargs)
+        v = fake_values.value(t)
+        if v is not None:
+            return known(v, args)
+        return unknown(t, what, args)
+
+    return read
+
+
+def _scalar_read(t, what, args):
+    return fake_values.unknown_scalar(t, what)
+
+
+def _branch_read(t, what, args):
+    fake_values.note_read(what, branch=True)
+    return False
+
+
+def _listed(t, what, args):
+    return fake_values.zeros_list(t, what)
+
+
+def _numpy_read(t, what, args):
+    fake_values.note_read(what)
+    return fake_values.placeholder(t).numpy()
+
+
+def _as_device(text, t):
+    """A CPU tensor's repr as the device tensor `t`'s: device='cuda:0' and its grad_fn."""
+    body = text[:-1] if text.endswith(")") else text
+    at = body.rfind(", dtype=")
+    device = ", device='cuda:0'"
+    body = body[:at] + device + body[at:] if at >= 0 else body + device
+    if t.grad_fn is not None:
+        body += f", grad_fn=<{type(t.grad_fn).__name__}>"
+    elif t.requires_grad:
+        body += ", requires_grad=True"
+    return body + ")"
+
+
+def _text(kind):
+    """repr() / str() of a device tensor: its values, known or zeros, printed as CUDA's."""
+
+    def text(func, args, kwargs):
+        t = args[0]
+        if not _device_read(t) or (type(t) is not _torch.Tensor and type(t) is not _torch.nn.Parameter):
+            return func(*args, **kwargs)
+        v = fake_values.value(t)
+        if v is None:
+            fake_values.note_read(kind)
+            v = fake_values.placeholder(t)
+        with _torch._C.DisableTorchFunction():
+            return _as_device(repr(v.detach()), t)
+
+    return text
+
+
+def _format(func, args, kwargs):
+    t = args[0]
+    if not _device_read(t):
+        return func(*args, **kwargs)
+    spec = args[1] if len(args) > 1 else ""
+    if t.dim() == 0:
+        v = fake_values.value(t)
+        x = v.item() if v is not None else fake_values.unknown_scalar(t, "format()")
+        return format(x, spec)
+    return _text("format()")(func, args, kwargs)
+
+
+def _handlers(torch):
+    T = torch.Tensor
+    item = lambda v, a: v.item()  # noqa: E731
+    return {
+        T.to: _to,
+        T.cuda: _cuda,
+        T.cpu: _cpu,
+        T.item: _reader("item()", item, _scalar_read),
+        T.__int__: _reader("int()", lambda v, a: int(v), _scalar_read),
+        T.__float__: _reader("float()", lambda v, a: float(v), _scalar_read),
+        T.__index__: _reader("index", lambda v, a: v.__index__(), _scalar_read),
+        T.__bool__: _reader("bool()", lambda v, a: bool(v), _branch_read),
+        T.tolist: _reader("tolist()", lambda v, a: v.tolist(), _listed),
+        T.numpy: _reader("numpy()", lambda v, a: v.numpy().copy(), _numpy_read),
+        T.__format__: _format,
+        T.__repr__: _text("print / repr()"),
+        T.__str__: _text("print / str()"),
+        T.pin_memory: lambda func, args, kwargs: args[0],
+        torch.tensor: _from_data,
+        torch.as_tensor: _from_data,
+        torch.asarray: _from_data,
+        torch.nn.functional.dropout: fake_kernels.dropout,
+        torch.nn.functional.scaled_dot_product_attention: fake_kernels.sdpa,
+    }
+
+
+def _opened(f):
+    """A copy of the Python function `f` whose own check for overrides says no: run with the
+    mode on, its body runs and the functions it calls come to the mode."""
+    no = lambda *a: False  # noqa: E731
+    names = ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic")
+    scope = dict(f.__globals__, **{n: no for n in names})
+    g = types.FunctionType(f.__code__, scope, f.__name__, f.__defaults__, f.__closure__)
+    g.__kwdefaults__ = f.__kwdefaults__
+    return g
+
+
+def _opened_functions(torch):
+    opened = {}
+    fns = (
+        getattr(torch.nn.functional, "multi_head_attention_forward", None),
+        torch.Tensor.backward,
+        torch.autograd.backward,
+        torch.autograd.grad,
+    )
+    for f in fns:
+        if isinstance(f, types.FunctionType):
+            opened[f] = _opened(f)
+    return opened
+
+
+def mode_class(torch):
+    from torch.overrides import TorchFunctionMode
+
+    global _torch
+    _torch = torch
+    Tensor = torch.Tensor
+    handlers = _handlers(torch)
+    opened = _opened_functions(torch)
+
+    class CudaAsMeta(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            body = opened.get(func)
+            if body is not None:
+                with self:
+                    return body(*args, **kwargs)
+            args, kwargs = fake_autocast.apply(func, args, kwargs)
+            h = handlers.get(func)
+            if h is not None:
+                return h(func, args, kwargs)
+            d = kwargs.get("device")
+            if d is not None and _is_cuda(d):
+                kwargs = dict(kwargs)
+                kwargs["device"] = "meta"
+            elif args and isinstance(args[0], Tensor) and fake_memory.is_host(args[0]):
+                # an op on a host tensor (a dtype change, an initialisation) stays host
+                with fake_memory.making_host():
+                    return func(*args, **kwargs)
+            return func(*args, **kwargs)
+
+    return CudaAsMeta
+
+
+def patch_modules(torch):
+    """Parameters and buffers registered on the CPU become host meta tensors; a small buffer
+    keeps its values (a position table, a rotary embedding's frequencies)."""
+    Module = torch.nn.Module
+    Parameter = torch.nn.Parameter
+    register_parameter, register_buffer = Module.register_parameter, Module.register_buffer
+
+    def as_host(t, keep=False):
+        if t is None or t.is_meta or t.device.type != "cpu":
+            return t
+        m = to_meta(t, host=True)
+        if keep:
+            fake_values.from_host(m, t)
+        if isinstance(t, Parameter):
+            p = Parameter(m, requires_grad=t.requires_grad)
+            p.__dict__.update(t.__dict__)
+            return p
+        return m
+
+    def patched_register_parameter(self, name, param):
+        return register_parameter(self, name, as_host(param))
+
+    def patched_register_buffer(self, name, tensor, persistent=True):
+        return register_buffer(self, name, as_host(tensor, keep=True), persistent)
+
+    Module.register_parameter = patched_register_parameter
+    Module.register_buffer = patched_register_buffer

@@ -1,0 +1,68 @@
+//! What `memtrack estimate` could not know while the program ran, and what it did instead
+//! (docs/estimate.md): values read that the device does not have, data-dependent sizes taken
+//! at their upper bound, files not written, and a program stopped on a read that never
+//! settled. docs/format.md, `estimate`.
+
+use serde::{Deserialize, Serialize};
+
+/// A place where the program read a value a device tensor does not have here (`.item()`,
+/// `bool()`, `print(loss)`, `.cpu()`): it got zeros instead.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValueRead {
+    pub file: String,
+    pub line: u32,
+    pub what: String,
+    pub count: u64,
+    /// The read decided a branch (`bool()` of a tensor, a comparison or truth test of a value
+    /// read): the run followed the path zeros lead to.
+    pub branch: bool,
+}
+
+/// An op whose output size depends on values (`nonzero`, `masked_select`, `unique`,
+/// boolean-mask indexing), sized as if every element were selected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpperBound {
+    pub file: String,
+    pub line: u32,
+    pub op: String,
+    pub count: u64,
+}
+
+/// A file the program saved (`torch.save`, safetensors) that the estimate did not write.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unwritten {
+    pub file: String,
+    pub line: u32,
+    /// The function: `torch.save`, `safetensors save_file`, …
+    pub what: String,
+    /// The file it was asked to write.
+    pub path: String,
+    pub count: u64,
+}
+
+/// The program was stopped: one read deciding a branch repeated past the limit (a loop whose
+/// end depends on a value the estimate does not have).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stopped {
+    pub file: String,
+    pub line: u32,
+    pub what: String,
+    pub count: u64,
+    pub limit: u64,
+}
+
+/// Everything an estimate says of itself besides memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EstimateFacts {
+    pub reads: Vec<ValueRead>,
+    pub upper_bounds: Vec<UpperBound>,
+    pub unwritten: Vec<Unwritten>,
+    pub stopped: Option<Stopped>,
+}
+
+impl EstimateFacts {
+    /// The reads that decided a branch.
+    pub fn branches(&self) -> impl Iterator<Item = &ValueRead> {
+        self.reads.iter().filter(|r| r.branch)
+    }
+}

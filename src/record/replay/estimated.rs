@@ -1,0 +1,146 @@
+//! A run under `memtrack estimate` (backend `estimate`): the device storages' allocations and
+//! frees in order, which the estimate's device model turns into allocated and reserved
+//! (`record::DeviceModel`), and the facts the agent said of values it did not have
+//! (`model::EstimateFacts`).
+
+use std::collections::HashMap;
+
+use serde_json::Value as Json;
+
+use crate::model::estimate::{EstimateFacts, Stopped, Unwritten, UpperBound, ValueRead};
+use crate::record::protocol::{
+    MSG_ESTIMATE_BOUND, MSG_ESTIMATE_READ, MSG_ESTIMATE_STOPPED, MSG_ESTIMATE_UNWRITTEN,
+};
+
+/// One storage of the estimated device appearing (`bytes` > 0, already rounded to 512 as
+/// the allocator's blocks are) or dying (`bytes` 0), before the sample of op `op`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceEvent {
+    pub op: u32,
+    pub key: i64,
+    pub bytes: u64,
+}
+
+/// What an estimated run's device model needs: the events in order, and the device message.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceLog {
+    pub events: Vec<DeviceEvent>,
+    /// The program's `PYTORCH_CUDA_ALLOC_CONF`.
+    pub alloc_conf: String,
+    /// What the allocator may use of the device (None: all of it).
+    pub usable_bytes: Option<u64>,
+}
+
+/// Distinct places kept of each kind: a program reading at more places than this is still
+/// said to have read, at the places first met.
+const MAX_PLACES: usize = 10_000;
+
+/// The estimate's facts as the messages come: each place once, with its count.
+#[derive(Default)]
+pub(super) struct Estimated {
+    pub log: DeviceLog,
+    facts: EstimateFacts,
+    reads: HashMap<(String, u32, String, bool), usize>,
+    bounds: HashMap<(String, u32, String), usize>,
+    unwritten: HashMap<(String, u32, String, String), usize>,
+}
+
+fn place(m: &Json) -> (String, u32, String) {
+    (
+        m["file"].as_str().unwrap_or("?").to_string(),
+        m["line"].as_u64().unwrap_or(0).min(u32::MAX as u64) as u32,
+        m["what"].as_str().unwrap_or("?").to_string(),
+    )
+}
+
+impl Estimated {
+    /// Take one of the estimate's messages; false if `m` is not one.
+    pub fn message(&mut self, kind: &str, m: &Json) -> bool {
+        let (file, line, what) = place(m);
+        let f = &mut self.facts;
+        match kind {
+            MSG_ESTIMATE_READ => {
+                let branch = m["branch"].as_bool().unwrap_or(false);
+                let key = (file.clone(), line, what.clone(), branch);
+                match self.reads.get(&key) {
+                    Some(&i) => f.reads[i].count += 1,
+                    None if f.reads.len() < MAX_PLACES => {
+                        self.reads.insert(key, f.reads.len());
+                        f.reads.push(ValueRead {
+                            file,
+                            line,
+                            what,
+                            count: 1,
+                            branch,
+                        });
+                    }
+                    None => {}
+                }
+            }
+            MSG_ESTIMATE_BOUND => {
+                let key = (file.clone(), line, what.clone());
+                match self.bounds.get(&key) {
+                    Some(&i) => f.upper_bounds[i].count += 1,
+                    None if f.upper_bounds.len() < MAX_PLACES => {
+                        self.bounds.insert(key, f.upper_bounds.len());
+                        f.upper_bounds.push(UpperBound {
+                            file,
+                            line,
+                            op: what,
+                            count: 1,
+                        });
+                    }
+                    None => {}
+                }
+            }
+            MSG_ESTIMATE_UNWRITTEN => {
+                let path = m["path"].as_str().unwrap_or("?").to_string();
+                let key = (file.clone(), line, what.clone(), path.clone());
+                match self.unwritten.get(&key) {
+                    Some(&i) => f.unwritten[i].count += 1,
+                    None if f.unwritten.len() < MAX_PLACES => {
+                        self.unwritten.insert(key, f.unwritten.len());
+                        f.unwritten.push(Unwritten {
+                            file,
+                            line,
+                            what,
+                            path,
+                            count: 1,
+                        });
+                    }
+                    None => {}
+                }
+            }
+            MSG_ESTIMATE_STOPPED => {
+                f.stopped = Some(Stopped {
+                    file,
+                    line,
+                    what,
+                    count: m["count"].as_u64().unwrap_or(0),
+                    limit: m["limit"].as_u64().unwrap_or(0),
+                });
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// The device's message: what the model needs of it.
+    pub fn device(&mut self, m: &Json) {
+        self.log.alloc_conf = m["alloc_conf"].as_str().unwrap_or("").to_string();
+        self.log.usable_bytes = m["usable_bytes"].as_u64();
+    }
+
+    /// A device storage appeared (`bytes` > 0) or died (0) before the sample of op `op`.
+    pub fn event(&mut self, op: usize, key: i64, bytes: i64) {
+        self.log.events.push(DeviceEvent {
+            op: op as u32,
+            key,
+            bytes: bytes.max(0) as u64,
+        });
+    }
+
+    pub fn finish(self) -> (DeviceLog, EstimateFacts) {
+        (self.log, self.facts)
+    }
+}
