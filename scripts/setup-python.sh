@@ -16,8 +16,12 @@ if ! "$py" -c "import torch, matplotlib" >/dev/null 2>&1; then
     "$py" -m pip install --progress-bar on --upgrade pip >&2
     "$py" -m pip install --progress-bar on torch matplotlib numpy >&2
 fi
-# dask (pure Python, a few MB): tests/many_ranks_recipe.rs runs the documented recipe on it
-if ! "$py" -c "import dask" >/dev/null 2>&1; then
-    "$py" -m pip install --progress-bar on dask >&2
-fi
+# dask (pure Python, a few MB): tests/many_ranks_recipe.rs runs the documented recipe on it;
+# transformers (about 30 MB with its needs): tests/estimate_workflows.rs estimates models built
+# from its configs, as users bring them (generate(), its checkpointing, its mask checks)
+for pkg in dask transformers; do
+    if ! "$py" -c "import $pkg" >/dev/null 2>&1; then
+        "$py" -m pip install --progress-bar on "$pkg" >&2
+    fi
+done
 echo "$py"

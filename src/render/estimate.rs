@@ -137,7 +137,8 @@ pub fn text(file: &Path, v: &Verdict, facts: &EstimateFacts) -> String {
     let branches: Vec<String> = facts.branches().map(|r| at(&r.file, r.line)).collect();
     let path = if v.path_taken_only {
         format!(
-            " on the path the program took (values the estimate does not have decided its branches at {}; other values may take another path)",
+            ", on the path the program took: values the estimate does not have decided {} at {} (other values may take another path)",
+            if branches.len() == 1 { "a branch" } else { "branches" },
             branches.join(", ")
         )
     } else {
@@ -145,18 +146,19 @@ pub fn text(file: &Path, v: &Verdict, facts: &EstimateFacts) -> String {
     };
     match (&v.oom, v.fits, v.spare_bytes) {
         (None, Some(true), Some(spare)) => {
-            s.push_str(&format!("Fits{path}, with {} to spare", b(spare)));
+            s.push_str(&format!("Fits, with {} to spare", b(spare)));
             if v.alloc_retries > 0 {
                 s.push_str(&format!(
                     " (after {} allocation retries that free the cache: slower steps)",
                     v.alloc_retries
                 ));
             }
+            s.push_str(&path);
             s.push('\n');
         }
         (Some(o), _, _) => {
             s.push_str(&format!(
-                "Does not fit{path}: out of memory at {}, asking for {} with {} allocated and {} reserved\n",
+                "Does not fit: out of memory at {}, asking for {} with {} allocated and {} reserved{path}\n",
                 place(&o.at),
                 b(o.requested_bytes),
                 b(o.allocated_bytes),

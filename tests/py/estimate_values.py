@@ -2,7 +2,8 @@
 # questions; argv[1] says what it does:
 #   device     torch.cuda's memory questions (mem_get_info, the peaks, a reset), print(loss)
 #   raise      a linear layer, then an error raised by the program (it does not finish)
-#   select     nonzero, masked_select, boolean-mask indexing, torch.where(cond), unique
+#   select     nonzero, masked_select, boolean-mask indexing, torch.where(cond), unique;
+#              then a convolution
 #   exit       five item() reads, then os._exit(0)
 #   term       five item() reads, then SIGTERM to itself
 #   earlystop  training that stops when loss.item() < 0.5, doubling the batch until then
@@ -41,6 +42,7 @@ elif what == "select":
     (d,) = torch.where(x[:, 0] > 0)
     e = torch.unique(x)
     print([tuple(t.shape) for t in (a, b, c, d, e)])
+    torch.nn.functional.conv2d(torch.randn(1, 3, 8, 8, device="cuda"), torch.randn(4, 3, 3, 3, device="cuda"))
 elif what in ("exit", "term"):
     x = torch.randn(10, device="cuda")
     for _ in range(5):
