@@ -1,12 +1,17 @@
+use std::path::Path;
+
 use crate::cli::EstimateArgs;
 use crate::error::{Error, Result};
-use crate::estimate::{self, gpus, program};
+use crate::estimate::verdict::EXIT_DID_NOT_FINISH;
+use crate::estimate::{self, gpus, launch, program};
+use crate::model::units::parse_size;
 use crate::render::{self, Format};
 use crate::{formats, output};
 
-/// Runs the program as if on the GPU, writes the file, prints the verdict; exits 0 when the
-/// run fits, 1 when it does not, 4 when it fits on the path values it did not have chose,
-/// 5 when the program did not finish (docs/estimate.md, "Exit codes").
+/// Runs the program (each rank asked for) as if on the GPU, writes the files, prints the
+/// verdicts; exits 0 when the run fits, 1 when it does not, 4 when it fits on the path values
+/// it did not have chose, 5 when the program did not finish (docs/estimate.md, "Exit codes"),
+/// the worst of them over the ranks.
 pub fn run(a: EstimateArgs) -> Result<()> {
     let (gpu, named) = gpus::resolve(&a.gpu).map_err(Error::Usage)?;
     if !matches!(a.format, Format::Text | Format::Json) {
@@ -17,37 +22,105 @@ pub fn run(a: EstimateArgs) -> Result<()> {
             "estimate: --max-repeats must be at least 1".into(),
         ));
     }
-    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let before = modified(&a.output);
+    if a.world_size == Some(0) || a.gpus_per_node == 0 {
+        return Err(Error::Usage(
+            "estimate: --world-size and --gpus-per-node must be at least 1".into(),
+        ));
+    }
+    let nccl_allowance = parse_size(&a.nccl_allowance).map_err(|e| {
+        Error::Usage(format!(
+            "estimate: --nccl-allowance {}: {e}",
+            a.nccl_allowance
+        ))
+    })?;
+    let job = launch::job(&a.command, a.world_size, a.gpus_per_node)
+        .map_err(|e| Error::Usage(format!("estimate: {e}")))?;
+    let ranks = launch::ranks(&a.ranks, job.world_size)
+        .map_err(|e| Error::Usage(format!("estimate: {e}")))?;
     let settings = program::Settings {
         gpu: &gpu,
         named,
         max_repeats: a.max_repeats,
+        job: &job,
+        ranks: &ranks,
+        nccl_allowance,
     };
-    let code = program::run(&a.command, &settings, &a.output)?;
-    // no file written (the program did not start, or never imported torch): record said why
-    if modified(&a.output).is_none() || modified(&a.output) == before {
-        std::process::exit(if code == 0 { 2 } else { code });
+    let runs = program::run(&settings, &a.output)?;
+    let mut reports = Vec::new();
+    let mut code = 0;
+    for run in &runs {
+        // no file written (the program did not start, or never imported torch): record said why
+        let Some(file) = &run.file else {
+            code = worst(code, if run.code == 0 { 2 } else { run.code });
+            continue;
+        };
+        let stats = formats::load_tracker(file)?;
+        let verdict = estimate::verdict(&stats).ok_or_else(|| {
+            Error::input(
+                file,
+                "not an estimate's file (its backend is not `estimate`)",
+            )
+        })?;
+        code = worst(code, verdict.exit_code());
+        reports.push((
+            file.clone(),
+            run.code,
+            verdict,
+            estimate::verdict::facts(&stats),
+        ));
     }
-    let stats = formats::load_tracker(&a.output)?;
-    let verdict = estimate::verdict(&stats).ok_or_else(|| {
-        Error::input(
-            &a.output,
-            "not an estimate's file (its backend is not `estimate`)",
-        )
-    })?;
-    let facts = estimate::verdict::facts(&stats);
     let text = match a.format {
-        Format::Json => render::json(&render::estimate::Report {
-            file: a.output.display().to_string(),
-            exit_code: code,
-            verdict: &verdict,
-            values_read: &facts.reads,
-            upper_bounds: &facts.upper_bounds,
-            unwritten: &facts.unwritten,
-        }),
-        _ => render::estimate::text(&a.output, &verdict, &facts),
+        Format::Json => {
+            let r: Vec<render::estimate::Report> = reports
+                .iter()
+                .map(|(file, code, verdict, facts)| render::estimate::Report {
+                    file: file.display().to_string(),
+                    exit_code: *code,
+                    verdict,
+                    values_read: &facts.reads,
+                    upper_bounds: &facts.upper_bounds,
+                    unwritten: &facts.unwritten,
+                })
+                .collect();
+            match r.as_slice() {
+                [one] => render::json(one),
+                _ => render::json(&render::estimate::Ranks { ranks: r }),
+            }
+        }
+        _ => {
+            let mut t = String::new();
+            for (file, _, verdict, facts) in &reports {
+                if !t.is_empty() {
+                    t.push('\n');
+                }
+                t.push_str(&render::estimate::text(Path::new(file), verdict, facts));
+            }
+            if reports.len() > 1 {
+                t.push('\n');
+                t.push_str(&render::estimate::ranks_table(&reports));
+            }
+            t
+        }
     };
-    output::emit(std::path::Path::new("-"), text.as_bytes())?;
-    std::process::exit(verdict.exit_code())
+    if !reports.is_empty() {
+        output::emit(Path::new("-"), text.as_bytes())?;
+    }
+    std::process::exit(code)
+}
+
+/// The exit code over ranks: did not finish, then a failure of its own, then does not fit,
+/// then the path taken, then fits.
+fn worst(a: i32, b: i32) -> i32 {
+    let rank = |c: i32| match c {
+        0 => 0,
+        4 => 1,
+        1 => 2,
+        EXIT_DID_NOT_FINISH => 4,
+        _ => 3,
+    };
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
+    }
 }

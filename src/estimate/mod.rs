@@ -8,12 +8,14 @@
 //! - [`gpus`]: the devices `--gpu` names, and sizes.
 //! - [`device_model`]: allocations → allocated and reserved per op, and where a device runs out.
 //! - [`live`]: the same model beside the running program, for its questions about memory.
-//! - [`program`]: running the program so.
+//! - [`launch`]: the job: torchrun's world and each rank's command and environment.
+//! - [`program`]: running the program so, once per rank estimated.
 //! - [`verdict`]: what an estimated file says: fits, does not fit, did not finish, and how
 //!   far to trust it.
 
 pub mod device_model;
 pub mod gpus;
+pub mod launch;
 pub mod live;
 pub mod program;
 pub mod verdict;

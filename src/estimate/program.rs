@@ -1,29 +1,44 @@
 //! Running the program for an estimate: `record`'s collector with the agent's `estimate`
 //! backend, the device passed in the environment, the allocator model live beside it
-//! (`live`) and after it (`ALLOCATOR_MODEL`).
+//! (`live`) and after it (`ALLOCATOR_MODEL`); a distributed job once per rank estimated,
+//! with torchrun's environment for that rank (`launch`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::gpus::{self, Gpu};
+use super::launch::Job;
 use super::live::LiveModel;
 use crate::error::{Error, Result};
 use crate::record::{self, Backend, Observer, Options};
 
-/// How the run is done: the device, and how often one unknown read deciding a branch may
-/// repeat before the program is stopped.
+/// How the run is done: the device, the job, and how often one unknown read deciding a
+/// branch may repeat before the program is stopped.
 pub struct Settings<'a> {
     pub gpu: &'a Gpu,
     /// A device of the table (its CUDA context is not the allocator's), not a bare size.
     pub named: bool,
     pub max_repeats: u64,
+    pub job: &'a Job,
+    /// The ranks to run (`[0]` for a program of one process).
+    pub ranks: &'a [u32],
+    /// For a distributed job: what NCCL's buffers are allowed on the device, for each
+    /// process group that communicates.
+    pub nccl_allowance: u64,
 }
 
-/// Run `command` as if on the settings' GPU, writing the stats file to `output`; the
-/// program's exit code (128 + a signal that killed it).
-pub fn run(command: &[std::ffi::OsString], s: &Settings, output: &Path) -> Result<i32> {
+/// One rank's run: the program's exit code (128 + a signal that killed it) and the file
+/// written (None where none was: the program did not start, or never imported torch).
+pub struct RankRun {
+    pub rank: Option<u32>,
+    pub code: i32,
+    pub file: Option<PathBuf>,
+}
+
+/// Run the job as if on the settings' GPU, each rank once, writing the stats files after
+/// `output` (`NAME.rankR.pkl` for a distributed job).
+pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
     let gpu = s.gpu;
     let usable = gpus::usable_bytes(gpu, s.named);
-    let model = LiveModel::start(usable).map_err(|e| Error::output(&std::env::temp_dir(), e))?;
     // the child inherits these; nothing else of memtrack reads them
     std::env::set_var(
         "MEMTRACK_ESTIMATE_GPU",
@@ -32,17 +47,47 @@ pub fn run(command: &[std::ffi::OsString], s: &Settings, output: &Path) -> Resul
             gpu.name, gpu.total_bytes, gpu.capability.0, gpu.capability.1
         ),
     );
-    std::env::set_var("MEMTRACK_ESTIMATE_MODEL", model.socket());
     std::env::set_var("MEMTRACK_ESTIMATE_MAX_REPEATS", s.max_repeats.to_string());
-    record::run(&Options {
-        output: output.to_path_buf(),
-        backend: Backend::Estimate,
-        observer: Observer::Python,
-        snapshot: false,
-        max_snapshot_entries: 0,
-        cycles: false,
-        device_interval: std::time::Duration::ZERO,
-        command: command.to_vec(),
-        device_model: Some(&super::ALLOCATOR_MODEL),
-    })
+    if s.job.distributed() {
+        std::env::set_var(
+            "MEMTRACK_ESTIMATE_NCCL_ALLOWANCE",
+            s.nccl_allowance.to_string(),
+        );
+    }
+    let mut runs = Vec::with_capacity(s.ranks.len());
+    for &rank in s.ranks {
+        // each rank's questions about memory get a model of its own
+        let model =
+            LiveModel::start(usable).map_err(|e| Error::output(&std::env::temp_dir(), e))?;
+        std::env::set_var("MEMTRACK_ESTIMATE_MODEL", model.socket());
+        if s.job.distributed() {
+            for (k, v) in s.job.env(rank) {
+                std::env::set_var(k, v);
+            }
+        }
+        let out = record::run_for_files(&Options {
+            output: output.to_path_buf(),
+            backend: Backend::Estimate,
+            observer: Observer::Python,
+            snapshot: false,
+            max_snapshot_entries: 0,
+            cycles: false,
+            device_interval: std::time::Duration::ZERO,
+            command: s.job.command.clone(),
+            device_model: Some(&super::ALLOCATOR_MODEL),
+        })?;
+        // the program's own file: its rank's, or the output as given (not a worker's)
+        let own = |p: &PathBuf| match s.job.distributed() {
+            true => p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(&format!(".rank{rank}."))),
+            false => p == output,
+        };
+        runs.push(RankRun {
+            rank: s.job.distributed().then_some(rank),
+            code: out.code,
+            file: out.written.iter().find(|p| own(p)).cloned(),
+        });
+    }
+    Ok(runs)
 }

@@ -18,6 +18,9 @@ pub const EXIT_DID_NOT_FINISH: i32 = 5;
 /// Whether the estimated run fits the device, and how far to trust that.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Verdict {
+    /// The rank of a distributed job, and its world; None for a program of one process.
+    pub rank: Option<i64>,
+    pub world_size: Option<i64>,
     pub device: String,
     pub device_bytes: u64,
     /// What the allocator may use: the device less its CUDA context (named devices).
@@ -214,6 +217,8 @@ pub fn verdict(stats: &TrackerStats) -> Option<Verdict> {
         (None, false) => None,
     };
     Some(Verdict {
+        rank: r.rank.filter(|_| r.world_size.unwrap_or(1) > 1),
+        world_size: r.world_size.filter(|&w| w > 1),
         device: r.device_name.clone().unwrap_or_default(),
         device_bytes,
         usable_bytes,

@@ -101,7 +101,6 @@ pub struct Options {
 /// How long the collector waits for silent connections after the program ended.
 const QUIET: Duration = Duration::from_secs(2);
 
-/// Run the program, record it, write the stats; the exit code `record` should end with.
 /// A fresh journal beside `output` (`Journal::create`); the error names the folder.
 fn new_journal(output: &Path) -> Result<Arc<Journal>> {
     let journal = Journal::create(output).map_err(|e| {
@@ -114,7 +113,19 @@ fn new_journal(output: &Path) -> Result<Arc<Journal>> {
     Ok(Arc::new(journal))
 }
 
+/// What a run did: the exit code `record` should end with, and the files written.
+pub struct Outcome {
+    pub code: i32,
+    pub written: Vec<PathBuf>,
+}
+
+/// Run the program, record it, write the stats; the exit code `record` should end with.
 pub fn run(o: &Options) -> Result<i32> {
+    run_for_files(o).map(|out| out.code)
+}
+
+/// `run`, saying which files were written too.
+pub fn run_for_files(o: &Options) -> Result<Outcome> {
     let Some(program) = o.command.first() else {
         return Err(Error::Usage(
             "record: no command given; usage: memtrack record [-o run.pkl] -- python train.py"
@@ -164,10 +175,14 @@ pub fn run(o: &Options) -> Result<i32> {
         Err(e) => {
             journal.remove();
             eprintln!("memtrack: cannot run {}: {e}", Path::new(program).display());
-            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
                 126
+            };
+            return Ok(Outcome {
+                code,
+                written: Vec::new(),
             });
         }
     };
@@ -256,7 +271,10 @@ pub fn run(o: &Options) -> Result<i32> {
             code = 2; // the program succeeded, but there is no file: a script must not take it for one
         }
     }
-    Ok(code)
+    Ok(Outcome {
+        code,
+        written: report.written,
+    })
 }
 
 /// `record --recover DIR [-o OUT]`: the stats files from a journal a `record` left behind

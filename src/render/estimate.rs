@@ -3,13 +3,14 @@
 //! bounds, convolutions), the values read that an estimate does not have, and the files the
 //! program saved that were not written.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::estimate::verdict::{Ending, Place, Verdict};
 use crate::model::estimate::EstimateFacts;
 use crate::model::{format_bytes, Units};
+use crate::render::table::Table;
 
 /// How much more ResNet-18's reserved memory was on an H100 than the estimate, for want of
 /// cuDNN's workspaces (docs/estimate.md, "Accuracy").
@@ -25,6 +26,36 @@ pub struct Report<'a> {
     pub values_read: &'a [crate::model::estimate::ValueRead],
     pub upper_bounds: &'a [crate::model::estimate::UpperBound],
     pub unwritten: &'a [crate::model::estimate::Unwritten],
+}
+
+/// `estimate --format json` of several ranks.
+#[derive(Serialize)]
+pub struct Ranks<'a> {
+    pub ranks: Vec<Report<'a>>,
+}
+
+/// The ranks side by side: what each holds at its peaks, and its verdict.
+pub fn ranks_table(reports: &[(PathBuf, i32, Verdict, EstimateFacts)]) -> String {
+    let mut t = Table::new(&["rank", "peak allocated", "peak reserved", "verdict", "file"]);
+    for (file, _, v, _) in reports {
+        let verdict = match (v.finished, v.fits, v.spare_bytes) {
+            (false, _, _) => "did not finish".to_string(),
+            (true, Some(false), _) => "does not fit".to_string(),
+            (true, Some(true), Some(spare)) if v.path_taken_only => {
+                format!("fits on the path taken, {} spare", b(spare))
+            }
+            (true, Some(true), Some(spare)) => format!("fits, {} spare", b(spare)),
+            _ => "-".to_string(),
+        };
+        t.row(vec![
+            v.rank.map_or_else(|| "-".into(), |r| r.to_string()),
+            b(v.peak_allocated_bytes),
+            b(v.peak_reserved_bytes),
+            verdict,
+            file.display().to_string(),
+        ]);
+    }
+    format!("Ranks:\n{}", t.text())
 }
 
 fn b(x: u64) -> String {

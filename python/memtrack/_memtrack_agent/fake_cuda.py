@@ -22,6 +22,7 @@ import types
 
 from . import (
     fake_autocast,
+    fake_dist,
     fake_files,
     fake_kernels,
     fake_memory,
@@ -82,8 +83,11 @@ class _Event:
 class _Stream:
     """torch.cuda.Stream: one stream (streams other than the default are not modelled)."""
 
+    stream_id, device_index, device_type = 0, 0, 1  # the default stream of CUDA device 0
+
     def __init__(self, *args, **kwargs):
         self.device = types.SimpleNamespace(type="cuda", index=0)
+        self.cuda_stream = 0
 
     def synchronize(self):
         pass
@@ -199,6 +203,35 @@ def _patch_cuda(torch, name, total, capability, usable):
     fns.update(memory_fns)
     for k, f in fns.items():
         setattr(cuda, k, f)
+    # device-generic code finds a tensor's device module by its device type
+    # (`getattr(torch, t.device.type)`: FSDP2's streams and events): the device's tensors are
+    # meta here, and their module is CUDA's as faked here
+    torch.meta = cuda
+    # the device-generic API (torch.accelerator; FSDP2's default mesh asks torch._C) says CUDA
+    cuda_device = torch.device("cuda")
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        for k, f in {
+            "is_available": lambda: True,
+            "current_accelerator": lambda check_available=False: cuda_device,
+            "device_count": lambda: cuda.device_count(),
+            "current_device_index": lambda: 0,
+            "current_device_idx": lambda: 0,
+            "set_device_index": lambda device: None,
+            "set_device_idx": lambda device: None,
+            "synchronize": lambda device=None: None,
+            "current_stream": lambda device=None: default_stream,
+        }.items():
+            if hasattr(accelerator, k):
+                setattr(accelerator, k, f)
+    if hasattr(torch._C, "_get_accelerator"):
+        torch._C._get_accelerator = lambda check=False: cuda_device
+    for k in ("get_rng_state", "get_rng_state_all"):
+        setattr(cuda, k, lambda device=None: torch.zeros(16, dtype=torch.uint8))
+    for k in ("set_rng_state", "set_rng_state_all", "seed", "seed_all"):
+        setattr(cuda, k, lambda *a, **kw: None)
+    cuda.initial_seed = lambda: 0
+    cuda._lazy_init = lambda: None
     # the allocator's history has nothing to record: an empty snapshot, where one is asked for
     empty = {"segments": [], "device_traces": [[]]}
 
@@ -256,6 +289,7 @@ def install(torch):
     _patch_cuda(torch, name, total, cap, usable if usable is not None else total)
     fake_mode.patch_modules(torch)
     fake_files.install(torch)
+    fake_dist.install(torch)
     transport.message(
         {
             "t": MSG_DEVICE,
@@ -266,7 +300,8 @@ def install(torch):
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
         }
     )
-    fake_autocast.install(torch, lambda t: t.is_meta and not fake_memory.is_host(t))
+    fake_autocast.install(torch, lambda t: t.is_meta and fake_memory.uncounted_kind(t) is None)
+    fake_mode.watch_device_context(torch)
     mode = fake_mode.mode_class(torch)()
     mode.__enter__()
     state.backend = "estimate"

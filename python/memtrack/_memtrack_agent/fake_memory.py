@@ -22,8 +22,12 @@ from . import ops, transport
 from .protocol import OTH
 
 _torch = None
-_host = {}  # id(storage) -> weakref: meta storages standing for CPU tensors (not counted)
-_making_host = [False]  # set while making such a storage
+# meta storages that are not the device's memory (not counted), by id: HOST stands for a CPU
+# tensor; META is a tensor the program made on the meta device itself (deferred
+# initialisation: `with torch.device("meta")`, `device="meta"`), which holds no memory anywhere
+HOST, META = "host", "meta"
+_uncounted = {}  # id(storage) -> (weakref, HOST or META)
+_making = [None]  # HOST or META while making such storages
 
 # the live allocator model: (key, bytes) pairs not yet sent, bytes 0 for a free
 _events = array("q")
@@ -35,32 +39,56 @@ _EVENTS, _QUERY, _RESET = 1, 2, 3
 _ANSWER = struct.Struct("<7Q")
 
 
-def is_host(t):
-    return bool(_host) and t.is_meta and _storage_key(t) in _host
-
-
-def _storage_key(t):
+def _kind(t):
+    if not _uncounted or not t.is_meta:
+        return None
     try:
-        return id(t.untyped_storage())
+        e = _uncounted.get(id(t.untyped_storage()))
     except Exception:
         return None
+    return None if e is None else e[1]
+
+
+def is_host(t):
+    """A meta tensor standing for a CPU tensor."""
+    return _kind(t) == HOST
+
+
+def is_user_meta(t):
+    """A tensor the program made on the meta device itself."""
+    return _kind(t) == META
+
+
+def uncounted_kind(t):
+    """HOST or META for a meta tensor that is not the device's memory, else None."""
+    return _kind(t)
+
+
+def _mark(st, kind):
+    k = id(st)
+    _uncounted[k] = (weakref.ref(st, lambda w, k=k: _uncounted.pop(k, None)), kind)
 
 
 def mark_host(st):
-    k = id(st)
-    _host[k] = weakref.ref(st, lambda w, k=k: _host.pop(k, None))
+    _mark(st, HOST)
 
 
-class making_host:
-    """Storages made inside stand for host memory."""
+class making:
+    """Storages made inside are not the device's: `kind` (HOST or META)."""
+
+    def __init__(self, kind=HOST):
+        self.kind = kind
 
     def __enter__(self):
-        self.was = _making_host[0]
-        _making_host[0] = True
+        self.was = _making[0]
+        _making[0] = self.kind
 
     def __exit__(self, *exc):
-        _making_host[0] = self.was
+        _making[0] = self.was
 
+
+def making_host():
+    return making(HOST)
 
 def _log(k, nbytes):
     _events.append(k)
@@ -86,9 +114,9 @@ def _new_storage(st, k, t, bw, sample=None):
     stands for host memory; a real CPU storage is host memory, never counted."""
     if not t.is_meta:
         return False
-    if _making_host[0] or k in _host:
-        if _making_host[0]:
-            mark_host(st)
+    if _making[0] is not None or k in _uncounted:
+        if _making[0] is not None and k not in _uncounted:
+            _mark(st, _making[0])
         return False
     sampled = ops._new_dense(st, k, bw, 0, sample)
     _log(k, ops._known[k][1])
@@ -97,7 +125,7 @@ def _new_storage(st, k, t, bw, sample=None):
 
 def _new_part(st, k, cat):
     d = st.device
-    if d.type != "meta" or _making_host[0] or k in _host:
+    if d.type != "meta" or _making[0] is not None or k in _uncounted:
         return None
     return _add(st, k, cat)
 
@@ -157,7 +185,8 @@ def count_workspace(func, bw):
     for kind in ("blas", "lt") if name in _LT_GEMMS else ("blas",):
         if (bw, kind) in _workspaces:
             continue
-        t = _torch.empty(_workspace_bytes(kind), dtype=_torch.uint8, device="meta")
+        with _torch._C.DisableTorchFunction():
+            t = _torch.empty(_workspace_bytes(kind), dtype=_torch.uint8, device="meta")
         _workspaces[(bw, kind)] = t
         st = t.untyped_storage()
         _add(st, id(st), OTH)

@@ -22,13 +22,16 @@ _torch = None
 
 
 def _is_cuda(d):
-    """Whether a device argument names the device: "cuda", "cuda:1", torch.device("cuda"), 0,
-    or "meta" (what a device tensor's `.device` says here)."""
+    """Whether a device argument names CUDA: "cuda", "cuda:1", torch.device("cuda"), 0."""
     if isinstance(d, str):
-        return d.startswith("cuda") or d == "meta"
+        return d.startswith("cuda")
     if isinstance(d, int) and not isinstance(d, bool):
         return True
-    return getattr(d, "type", None) in ("cuda", "meta")
+    return getattr(d, "type", None) == "cuda"
+
+
+def _is_meta(d):
+    return (d == "meta") if isinstance(d, str) else getattr(d, "type", None) == "meta"
 
 
 def _is_cpu(d):
@@ -37,13 +40,64 @@ def _is_cpu(d):
     return getattr(d, "type", None) == "cpu"
 
 
-def to_meta(t, dtype=None, host=False):
-    """A new meta tensor like `t` (a real CPU tensor or a host one): a copy to the GPU."""
-    if host:
-        with fake_memory.making_host():
+def _default_device(device_context):
+    """The device of a `with torch.device(...)` block or `set_default_device` (a
+    DeviceContext on the function mode stack), or None."""
+    from torch.overrides import _get_current_function_mode_stack
+
+    for m in _get_current_function_mode_stack():
+        if isinstance(m, device_context.DeviceContext):
+            return m.device
+    return None
+
+
+_in_meta_context = [0]  # inside a meta DeviceContext's call (watch_device_context)
+
+
+def _made_on_meta(d):
+    """Whether a meta `device` argument is the program's own meta device (deferred
+    initialisation), not a device tensor's `.device`, which says meta here too: a literal
+    "meta", or the device of a `with torch.device("meta")` block."""
+    if isinstance(d, str) or _in_meta_context[0]:
+        return True
+    import torch.utils._device as device_context
+
+    current = _default_device(device_context)
+    return getattr(current, "type", None) == "meta"
+
+
+def watch_device_context(torch):
+    """A `with torch.device("meta")` block's mode can sit above this one and give its device
+    to the calls before this mode sees them: say when it does."""
+    import torch.utils._device as device_context
+
+    cls = device_context.DeviceContext
+    orig = cls.__torch_function__
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(self.device, "type", None) != "meta":
+            return orig(self, func, types, args, kwargs)
+        _in_meta_context[0] += 1
+        try:
+            return orig(self, func, types, args, kwargs)
+        finally:
+            _in_meta_context[0] -= 1
+
+    cls.__torch_function__ = __torch_function__
+
+
+def to_meta(t, dtype=None, host=False, kind=None):
+    """A new meta tensor like `t` (a real CPU tensor or a host one): a copy to the GPU; with
+    `host` (or `kind`) a stand-in that is not the device's memory."""
+    kind = fake_memory.HOST if host else kind
+    # (the function mode off: its "meta" is not the program's)
+    with _torch._C.DisableTorchFunction():
+        if kind is not None:
+            with fake_memory.making(kind):
+                out = _torch.empty_like(t, device="meta", dtype=dtype or t.dtype)
+        else:
             out = _torch.empty_like(t, device="meta", dtype=dtype or t.dtype)
-    else:
-        out = _torch.empty_like(t, device="meta", dtype=dtype or t.dtype)
+    if kind is None:
         values = fake_values.value(t) if t.is_meta else t
         if values is not None:
             fake_values.from_host(out, values if dtype in (None, t.dtype) else values.to(dtype))
@@ -68,25 +122,30 @@ def _to(func, args, kwargs):
         device, dtype, _non_blocking, _fmt = _torch._C._nn._parse_to(*args[1:], **kwargs)
     except Exception:
         return func(*args, **kwargs)
-    host = fake_memory.is_host(t)
+    kind = fake_memory.uncounted_kind(t)
+    same = dtype is None or dtype == t.dtype
     if device is not None and _is_cuda(device):
-        if t.is_meta and not host:
-            if dtype is None or dtype == t.dtype:
-                return t
-            return func(t, dtype=dtype)
+        if t.is_meta and kind is None:
+            return t if same else func(t, dtype=dtype)
         return to_meta(t, dtype)
+    if device is not None and device.type == "meta" and (kind is not None or not t.is_meta):
+        # a CPU tensor to the meta device: memory nowhere (accelerate's init_empty_weights)
+        if kind == fake_memory.META:
+            return t if same else to_meta(t, dtype, kind=kind)
+        return to_meta(t, dtype, kind=fake_memory.META)
     if device is not None and _is_cpu(device) and t.is_meta:
-        if host:
-            return t if dtype is None or dtype == t.dtype else to_meta(t, dtype, host=True)
-        return _to_cpu(t, "copied to the CPU (.to)", dtype)
-    if host:
-        return to_meta(t, dtype, host=True) if dtype not in (None, t.dtype) else t
+        if kind == fake_memory.HOST:
+            return t if same else to_meta(t, dtype, host=True)
+        if kind is None:
+            return _to_cpu(t, "copied to the CPU (.to)", dtype)
+    if kind is not None:
+        return to_meta(t, dtype, kind=kind) if not same else t
     return func(*args, **kwargs)
 
 
 def _cuda(func, args, kwargs):
     t = args[0]
-    if t.is_meta and not fake_memory.is_host(t):
+    if t.is_meta and fake_memory.uncounted_kind(t) is None:
         return t
     return to_meta(t)
 
@@ -104,7 +163,9 @@ def _from_data(func, args, kwargs):
     """torch.tensor(data, device="cuda") and the like: made on the CPU from the host's data,
     then copied to the device, its values known."""
     d = kwargs.get("device")
-    if d is None or not _is_cuda(d) or (args and isinstance(args[0], _torch.Tensor)):
+    # a device tensor's `.device` says meta here: data made for it keeps its values too
+    device = d is not None and (_is_cuda(d) or _is_meta(d))
+    if not device or (args and isinstance(args[0], _torch.Tensor)):
         if d is not None and _is_cuda(d):
             kwargs = dict(kwargs, device="meta")
         return func(*args, **kwargs)
@@ -113,7 +174,7 @@ def _from_data(func, args, kwargs):
 
 
 def _device_read(t):
-    return t.is_meta and not fake_memory.is_host(t)
+    return t.is_meta and fake_memory.uncounted_kind(t) is None
 
 
 def _reader(what, known, unknown):
@@ -248,9 +309,12 @@ def mode_class(torch):
 
     global _torch
     _torch = torch
+    import torch.utils._device as device_context
+
     Tensor = torch.Tensor
     handlers = _handlers(torch)
     opened = _opened_functions(torch)
+    constructors = device_context._device_constructors()
 
     class CudaAsMeta(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -264,13 +328,25 @@ def mode_class(torch):
             if h is not None:
                 return h(func, args, kwargs)
             d = kwargs.get("device")
+            if d is None and func in constructors:
+                # `with torch.device(...)` / set_default_device: its mode sits below this one
+                # and gives the device after it; give it here
+                d = _default_device(device_context)
+                if d is not None:
+                    kwargs = dict(kwargs, device=d)
             if d is not None and _is_cuda(d):
                 kwargs = dict(kwargs)
                 kwargs["device"] = "meta"
-            elif args and isinstance(args[0], Tensor) and fake_memory.is_host(args[0]):
-                # an op on a host tensor (a dtype change, an initialisation) stays host
-                with fake_memory.making_host():
+            elif d is not None and _is_meta(d) and _made_on_meta(d):
+                with fake_memory.making(fake_memory.META):
                     return func(*args, **kwargs)
+            elif args and isinstance(args[0], Tensor):
+                # an op on a host tensor (a dtype change, an initialisation) stays host; one
+                # on the program's own meta tensor stays meta
+                kind = fake_memory.uncounted_kind(args[0])
+                if kind is not None:
+                    with fake_memory.making(kind):
+                        return func(*args, **kwargs)
             return func(*args, **kwargs)
 
     return CudaAsMeta
