@@ -32,6 +32,8 @@ pub const OOM_OP_INDEX: &str = "estimate.oom_op_index";
 pub const OOM_REQUESTED: &str = "estimate.oom_requested_bytes";
 /// `memory_stats` key: the bytes the allocator could use (the device less its CUDA context).
 pub const USABLE_BYTES: &str = "estimate.usable_bytes";
+/// `memory_stats` key: the allowance for NCCL's buffers out of that (distributed estimates).
+pub const NCCL_BYTES: &str = "estimate.nccl_bytes";
 
 /// The caching allocator's model as record's `DeviceModel`: what `estimate` hands record.
 pub struct AllocatorModel;
@@ -61,7 +63,9 @@ pub fn fill_device_memory(stats: &mut TrackerStats, log: &DeviceLog) {
         return;
     };
     let usable = usable.or(record.device_total_bytes);
-    let m = device_model::replay(events, stats.names.len(), settings, usable);
+    // NCCL's buffers are the device's too, not the allocator's: what is left is its limit
+    let limit = usable.map(|u| u.saturating_sub(log.nccl_bytes));
+    let m = device_model::replay(events, stats.names.len(), settings, limit);
     stats.active = m.allocated.clone();
     stats.allocated = m.allocated;
     stats.reserved = m.reserved;
@@ -73,6 +77,9 @@ pub fn fill_device_memory(stats: &mut TrackerStats, log: &DeviceLog) {
     s.insert("num_ooms".into(), i64::from(m.oom.is_some()));
     if let Some(u) = usable {
         s.insert(USABLE_BYTES.into(), u as i64);
+    }
+    if log.nccl_bytes > 0 {
+        s.insert(NCCL_BYTES.into(), log.nccl_bytes as i64);
     }
     if let Some(o) = m.oom {
         let s = &mut record.memory_stats_oom;

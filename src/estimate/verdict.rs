@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{OOM_OP_INDEX, OOM_REQUESTED, USABLE_BYTES};
+use super::{NCCL_BYTES, OOM_OP_INDEX, OOM_REQUESTED, USABLE_BYTES};
 use crate::model::estimate::{EstimateFacts, Stopped};
 use crate::model::{op_module, TrackerStats};
 
@@ -25,6 +25,9 @@ pub struct Verdict {
     pub device_bytes: u64,
     /// What the allocator may use: the device less its CUDA context (named devices).
     pub usable_bytes: u64,
+    /// Of that, what NCCL's buffers are allowed (a distributed job: the allowance for each
+    /// process group that communicated); the allocator has the rest.
+    pub nccl_bytes: u64,
     pub peak_allocated_bytes: u64,
     pub peak_allocated_op: Option<String>,
     pub peak_reserved_bytes: u64,
@@ -42,7 +45,7 @@ pub struct Verdict {
     pub upper_bound: bool,
     /// The program ran convolutions: reserved may be higher by cuDNN's workspaces.
     pub convolutions: bool,
-    /// usable − peak reserved, when it fits.
+    /// usable − NCCL's allowance − peak reserved, when it fits.
     pub spare_bytes: Option<u64>,
     pub alloc_retries: i64,
     pub oom: Option<OomPlace>,
@@ -187,6 +190,7 @@ pub fn verdict(stats: &TrackerStats) -> Option<Verdict> {
         .get(USABLE_BYTES)
         .map_or(device_bytes, |&v| v as u64);
     let peak_reserved_bytes = stat("reserved_bytes.all.peak");
+    let nccl_bytes = stat(NCCL_BYTES);
     let peak_at = stats
         .allocated
         .iter()
@@ -222,6 +226,7 @@ pub fn verdict(stats: &TrackerStats) -> Option<Verdict> {
         device: r.device_name.clone().unwrap_or_default(),
         device_bytes,
         usable_bytes,
+        nccl_bytes,
         peak_allocated_bytes: stat("allocated_bytes.all.peak"),
         peak_allocated_op: peak_at,
         peak_reserved_bytes,
@@ -233,7 +238,11 @@ pub fn verdict(stats: &TrackerStats) -> Option<Verdict> {
         path_taken_only: branches,
         upper_bound: bounded,
         convolutions: convolutions(stats),
-        spare_bytes: (fits == Some(true)).then(|| usable_bytes.saturating_sub(peak_reserved_bytes)),
+        spare_bytes: (fits == Some(true)).then(|| {
+            usable_bytes
+                .saturating_sub(nccl_bytes)
+                .saturating_sub(peak_reserved_bytes)
+        }),
         alloc_retries: stats.num_alloc_retries,
         oom,
     })

@@ -5,10 +5,13 @@
 //! {"reads": [{file, line, what, count, branch}],
 //!  "upper_bounds": [{file, line, op, count}],
 //!  "unwritten": [{file, line, what, path, count}],
+//!  "process_groups": [{name, size}], "nccl_allowance_bytes": int,
 //!  "stopped": None | {file, line, what, count, limit}}
 //! ```
 
-use crate::model::estimate::{EstimateFacts, Stopped, Unwritten, UpperBound, ValueRead};
+use crate::model::estimate::{
+    EstimateFacts, ProcessGroup, Stopped, Unwritten, UpperBound, ValueRead,
+};
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value};
 
@@ -66,6 +69,7 @@ const READ: &str = "{file, line, what, count, branch}";
 const BOUND: &str = "{file, line, op, count}";
 const UNWRITTEN: &str = "{file, line, what, path, count}";
 const STOPPED: &str = "{file, line, what, count, limit}";
+const GROUP: &str = "{name, size}";
 
 pub fn read(doc: &Document, v: Value) -> Parse<EstimateFacts> {
     let d = doc.as_dict(v).ok_or("memtrack.estimate: expected a dict")?;
@@ -113,11 +117,23 @@ pub fn read(doc: &Document, v: Value) -> Parse<EstimateFacts> {
             Some(s.ok_or_else(bad)?)
         }
     };
+    let process_groups = list(doc, d.get("process_groups"), "process_groups", GROUP, |f| {
+        Some(ProcessGroup {
+            name: f.str("name")?,
+            size: f.count("size")?,
+        })
+    })?;
+    let nccl_allowance_bytes = d
+        .get("nccl_allowance_bytes")
+        .and_then(|v| doc.as_int(v))
+        .map_or(0, |n| n.max(0) as u64);
     Ok(EstimateFacts {
         reads,
         upper_bounds,
         unwritten,
         stopped,
+        process_groups,
+        nccl_allowance_bytes,
     })
 }
 
@@ -156,6 +172,17 @@ pub fn write(w: &mut Writer, f: &EstimateFacts) {
             w.entry("count", |w| w.int(u.count as i64));
             w.end_dict();
         });
+    });
+    w.entry("process_groups", |w| {
+        w.list(&f.process_groups, |w, g| {
+            w.begin_dict();
+            w.entry("name", |w| w.str(&g.name));
+            w.entry("size", |w| w.int(g.size as i64));
+            w.end_dict();
+        });
+    });
+    w.entry("nccl_allowance_bytes", |w| {
+        w.int(f.nccl_allowance_bytes as i64)
     });
     w.entry("stopped", |w| match &f.stopped {
         Some(s) => {

@@ -51,6 +51,14 @@ pub struct Stopped {
     pub limit: u64,
 }
 
+/// A process group of a distributed estimate that communicated: NCCL's communicators and
+/// their buffers on the device, which the allocator does not hold.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessGroup {
+    pub name: String,
+    pub size: u64,
+}
+
 /// Everything an estimate says of itself besides memory.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EstimateFacts {
@@ -58,6 +66,18 @@ pub struct EstimateFacts {
     pub upper_bounds: Vec<UpperBound>,
     pub unwritten: Vec<Unwritten>,
     pub stopped: Option<Stopped>,
+    /// The process groups that communicated, in the order they first did.
+    pub process_groups: Vec<ProcessGroup>,
+    /// What NCCL's buffers are allowed for each of them (`estimate --nccl-allowance`).
+    pub nccl_allowance_bytes: u64,
+}
+
+impl EstimateFacts {
+    /// What NCCL's buffers are allowed on the device in all.
+    pub fn nccl_bytes(&self) -> u64 {
+        self.nccl_allowance_bytes
+            .saturating_mul(self.process_groups.len() as u64)
+    }
 }
 
 impl EstimateFacts {

@@ -146,11 +146,24 @@ pub fn text(file: &Path, v: &Verdict, facts: &EstimateFacts) -> String {
     } else {
         "what ran, estimated"
     };
+    let rank = match (v.rank, v.world_size) {
+        (Some(r), Some(w)) => format!(" as rank {r} of {w}"),
+        _ => String::new(),
+    };
     s.push_str(&format!(
-        "{}: {what} for {}, {usable}\n",
+        "{}: {what}{rank} for {}, {usable}\n",
         file.display(),
         v.device
     ));
+    if v.nccl_bytes > 0 {
+        let groups = facts.process_groups.len();
+        s.push_str(&format!(
+            "  less {} for NCCL's buffers: an allowance of {} for each of the {groups} process group{} that communicated (not measured; --nccl-allowance)\n",
+            b(v.nccl_bytes),
+            b(facts.nccl_allowance_bytes),
+            if groups == 1 { "" } else { "s" },
+        ));
+    }
     let bound = if v.upper_bound {
         " (an upper bound)"
     } else {

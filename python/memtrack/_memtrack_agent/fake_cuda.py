@@ -41,12 +41,20 @@ def _wrap_dispatch(torch, mode_class):
     dispatch = mode_class.__torch_dispatch__
     gtid = torch._C._current_graph_task_id
 
+    copy_, to_copy = torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is copy_ or func is to_copy:
+            out = _copy_to_host(torch, func, args, kwargs or {})
+            if out is not None:
+                return out
         if func.namespace == "aten":
             try:
                 fake_memory.count_workspace(func, gtid() != -1)
             except Exception as e:
                 transport.internal_error(e)
+        else:
+            fake_dist.saw_collective(func, args)
         out = dispatch(self, func, types, args, kwargs)
         try:
             fake_values.propagate(func, args, kwargs or {}, out)
@@ -55,6 +63,33 @@ def _wrap_dispatch(torch, mode_class):
         return out
 
     mode_class.__torch_dispatch__ = __torch_dispatch__
+
+
+def _copy_to_host(torch, func, args, kwargs):
+    """A copy of a device tensor to a real CPU tensor made inside torch (C++ reading a
+    device tensor: DDP's bucket order, a size): its values where known, else zeros, said as
+    a read. None for any other copy."""
+    if func is torch.ops.aten.copy_.default:
+        dst, src = args[0], args[1]
+        if dst.is_meta or not src.is_meta or fake_memory.uncounted_kind(src) is not None:
+            return None
+        v = fake_values.value(src)
+        if v is None:
+            fake_values.note_read("copied to the CPU (inside torch)")
+            v = fake_values.placeholder(src)
+        with torch._C.DisableTorchFunction():
+            return dst.copy_(v)
+    src, device = args[0], kwargs.get("device")
+    if getattr(device, "type", device) != "cpu" or not src.is_meta:
+        return None
+    if fake_memory.uncounted_kind(src) is not None:
+        return None
+    v = fake_values.value(src)
+    if v is None:
+        fake_values.note_read("copied to the CPU (inside torch)")
+        v = fake_values.placeholder(src)
+    with torch._C.DisableTorchFunction():
+        return v.to(dtype=kwargs.get("dtype") or src.dtype, copy=True)
 
 
 class _Event:
@@ -298,6 +333,7 @@ def install(torch):
             "index": 0,
             "usable_bytes": usable,
             "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+            "nccl_allowance": int(os.environ.get("MEMTRACK_ESTIMATE_NCCL_ALLOWANCE", "0") or 0),
         }
     )
     fake_autocast.install(torch, lambda t: t.is_meta and fake_memory.uncounted_kind(t) is None)

@@ -16,12 +16,15 @@ shape question. Nothing is spawned per rank.
 """
 
 import os
+import sys
 
 from . import fake_memory, transport
 from .importhook import after_import
+from .protocol import MSG_ESTIMATE_GROUP
 
 _torch = None
 _library = []
+_groups = {}  # name of each process group that ran a collective -> its size
 
 
 def rank_and_world():
@@ -74,6 +77,98 @@ def _object_collectives(dist):
         setattr(dist, f.__name__, f)
 
 
+class _Done:
+    """The Work of a collective the fake group completed at once; its future holds the
+    tensors written (the fake group's own futures hold None, which DDP's hooks and
+    Hugging Face's take for a failure)."""
+
+    def __init__(self, work, tensors):
+        self._work = work
+        self._tensors = tensors
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def result(self):
+        return self._tensors
+
+    def get_future(self):
+        fut = _torch.futures.Future()
+        fut.set_result(self._tensors)
+        return fut
+
+    def synchronize(self):
+        pass
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+# the async collectives, and which of their arguments they write
+_WRITES = {
+    "all_reduce": 0,
+    "broadcast": 0,
+    "reduce": 0,
+    "all_gather_into_tensor": 0,
+    "reduce_scatter_tensor": 0,
+    "all_to_all_single": 0,
+    "all_gather": 0,
+    "reduce_scatter": 0,
+    "all_to_all": 0,
+}
+
+
+def _completed_works(dist):
+    for name, position in _WRITES.items():
+        fn = getattr(dist, name, None)
+        if fn is None:
+            continue
+
+        def collective(*args, __fn=fn, __position=position, **kwargs):
+            work = __fn(*args, **kwargs)
+            if work is None or not kwargs.get("async_op", False):
+                return work
+            written = args[__position] if len(args) > __position else None
+            tensors = written if isinstance(written, list) else [written]
+            return _Done(work, tensors)
+
+        collective.__name__ = name
+        collective.__wrapped__ = fn
+        collective.__doc__ = fn.__doc__
+        setattr(dist, name, collective)
+
+
+def _ddp(module):
+    """DDP's default gradient reduction is C++ that waits on the group's future: a fake group's
+    holds nothing. Where the program registers no hook of its own before its first forward,
+    torch's allreduce_hook (the same reduction, in Python) is registered then."""
+    ddp = module.DistributedDataParallel
+    forward = ddp.forward
+
+    def first_forward(self, *args, **kwargs):
+        if not getattr(self, "_memtrack_hooked", False):
+            self._memtrack_hooked = True
+            if not getattr(self, "_comm_hooks", None):
+                from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+                try:
+                    self.register_comm_hook(self.process_group, allreduce_hook)
+                except Exception as e:
+                    transport.internal_error(e)
+        return forward(self, *args, **kwargs)
+
+    ddp.forward = first_forward
+
+
 def _meta_kernels(torch):
     """Meta kernels for the functional collectives and the coalesced c10d ops under them."""
     lib = torch.library.Library("_c10d_functional", "IMPL")
@@ -109,6 +204,23 @@ def _meta_kernels(torch):
             transport.internal_error(RuntimeError(f"estimate: a meta kernel for {name}: {e}"))
 
 
+def _ddp_checks(module):
+    """DDP compares its parameters' shapes across ranks by gathering them: here every rank is
+    this program, and the gathered values are not known. It moves its inputs to the device
+    on a side stream where they are on another device: the device's tensors say meta here,
+    and are where they should be already (`.to("cuda")` keeps them, moves the host's)."""
+    if hasattr(module, "_verify_param_shape_across_processes"):
+        module._verify_param_shape_across_processes = lambda *args, **kwargs: None
+    recursive_to = getattr(module, "_recursive_to", None)
+    if recursive_to is not None and not getattr(recursive_to, "__memtrack__", False):
+
+        def _recursive_to(inputs, target_device, use_side_stream_for_tensor_copies):
+            return recursive_to(inputs, target_device, False)
+
+        _recursive_to.__memtrack__ = True
+        module._recursive_to = _recursive_to
+
+
 def _fsdp_init(module):
     import itertools
 
@@ -124,9 +236,51 @@ def _fsdp_init(module):
     module._move_states_to_device = _move_states_to_device
 
 
+def _fsdp_param(module):
+    """FSDP2's CPU offload keeps the sharded parameters on the CPU, but not those it sees
+    on meta (taken for deferred initialisation): the device's tensors here. Offloaded, they
+    become host stand-ins, as the CPU copies they are on a GPU."""
+    from . import fake_mode
+
+    cls = module.FSDPParam
+    init = cls._init_sharded_param
+
+    def _init_sharded_param(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        data = self._sharded_param_data
+        if not (self.offload_to_cpu and data.is_meta and fake_memory.uncounted_kind(data) is None):
+            return
+        padded = fake_mode.to_meta(data.view(self.padded_sharded_param_size), host=True)
+        dim = self.fsdp_placement.dim
+        self._sharded_param_data = padded.view(-1)
+        self.sharded_param._local_tensor = padded.narrow(dim, 0, self.sharded_size[dim])
+
+    cls._init_sharded_param = _init_sharded_param
+
+
+def _fsdp_collectives(module):
+    """FSDP2's gradient reduction copies the gradients to the CPU under CPU offload: host
+    stand-ins, whatever their size."""
+    from . import fake_mode
+
+    reduce = module.foreach_reduce
+
+    def foreach_reduce(*args, **kwargs):
+        fake_mode.offloading[0] += 1
+        try:
+            return reduce(*args, **kwargs)
+        finally:
+            fake_mode.offloading[0] -= 1
+
+    module.foreach_reduce = foreach_reduce
+
+
 def _fsdp_param_group(module):
     group = module.FSDPParamGroup
     validate = group._validate_no_meta_params
+    collectives = sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_collectives")
+    if collectives is not None and hasattr(module, "foreach_reduce"):
+        module.foreach_reduce = collectives.foreach_reduce  # the one _fsdp_collectives wraps
 
     def _validate_no_meta_params(self):
         left = [
@@ -139,6 +293,58 @@ def _fsdp_param_group(module):
         return None
 
     group._validate_no_meta_params = _validate_no_meta_params
+    validate_cpu = getattr(group, "_validate_cpu_offload_params", None)
+    if validate_cpu is not None:
+
+        def _validate_cpu_offload_params(self):
+            # the host's stand-ins are the CPU tensors it asks for
+            local = lambda p: getattr(p.sharded_param, "_local_tensor", p.sharded_param)  # noqa: E731
+            if all(fake_memory.is_host(local(p)) for p in self.fsdp_params):
+                return None
+            return validate_cpu(self)
+
+        group._validate_cpu_offload_params = _validate_cpu_offload_params
+
+
+def _group_of(func, args):
+    """The process group a collective op runs on: a functional collective names it (its last
+    string argument), a c10d op holds it."""
+    if func.namespace == "_c10d_functional":
+        names = [a for a in args if isinstance(a, str)]
+        if not names:
+            return None
+        from torch.distributed.distributed_c10d import _resolve_process_group
+
+        return _resolve_process_group(names[-1])
+    from torch._C._distributed_c10d import ProcessGroup
+
+    for a in args:
+        if type(a).__name__ == "ScriptObject":
+            try:
+                return ProcessGroup.unbox(a)
+            except Exception:
+                continue
+    return None
+
+
+def saw_collective(func, args):
+    """A collective ran: a process group of more than one rank that communicates is NCCL
+    communicators and their buffers on the device, the first time (a `group` message; the
+    estimate's allowance per group: docs/estimate.md)."""
+    if func.namespace not in ("c10d", "_c10d_functional") or rank_and_world() is None:
+        return
+    try:
+        pg = _group_of(func, args)
+        if pg is None:
+            return
+        name, size = pg.group_name, pg.size()
+        if name in _groups:
+            return
+        _groups[name] = size
+        if size > 1:
+            transport.message({"t": MSG_ESTIMATE_GROUP, "name": name, "size": size})
+    except Exception as e:
+        transport.internal_error(e)
 
 
 def install(torch):
@@ -154,8 +360,14 @@ def install(torch):
     dist.init_process_group = _init_process_group(dist, dist.init_process_group)
     dist.is_nccl_available = lambda: True
     _object_collectives(dist)
+    _completed_works(dist)
     _meta_kernels(torch)
     local = os.environ.get("LOCAL_WORLD_SIZE", "1")
     torch.cuda.device_count = lambda: int(local) if local.isdigit() else 1
+    after_import("torch.distributed.utils", _ddp_checks)
+    after_import("torch.nn.parallel.distributed", _ddp_checks)
+    after_import("torch.nn.parallel.distributed", _ddp)
     after_import("torch.distributed.fsdp._fully_shard._fsdp_init", _fsdp_init)
     after_import("torch.distributed.fsdp._fully_shard._fsdp_param_group", _fsdp_param_group)
+    after_import("torch.distributed.fsdp._fully_shard._fsdp_param", _fsdp_param)
+    after_import("torch.distributed.fsdp._fully_shard._fsdp_collectives", _fsdp_collectives)

@@ -42,6 +42,9 @@ _ANSWER = struct.Struct("<7Q")
 def _kind(t):
     if not _uncounted or not t.is_meta:
         return None
+    local = getattr(t, "_local_tensor", None)  # a DTensor: its shard's
+    if local is not None:
+        t = local
     try:
         e = _uncounted.get(id(t.untyped_storage()))
     except Exception:
@@ -125,7 +128,10 @@ def _new_storage(st, k, t, bw, sample=None):
 
 def _new_part(st, k, cat):
     d = st.device
-    if d.type != "meta" or _making[0] is not None or k in _uncounted:
+    if d.type != "meta" or k in _uncounted:
+        return None
+    if _making[0] is not None:
+        _mark(st, _making[0])
         return None
     return _add(st, k, cat)
 

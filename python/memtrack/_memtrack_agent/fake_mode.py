@@ -106,10 +106,20 @@ def to_meta(t, dtype=None, host=False, kind=None):
     return out
 
 
+# a device tensor copied to the CPU from this size on is kept as a host stand-in (a meta
+# tensor, no memory of this machine's) rather than zeros: a checkpoint's tensors, an
+# offload; smaller ones (metrics) are read as zeros. Inside an offload (`offloading`, FSDP's
+# gradients to the CPU), whatever their size.
+HOST_COPY_BYTES = 1 << 20
+offloading = [0]
+
+
 def _to_cpu(t, what, dtype=None):
     v = fake_values.value(t)
     if v is not None:
         v = v.clone()
+    elif offloading[0] or t.numel() * t.element_size() >= HOST_COPY_BYTES:
+        return to_meta(t, dtype, host=True)
     else:
         fake_values.note_read(what)
         v = fake_values.placeholder(t)
@@ -174,7 +184,8 @@ def _from_data(func, args, kwargs):
 
 
 def _device_read(t):
-    return t.is_meta and fake_memory.uncounted_kind(t) is None
+    """A read of the values of a device tensor, or of a host stand-in (a copy of one)."""
+    return t.is_meta and fake_memory.uncounted_kind(t) != fake_memory.META
 
 
 def _reader(what, known, unknown):
@@ -236,7 +247,8 @@ def _text(kind):
             fake_values.note_read(kind)
             v = fake_values.placeholder(t)
         with _torch._C.DisableTorchFunction():
-            return _as_device(repr(v.detach()), t)
+            text = repr(v.detach())
+        return text if fake_memory.is_host(t) else _as_device(text, t)
 
     return text
 
@@ -342,9 +354,14 @@ def mode_class(torch):
                     return func(*args, **kwargs)
             elif args and isinstance(args[0], Tensor):
                 # an op on a host tensor (a dtype change, an initialisation) stays host; one
-                # on the program's own meta tensor stays meta
+                # on the program's own meta tensor stays meta; made like one on the CPU
+                # (`to_empty(device="cpu")`, CPU offload), a host stand-in: not the device's,
+                # and no memory of this machine's
                 kind = fake_memory.uncounted_kind(args[0])
                 if kind is not None:
+                    if d is not None and _is_cpu(d):
+                        kwargs = dict(kwargs, device="meta")
+                        kind = fake_memory.HOST
                     with fake_memory.making(kind):
                         return func(*args, **kwargs)
             return func(*args, **kwargs)

@@ -43,7 +43,7 @@ _branches = {}  # (file, line, what) -> times read
 _max_repeats = [MAX_REPEATS]
 _info = {}  # id(OpOverload) -> (kind, written argument positions, written names)
 _funcs = []  # keeps the OpOverloads of _info alive, so that their ids stay theirs
-REGULAR, FACTORY, RANDOM, UNDEFINED, SKIP = range(5)
+REGULAR, FACTORY, RANDOM, UNDEFINED, SKIP, UNKNOWN = range(6)
 # ops whose output holds no values (uninitialised memory), or that change what a tensor is
 _UNDEFINED = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "empty_permuted"}
 _SKIP = {"set_", "resize_", "resize_as_", "detach", "_local_scalar_dense"}
@@ -284,7 +284,10 @@ def _info_of(func):
         w = [(i, a.name) for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write]
         written = tuple(i for i, _ in w)
         names = tuple(n for _, n in w)
-        if name in _SKIP or func.namespace != "aten":
+        if func.namespace != "aten":
+            # a collective (its result is the other ranks' too), a custom op: not known
+            kind = UNKNOWN
+        elif name in _SKIP:
             kind = SKIP
         elif name in _UNDEFINED:
             kind = UNDEFINED
@@ -349,7 +352,7 @@ def propagate(func, args, kwargs, out):
     if kind == SKIP:
         return
     dest = _written(args, kwargs, written, names) if written else []
-    if kind in (RANDOM, UNDEFINED):
+    if kind in (RANDOM, UNDEFINED, UNKNOWN):
         for t in dest:
             _forget(_key(t))
         return

@@ -87,6 +87,7 @@ MSG_ESTIMATE_READ = "read"
 MSG_ESTIMATE_BOUND = "bound"
 MSG_ESTIMATE_UNWRITTEN = "unwritten"
 MSG_ESTIMATE_STOPPED = "stopped"
+MSG_ESTIMATE_GROUP = "group"  # a process group of a distributed estimate ran its first collective
 
 # The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
 COMPILED_GRAPH = "compiled_graph"

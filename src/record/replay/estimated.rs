@@ -7,9 +7,12 @@ use std::collections::HashMap;
 
 use serde_json::Value as Json;
 
-use crate::model::estimate::{EstimateFacts, Stopped, Unwritten, UpperBound, ValueRead};
+use crate::model::estimate::{
+    EstimateFacts, ProcessGroup, Stopped, Unwritten, UpperBound, ValueRead,
+};
 use crate::record::protocol::{
-    MSG_ESTIMATE_BOUND, MSG_ESTIMATE_READ, MSG_ESTIMATE_STOPPED, MSG_ESTIMATE_UNWRITTEN,
+    MSG_ESTIMATE_BOUND, MSG_ESTIMATE_GROUP, MSG_ESTIMATE_READ, MSG_ESTIMATE_STOPPED,
+    MSG_ESTIMATE_UNWRITTEN,
 };
 
 /// One storage of the estimated device appearing (`bytes` > 0, already rounded to 512 as
@@ -27,8 +30,11 @@ pub struct DeviceLog {
     pub events: Vec<DeviceEvent>,
     /// The program's `PYTORCH_CUDA_ALLOC_CONF`.
     pub alloc_conf: String,
-    /// What the allocator may use of the device (None: all of it).
+    /// What the allocator may use of the device (None: all of it), NCCL's buffers aside.
     pub usable_bytes: Option<u64>,
+    /// What NCCL's buffers take of it: the allowance for each process group that
+    /// communicated.
+    pub nccl_bytes: u64,
 }
 
 /// Distinct places kept of each kind: a program reading at more places than this is still
@@ -111,6 +117,14 @@ impl Estimated {
                     None => {}
                 }
             }
+            MSG_ESTIMATE_GROUP => {
+                if f.process_groups.len() < MAX_PLACES {
+                    f.process_groups.push(ProcessGroup {
+                        name: m["name"].as_str().unwrap_or("?").to_string(),
+                        size: m["size"].as_u64().unwrap_or(0),
+                    });
+                }
+            }
             MSG_ESTIMATE_STOPPED => {
                 f.stopped = Some(Stopped {
                     file,
@@ -129,6 +143,7 @@ impl Estimated {
     pub fn device(&mut self, m: &Json) {
         self.log.alloc_conf = m["alloc_conf"].as_str().unwrap_or("").to_string();
         self.log.usable_bytes = m["usable_bytes"].as_u64();
+        self.facts.nccl_allowance_bytes = m["nccl_allowance"].as_u64().unwrap_or(0);
     }
 
     /// A device storage appeared (`bytes` > 0) or died (0) before the sample of op `op`.
@@ -140,7 +155,8 @@ impl Estimated {
         });
     }
 
-    pub fn finish(self) -> (DeviceLog, EstimateFacts) {
+    pub fn finish(mut self) -> (DeviceLog, EstimateFacts) {
+        self.log.nccl_bytes = self.facts.nccl_bytes();
         (self.log, self.facts)
     }
 }
