@@ -156,12 +156,14 @@ pub fn text(file: &Path, v: &Verdict, facts: &EstimateFacts) -> String {
         v.device
     ));
     if v.nccl_bytes > 0 {
-        let groups = facts.process_groups.len();
+        let groups = match facts.process_groups.len() {
+            1 => "the process group".to_string(),
+            n => format!("each of the {n} process groups"),
+        };
         s.push_str(&format!(
-            "  less {} for NCCL's buffers: an allowance of {} for each of the {groups} process group{} that communicated (not measured; --nccl-allowance)\n",
+            "  less {} for NCCL's buffers: an allowance of {} for {groups} that communicated (not measured; --nccl-allowance)\n",
             b(v.nccl_bytes),
             b(facts.nccl_allowance_bytes),
-            if groups == 1 { "" } else { "s" },
         ));
     }
     let bound = if v.upper_bound {

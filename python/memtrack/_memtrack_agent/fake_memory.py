@@ -144,6 +144,19 @@ def _add(st, k, cat):
     return e
 
 
+def _resized(st, k, e, dev):
+    """ops._resized under estimate: the device's storages are meta, whose device index is -1;
+    they are CUDA's all the same, counted with its rounding (else every in-place op on one
+    would report it shrunk to its exact bytes)."""
+    nb = -(-st.nbytes() // ops.min_alloc) * ops.min_alloc
+    if nb != e[1]:
+        e[1] = nb
+        ops._ext((ops.SIZE, k, nb))
+        _log(k, 0)  # a new block, to the allocator
+        if nb:
+            _log(k, nb)
+
+
 def _install_resize(torch):
     """A resized device storage is a new block to the allocator (FSDP frees and regrows its
     parameters this way); ops.py reports the new size to the file."""
@@ -284,6 +297,7 @@ def install(torch):
     ops._new_storage = _new_storage
     ops._new_part = _new_part
     ops._death_callback = _device_death
+    ops._resized = _resized
     _install_resize(torch)
     _model["path"] = os.environ.get("MEMTRACK_ESTIMATE_MODEL") or None
     _model["conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
