@@ -4,8 +4,9 @@ allocations, the CUDA one; and sizes for the ops whose output size depends on va
 - dropout keeps a 1-byte mask (CUDA's fused native_dropout); the meta device's composite
   dropout keeps a mask of the input's dtype.
 - scaled_dot_product_attention runs flash attention (fp16/bf16 without a mask, head size up
-  to 256) or memory-efficient attention (it takes a mask as bias), saving the output and a
-  log-sum-exp rather than the math path's whole attention matrix.
+  to 256; grouped query heads as they are) or memory-efficient attention (it takes a mask as
+  bias; grouped heads repeated), saving the output and a log-sum-exp rather than the math
+  path's whole attention matrix.
 - `nonzero`, `masked_select`, `unique` and boolean-mask indexing have no meta kernel that
   knows their size: where the input's values are known (fake_values), the exact size; else
   the upper bound, every element selected (each such op is said, with the program's line).
@@ -43,10 +44,6 @@ def sdpa(func, args, kwargs):
     mask = a.get("attn_mask")
     if not (isinstance(q, _torch.Tensor) and q.is_meta and q.dim() == 4):
         return func(*args, **kwargs)
-    if a.get("enable_gqa") and k.shape[1] != q.shape[1]:
-        rep = q.shape[1] // k.shape[1]
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
     p = float(a.get("dropout_p", 0.0) or 0.0)
     causal = bool(a.get("is_causal", False))
     scale = a.get("scale")
@@ -54,7 +51,12 @@ def sdpa(func, args, kwargs):
     grad = _torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     try:
         if q.dtype in (_torch.float16, _torch.bfloat16) and mask is None and q.shape[-1] <= 256:
+            # flash attention takes grouped query heads as they are (enable_gqa)
             return aten._scaled_dot_product_flash_attention(q, k, v, p, causal, False, scale=scale)[0]
+        if a.get("enable_gqa") and k.shape[1] != q.shape[1]:
+            rep = q.shape[1] // k.shape[1]
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
         if mask is not None and mask.dtype == _torch.bool:
             mask = _torch.zeros(mask.shape, dtype=q.dtype, device="meta").masked_fill(
                 mask.logical_not(), float("-inf")
