@@ -1,6 +1,8 @@
 # A Llama-style model built from a config (no weights: Llama-3-8B's or Llama-3-70B's shape, or
 # "tiny"), bf16, FSDP2 (fully_shard on each decoder layer, then the root) over the world, AdamW,
-# one training step on 1 x 2048 tokens; `--ac`: Hugging Face's activation checkpointing.
+# N training steps (`--steps N`, 1 by default; the optimizer's states exist from the end of the
+# first) on B x 2048 tokens (`--batch B`, 1 by default); `--ac`: Hugging Face's activation
+# checkpointing.
 #
 #   torchrun --nproc-per-node 8 llama_fsdp.py 8b [--ac]        what memtrack estimate runs
 #   python llama_fsdp.py 8b --memtracker --world 8 [--ac]      torch's FSDPMemTracker on it, as
@@ -23,6 +25,8 @@ from transformers.utils import logging
 logging.set_verbosity_error()
 size = sys.argv[1]
 ac = "--ac" in sys.argv
+batch = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 1
+steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 1
 memtracker = "--memtracker" in sys.argv
 SHAPES = {
     "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
@@ -55,7 +59,7 @@ def build(device=None, mesh=None):
 
 
 def step(model, opt, device):
-    ids = torch.randint(0, cfg.vocab_size, (1, 2048), device=device)
+    ids = torch.randint(0, cfg.vocab_size, (batch, 2048), device=device)
     model(input_ids=ids, labels=ids).loss.backward()
     opt.step()
     opt.zero_grad()
@@ -84,7 +88,8 @@ else:
     model = build("meta")
     model.to_empty(device="cuda")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    step(model, opt, "cuda")
+    for _ in range(steps):
+        step(model, opt, "cuda")
     peak = None
 n = sum(p.numel() for p in model.parameters())
 local = sum(p.to_local().numel() for p in model.parameters())

@@ -10,6 +10,7 @@ pub mod cycles;
 pub mod decimate;
 pub mod diff;
 pub mod ending;
+pub mod estimate_verdict;
 pub mod groups;
 pub mod growth;
 pub mod iteration_kinds;

@@ -1,9 +1,9 @@
 use std::path::Path;
 
+use crate::analysis::estimate_verdict::{self, Verdict};
 use crate::cli::EstimateArgs;
 use crate::error::{Error, Result};
-use crate::estimate::verdict::EXIT_DID_NOT_FINISH;
-use crate::estimate::{self, gpus, launch, program};
+use crate::estimate::{gpus, launch, program};
 use crate::model::units::parse_size;
 use crate::render::{self, Format};
 use crate::{formats, output};
@@ -55,18 +55,18 @@ pub fn run(a: EstimateArgs) -> Result<()> {
             continue;
         };
         let stats = formats::load_tracker(file)?;
-        let verdict = estimate::verdict(&stats).ok_or_else(|| {
+        let verdict = estimate_verdict::verdict(&stats).ok_or_else(|| {
             Error::input(
                 file,
                 "not an estimate's file (its backend is not `estimate`)",
             )
         })?;
-        code = worst(code, verdict.exit_code());
+        code = worst(code, exit_code(&verdict));
         reports.push((
             file.clone(),
             run.code,
             verdict,
-            estimate::verdict::facts(&stats),
+            estimate_verdict::facts(&stats),
         ));
     }
     let text = match a.format {
@@ -108,13 +108,30 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     std::process::exit(code)
 }
 
+/// `estimate`'s exit codes beyond 0 (fits) and 2 (bad usage or input).
+const EXIT_DOES_NOT_FIT: i32 = 1;
+/// It fits on the path the program took; values the estimate does not have chose it.
+const EXIT_PATH_TAKEN: i32 = 4;
+/// The program did not run to its end: no verdict.
+const EXIT_DID_NOT_FINISH: i32 = 5;
+
+/// The exit code of one verdict: a run that did not finish says so first.
+fn exit_code(v: &Verdict) -> i32 {
+    match (v.finished, v.fits) {
+        (false, _) | (true, None) => EXIT_DID_NOT_FINISH,
+        (true, Some(false)) => EXIT_DOES_NOT_FIT,
+        (true, Some(true)) if v.path_taken_only => EXIT_PATH_TAKEN,
+        (true, Some(true)) => 0,
+    }
+}
+
 /// The exit code over ranks: did not finish, then a failure of its own, then does not fit,
 /// then the path taken, then fits.
 fn worst(a: i32, b: i32) -> i32 {
     let rank = |c: i32| match c {
         0 => 0,
-        4 => 1,
-        1 => 2,
+        EXIT_PATH_TAKEN => 1,
+        EXIT_DOES_NOT_FIT => 2,
         EXIT_DID_NOT_FINISH => 4,
         _ => 3,
     };

@@ -16,11 +16,14 @@ pub struct Job {
     pub world_size: u32,
     /// Ranks per node (LOCAL_WORLD_SIZE).
     pub local_world_size: u32,
+    /// Started by torchrun: its environment even for a world of one.
+    pub torchrun: bool,
 }
 
 impl Job {
+    /// Whether each rank runs with torchrun's environment and a fake process group.
     pub fn distributed(&self) -> bool {
-        self.world_size > 1
+        self.world_size > 1 || self.torchrun
     }
 
     /// torchrun's environment for `rank`.
@@ -146,6 +149,7 @@ pub fn job(
             command: command.to_vec(),
             world_size: world,
             local_world_size: gpus_per_node.min(world).max(1),
+            torchrun: false,
         });
     };
     let (mut nnodes, mut nproc) = (1, 1);
@@ -227,6 +231,7 @@ pub fn job(
         command: rank_command,
         world_size: world,
         local_world_size: nproc,
+        torchrun: true,
     })
 }
 

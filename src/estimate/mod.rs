@@ -2,38 +2,26 @@
 //! runs under `record`'s agent with backend `estimate` (the agent's fake_cuda.py: CUDA tensors
 //! are meta tensors, counted as device 0); record hands each estimated process's device
 //! allocations to [`ALLOCATOR_MODEL`] (a `record::DeviceModel`), which runs them through the
-//! caching-allocator model ([`device_model`]); [`verdict`] then reads the file written, as
-//! every command does.
+//! caching-allocator model ([`device_model`]); `analysis::estimate_verdict` then reads the file
+//! written, as every command does.
 //!
 //! - [`gpus`]: the devices `--gpu` names, and sizes.
 //! - [`device_model`]: allocations → allocated and reserved per op, and where a device runs out.
 //! - [`live`]: the same model beside the running program, for its questions about memory.
 //! - [`launch`]: the job: torchrun's world and each rank's command and environment.
 //! - [`program`]: running the program so, once per rank estimated.
-//! - [`verdict`]: what an estimated file says: fits, does not fit, did not finish, and how
-//!   far to trust it.
 
 pub mod device_model;
 pub mod gpus;
 pub mod launch;
 pub mod live;
 pub mod program;
-pub mod verdict;
-
-pub use verdict::{verdict, Verdict};
 
 use crate::analysis::caching_allocator::Settings;
+use crate::model::estimate::{NCCL_BYTES, OOM_OP_INDEX, OOM_REQUESTED, USABLE_BYTES};
 use crate::model::TrackerStats;
 
 use crate::record::{DeviceLog, DeviceModel};
-
-/// Keys of `memory_stats_oom` in an estimated file: where the device would have run out.
-pub const OOM_OP_INDEX: &str = "estimate.oom_op_index";
-pub const OOM_REQUESTED: &str = "estimate.oom_requested_bytes";
-/// `memory_stats` key: the bytes the allocator could use (the device less its CUDA context).
-pub const USABLE_BYTES: &str = "estimate.usable_bytes";
-/// `memory_stats` key: the allowance for NCCL's buffers out of that (distributed estimates).
-pub const NCCL_BYTES: &str = "estimate.nccl_bytes";
 
 /// The caching allocator's model as record's `DeviceModel`: what `estimate` hands record.
 pub struct AllocatorModel;

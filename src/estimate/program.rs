@@ -76,12 +76,12 @@ pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
             command: s.job.command.clone(),
             device_model: Some(&super::ALLOCATOR_MODEL),
         })?;
-        // the program's own file: its rank's, or the output as given (not a worker's)
-        let own = |p: &PathBuf| match s.job.distributed() {
-            true => p
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().contains(&format!(".rank{rank}."))),
-            false => p == output,
+        // the program's own file: its rank's (a world of one: the output as given), not a
+        // worker's
+        let own = |p: &PathBuf| {
+            p == output
+                || p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains(&format!(".rank{rank}.")))
         };
         runs.push(RankRun {
             rank: s.job.distributed().then_some(rank),

@@ -5,6 +5,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// `memory_stats_oom` keys of an estimated file: where the device would have run out.
+pub const OOM_OP_INDEX: &str = "estimate.oom_op_index";
+pub const OOM_REQUESTED: &str = "estimate.oom_requested_bytes";
+/// `memory_stats` key: the bytes the allocator could use (the device less its CUDA context).
+pub const USABLE_BYTES: &str = "estimate.usable_bytes";
+/// `memory_stats` key: the allowance for NCCL's buffers out of that (distributed estimates).
+pub const NCCL_BYTES: &str = "estimate.nccl_bytes";
+
 /// A place where the program read a value a device tensor does not have here (`.item()`,
 /// `bool()`, `print(loss)`, `.cpu()`): it got zeros instead.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::estimate::verdict::{Ending, Place, Verdict};
+use crate::analysis::estimate_verdict::{Ending, Place, Verdict};
 use crate::model::estimate::EstimateFacts;
 use crate::model::{format_bytes, Units};
 use crate::render::table::Table;

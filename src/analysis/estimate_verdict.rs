@@ -4,16 +4,10 @@
 
 use serde::Serialize;
 
-use super::{NCCL_BYTES, OOM_OP_INDEX, OOM_REQUESTED, USABLE_BYTES};
-use crate::model::estimate::{EstimateFacts, Stopped};
+use crate::model::estimate::{
+    EstimateFacts, Stopped, NCCL_BYTES, OOM_OP_INDEX, OOM_REQUESTED, USABLE_BYTES,
+};
 use crate::model::{op_module, TrackerStats};
-
-/// `estimate`'s exit codes beyond 0 (fits) and 2 (bad usage or input).
-pub const EXIT_DOES_NOT_FIT: i32 = 1;
-/// It fits on the path the program took; values the estimate does not have chose it.
-pub const EXIT_PATH_TAKEN: i32 = 4;
-/// The program did not run to its end: no verdict.
-pub const EXIT_DID_NOT_FINISH: i32 = 5;
 
 /// Whether the estimated run fits the device, and how far to trust that.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -90,21 +84,6 @@ pub enum Ending {
     Exit { code: i64 },
     /// It vanished without a word (its exit is not known).
     Vanished,
-}
-
-impl Verdict {
-    /// The exit code `estimate` ends with.
-    pub fn exit_code(&self) -> i32 {
-        if !self.finished {
-            return EXIT_DID_NOT_FINISH;
-        }
-        match self.fits {
-            None => EXIT_DID_NOT_FINISH,
-            Some(false) => EXIT_DOES_NOT_FIT,
-            Some(true) if self.path_taken_only => EXIT_PATH_TAKEN,
-            Some(true) => 0,
-        }
-    }
 }
 
 fn place(stats: &TrackerStats, i: usize) -> Place {
