@@ -323,7 +323,8 @@ pub struct RetainedOp {
 /// Tensors of one kind and category that were not measured as one dense storage.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Unmeasured {
-    /// Why: `sparse`, `nested`, `meta`, `no_storage` or `error` ([`Unmeasured::REASONS`]).
+    /// Why: `sparse`, `nested`, `meta`, `no_storage`, `error` or `host`
+    /// ([`Unmeasured::REASONS`]).
     pub reason: String,
     /// The MemTracker category they had when last seen (`Gradient`, `Activation`, …).
     pub category: String,
@@ -333,7 +334,7 @@ pub struct Unmeasured {
 
 impl Unmeasured {
     /// Every reason, in the agent's code order (`WHY_*`), with what was measured for it.
-    pub const REASONS: [(&'static str, &'static str); 5] = [
+    pub const REASONS: [(&'static str, &'static str); 6] = [
         (
             "sparse",
             "of sparse layout: sized by their indices and values",
@@ -350,6 +351,10 @@ impl Unmeasured {
         (
             "error",
             "whose storages could not be read: not counted (see agent_errors)",
+        ),
+        (
+            "host",
+            "on the host (CPU tensors of an estimate): not the device's memory, not counted",
         ),
     ];
 

@@ -19,7 +19,7 @@ import weakref
 from array import array
 
 from . import ops, transport
-from .protocol import OTH
+from .protocol import OTH, WHY_HOST, WHY_META
 
 _torch = None
 # meta storages that are not the device's memory (not counted), by id: HOST stands for a CPU
@@ -298,6 +298,7 @@ def install(torch):
     ops._new_part = _new_part
     ops._death_callback = _device_death
     ops._resized = _resized
+    ops.why_uncounted = lambda st: WHY_HOST if st.device.type == "cpu" else WHY_META
     _install_resize(torch)
     _model["path"] = os.environ.get("MEMTRACK_ESTIMATE_MODEL") or None
     _model["conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")

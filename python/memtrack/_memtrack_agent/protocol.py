@@ -38,6 +38,7 @@ WHY_NESTED = 1  # a nested tensor: sized by its buffer
 WHY_META = 2  # on the meta device, or fake: it holds no memory
 WHY_NO_STORAGE = 3  # no storage reachable (a wrapper subclass without __tensor_flatten__)
 WHY_ERROR = 4  # reading its storages failed (the error is reported once as agent_error)
+WHY_HOST = 5  # `memtrack estimate`: on the host (a CPU tensor), not the device's memory
 
 # ---- MemTracker's categories (_MemRefType), in its order
 PARAM = 0
