@@ -161,27 +161,40 @@ impl Phase {
         }
     }
 
-    /// How a freeing event in this phase reads (`same`: in the turn that made it).
-    fn freed_text(self, same: bool) -> &'static str {
-        match (self, same) {
-            (Phase::Unknown, _) => "freed where no frame says",
-            (Phase::Program, _) => "freed by the program's own code",
-            (Phase::DataLoader, _) => "freed under torch.utils.data",
-            (Phase::CopyIn, _) => "freed by the program's own code",
-            (Phase::Parameter, _) => "freed by a parameter's set-up",
-            (Phase::OptimizerInit | Phase::Optimizer, true) => "freed in the same optimizer step",
-            (Phase::OptimizerInit | Phase::Optimizer, false) => "freed in a later optimizer call",
-            (Phase::Forward, true) => "freed in the same forward",
-            (Phase::Forward, false) => "freed in a later forward",
-            (Phase::Backward, true) => "freed in the same backward",
-            (Phase::Backward, false) => "freed by a later backward",
-            (Phase::BackwardThread, true) => {
+    /// How a freeing event in this phase reads, of an allocation made in `made` (`same`: in
+    /// the turn that made it; said only of the phase that made it).
+    fn freed_text(self, made: Phase, same: bool) -> &'static str {
+        let again = self.turn_kind() == made.turn_kind();
+        match (self, again, same) {
+            (Phase::Unknown, ..) => "freed where no frame says",
+            (Phase::Program | Phase::CopyIn, ..) => "freed by the program's own code",
+            (Phase::DataLoader, ..) => "freed under torch.utils.data",
+            (Phase::Parameter, ..) => "freed by a parameter's set-up",
+            (Phase::OptimizerInit | Phase::Optimizer, true, true) => {
+                "freed in the same optimizer step"
+            }
+            (Phase::OptimizerInit | Phase::Optimizer, true, false) => {
+                "freed in a later optimizer call"
+            }
+            (Phase::OptimizerInit | Phase::Optimizer, false, _) => {
+                "freed by the optimizer (its step or zero_grad)"
+            }
+            (Phase::Forward, true, true) => "freed in the same forward",
+            (Phase::Forward, true, false) => "freed in a later forward",
+            (Phase::Forward, false, _) => "freed in a module's forward",
+            (Phase::Backward, true, true) => "freed in the same backward",
+            (Phase::Backward, true, false) => "freed by a later backward",
+            (Phase::Backward, false, _) => "freed by backward",
+            (Phase::BackwardThread, true, true) => {
                 "freed in the same backward (on a thread without Python frames)"
             }
-            (Phase::BackwardThread, false) => {
+            (Phase::BackwardThread, true, false) => {
                 "freed by a later backward (on a thread without Python frames)"
             }
-            (Phase::BeforeTrace, _) => "freed before the trace",
+            (Phase::BackwardThread, false, _) => {
+                "freed by backward (on a thread without Python frames)"
+            }
+            (Phase::BeforeTrace, ..) => "freed before the trace",
         }
     }
 }
@@ -298,7 +311,7 @@ impl Judgement {
         let made = self.made();
         let freed = match self.freed() {
             None => "still live at the end of the trace",
-            Some((p, same)) => p.freed_text(same),
+            Some((p, same)) => p.freed_text(made, same),
         };
         let category = self.category();
         let meaning = match (category, made) {
