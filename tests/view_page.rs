@@ -651,6 +651,7 @@ fn a_saved_view_opens_from_its_file_and_draws_the_same_chart() {
     );
     assert_eq!(v.interrupt(), 0);
     let html = live["saved_html"].as_str().unwrap();
+    eprintln!("the saved view: {} bytes", html.len());
     assert!(
         !html.contains("http://") && !html.contains("token="),
         "no server named"
