@@ -223,6 +223,19 @@ fn a_toml_file_is_text_not_a_trace() {
         "{err}"
     );
     assert!(!err.contains("Chrome trace"), "{err}");
+    // what memtrack reads is named, the profiler's traces among them
+    assert!(
+        err.contains("memtrack record files") && err.contains("torch.profiler traces"),
+        "{err}"
+    );
+    // a stats file where a snapshot is wanted (and the other way) says what each is
+    let stats = common::fixture("record/h100_gpt2_train.pkl");
+    let (code, _, err) = run(&["segments", stats.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("this file is a `record` or MemoryTracker stats file"),
+        "{err}"
+    );
     // JSON that starts with a bracket is still read as a trace and told apart
     let dir = tempfile::tempdir().unwrap();
     for (name, text, said) in [

@@ -568,6 +568,14 @@ fn an_estimate_shows_its_device_and_verdict() {
             && verdict.contains("asking 32.0 MiB"),
         "{verdict}"
     );
+    // and the chart marks where
+    let markers = r["drawn"]["markers"].as_array().unwrap();
+    let at = markers
+        .iter()
+        .find(|m| m["name"] == "runs out")
+        .expect("the op where it runs out is marked");
+    inside(&r, at);
+    assert!(r["jumps"].as_array().unwrap().contains(&"go-oom-0".into()));
     assert_eq!(v.interrupt(), 0);
 }
 

@@ -12,6 +12,12 @@ function setupStats(ov) {
   $("facts").innerHTML = "<span id=\"file-kind\">" + esc(what) + "</span> · " + s.ops.toLocaleString() + " ops" +
     (s.peak ? " · peak " + fmtBytes(s.peak[1]) + " allocated at op " + s.peak[0].toLocaleString() : "");
   if (ov.verdict) showVerdict(ov.verdict);
+  const oom = ov.verdict && ov.verdict.oom;
+  if (oom) addJump($("jumps"), "Runs out", "go to the op where it runs out of memory", "go-oom-0", () => {
+    const span = Math.max(40, (state.full[1] - state.full[0]) / 12);
+    state.view = clampView([oom.op_index - span / 2, oom.op_index + span / 2]);
+    refresh();
+  }, "oom");
   for (const id of ["state", "moment", "events"]) $(id).style.display = "none";
   // no segments, no categories of allocations, no time axis: their controls go
   $("controls").querySelectorAll(".timeline-only, .snapshot-only").forEach((e) => { e.style.display = "none"; });
@@ -73,6 +79,7 @@ function drawSeries() {
     }
   }
   drawMarkers(ctx, w, bottom);
+  drawRunsOut(ctx, bottom);
   drawXAxis(ctx);
   // the key: each line's colour and name (coinciding series named together)
   $("key").innerHTML = state.drawn.lines.map((name) => "<span class=\"entry\" data-key=\"" + esc(name) + "\"><i style=\"background:" +
@@ -99,6 +106,20 @@ function drawMarkers(ctx, w, bottom) {
     }
     state.drawn.markers.push({ name, op, x, label: labelled ? name : "", l0: lx, l1: lx + tw });
   }
+}
+
+// where an estimate runs out of memory: a red line at the op, labelled
+function drawRunsOut(ctx, bottom) {
+  const oom = state.overview.verdict && state.overview.verdict.oom;
+  if (!oom || oom.op_index < state.view[0] || oom.op_index > state.view[1]) return;
+  const x = Math.round(markX(oom.op_index));
+  ctx.fillStyle = "#d92d20"; ctx.fillRect(x - 1, padTop(), 2, bottom - padTop());
+  ctx.font = "bold 11px system-ui, sans-serif";
+  const text = "runs out: " + fmtBytes(oom.requested_bytes) + " asked";
+  const w = ctx.measureText(text).width, lx = x + 4 + w > chart.clientWidth - PAD_R ? x - 4 - w : x + 4;
+  ctx.fillStyle = "rgba(255,255,255,0.85)"; ctx.fillRect(lx - 2, padTop() + 14, w + 4, 13);
+  ctx.fillStyle = "#d92d20"; ctx.fillText(text, lx, padTop() + 24);
+  state.drawn.markers.push({ name: "runs out", op: oom.op_index, x, label: text, l0: lx, l1: lx + w });
 }
 
 let opSeq = 0;
