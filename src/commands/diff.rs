@@ -35,7 +35,7 @@ fn read_side(path: &Path, device: Option<u32>, by: &GroupBy, json: bool) -> Read
         })
     });
     let spool = match by.needs_replay() {
-        true => Some(EventSpool::new().map_err(spool_error(path))?),
+        true => Some(EventSpool::new().map_err(super::aside_error(path))?),
         false => None,
     };
     let mut sink = (peaks, spool);
@@ -49,7 +49,7 @@ fn read_side(path: &Path, device: Option<u32>, by: &GroupBy, json: bool) -> Read
                 let gathered = match (&mut peaks, &mut spool) {
                     (Some(peaks), _) => devices.iter().map(|&d| peaks.take(&s, d)).collect(),
                     (None, Some(spool)) => {
-                        spool.finish().map_err(spool_error(path))?;
+                        spool.finish().map_err(super::aside_error(path))?;
                         super::replay(path, &s, &devices, spool, &Moment::Peak, by, false)?
                     }
                     (None, None) => unreachable!("one of them gathers"),
@@ -61,11 +61,6 @@ fn read_side(path: &Path, device: Option<u32>, by: &GroupBy, json: bool) -> Read
         }
         Input::Tracker(t) => (None, Ok((Side::Stats(t), kind))),
     })
-}
-
-/// An error putting `path`'s events aside.
-fn spool_error(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::input(path, format!("putting trace events aside: {e}"))
 }
 
 /// Files that together are at most this large are read both at once, one a thread (the

@@ -187,7 +187,7 @@ pub(crate) fn live_at(
     use crate::analysis::sites::{LiveAtMoments, LiveConfig};
     use crate::error::Error;
     use crate::formats::{self, event_spool::EventSpool, SnapshotParts};
-    let io = |e: std::io::Error| Error::input(path, format!("putting trace events aside: {e}"));
+    let io = aside_error(path);
     let (snap, devices, gathered) = if moment.needs_annotations() || group.needs_replay() {
         let mut spool = EventSpool::new().map_err(io)?;
         let snap = formats::load_snapshot_streaming(path, SnapshotParts::All, &mut spool)?;
@@ -222,6 +222,13 @@ pub(crate) fn live_at(
     Ok((snap, devices, gathered))
 }
 
+/// The error of putting `path`'s trace events aside in a temporary file.
+pub(crate) fn aside_error(
+    path: &std::path::Path,
+) -> impl Fn(std::io::Error) -> crate::error::Error + Copy + '_ {
+    move |e| crate::error::Error::input(path, format!("putting trace events aside: {e}"))
+}
+
 /// What was live at `moment` and at the end on each of `devices`, from the events `spool` put
 /// aside (with the snapshot's stacks: the annotations and the stacks' phases are known).
 /// `required`: a moment the annotations cannot place is an error (else no moment).
@@ -236,7 +243,7 @@ pub(crate) fn replay(
 ) -> Result<Vec<crate::analysis::sites::LiveAtMoment>> {
     use crate::analysis::sites::{gather, Capture, LiveConfig};
     use crate::error::Error;
-    let io = |e: std::io::Error| Error::input(path, format!("putting trace events aside: {e}"));
+    let io = aside_error(path);
     let phases = group.phases(snap);
     let mut gathered = Vec::new();
     for &d in devices {
