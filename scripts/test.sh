@@ -3,7 +3,7 @@
 # test, as CI does: installs what it needs first (Rust crates through cargo; the Python with
 # torch the demo uses, or a venv with it, through scripts/setup-python.sh, which asks before
 # downloading torch unless MEMTRACK_YES=1 or CI is set), then prints one line of totals.
-# The build's files go to target/ (about 5 GB for the test binaries, see README.md).
+# The build's files go to target/ (4.4 GB for the lints and the test binaries, see README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "memtrack: cargo not found: install Rust (https://rustup.rs)" >&2; exit 2; }

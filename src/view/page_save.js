@@ -30,24 +30,24 @@ function remember(key, answer) {
   if (recent.size > RECENT) recent.delete(recent.keys().next().value);
 }
 
-// the view drawn again, each answer it asks for captured (those held are not asked again)
+// the view drawn again, each answer it asks for captured (those held are not asked again):
+// what the saved page asks for as it opens
 function captureView() {
   capturing = new Map();
+  const steps = [api("/api/overview")];
   if (KIND === "snapshot" && state.overview.trace === false) {
-    return Promise.all([api("/api/overview"), api("/api/segments", { event: "end" })]).then(() => {
-      const got = capturing;
-      capturing = null;
-      return got;
-    });
+    steps.push(api("/api/segments", { event: "end" }));
+  } else {
+    // (the strip's tile is kept while the axis and width stay: asked again here)
+    state.whole = null;
+    steps.push(refresh());
+    // (the saved page opens on the last iteration's modules, whichever is shown)
+    if (KIND === "stats") steps.push(showModules(), api("/api/modules", {}));
+    if (state.query) steps.push(runSearch());
+    // (an allocation's details are asked once a page and kept: asked again here)
+    if (KIND !== "stats" && state.selected !== null) steps.push(api("/api/alloc", { id: state.selected }));
+    if (KIND !== "stats" && state.moment !== null) steps.push(momentAtEvent(state.moment.event));
   }
-  // (the strip's tile is kept while the axis and width stay: asked again here)
-  state.whole = null;
-  const steps = [api("/api/overview"), refresh()];
-  if (KIND === "stats") steps.push(showModules());
-  if (state.query) steps.push(runSearch());
-  // (an allocation's details are asked once a page and kept: asked again here)
-  if (KIND !== "stats" && state.selected !== null) steps.push(api("/api/alloc", { id: state.selected }));
-  if (KIND !== "stats" && state.moment !== null) steps.push(momentAtEvent(state.moment.event));
   return Promise.all(steps.map((p) => Promise.resolve(p).catch(() => null))).then(() => {
     const got = capturing;
     capturing = null;
