@@ -214,7 +214,7 @@ impl Pairing {
 
     /// Event `i`, at `freed`, freed the `size` bytes at `addr`.
     pub fn free(&mut self, i: usize, addr: u64, size: u64, origin: u32, freed: Place) {
-        let id = match self.open.remove(&addr) {
+        let (id, made) = match self.open.remove(&addr) {
             Some((id, made)) => {
                 let a = &mut self.allocs[id as usize];
                 a.end = i as u32;
@@ -236,7 +236,7 @@ impl Pairing {
                 (self.allocs.len() as u32 - 1, Place::BEFORE_TRACE)
             }
         };
-        self.judge(id.0, id.1, Some(freed));
+        self.judge(id, made, Some(freed));
     }
 
     fn judge(&mut self, id: u32, made: Place, freed: Option<Place>) {
