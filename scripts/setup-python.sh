@@ -10,8 +10,9 @@
 # .ci/run does). Never a silent download, and CI never waits on a question.
 #
 # --tests: also the packages some tests need besides torch (matplotlib, Dask: tens of MB),
-# installed into the venv as needed; a Python of your own that lacks them is left as it is (the
-# tests that need them say so) unless --yes or MEMTRACK_YES=1 lets pip install them there.
+# installed into the venv as needed; into a Python of your own only with consent (asked on a
+# terminal; --yes, MEMTRACK_YES=1); without them, the tests that compare with MemoryTracker's
+# plots fail and the Dask recipe's is skipped.
 set -euo pipefail
 yes="${MEMTRACK_YES:-}"
 [ -n "${CI:-}" ] && yes=1
@@ -79,12 +80,17 @@ if [ -n "$tests" ]; then
         "$py" -c "import $module" >/dev/null 2>&1 || missing="$missing $module"
     done
     if [ -n "$missing" ]; then
+        if [ -z "$ours" ] && [ -z "$yes" ] && [ -t 0 ] && [ -t 2 ]; then
+            printf 'memtrack: %s lacks%s, which some tests need: pip install them there (tens of MB)? [y/N] ' "$py" "$missing" >&2
+            read -r answer
+            case "$answer" in [yY]*) yes=1 ;; esac
+        fi
         if [ -n "$ours" ] || [ -n "$yes" ]; then
             say "installing$missing into $py for the tests"
             "$py" -m pip install --progress-bar on $missing >&2 ||
                 say "pip could not install$missing into $py: the tests that need them are skipped"
         else
-            say "$py lacks$missing: the tests that need them are skipped (MEMTRACK_YES=1 installs them there)"
+            say "$py lacks$missing: the tests that compare with MemoryTracker's plots fail without matplotlib, the Dask recipe's is skipped (MEMTRACK_YES=1 installs them there)"
         fi
     fi
 fi
