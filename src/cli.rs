@@ -514,7 +514,7 @@ pub enum ObserverArg {
     /// A TorchDispatchMode in Python, as MemoryTracker and MemTracker use
     Python,
     /// A RecordFunction callback in C++, built once per torch with the machine's C++
-    /// compiler (about 30 s); falls back to `python`, with a warning, where it cannot be
+    /// compiler (about 20 s of compiler time); falls back to `python`, with a warning, where it cannot be
     Compiled,
 }
 

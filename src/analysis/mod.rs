@@ -4,6 +4,7 @@ pub mod address_map;
 pub mod allocator;
 pub mod annotation_usage;
 pub mod caching_allocator;
+pub mod categories;
 pub mod consistency;
 pub mod cross_rank;
 pub mod cycles;
