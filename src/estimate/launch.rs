@@ -348,33 +348,20 @@ mod tests {
 
     #[test]
     fn bad_worlds_and_ranks_are_named() {
-        let e = job(
-            &os(&[
+        let torchrun = |nproc: &str, world: Option<u32>| {
+            let cmd = [
                 "python",
                 "-m",
                 "torch.distributed.run",
                 "--nproc-per-node",
-                "gpu",
+                nproc,
                 "t.py",
-            ]),
-            None,
-            8,
-        )
-        .unwrap_err();
+            ];
+            job(&os(&cmd), world, 8).unwrap_err()
+        };
+        let e = torchrun("gpu", None);
         assert!(e.contains("--nproc-per-node gpu"), "{e}");
-        let e = job(
-            &os(&[
-                "python",
-                "-m",
-                "torch.distributed.run",
-                "--nproc-per-node",
-                "2",
-                "t.py",
-            ]),
-            Some(4),
-            8,
-        )
-        .unwrap_err();
+        let e = torchrun("2", Some(4));
         assert!(e.contains("make 2 ranks"), "{e}");
         assert_eq!(ranks("0,7", 8).unwrap(), vec![0, 7]);
         assert_eq!(ranks("2-4,0", 8).unwrap(), vec![2, 3, 4, 0]);

@@ -71,24 +71,21 @@ def _copy_to_host(torch, func, args, kwargs):
     a read. None for any other copy."""
     if func is torch.ops.aten.copy_.default:
         dst, src = args[0], args[1]
-        if dst.is_meta or not src.is_meta or fake_memory.uncounted_kind(src) is not None:
+        if dst.is_meta:
             return None
-        v = fake_values.value(src)
-        if v is None:
-            fake_values.note_read("copied to the CPU (inside torch)")
-            v = fake_values.placeholder(src)
-        with torch._C.DisableTorchFunction():
-            return dst.copy_(v)
-    src, device = args[0], kwargs.get("device")
-    if getattr(device, "type", device) != "cpu" or not src.is_meta:
-        return None
-    if fake_memory.uncounted_kind(src) is not None:
+    else:
+        dst, src = None, args[0]
+        if getattr(kwargs.get("device"), "type", kwargs.get("device")) != "cpu":
+            return None
+    if not src.is_meta or fake_memory.uncounted_kind(src) is not None:
         return None
     v = fake_values.value(src)
     if v is None:
         fake_values.note_read("copied to the CPU (inside torch)")
         v = fake_values.placeholder(src)
     with torch._C.DisableTorchFunction():
+        if dst is not None:
+            return dst.copy_(v)
         return v.to(dtype=kwargs.get("dtype") or src.dtype, copy=True)
 
 
