@@ -131,7 +131,6 @@ fn generate_ends_at_max_new_tokens_and_hugging_face_checkpointing_lowers_the_pea
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let started = std::time::Instant::now();
     let e = estimate(dir.path(), &py, &[], &["estimate_hf.py", "generate"]);
     // four prompt tokens and five new ones: the length limit is known (the stopping criteria
     // are built from host values), the end-of-sequence test is not
@@ -141,7 +140,6 @@ fn generate_ends_at_max_new_tokens_and_hugging_face_checkpointing_lowers_the_pea
         e.program,
         e.stderr
     );
-    assert!(started.elapsed().as_secs() < 120);
     assert_eq!(e.v()["fits"], true);
     assert_eq!(e.v()["finished"], true);
     // whether a sequence ended early is a value the estimate does not have: said, with its line

@@ -116,16 +116,7 @@ fn ending(stats: &TrackerStats) -> Option<Ending> {
     }
     let exit = r.exit.as_ref()?;
     if let Some(text) = &exit.exception {
-        // the traceback's last line: "Type: message"
-        let last = text
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
-        let (exception, message) = match last.split_once(": ") {
-            Some((t, m)) => (t.trim().to_string(), m.trim().to_string()),
-            None => (last.trim().to_string(), String::new()),
-        };
+        let (exception, message) = raised(text);
         return Some(Ending::Exception {
             exception,
             message,
@@ -145,6 +136,26 @@ fn ending(stats: &TrackerStats) -> Option<Ending> {
             Some("signal") => Some(Ending::Signal { signal: 15 }),
             _ => Some(Ending::Vanished),
         },
+    }
+}
+
+/// The exception and the first line of its message from a Python traceback: the line after
+/// the last frame (`  File …` and its indented source lines), `Type: message`, whose message
+/// may go on over more lines.
+fn raised(traceback: &str) -> (String, String) {
+    let lines: Vec<&str> = traceback.lines().collect();
+    let after_frames = lines
+        .iter()
+        .rposition(|l| l.starts_with("  File "))
+        .map_or(0, |i| i + 1);
+    let line = lines[after_frames..]
+        .iter()
+        .find(|l| !l.starts_with(' ') && !l.trim().is_empty())
+        .copied()
+        .unwrap_or("");
+    match line.split_once(": ") {
+        Some((t, m)) => (t.trim().to_string(), m.trim().to_string()),
+        None => (line.trim().to_string(), String::new()),
     }
 }
 
@@ -234,4 +245,17 @@ pub fn facts(stats: &TrackerStats) -> EstimateFacts {
         .as_ref()
         .and_then(|r| r.estimate.clone())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raised;
+
+    #[test]
+    fn the_exception_is_the_line_after_the_last_frame() {
+        let t = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n    raise ValueError(f\"got {a}\\n{b}\")\n    ^^^\nValueError: got [4, 9]\nand more\n";
+        assert_eq!(raised(t), ("ValueError".into(), "got [4, 9]".into()));
+        let chained = format!("{t}\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"y.py\", line 1, in f\n    g()\nKeyError: 'k'\n");
+        assert_eq!(raised(&chained), ("KeyError".into(), "'k'".into()));
+    }
 }

@@ -49,25 +49,34 @@ pub fn run(a: EstimateArgs) -> Result<()> {
     let mut reports = Vec::new();
     let mut code = 0;
     for run in &runs {
-        // no file written (the program did not start, or never imported torch): record said why
-        let Some(file) = &run.file else {
-            code = worst(code, if run.code == 0 { 2 } else { run.code });
+        // no file written (the program did not start, or never imported torch): record said
+        // why; the program's own exit code is in its message
+        if run.files.is_empty() {
+            code = worst(code, 2);
             continue;
-        };
-        let stats = formats::load_tracker(file)?;
-        let verdict = estimate_verdict::verdict(&stats).ok_or_else(|| {
-            Error::input(
-                file,
-                "not an estimate's file (its backend is not `estimate`)",
-            )
-        })?;
-        code = worst(code, exit_code(&verdict));
-        reports.push((
-            file.clone(),
-            run.code,
-            verdict,
-            estimate_verdict::facts(&stats),
-        ));
+        }
+        let mut verdicts = Vec::new();
+        for file in &run.files {
+            let stats = formats::load_tracker(file)?;
+            let verdict = estimate_verdict::verdict(&stats).ok_or_else(|| {
+                Error::input(
+                    file,
+                    "not an estimate's file (its backend is not `estimate`)",
+                )
+            })?;
+            verdicts.push((file.clone(), verdict, estimate_verdict::facts(&stats)));
+        }
+        // the program's own file, then its own processes' that used the device (mp.spawn's
+        // workers); its own, where it used none and they did, is not a verdict of the run
+        let used = |v: &Verdict| v.peak_allocated_bytes > 0;
+        let others_used = verdicts[1..].iter().any(|(_, v, _)| used(v));
+        for (k, (file, verdict, facts)) in verdicts.into_iter().enumerate() {
+            if (k == 0 && !used(&verdict) && others_used) || (k > 0 && !used(&verdict)) {
+                continue;
+            }
+            code = worst(code, exit_code(&verdict));
+            reports.push((file, run.code, verdict, facts));
+        }
     }
     let text = match a.format {
         Format::Json => {

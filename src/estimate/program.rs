@@ -26,12 +26,13 @@ pub struct Settings<'a> {
     pub nccl_allowance: u64,
 }
 
-/// One rank's run: the program's exit code (128 + a signal that killed it) and the file
-/// written (None where none was: the program did not start, or never imported torch).
+/// One rank's run: the program's exit code (128 + a signal that killed it) and the files
+/// written, the program's own first (none where the program did not start, or never
+/// imported torch).
 pub struct RankRun {
     pub rank: Option<u32>,
     pub code: i32,
-    pub file: Option<PathBuf>,
+    pub files: Vec<PathBuf>,
 }
 
 /// Run the job as if on the settings' GPU, each rank once, writing the stats files after
@@ -53,6 +54,10 @@ pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
             "MEMTRACK_ESTIMATE_NCCL_ALLOWANCE",
             s.nccl_allowance.to_string(),
         );
+        // the agent's fake process group, not whatever RANK a scheduler's environment has
+        std::env::set_var("MEMTRACK_ESTIMATE_WORLD", s.job.world_size.to_string());
+    } else {
+        std::env::remove_var("MEMTRACK_ESTIMATE_WORLD");
     }
     let mut runs = Vec::with_capacity(s.ranks.len());
     for &rank in s.ranks {
@@ -76,17 +81,22 @@ pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
             command: s.job.command.clone(),
             device_model: Some(&super::ALLOCATOR_MODEL),
         })?;
-        // the program's own file: its rank's (a world of one: the output as given), not a
-        // worker's
+        // the program's own file: the one written, or its rank's (a world of one: the
+        // output as given); then the files of processes it started itself that used the
+        // device (mp.spawn's workers), which DataLoader's workers do not
         let own = |p: &PathBuf| {
             p == output
                 || p.file_name()
                     .is_some_and(|n| n.to_string_lossy().contains(&format!(".rank{rank}.")))
         };
+        let mut files = out.written;
+        if files.len() > 1 {
+            files.sort_by_key(|p| !own(p));
+        }
         runs.push(RankRun {
             rank: s.job.distributed().then_some(rank),
             code: out.code,
-            file: out.written.iter().find(|p| own(p)).cloned(),
+            files,
         });
     }
     Ok(runs)

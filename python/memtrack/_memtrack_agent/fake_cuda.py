@@ -108,8 +108,8 @@ class _Event:
         pass
 
     def elapsed_time(self, end_event):
-        fake_values.note_read("torch.cuda.Event.elapsed_time()")
-        return 0.0
+        # no time passes on a device that does not run: an unknown, as a value read is
+        return fake_values.unknown(0.0, "torch.cuda.Event.elapsed_time()")
 
 
 class _Stream:
@@ -141,6 +141,10 @@ class _Stream:
 
     def __exit__(self, *exc):
         return False
+
+
+def _free(f, total):
+    return (max(0, f["limit"] - f["reserved"]), total)
 
 
 def _memory_functions(torch, total, usable):
@@ -189,7 +193,8 @@ def _memory_functions(torch, total, usable):
         "max_memory_reserved": lambda device=None: figures()["peak_reserved"],
         "memory_cached": lambda device=None: figures()["reserved"],
         "max_memory_cached": lambda device=None: figures()["peak_reserved"],
-        "mem_get_info": lambda device=None: (max(0, usable - figures()["reserved"]), total),
+        # free: what the allocator may still take (less NCCL's allowance once a group talks)
+        "mem_get_info": lambda device=None: _free(figures(), total),
         "memory_stats": stats,
         "memory_summary": summary,
         "reset_peak_memory_stats": reset,
@@ -268,10 +273,8 @@ def _patch_cuda(torch, name, total, capability, usable):
     empty = {"segments": [], "device_traces": [[]]}
 
     def dump_snapshot(filename="dump_snapshot.pickle"):
-        import pickle
-
-        with open(filename, "wb") as f:
-            pickle.dump(empty, f)
+        # an empty snapshot would replace a real one the user keeps: written nowhere, said
+        fake_files.unwritten("torch.cuda.memory._dump_snapshot", filename)
 
     memory = getattr(cuda, "memory", None)
     if memory is not None:

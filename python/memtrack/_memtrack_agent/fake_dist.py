@@ -18,7 +18,7 @@ shape question. Nothing is spawned per rank.
 import os
 import sys
 
-from . import fake_memory, transport
+from . import fake_memory, fake_values, transport
 from .importhook import after_import
 from .protocol import MSG_ESTIMATE_GROUP
 
@@ -28,6 +28,11 @@ _groups = {}  # name of each process group that ran a collective -> its size
 
 
 def rank_and_world():
+    """This rank and its world, under a distributed estimate (`estimate` sets
+    MEMTRACK_ESTIMATE_WORLD beside torchrun's variables); None otherwise, whatever RANK the
+    environment has (a scheduler's)."""
+    if not os.environ.get("MEMTRACK_ESTIMATE_WORLD"):
+        return None
     try:
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     except (KeyError, ValueError):
@@ -44,7 +49,11 @@ def _init_process_group(dist, init):
         kwargs = {"group_name": group_name}
         if timeout is not None:
             kwargs["timeout"] = timeout
-        return init("fake", store=FakeStore(), rank=me, world_size=world, **kwargs)
+        # a program that names its rank and world (mp.spawn's workers) is that rank of that
+        # world; otherwise torchrun's environment says
+        r = rank if rank is not None and rank >= 0 else me
+        w = world_size if world_size is not None and world_size > 0 else world
+        return init("fake", store=FakeStore(), rank=r, world_size=w, **kwargs)
 
     init_process_group.__doc__ = init.__doc__
     init_process_group.__wrapped__ = init
@@ -60,6 +69,10 @@ def _object_collectives(dist):
             object_list[i] = obj
 
     def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+        source = group_src if group_src is not None else (src or 0)
+        if source != me:
+            # the source's objects are not known here: this rank keeps its own list
+            fake_values.note_read(f"objects broadcast from rank {source} (broadcast_object_list)")
         return None
 
     def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
@@ -228,6 +241,7 @@ def _fsdp_init(module):
 
     def _move_states_to_device(params, buffers, device):
         # the host's stand-ins are CPU tensors to FSDP: moved, as it moves CPU tensors
+        params, buffers = list(params), list(buffers)
         for t in itertools.chain(params, buffers):
             if fake_memory.is_host(t):
                 t.data = t.to(device)
@@ -247,13 +261,16 @@ def _fsdp_param(module):
 
     def _init_sharded_param(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        data = self._sharded_param_data
-        if not (self.offload_to_cpu and data.is_meta and fake_memory.uncounted_kind(data) is None):
-            return
-        padded = fake_mode.to_meta(data.view(self.padded_sharded_param_size), host=True)
-        dim = self.fsdp_placement.dim
-        self._sharded_param_data = padded.view(-1)
-        self.sharded_param._local_tensor = padded.narrow(dim, 0, self.sharded_size[dim])
+        try:  # FSDP's own attributes: another torch may name them otherwise
+            data = self._sharded_param_data
+            if not (self.offload_to_cpu and data.is_meta and fake_memory.uncounted_kind(data) is None):
+                return
+            padded = fake_mode.to_meta(data.view(self.padded_sharded_param_size), host=True)
+            dim = self.fsdp_placement.dim
+            self._sharded_param_data = padded.view(-1)
+            self.sharded_param._local_tensor = padded.narrow(dim, 0, self.sharded_size[dim])
+        except Exception as e:
+            transport.internal_error(e)
 
     cls._init_sharded_param = _init_sharded_param
 
@@ -283,14 +300,13 @@ def _fsdp_param_group(module):
         module.foreach_reduce = collectives.foreach_reduce  # the one _fsdp_collectives wraps
 
     def _validate_no_meta_params(self):
-        left = [
-            p._param_fqn
-            for p in self.fsdp_params
-            if fake_memory.is_user_meta(getattr(p.sharded_param, "_local_tensor", p.sharded_param))
-        ]
-        if left:
+        try:
+            local = lambda p: getattr(p.sharded_param, "_local_tensor", p.sharded_param)  # noqa: E731
+            left = any(fake_memory.is_user_meta(local(p)) for p in self.fsdp_params)
+        except Exception as e:
+            transport.internal_error(e)
             return validate(self)
-        return None
+        return validate(self) if left else None
 
     group._validate_no_meta_params = _validate_no_meta_params
     validate_cpu = getattr(group, "_validate_cpu_offload_params", None)
@@ -298,9 +314,12 @@ def _fsdp_param_group(module):
 
         def _validate_cpu_offload_params(self):
             # the host's stand-ins are the CPU tensors it asks for
-            local = lambda p: getattr(p.sharded_param, "_local_tensor", p.sharded_param)  # noqa: E731
-            if all(fake_memory.is_host(local(p)) for p in self.fsdp_params):
-                return None
+            try:
+                local = lambda p: getattr(p.sharded_param, "_local_tensor", p.sharded_param)  # noqa: E731
+                if all(fake_memory.is_host(local(p)) for p in self.fsdp_params):
+                    return None
+            except Exception as e:
+                transport.internal_error(e)
             return validate_cpu(self)
 
         group._validate_cpu_offload_params = _validate_cpu_offload_params
@@ -343,6 +362,9 @@ def saw_collective(func, args):
         _groups[name] = size
         if size > 1:
             transport.message({"t": MSG_ESTIMATE_GROUP, "name": name, "size": size})
+            allowance = int(os.environ.get("MEMTRACK_ESTIMATE_NCCL_ALLOWANCE", "0") or 0)
+            if allowance:
+                fake_memory.take_from_limit(allowance)
     except Exception as e:
         transport.internal_error(e)
 

@@ -61,12 +61,10 @@ def chain_excepthook():
 def _raised_at(tb):
     """(file, line) of the innermost frame outside torch and the agent: the program's line
     (or its library's) that raised."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    torch_dir = f"{os.sep}torch{os.sep}"
     at = None
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
-        if not (name.startswith(here) or torch_dir in name or name.startswith("<frozen")):
+        if state.program_file(name):
             at = (name, tb.tb_lineno)
         tb = tb.tb_next
     return at
