@@ -190,6 +190,47 @@ fn ddp_is_the_single_gpu_estimate_plus_its_buckets() {
     assert_eq!(extra, round512(grads));
 }
 
+/// A program that starts its ranks itself (mp.spawn, rank and world named in
+/// `init_process_group`) under a plain `estimate`: each worker is that rank of that world, in
+/// its own file, with DDP's figures of the torchrun run.
+#[test]
+fn spawned_workers_are_the_ranks_they_name() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, torchrun, _) = estimate(dir.path(), &py, &[], "ddp");
+    assert_eq!(code, 0, "{torchrun}");
+    let o = memtrack()
+        .current_dir(dir.path())
+        .args(["estimate", "--format", "json", "-o", "spawn.pkl", "--"])
+        .arg(&py)
+        .args([script("estimate_distributed.py").as_str(), "spawn"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(exit_code(o.status), 0, "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("done").count(), 2, "{stdout}");
+    let start = stdout.rfind("\n{\n").unwrap() + 1;
+    let j: Value = serde_json::from_str(&stdout[start..]).unwrap();
+    let ranks = files(&j);
+    assert_eq!(ranks.iter().map(|r| r.0).collect::<Vec<_>>(), [0, 1], "{j}");
+    let peak = |j: &Value| j["verdict"]["peak_allocated_bytes"].as_u64().unwrap();
+    for r in j["ranks"].as_array().unwrap() {
+        assert_eq!(r["verdict"]["world_size"], 2, "{r}");
+        assert_eq!(peak(r), peak(&torchrun), "{r}");
+        assert_eq!(r["verdict"]["nccl_bytes"], 1u64 << 30, "{r}");
+    }
+    for (rank, file) in ranks {
+        let file = dir.path().join(file);
+        assert_eq!(
+            export(&file)["memtrack"]["rank"],
+            rank,
+            "{}",
+            file.display()
+        );
+    }
+}
+
 #[test]
 fn a_two_dimensional_mesh_shards_by_both_and_a_bad_mesh_is_named_with_its_line() {
     let Some(py) = python() else { return };

@@ -49,11 +49,12 @@ pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
         ),
     );
     std::env::set_var("MEMTRACK_ESTIMATE_MAX_REPEATS", s.max_repeats.to_string());
+    // a group of more than one rank takes it, also one a program starts itself (mp.spawn)
+    std::env::set_var(
+        "MEMTRACK_ESTIMATE_NCCL_ALLOWANCE",
+        s.nccl_allowance.to_string(),
+    );
     if s.job.distributed() {
-        std::env::set_var(
-            "MEMTRACK_ESTIMATE_NCCL_ALLOWANCE",
-            s.nccl_allowance.to_string(),
-        );
         // the agent's fake process group, not whatever RANK a scheduler's environment has
         std::env::set_var("MEMTRACK_ESTIMATE_WORLD", s.job.world_size.to_string());
     } else {

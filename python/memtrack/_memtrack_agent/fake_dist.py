@@ -5,7 +5,10 @@ torch's fake process group whatever backend it asks for: collectives complete at
 communicate nothing, and on the meta tensors that stand for the device their outputs are a
 shape question. Nothing is spawned per rank.
 
-- `init_process_group` (any backend, any init method) makes the fake group of the world.
+- `init_process_group` (any backend, any init method) makes the fake group of the world; a
+  program that names its rank and world there (mp.spawn's workers, each estimated as its own
+  process) is that rank of that world, and its file says so. Without `--world-size` only that
+  is done: no real group could carry the fake device's tensors.
 - The functional collectives (DTensor's, FSDP2's) get meta kernels: output shapes only.
 - Collectives of Python objects give each rank its own object (the others' are not known).
 - `torch.cuda.device_count()` is LOCAL_WORLD_SIZE.
@@ -18,9 +21,9 @@ shape question. Nothing is spawned per rank.
 import os
 import sys
 
-from . import fake_memory, fake_values, transport
+from . import fake_memory, fake_values, state, transport
 from .importhook import after_import
-from .protocol import MSG_ESTIMATE_GROUP
+from .protocol import MSG_ESTIMATE_GROUP, MSG_ESTIMATE_RANK
 
 _torch = None
 _library = []
@@ -40,7 +43,7 @@ def rank_and_world():
 
 
 def _init_process_group(dist, init):
-    me, world = rank_and_world()
+    me, world = rank_and_world() or (state.int_env("RANK") or 0, state.int_env("WORLD_SIZE") or 1)
 
     def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
                            store=None, group_name="", pg_options=None, device_id=None, **kw):
@@ -53,6 +56,8 @@ def _init_process_group(dist, init):
         # world; otherwise torchrun's environment says
         r = rank if rank is not None and rank >= 0 else me
         w = world_size if world_size is not None and world_size > 0 else world
+        if (r, w) != (me, world) or rank_and_world() is None:
+            transport.message({"t": MSG_ESTIMATE_RANK, "rank": r, "world_size": w})
         return init("fake", store=FakeStore(), rank=r, world_size=w, **kwargs)
 
     init_process_group.__doc__ = init.__doc__
@@ -62,7 +67,9 @@ def _init_process_group(dist, init):
 
 def _object_collectives(dist):
     """Each rank's objects are its own: the others' are not known here."""
-    me = rank_and_world()[0]
+
+    def me():
+        return dist.get_rank() if dist.is_initialized() else 0
 
     def all_gather_object(object_list, obj, group=None):
         for i in range(len(object_list)):
@@ -70,7 +77,7 @@ def _object_collectives(dist):
 
     def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
         source = group_src if group_src is not None else (src or 0)
-        if source != me:
+        if source != me():
             # the source's objects are not known here: this rank keeps its own list
             fake_values.note_read(f"objects broadcast from rank {source} (broadcast_object_list)")
         return None
@@ -83,7 +90,7 @@ def _object_collectives(dist):
     def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None,
                             group=None, group_src=None):
         if scatter_object_input_list:
-            k = me if me < len(scatter_object_input_list) else 0
+            k = me() if me() < len(scatter_object_input_list) else 0
             scatter_object_output_list[0] = scatter_object_input_list[k]
 
     for f in (all_gather_object, broadcast_object_list, gather_object, scatter_object_list):
@@ -350,7 +357,7 @@ def saw_collective(func, args):
     """A collective ran: a process group of more than one rank that communicates is NCCL
     communicators and their buffers on the device, the first time (a `group` message; the
     estimate's allowance per group: docs/estimate.md)."""
-    if func.namespace not in ("c10d", "_c10d_functional") or rank_and_world() is None:
+    if func.namespace not in ("c10d", "_c10d_functional") or _torch is None:
         return
     try:
         pg = _group_of(func, args)
@@ -370,22 +377,22 @@ def saw_collective(func, args):
 
 
 def install(torch):
-    """Under a distributed estimate (RANK and WORLD_SIZE set): the fake group and the rest."""
+    """The fake group and the rest, under every estimate; under a distributed one (`--world-size`
+    or torchrun) also torchrun's count of the node's devices."""
     global _torch
-    _torch = torch
-    if rank_and_world() is None:
-        return
     import torch.distributed as dist
 
     if not dist.is_available():
         return
+    _torch = torch
     dist.init_process_group = _init_process_group(dist, dist.init_process_group)
     dist.is_nccl_available = lambda: True
     _object_collectives(dist)
     _completed_works(dist)
     _meta_kernels(torch)
-    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    torch.cuda.device_count = lambda: int(local) if local.isdigit() else 1
+    if rank_and_world() is not None:
+        local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        torch.cuda.device_count = lambda: int(local) if local.isdigit() else 1
     after_import("torch.distributed.utils", _ddp_checks)
     after_import("torch.nn.parallel.distributed", _ddp_checks)
     after_import("torch.nn.parallel.distributed", _ddp)
