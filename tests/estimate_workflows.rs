@@ -325,6 +325,8 @@ fn the_devices_questions_get_the_allocator_models_answers() {
     assert_eq!(peaks[1], v["peak_reserved_bytes"].as_u64().unwrap());
     assert_eq!(peaks[1], 258 * mib);
     assert_eq!(v["peak_allocated_bytes"].as_u64().unwrap(), 256 * mib);
+    // a device tensor's `.device` is the device: the weight and the bias, on it
+    assert_eq!(line("moved to y.device"), vec![4 * mib + 4096]);
     // print(loss) prints as CUDA's tensor would, and is a value read
     assert!(
         e.program.contains("tensor(0., device='cuda:0')"),

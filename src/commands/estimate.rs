@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use crate::analysis::estimate_verdict::{self, Verdict};
+use crate::analysis::estimate_verdict::{self, Ending, Verdict};
 use crate::cli::EstimateArgs;
 use crate::error::{Error, Result};
 use crate::estimate::{gpus, launch, program};
@@ -67,11 +67,18 @@ pub fn run(a: EstimateArgs) -> Result<()> {
             verdicts.push((file.clone(), verdict, estimate_verdict::facts(&stats)));
         }
         // the program's own file, then its own processes' that used the device (mp.spawn's
-        // workers); its own, where it used none and they did, is not a verdict of the run
+        // workers) or raised; its own, where it used none and they did, is a verdict of the
+        // run only if it did not finish
         let used = |v: &Verdict| v.peak_allocated_bytes > 0;
+        let raised = |v: &Verdict| matches!(v.ending, Some(Ending::Exception { .. }));
         let others_used = verdicts[1..].iter().any(|(_, v, _)| used(v));
         for (k, (file, verdict, facts)) in verdicts.into_iter().enumerate() {
-            if (k == 0 && !used(&verdict) && others_used) || (k > 0 && !used(&verdict)) {
+            let shown = if k == 0 {
+                used(&verdict) || !others_used || !verdict.finished
+            } else {
+                used(&verdict) || raised(&verdict)
+            };
+            if !shown {
                 continue;
             }
             code = worst(code, exit_code(&verdict));

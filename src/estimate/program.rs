@@ -82,18 +82,10 @@ pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
             command: s.job.command.clone(),
             device_model: Some(&super::ALLOCATOR_MODEL),
         })?;
-        // the program's own file: the one written, or its rank's (a world of one: the
-        // output as given); then the files of processes it started itself that used the
-        // device (mp.spawn's workers), which DataLoader's workers do not
-        let own = |p: &PathBuf| {
-            p == output
-                || p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().contains(&format!(".rank{rank}.")))
-        };
+        // the program's own file first (the process started), then the files of processes it
+        // started itself (mp.spawn's workers; DataLoader's workers write none)
         let mut files = out.written;
-        if files.len() > 1 {
-            files.sort_by_key(|p| !own(p));
-        }
+        files.sort_by_key(|p| Some(p) != out.program.as_ref());
         runs.push(RankRun {
             rank: s.job.distributed().then_some(rank),
             code: out.code,

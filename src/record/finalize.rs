@@ -17,6 +17,9 @@ pub struct Report {
     /// Processes that recorded something (whether or not their file could be written).
     pub recorded: usize,
     pub written: Vec<PathBuf>,
+    /// The file of the process `record` started (its last image), if it recorded and was
+    /// written; the others are of processes it started in turn.
+    pub program: Option<PathBuf>,
     /// The backend of each file written.
     pub backends: Vec<String>,
     pub notes: Vec<Note>,
@@ -163,11 +166,15 @@ pub fn finalize(
     }
     let paths = output_paths(output, &sessions, child_pid);
     let mut written = Vec::new();
+    let mut program = None;
     let mut backends = Vec::new();
     for (s, p) in sessions.iter().zip(&paths) {
         match tracker::write(&s.stats, p) {
             Ok(()) => {
                 eprintln!("memtrack: wrote {}", describe(p, s, sessions.len() > 1));
+                if s.pid == Some(child_pid as i64) && s.image == last_image[&s.pid] {
+                    program = Some(p.clone());
+                }
                 written.push(p.clone());
                 backends.push(
                     s.stats
@@ -185,6 +192,7 @@ pub fn finalize(
     Ok(Report {
         recorded: sessions.len(),
         written,
+        program,
         backends,
         notes,
         complete,

@@ -117,6 +117,8 @@ fn new_journal(output: &Path) -> Result<Arc<Journal>> {
 pub struct Outcome {
     pub code: i32,
     pub written: Vec<PathBuf>,
+    /// Which of them is the file of the process started (the others: processes it started).
+    pub program: Option<PathBuf>,
 }
 
 /// Run the program, record it, write the stats; the exit code `record` should end with.
@@ -183,6 +185,7 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
             return Ok(Outcome {
                 code,
                 written: Vec::new(),
+                program: None,
             });
         }
     };
@@ -274,6 +277,7 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
     Ok(Outcome {
         code,
         written: report.written,
+        program: report.program,
     })
 }
 

@@ -43,12 +43,13 @@ def rank_and_world():
 
 
 def _init_process_group(dist, init):
-    me, world = rank_and_world() or (state.int_env("RANK") or 0, state.int_env("WORLD_SIZE") or 1)
-
     def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
                            store=None, group_name="", pg_options=None, device_id=None, **kw):
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
+        # the environment as env:// reads it, at the call (a worker may set it just before)
+        me, world = rank_and_world() or (state.int_env("RANK") or 0,
+                                         state.int_env("WORLD_SIZE") or 1)
         kwargs = {"group_name": group_name}
         if timeout is not None:
             kwargs["timeout"] = timeout

@@ -51,9 +51,10 @@ def _guard_torch_save(torch):
 
 def _guard(fn, what, target_of, returns=None):
     """`fn` (a function writing the file `target_of(args, kwargs)` names) made to write
-    nothing, returning `returns()` if given; the function object itself is changed, so that
+    nothing, returning `returns()` if given. A plain function is changed itself, so that
     every name it was imported under (`from safetensors.torch import save_file as
-    safe_save_file`) gets the guard."""
+    safe_save_file`) gets the guard; a decorated one (a closure) is replaced by a new
+    function, which the caller sets on its module."""
     if getattr(fn, "__memtrack_guarded__", False):
         return fn
 
@@ -82,7 +83,7 @@ def _second(args, kwargs):
 
 
 def _checkpoint_dir(args, kwargs):
-    writer = kwargs.get("storage_writer")
+    writer = kwargs.get("storage_writer") or (args[1] if len(args) > 1 else None)
     return kwargs.get("checkpoint_id") or getattr(writer, "path", None) or "the checkpoint"
 
 
@@ -92,8 +93,11 @@ def _guard_dcp(module):
     import concurrent.futures
 
     def done():
+        # async_save returns the upload's future, or (staging that returns a future) an
+        # AsyncSaveResponse of two: this one answers both ways
         f = concurrent.futures.Future()
         f.set_result(None)
+        f.staging_completion = f.upload_completion = f
         return f
 
     saver = sys.modules.get("torch.distributed.checkpoint.state_dict_saver")

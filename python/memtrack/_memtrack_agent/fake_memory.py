@@ -35,7 +35,8 @@ _making = [None]  # HOST or META while making such storages
 _events = array("q")
 _FLUSH_PAIRS = 1 << 15
 _model = {"sock": None, "failed": False, "path": None, "conf": ""}
-_lock = threading.Lock()
+# reentrant: a storage's death (a collection) may come while this thread holds it (_sending)
+_lock = threading.RLock()
 _EVENTS, _QUERY, _RESET, _LIMIT = 1, 2, 3, 4
 # the model's answer: allocated, reserved, peak allocated, peak reserved (since the last
 # reset), allocation retries, out-of-memory errors, the bytes it may reserve
@@ -90,9 +91,9 @@ class making:
 
 
 def _log(k, nbytes):
-    _events.append(k)
-    _events.append(nbytes)
-    if len(_events) >= 2 * _FLUSH_PAIRS:
+    _events.extend((k, nbytes))  # one call: another thread never sees half a pair
+    # (not from inside a send: the events would go out before older ones)
+    if len(_events) >= 2 * _FLUSH_PAIRS and not _sending[0]:
         _flush()
 
 
@@ -228,15 +229,27 @@ def _connect():
     return m["sock"]
 
 
+_sending = [False]  # this thread, holding _lock, is sending: a death inside waits its turn
+
+
 def _send_events():
     """Send the events not yet sent (under _lock); False where the model is out of reach."""
+    _sending[0] = True
+    try:
+        return _send_pending()
+    finally:
+        _sending[0] = False
+
+
+def _send_pending():
     s = _connect() if _model["path"] else None
     if s is None:
         del _events[:]
         return False
     try:
-        payload = _events.tobytes()
-        del _events[: len(payload) // 8]  # what another thread appended meanwhile stays
+        n = len(_events) // 2  # whole pairs (what another thread appends meanwhile stays)
+        payload = _events[: 2 * n].tobytes()
+        del _events[: 2 * n]
         s.sendall(struct.pack("<BI", _EVENTS, len(payload) // 16) + payload)
         return True
     except Exception as e:
@@ -300,8 +313,10 @@ def take_from_limit(nbytes):
 
 def _after_fork_in_child():
     """A forked child (a DataLoader worker) must not write into its parent's connection."""
+    global _lock
     _model["sock"], _model["failed"] = None, True
     del _events[:]
+    _lock = threading.RLock()  # another thread of the parent's may have held it at the fork
 
 
 def live_bytes():

@@ -14,9 +14,12 @@
   and nn.MultiheadAttention's forward (its projections and attention are inside one call).
 """
 
+import contextlib
+import functools
 import types
 
 from . import fake_autocast, fake_kernels, fake_memory, fake_values
+from .importhook import after_import
 
 _torch = None
 
@@ -84,6 +87,42 @@ def watch_device_context(torch):
             _in_meta_context[0] -= 1
 
     cls.__torch_function__ = __torch_function__
+    after_import("accelerate.big_modeling", _watch_accelerate)
+
+    # `module.to("meta")` hands its tensors a torch.device, as a device tensor's `.device`
+    # is one: the string the program wrote says which
+    module_to = torch.nn.Module.to
+
+    def to(self, *args, **kwargs):
+        d = kwargs.get("device", args[0] if args else None)
+        meta = isinstance(d, str) and d.split(":")[0] == "meta"
+        _in_meta_context[0] += meta
+        try:
+            return module_to(self, *args, **kwargs)
+        finally:
+            _in_meta_context[0] -= meta
+
+    torch.nn.Module.to = functools.wraps(module_to)(to)
+
+
+def _watch_accelerate(big_modeling):
+    """accelerate's `init_on_device(meta)` (`init_empty_weights`) moves each parameter made
+    inside it with `.to(torch.device("meta"))`: the program's own meta device, for the block."""
+    inner = getattr(big_modeling, "init_on_device", None)
+    if inner is None:
+        return
+
+    @contextlib.contextmanager
+    def init_on_device(device, *args, **kwargs):
+        meta = getattr(device, "type", device) == "meta"
+        with inner(device, *args, **kwargs):
+            _in_meta_context[0] += meta
+            try:
+                yield
+            finally:
+                _in_meta_context[0] -= meta
+
+    big_modeling.init_on_device = functools.wraps(inner)(init_on_device)
 
 
 def to_meta(t, dtype=None, host=False, kind=None):
@@ -151,9 +190,9 @@ def _to(func, args, kwargs):
     same = (dtype is None or dtype == t.dtype) and not copy
     if device is not None and device.type == "meta":
         # the program's own meta device (deferred initialisation, accelerate's
-        # init_empty_weights moving the host's stand-ins), or a device tensor's `.device`
-        # (`x.to(model.device)`, `x.to(y)`): the device
-        if kind is not None or _made_on_meta(_raw_device(args, kwargs)):
+        # init_empty_weights), or a device tensor's `.device` (`x.to(model.device)`,
+        # `x.to(y)`, a host module's `.to(other.device)`): the device
+        if _made_on_meta(_raw_device(args, kwargs)):
             if kind == fake_memory.META and same:
                 return t
             return to_meta(t, dtype, kind=fake_memory.META)
@@ -206,9 +245,11 @@ def _from_data(func, args, kwargs):
         if d is not None and (_is_cuda(d) or meta):
             kwargs = dict(kwargs, device="meta")
         return func(*args, **kwargs)
+    before = fake_values.reads()
     t = func(*args, **dict(kwargs, device="cpu"))
     out = to_meta(t)
-    if args and fake_values.holds_unknown(args[0]):
+    # data holding values read, or device tensors torch read inside (their zeros)
+    if (args and fake_values.holds_unknown(args[0])) or fake_values.reads() != before:
         fake_values.forget(out)
     return out
 

@@ -74,8 +74,16 @@ def _message(kind, what, where, **more):
     transport.message(msg)
 
 
+_reads = [0]  # unknown reads so far: what a computation read is told by the count moving
+
+
+def reads():
+    return _reads[0]
+
+
 def note_read(what, branch=False, where=None):
     """An unknown value was read (zeros given); a branch read counts towards the limit."""
+    _reads[0] += 1
     where = where or site()
     _message(MSG_ESTIMATE_READ, what, where, branch=branch)
     if branch:
