@@ -229,6 +229,34 @@ fn spawned_workers_are_the_ranks_they_name() {
             file.display()
         );
     }
+
+    // a worker that raises: the run did not finish, and that rank's verdict says where
+    let o = memtrack()
+        .current_dir(dir.path())
+        .args(["estimate", "--format", "json", "-o", "fail.pkl", "--"])
+        .arg(&py)
+        .args([script("estimate_distributed.py").as_str(), "spawnfail"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(exit_code(o.status), 5, "{stdout}");
+    let start = stdout.rfind("\n{\n").map_or(0, |i| i + 1);
+    let j: Value = serde_json::from_str(&stdout[start..]).unwrap();
+    let failed = j["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["verdict"]["rank"] == 1)
+        .unwrap_or_else(|| panic!("{j}"));
+    let ending = &failed["verdict"]["ending"];
+    assert_eq!(ending["exception"], "ValueError", "{ending}");
+    let text = std::fs::read_to_string(script("estimate_distributed.py")).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("rank 1 fails"))
+        .unwrap()
+        + 1;
+    assert_eq!(ending["line"], line as u64, "{ending}");
 }
 
 #[test]

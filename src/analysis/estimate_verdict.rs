@@ -158,11 +158,21 @@ fn raised(traceback: &str) -> (String, String) {
             expecting = true;
         } else if expecting && line == HEADER {
             expecting = false;
-            while lines.peek().is_some_and(|l| l.starts_with(' ') || l.is_empty()) {
+            while lines
+                .peek()
+                .is_some_and(|l| l.starts_with(' ') || l.is_empty())
+            {
                 lines.next();
             }
             last = lines.next().unwrap_or("");
         }
+    }
+    if last.is_empty() {
+        // no traceback (an exception raised without frames): its line alone
+        last = traceback
+            .lines()
+            .rfind(|l| !l.starts_with(' ') && !l.is_empty())
+            .unwrap_or("");
     }
     match last.split_once(": ") {
         Some((t, m)) => (t.trim().to_string(), m.trim().to_string()),
@@ -277,6 +287,9 @@ mod tests {
                 String::new()
             )
         );
-        assert_eq!(raised("KeyboardInterrupt\n"), (String::new(), String::new()));
+        assert_eq!(
+            raised("KeyboardInterrupt\n"),
+            ("KeyboardInterrupt".into(), String::new())
+        );
     }
 }

@@ -7,7 +7,7 @@
 #             block, then FSDP2 over the data-parallel dimension
 #   badmesh   a mesh of 3 x 4 ranks in a world of 8
 #   spawn     without torchrun: mp.spawn's two workers each run "ddp" as the rank it names in
-#             init_process_group (world 2)
+#             init_process_group (world 2); "spawnfail" the same, where rank 1 raises
 # Prints the parameters' local elements and "done".
 import os
 import sys
@@ -90,11 +90,14 @@ def main(what, local_rank, init):
 def spawned(rank, world):
     init = lambda: dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29533", rank=rank,
                                            world_size=world)
-    main("ddp", rank, init)
+    init()
+    if what == "spawnfail" and rank == 1:
+        raise ValueError("rank 1 fails")
+    main("ddp", rank, lambda: None)
 
 
 if __name__ == "__main__":
-    if what == "spawn":
+    if what in ("spawn", "spawnfail"):
         torch.multiprocessing.spawn(spawned, args=(2,), nprocs=2)
     else:
         main(what, int(os.environ.get("LOCAL_RANK", "0")), lambda: dist.init_process_group("nccl"))
