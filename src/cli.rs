@@ -792,9 +792,11 @@ pub struct EstimateArgs {
     /// or `all`
     #[arg(long, default_value = "0", value_name = "LIST")]
     pub ranks: String,
-    /// Ranks on each node (LOCAL_WORLD_SIZE) with --world-size
-    #[arg(long, default_value_t = 8, value_name = "N")]
-    pub gpus_per_node: u32,
+    /// Devices on each node: with --world-size, the ranks a node (LOCAL_WORLD_SIZE; 8 if not
+    /// given); without, what torch.cuda.device_count() answers (1 if not given), for a
+    /// program that starts a process per device itself (mp.spawn)
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
     /// What NCCL's buffers may take of the device for each process group that communicates
     /// (not the allocator's memory, not measured: docs/estimate.md)
     #[arg(long, default_value = "1GiB", value_name = "SIZE")]

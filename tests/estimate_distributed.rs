@@ -190,9 +190,10 @@ fn ddp_is_the_single_gpu_estimate_plus_its_buckets() {
     assert_eq!(extra, round512(grads));
 }
 
-/// A program that starts its ranks itself (mp.spawn, rank and world named in
-/// `init_process_group`) under a plain `estimate`: each worker is that rank of that world, in
-/// its own file, with DDP's figures of the torchrun run.
+/// A program that starts its ranks itself (mp.spawn, one a device as `--gpus-per-node`
+/// says, rank and world named in `init_process_group`) under an `estimate` without a world:
+/// each worker is that rank of that world, in its own file, with DDP's figures of the
+/// torchrun run.
 #[test]
 fn spawned_workers_are_the_ranks_they_name() {
     let Some(py) = python() else { return };
@@ -201,7 +202,8 @@ fn spawned_workers_are_the_ranks_they_name() {
     assert_eq!(code, 0, "{torchrun}");
     let o = memtrack()
         .current_dir(dir.path())
-        .args(["estimate", "--format", "json", "-o", "spawn.pkl", "--"])
+        .args(["estimate", "--format", "json", "--gpus-per-node", "2"])
+        .args(["-o", "spawn.pkl", "--"])
         .arg(&py)
         .args([script("estimate_distributed.py").as_str(), "spawn"])
         .output()
@@ -233,7 +235,8 @@ fn spawned_workers_are_the_ranks_they_name() {
     // a worker that raises: the run did not finish, and that rank's verdict says where
     let o = memtrack()
         .current_dir(dir.path())
-        .args(["estimate", "--format", "json", "-o", "fail.pkl", "--"])
+        .args(["estimate", "--format", "json", "--gpus-per-node", "2"])
+        .args(["-o", "fail.pkl", "--"])
         .arg(&py)
         .args([script("estimate_distributed.py").as_str(), "spawnfail"])
         .output()

@@ -22,7 +22,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
             "estimate: --max-repeats must be at least 1".into(),
         ));
     }
-    if a.world_size == Some(0) || a.gpus_per_node == 0 {
+    if a.world_size == Some(0) || a.gpus_per_node == Some(0) {
         return Err(Error::Usage(
             "estimate: --world-size and --gpus-per-node must be at least 1".into(),
         ));
@@ -33,7 +33,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
             a.nccl_allowance
         ))
     })?;
-    let job = launch::job(&a.command, a.world_size, a.gpus_per_node)
+    let job = launch::job(&a.command, a.world_size, a.gpus_per_node.unwrap_or(8))
         .map_err(|e| Error::Usage(format!("estimate: {e}")))?;
     let ranks = launch::ranks(&a.ranks, job.world_size)
         .map_err(|e| Error::Usage(format!("estimate: {e}")))?;
@@ -44,6 +44,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         job: &job,
         ranks: &ranks,
         nccl_allowance,
+        devices: a.gpus_per_node.filter(|_| !job.distributed()),
     };
     let runs = program::run(&settings, &a.output)?;
     let mut reports = Vec::new();

@@ -24,6 +24,8 @@ pub struct Settings<'a> {
     /// For a distributed job: what NCCL's buffers are allowed on the device, for each
     /// process group that communicates.
     pub nccl_allowance: u64,
+    /// What `torch.cuda.device_count()` answers in a program of one process (None: 1).
+    pub devices: Option<u32>,
 }
 
 /// One rank's run: the program's exit code (128 + a signal that killed it) and the files
@@ -54,6 +56,10 @@ pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
         "MEMTRACK_ESTIMATE_NCCL_ALLOWANCE",
         s.nccl_allowance.to_string(),
     );
+    match s.devices {
+        Some(n) => std::env::set_var("MEMTRACK_ESTIMATE_DEVICES", n.to_string()),
+        None => std::env::remove_var("MEMTRACK_ESTIMATE_DEVICES"),
+    }
     if s.job.distributed() {
         // the agent's fake process group, not whatever RANK a scheduler's environment has
         std::env::set_var("MEMTRACK_ESTIMATE_WORLD", s.job.world_size.to_string());

@@ -6,8 +6,8 @@
 #   tp2d      a 2-D mesh (data parallel x 4-way tensor parallel): Colwise/Rowwise on each
 #             block, then FSDP2 over the data-parallel dimension
 #   badmesh   a mesh of 3 x 4 ranks in a world of 8
-#   spawn     without torchrun: mp.spawn's two workers each run "ddp" as the rank it names in
-#             init_process_group (world 2); "spawnfail" the same, where rank 1 raises
+#   spawn     without torchrun: mp.spawn's workers, one a device, each run "ddp" as the rank it
+#             names in init_process_group; "spawnfail" the same, where rank 1 raises
 # Prints the parameters' local elements and "done".
 import os
 import sys
@@ -98,6 +98,7 @@ def spawned(rank, world):
 
 if __name__ == "__main__":
     if what in ("spawn", "spawnfail"):
-        torch.multiprocessing.spawn(spawned, args=(2,), nprocs=2)
+        n = torch.cuda.device_count()  # (the DDP tutorial's form)
+        torch.multiprocessing.spawn(spawned, args=(n,), nprocs=n)
     else:
         main(what, int(os.environ.get("LOCAL_RANK", "0")), lambda: dist.init_process_group("nccl"))

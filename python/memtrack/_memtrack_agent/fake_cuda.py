@@ -203,6 +203,13 @@ def _memory_functions(torch, total, usable):
     }
 
 
+def _device_count():
+    """1, or the devices `--gpus-per-node` gives a program of one process (one that starts a
+    process per device itself); a distributed estimate answers LOCAL_WORLD_SIZE (fake_dist)."""
+    n = os.environ.get("MEMTRACK_ESTIMATE_DEVICES", "")
+    return int(n) if n.isdigit() and int(n) > 0 else 1
+
+
 def _patch_cuda(torch, name, total, capability, usable):
     cuda = torch.cuda
     props = types.SimpleNamespace(
@@ -219,7 +226,7 @@ def _patch_cuda(torch, name, total, capability, usable):
         "is_available": lambda: True,
         "is_initialized": lambda: True,
         "init": lambda: None,
-        "device_count": lambda: 1,
+        "device_count": _device_count,
         "current_device": lambda: 0,
         "set_device": lambda device: None,
         "synchronize": lambda device=None: None,
