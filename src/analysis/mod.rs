@@ -13,6 +13,7 @@ pub mod ending;
 pub mod groups;
 pub mod growth;
 pub mod iteration_kinds;
+pub mod iterations;
 pub mod leaks;
 pub mod memviz;
 pub mod modules;
