@@ -64,8 +64,9 @@ pub fn run(a: ViewArgs) -> Result<()> {
             };
             let stage = crate::progress::Stage::new("indexing");
             let timeline = timelines.take(device).finish(&snap, device);
-            let (index, segments) = crate::view::index::build(&snap, device, timeline, &mut spool)
-                .map_err(super::spool_error("view"))?;
+            let (index, segments) =
+                crate::view::snapshot_index::build(&snap, device, timeline, &mut spool)
+                    .map_err(super::spool_error("view"))?;
             drop(stage);
             Content::Snapshot {
                 snap,
