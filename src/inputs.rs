@@ -96,10 +96,7 @@ fn open_new(path: &Path) -> Result<Input, String> {
         } else {
             "a block device (a disk)"
         };
-        return Err(format!(
-            "is {what}, not a file or a pipe; {}",
-            crate::formats::READS
-        ));
+        return Err(format!("is {what}, not a file or a pipe; {}", kind::READS));
     }
     if kind.is_file() && meta.len() > 0 {
         let file = Arc::new(file);
@@ -209,7 +206,7 @@ impl Input {
                 "a stream that does not start as a pickle memtrack reads (first byte 0x{:02x}, where a pickle of protocol 2 or later has 0x80) and runs past {} MiB: memtrack stopped reading it; {}",
                 self.head[0],
                 MAX_UNTYPED_STREAM >> 20,
-                crate::formats::READS
+                kind::READS
             ));
         }
         let aside = Arc::new(aside);

@@ -4,6 +4,9 @@
 
 use crate::pickle::{Document, Value, View};
 
+/// The kinds of file memtrack reads, as messages about a file it cannot read name them.
+pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtrack record files and allocator snapshots (_dump_snapshot)";
+
 /// The kinds of file memtrack reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

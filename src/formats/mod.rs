@@ -39,7 +39,7 @@ impl Input {
     }
 }
 
-pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtrack record files and allocator snapshots (_dump_snapshot)";
+pub use kind::READS;
 
 fn map(path: &Path) -> Result<MappedFile> {
     let input = crate::inputs::open(path).map_err(|m| Error::input(path, m))?;
