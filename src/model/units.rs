@@ -151,6 +151,19 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     Ok(bytes.round() as u64)
 }
 
+/// `1,234,567`
+pub fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,8 +10,7 @@ use super::replay::{replay, replay_spool, Note, Session};
 use super::sampler::{series_for, Samples};
 use crate::error::Result;
 use crate::formats::tracker;
-use crate::model::{format_bytes, Units};
-use crate::render::thousands;
+use crate::model::{format_bytes, thousands, Units};
 
 pub struct Report {
     /// Processes that recorded something (whether or not their file could be written).
