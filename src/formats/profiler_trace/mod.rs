@@ -3,6 +3,7 @@
 //! a folder of them (one per rank or worker). Read as a stream (`scan`), never whole.
 
 mod build;
+pub mod error;
 mod fast;
 pub mod json;
 pub mod scan;
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::formats::kind::Looks;
 use crate::model::profile::ProfileTrace;
-pub use scan::ScanError;
+pub use error::ScanError;
 use source::Source;
 use text::Budget;
 
