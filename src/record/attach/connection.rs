@@ -19,6 +19,15 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// The process at the other end: the one attached to (`pids` of one), or one of the
+    /// ranks (0 where the kernel cannot say).
+    pub fn process(&self, pids: &[u32]) -> u32 {
+        match pids {
+            [only] => *only,
+            _ => self.peer_pid().unwrap_or(0),
+        }
+    }
+
     pub fn new(stream: UnixStream) -> Connection {
         let _ = stream.set_nonblocking(false);
         Connection {

@@ -16,8 +16,8 @@ const DUMP_TIMEOUT: Duration = Duration::from_secs(300);
 pub fn report(pids: &[u32], conns: Vec<Connection>) -> i32 {
     let mut code = 0;
     for mut conn in conns {
-        let pid = super::peer(pids, &conn);
-        let m = conn.next_message(DUMP_TIMEOUT, || !super::alive(pid));
+        let pid = conn.process(pids);
+        let m = conn.next_message(DUMP_TIMEOUT, || !super::target::alive(pid));
         match m.as_ref().map(|m| (&m["dumped"], &m["error"])) {
             Some((d, _)) if d.is_object() => {
                 if let Err(why) = write_stats(pid, d) {

@@ -26,6 +26,7 @@ use super::journal::Journal;
 use super::{agent, finalize, signals, Backend, Observer};
 use crate::error::{Error, Result};
 use connection::{Connection, Poll};
+use target::alive;
 
 pub struct Options {
     pub pid: u32,
@@ -137,7 +138,7 @@ pub fn run(o: &Options) -> Result<i32> {
     let mut attached: Vec<Attached> = Vec::new();
     let mut refusals: Vec<String> = Vec::new();
     for mut conn in conns {
-        let pid = peer(&pids, &conn);
+        let pid = conn.process(&pids);
         // taking stock of parameters and optimizer state walks the heap: allow it time
         match conn.next_message(Duration::from_secs(120), || !alive(pid)) {
             Some(m) if m.get("started").is_some() => {
@@ -316,15 +317,6 @@ fn connect(
     Ok((tmp, conns))
 }
 
-/// The process at the other end of `conn`: the one attached to, or one of the ranks (0 where
-/// the kernel cannot say).
-fn peer(pids: &[u32], conn: &Connection) -> u32 {
-    match pids {
-        [only] => *only,
-        _ => conn.peer_pid().unwrap_or(0),
-    }
-}
-
 /// Why the processes' pending calls did not all connect within the start timeout.
 fn not_started(o: &Options, pids: &[u32], waited: Waited) -> String {
     let list = |pids: &mut dyn Iterator<Item = &u32>| {
@@ -389,17 +381,6 @@ fn wait_window(
         }
         // hold each new spool file open: what the process wrote is read even if it is removed
         journal.adopt();
-    }
-}
-
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // "PID (comm) STATE …": a zombie has ended
-        Ok(s) => s
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
     }
 }
 

@@ -235,3 +235,15 @@ fn denied(what: &str, e: &std::io::Error) -> String {
     }
     why
 }
+
+/// Whether process `pid` runs on: not ended, not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "PID (comm) STATE …": a zombie has ended
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
