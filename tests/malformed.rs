@@ -334,3 +334,50 @@ fn sizes_that_fit_in_64_bits_are_not_called_wider() {
     );
     memtrack().args(["summary"]).arg(&p).assert().success();
 }
+
+/// `segments` drew a character per 20 MiB of every segment: one segment stated as 2^52 bytes
+/// (a file of 300 bytes) took 24.7 s and 2.5 GB, and 2^56 or 2^62 aborted on a 27 GB
+/// allocation. A segment past 320 GiB is drawn in at most 16,384 characters, a coarser page.
+#[test]
+fn a_segment_stated_past_any_device_is_drawn_in_a_bounded_map() {
+    let dir = tempfile::tempdir().unwrap();
+    for shift in [52u32, 56, 62] {
+        let le = (1u64 << shift).to_le_bytes();
+        let p = write_temp(
+            dir.path(),
+            &format!("2_{shift}.pickle"),
+            &snapshot_with_size(&le),
+        );
+        let path = p.to_str().unwrap();
+        let text = common::stdout(&["segments", path]);
+        assert!(text.len() < 100_000, "2^{shift}: {} bytes", text.len());
+        assert!(text.contains("segment 0's map: 1 char = "), "{text}");
+        let j = common::json_out(&["segments", path, "--format", "json"]);
+        let row = &j["segments"][0];
+        let page = row["map_page_size"].as_u64().unwrap();
+        assert_eq!(page % (20 << 20), 0);
+        let chars = row["map"].as_str().unwrap().len() as u64;
+        assert!(chars <= 16_384 && chars * page >= 1 << shift, "{row}");
+        let csv = common::stdout(&["segments", path, "--format", "csv"]);
+        assert!(csv.lines().next().unwrap().ends_with(",map,map_page_size"));
+        assert!(csv.lines().nth(1).unwrap().ends_with(&format!(",{page}")));
+        let svg = dir.path().join(format!("2_{shift}.svg"));
+        memtrack()
+            .args(["segments", path, "-o"])
+            .arg(&svg)
+            .assert()
+            .success();
+        assert!(std::fs::metadata(&svg).unwrap().len() < 100_000);
+    }
+    // a real segment keeps the map of `_memory_viz`: 20 MiB a character, no page of its own
+    let j = common::json_out(&[
+        "segments",
+        fixture("snapshots/cs336_medium_512_training.pickle")
+            .to_str()
+            .unwrap(),
+        "--format",
+        "json",
+    ]);
+    let rows = j["segments"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r.get("map_page_size").is_none()));
+}
