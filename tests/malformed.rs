@@ -381,3 +381,61 @@ fn a_segment_stated_past_any_device_is_drawn_in_a_bounded_map() {
     let rows = j["segments"].as_array().unwrap();
     assert!(rows.iter().all(|r| r.get("map_page_size").is_none()));
 }
+
+/// MemoryTracker stats whose MiB figures no allocator reports: printed as a 300-digit GiB
+/// figure, `inf GiB` or `9007199254740992.00 GiB`, a NaN skipped and a negative accepted
+/// before. Refused by both readers (the stream reader leaves them to the generic one),
+/// naming the series, the op and the figure.
+#[test]
+fn stats_figures_no_allocator_reports_are_refused_naming_the_op() {
+    use memtrack::formats::{tracker, tracker_stream};
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(fixture("tracker/synthetic_2000_ops.pkl")).unwrap();
+    let good = tracker_stream::read(&bytes, &mut ()).unwrap();
+    let op = good.names.get(7).to_string();
+    let mib = 1024.0 * 1024.0;
+    for (name, value, says) in [
+        ("e300", 1e300 * mib, "1e300 MiB, which no allocator reports"),
+        ("inf", f64::INFINITY, "inf MiB, which no allocator reports"),
+        ("nan", f64::NAN, "NaN, not a number of MiB"),
+        ("negative", -5.0 * mib, "-5 MiB, which no allocator reports"),
+        (
+            "2_63",
+            2f64.powi(63) * mib,
+            "9.223372036854776e18 MiB, which no allocator reports",
+        ),
+    ] {
+        for series in ["memories_allocated", "memories_reserved"] {
+            let mut stats = tracker_stream::read(&bytes, &mut ()).unwrap();
+            match series {
+                "memories_allocated" => stats.allocated[7] = value,
+                _ => stats.reserved[7] = value,
+            }
+            let pickle = tracker::to_pickle_bytes(&stats);
+            assert!(tracker_stream::read(&pickle, &mut ()).is_none(), "{name}");
+            let path = write_temp(dir.path(), &format!("{name}_{series}.pkl"), &pickle);
+            for command in ["summary", "plot", "export", "diff"] {
+                let mut cmd = memtrack();
+                cmd.arg(command).arg(&path);
+                match command {
+                    "plot" => cmd.arg("-o").arg(dir.path().join("p.svg")),
+                    "diff" => cmd.arg(fixture("tracker/synthetic_2000_ops.pkl")),
+                    _ => &mut cmd,
+                };
+                cmd.assert()
+                    .code(2)
+                    .stderr(predicate::str::contains(format!("{name}_{series}.pkl")))
+                    .stderr(predicate::str::contains(format!(
+                        "{series}[7] (op \"{op}\"): {says}"
+                    )))
+                    .stderr(predicate::str::contains("panicked").not());
+            }
+        }
+    }
+    // the largest figure an allocator may report (1 PiB) is read, and -0.0 is 0
+    let mut stats = tracker_stream::read(&bytes, &mut ()).unwrap();
+    stats.allocated[7] = (1u64 << 50) as f64;
+    stats.allocated[8] = -0.0;
+    let path = write_temp(dir.path(), "pib.pkl", &tracker::to_pickle_bytes(&stats));
+    memtrack().arg("summary").arg(&path).assert().success();
+}

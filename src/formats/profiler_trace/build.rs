@@ -316,9 +316,8 @@ impl Builder {
     }
 }
 
-/// The most bytes one allocator figure may be: 1 PiB, past any device's memory (an H200 has
-/// 141 GB) by far, and within f64's exact integers.
-pub const MAX_BYTES: i64 = 1 << 50;
+/// The most bytes one allocator figure may be ([`crate::model::units::MAX_BYTES`]).
+const MAX_BYTES: i64 = crate::model::units::MAX_BYTES as i64;
 
 /// A byte count of a memory event (0 when absent, as older traces lack some): an integer
 /// (written as one, or as a float with no fraction), at most `MAX_BYTES` in size, and not
