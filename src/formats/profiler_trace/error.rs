@@ -41,7 +41,8 @@ pub enum ScanError {
         compressed: u64,
         what: &'static str,
     },
-    /// A memory event with a figure no allocator reports.
+    /// An event memtrack keeps whose figure it cannot read: a byte count no allocator
+    /// reports, a time no clock gives (`message` goes on from "trace event N is").
     BadEvent {
         offset: u64,
         index: u64,

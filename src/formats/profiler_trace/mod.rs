@@ -150,7 +150,7 @@ fn describe(e: &ScanError, gzip: bool) -> String {
             index,
             message,
         } => format!(
-            "trace event {index} (at byte {offset}{text}) is a memory event memtrack cannot count: {message}"
+            "trace event {index} (at byte {offset}{text}) is {message}"
         ),
         ScanError::Io(e) if gzip => format!(
             "the gzip data is damaged or cut short ({e}): a trace whose writing did not finish? Profile again or copy it whole"

@@ -394,7 +394,7 @@ mod tests {
     #[test]
     fn skipped_values_of_any_size_pass_and_kept_ones_are_bounded() {
         // a 9 MiB string and a 9 MiB array inside an event memtrack keeps: skipped
-        let mut t = br#"[{"name": "[memory]", "args": {"Bytes": 8, "s": ""#.to_vec();
+        let mut t = br#"[{"name": "[memory]", "ts": 1, "args": {"Bytes": 8, "s": ""#.to_vec();
         t.extend(std::iter::repeat_n(b'a', 9 << 20));
         t.extend_from_slice(br#"", "a": ["#);
         t.extend(std::iter::repeat_n(b'[', 9 << 20));
@@ -433,7 +433,7 @@ mod tests {
             ("1.5", "not a whole number"),
             ("\"many\"", "not a number of bytes"),
         ] {
-            let t = format!(r#"[{{"name": "[memory]", "args": {{"Bytes": {bytes}}}}}]"#);
+            let t = format!(r#"[{{"name": "[memory]", "ts": 1, "args": {{"Bytes": {bytes}}}}}]"#);
             match read_in_chunks(t.as_bytes(), 1 << 20) {
                 Err(ScanError::BadEvent {
                     index: 0, message, ..
@@ -443,13 +443,13 @@ mod tests {
                 other => panic!("{bytes}: {other:?}"),
             }
         }
-        let t = br#"[{"name": "[memory]", "args": {"Total Allocated": -8589934592}}]"#;
+        let t = br#"[{"name": "[memory]", "ts": 1, "args": {"Total Allocated": -8589934592}}]"#;
         assert!(matches!(
             read_in_chunks(t, 5),
             Err(ScanError::BadEvent { .. })
         ));
         let t =
-            br#"[{"name": "[memory]", "args": {"Bytes": -8589934592, "Total Reserved": 1024.0}}]"#;
+            br#"[{"name": "[memory]", "ts": 1, "args": {"Bytes": -8589934592, "Total Reserved": 1024.0}}]"#;
         assert_eq!(read_in_chunks(t, 5).unwrap().memory[0].bytes, -8589934592);
     }
 
