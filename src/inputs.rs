@@ -190,7 +190,7 @@ impl Input {
         let mut aside = tempfile::tempfile().map_err(|e| {
             format!(
                 "cannot put the pipe's bytes aside in a temporary file ({}): {e}; set TMPDIR to a directory with room, or name a file",
-                std::env::temp_dir().display()
+                crate::quote::path(&std::env::temp_dir())
             )
         })?;
         // what is not a pickle of protocol 2 or later is read only so far

@@ -439,3 +439,42 @@ fn stats_figures_no_allocator_reports_are_refused_naming_the_op() {
     let path = write_temp(dir.path(), "pib.pkl", &tracker::to_pickle_bytes(&stats));
     memtrack().arg("summary").arg(&path).assert().success();
 }
+
+/// A file named with a tab, an escape sequence and a newline was echoed raw: the escape
+/// recoloured the terminal and the newline forged a second `memtrack:` line. Names are
+/// quoted as coreutils quotes them, what a terminal acts on as `$'…'` escapes.
+#[test]
+fn names_in_messages_are_quoted_and_escaped() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let name = std::ffi::OsStr::from_bytes(b"bad\t\x1b[31m.pkl\nmemtrack: forged\xff");
+    let path = dir.path().join(name);
+    std::fs::write(&path, b"not a pickle").unwrap();
+    // the folder's name is quoted with it: `'/tmp/.tmpXXXX/bad'$'\t…`
+    let shown = r"/bad'$'\t\033''[31m.pkl'$'\n''memtrack: forged'$'\377'";
+    let out = memtrack().arg("summary").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains(shown), "{err}");
+    assert!(!err.contains('\x1b') && err.lines().count() == 1, "{err:?}");
+    // the output's name too, and a plain name stays as it is
+    let out = memtrack()
+        .arg("summary")
+        .arg(fixture("tracker/synthetic_2000_ops.pkl"))
+        .arg("-o")
+        .arg(dir.path().join(name).join("x.txt"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(&format!("{shown}'/x.txt': cannot write")),
+        "{err}"
+    );
+    assert!(!err.contains('\x1b') && err.lines().count() == 1, "{err:?}");
+    let out = memtrack()
+        .args(["summary", "/nonexistent/run.pkl"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("memtrack: /nonexistent/run.pkl: "), "{err}");
+}

@@ -67,7 +67,7 @@ pub(crate) fn spool_error(
     move |e| {
         crate::error::Error::Unavailable(format!(
             "{command}: cannot keep the trace events in a temporary file ({}): {e}; set TMPDIR to a directory with room",
-            std::env::temp_dir().display()
+            crate::quote::path(&std::env::temp_dir())
         ))
     }
 }
@@ -94,7 +94,7 @@ pub(crate) fn write_picture(
     let bytes = crate::render::picture::encode(kind, svg, html)?;
     crate::output::emit(out, &bytes)?;
     if out.as_os_str() != "-" {
-        eprintln!("memtrack: wrote {}", out.display());
+        eprintln!("memtrack: wrote {}", crate::quote::path(out));
     }
     Ok(())
 }

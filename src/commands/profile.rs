@@ -120,8 +120,8 @@ pub fn diff(a: DiffArgs) -> Result<()> {
         if !profiler_trace::sniff(p) {
             return Err(Error::Usage(format!(
                 "diff compares two files of one kind: {} is a torch.profiler trace, {} is not",
-                if p == &a.before { &a.after } else { &a.before }.display(),
-                p.display()
+                crate::quote::path(if p == &a.before { &a.after } else { &a.before }),
+                crate::quote::path(p)
             )));
         }
     }

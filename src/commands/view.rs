@@ -91,7 +91,7 @@ fn serve(a: &ViewArgs, server: Server, content: Content<'_>) -> Result<()> {
     let _ = std::io::stdout().flush();
     eprintln!(
         "memtrack: serving {} at {url} (Ctrl-C stops)",
-        a.file.display()
+        crate::quote::path(&a.file)
     );
     // held until the server stops: dropping it removes the file
     let _start_file = if a.no_browser {

@@ -65,7 +65,7 @@ impl Report {
             "nothing recorded: no Python process of `{}` connected. memtrack records Python \
              programs that import torch; the agent comes in through PYTHONPATH and \
              sitecustomize, which `python -E`, `-I` and `-S` switch off",
-            program.to_string_lossy()
+            crate::quote::quote(program)
         )
     }
 }
@@ -87,7 +87,7 @@ pub fn finalize(
         let bytes = match bytes {
             Ok(b) => b,
             Err(e) => {
-                eprintln!("memtrack: {}: {e}", f.display());
+                eprintln!("memtrack: {}: {e}", crate::quote::path(f));
                 complete = false;
                 continue;
             }
@@ -112,7 +112,7 @@ pub fn finalize(
             match b {
                 Ok(b) => bytes.push(b),
                 Err(e) => {
-                    eprintln!("memtrack: {}: {e}", f.display());
+                    eprintln!("memtrack: {}: {e}", crate::quote::path(&f));
                     complete = false;
                 }
             }
@@ -121,7 +121,7 @@ pub fn finalize(
         s.image = spool.image;
         if let Some(d) = &s.damage {
             let first = first.as_deref().unwrap_or(journal.path());
-            eprintln!("memtrack: {}: damaged: {d}", first.display());
+            eprintln!("memtrack: {}: damaged: {d}", crate::quote::path(first));
             complete = false;
         }
         if s.recorded {
@@ -199,7 +199,7 @@ fn describe(p: &Path, s: &Session, several: bool) -> String {
     let iterations = r.map_or(0, crate::analysis::threads::iteration_count);
     let mut line = format!(
         "{}: {} ops, {} iteration{}, peak allocated {} ({})",
-        p.display(),
+        crate::quote::path(p),
         thousands(t.op_count()),
         iterations,
         if iterations == 1 { "" } else { "s" },

@@ -153,7 +153,10 @@ pub fn run(o: &Options) -> Result<i32> {
         Ok(c) => c,
         Err(e) => {
             journal.remove();
-            eprintln!("memtrack: cannot run {}: {e}", Path::new(program).display());
+            eprintln!(
+                "memtrack: cannot run {}: {e}",
+                crate::quote::path(Path::new(program))
+            );
             return Ok(if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -219,8 +222,8 @@ pub fn run(o: &Options) -> Result<i32> {
         if journal.path().is_dir() {
             eprintln!(
                 "memtrack: the recording is kept in {}; `memtrack record --recover {} [-o ELSEWHERE]` writes the stats files from it",
-                journal.path().display(),
-                journal.path().display()
+                crate::quote::path(journal.path()),
+                crate::quote::path(journal.path())
             );
         }
         if report.written.len() < report.recorded && code == 0 {

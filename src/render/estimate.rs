@@ -34,7 +34,7 @@ pub fn text(file: &Path, v: &Verdict, reads: &[ValueRead], code: i32) -> String 
     };
     s.push_str(&format!(
         "{}: estimated for {}, {usable}\n",
-        file.display(),
+        crate::quote::path(file),
         v.device
     ));
     s.push_str(&format!(

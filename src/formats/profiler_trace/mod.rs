@@ -82,10 +82,7 @@ pub fn load_any(path: &Path) -> Result<ProfileTrace> {
         .stream()
         .map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
     let mut source = Source::new(bytes, gzip);
-    let name = path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let name = crate::quote::quote(path.file_name().unwrap_or(path.as_os_str())).into_owned();
     let mut bar =
         crate::progress::Bar::bytes(input.file_size().unwrap_or(0), format!("reading {name}"));
     let mut progress = |read: u64| {

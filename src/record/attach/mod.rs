@@ -74,7 +74,7 @@ fn utf8<'a>(path: &'a Path, output: &Path) -> Result<&'a str> {
             "attach: -o {}: the process is told the paths beside the output as UTF-8 text, \
              and this one's folder name is not UTF-8: write the output into a folder named in \
              UTF-8",
-            output.display()
+            crate::quote::path(output)
         ))
     })
 }
@@ -150,7 +150,7 @@ pub fn run(o: &Options) -> Result<i32> {
                 };
                 eprintln!(
                     "memtrack: recording process {pid} ({}, torch {}, {} backend) {window}; iterations under way at the attach are partial",
-                    exe.map_or_else(|| "?".into(), |e| e.display().to_string()),
+                    exe.map_or_else(|| "?".into(), |e| crate::quote::path(e).into_owned()),
                     started["torch"].as_str().unwrap_or("?"),
                     started["backend"].as_str().unwrap_or("?"),
                 );
@@ -238,8 +238,8 @@ pub fn run(o: &Options) -> Result<i32> {
     } else {
         eprintln!(
             "memtrack: the recording is kept in {}; `memtrack record --recover {}` writes the stats file from it",
-            journal.path().display(),
-            journal.path().display()
+            crate::quote::path(journal.path()),
+            crate::quote::path(journal.path())
         );
         code = 2;
     }
@@ -258,7 +258,7 @@ fn connect(
     targets: &[target::Target],
     mut settings: serde_json::Value,
 ) -> std::result::Result<(tempfile::TempDir, Vec<Connection>), String> {
-    let io = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
+    let io = |path: &Path, e: std::io::Error| format!("{}: {e}", crate::quote::path(path));
     let tmp = agent::private_dir().map_err(|e| io(&std::env::temp_dir(), e))?;
     let agent_dir = tmp.path().join("agent");
     agent::write_to(&agent_dir).map_err(|e| io(&agent_dir, e))?;

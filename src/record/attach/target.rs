@@ -155,7 +155,7 @@ pub fn inspect(pid: u32) -> Result<Target, Refusal> {
         return Err(format!(
             "process {pid} ({}) is not a Python process: neither its program nor a libpython \
              it loaded has Py_AddPendingCall and PyRun_SimpleString",
-            exe.display()
+            crate::quote::path(&exe)
         ));
     };
     let has_torch = files.iter().any(|f| {
@@ -166,7 +166,7 @@ pub fn inspect(pid: u32) -> Result<Target, Refusal> {
         return Err(format!(
             "process {pid} ({}) is Python without torch: it has not imported torch (no \
              libtorch in its memory maps); attach records a program that uses torch",
-            exe.display()
+            crate::quote::path(&exe)
         ));
     }
     let libc_files: Vec<PathBuf> = files
