@@ -117,7 +117,8 @@ pub fn run(o: &Options) -> Result<i32> {
         ));
     }
     // the agent and the socket: whoever may change them runs code in the program
-    let tmp = agent::private_dir().map_err(|e| Error::output(&std::env::temp_dir(), e))?;
+    let tmp =
+        agent::private_dir("memtrack-").map_err(|e| Error::output(&std::env::temp_dir(), e))?;
     let agent_dir = tmp.path().join("agent");
     agent::write_to(&agent_dir).map_err(|e| Error::output(&agent_dir, e))?;
     let socket = tmp.path().join("sock");

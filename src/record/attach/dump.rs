@@ -17,7 +17,7 @@ pub fn report(pids: &[u32], conns: Vec<Connection>) -> i32 {
     let mut code = 0;
     for mut conn in conns {
         let pid = conn.process(pids);
-        let m = conn.next_message(DUMP_TIMEOUT, || !super::target::alive(pid));
+        let m = conn.first_answer(pid, DUMP_TIMEOUT);
         match m.as_ref().map(|m| (&m["dumped"], &m["error"])) {
             Some((d, _)) if d.is_object() => {
                 if let Err(why) = write_stats(pid, d) {

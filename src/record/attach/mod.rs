@@ -14,6 +14,7 @@
 pub mod connection;
 mod dump;
 pub mod inject;
+mod leftovers;
 pub mod target;
 
 use std::io::{ErrorKind, Write};
@@ -101,12 +102,15 @@ pub fn run(o: &Options) -> Result<i32> {
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(refused)?;
     signals::install();
+    leftovers::sweep(&std::env::temp_dir());
     let prefix = super::snapshot_prefix(&o.output);
     let prefix = utf8(&prefix, &o.output)?;
     let mut settings = serde_json::json!({
         "backend": o.backend.name(),
         "observer": o.observer.name(),
         "any_torch": std::env::var("MEMTRACK_ANY_TORCH").ok(),
+        // how long a call that lands inside `import torch` waits for its end
+        "start_timeout": o.start_timeout.as_secs_f64(),
         "snapshot": o.snapshot.then(|| serde_json::json!({
             "prefix": prefix,
             "entries": o.max_snapshot_entries,
@@ -140,7 +144,7 @@ pub fn run(o: &Options) -> Result<i32> {
     for mut conn in conns {
         let pid = conn.process(&pids);
         // taking stock of parameters and optimizer state walks the heap: allow it time
-        match conn.next_message(Duration::from_secs(120), || !alive(pid)) {
+        match conn.first_answer(pid, Duration::from_secs(120)) {
             Some(m) if m.get("started").is_some() => {
                 let started = &m["started"];
                 let exe = targets.iter().find(|t| t.pid == pid).map(|t| &t.exe);
@@ -259,7 +263,7 @@ fn connect(
     mut settings: serde_json::Value,
 ) -> std::result::Result<(tempfile::TempDir, Vec<Connection>), String> {
     let io = |path: &Path, e: std::io::Error| format!("{}: {e}", crate::quote::path(path));
-    let tmp = agent::private_dir().map_err(|e| io(&std::env::temp_dir(), e))?;
+    let tmp = leftovers::private_dir().map_err(|e| io(&std::env::temp_dir(), e))?;
     let agent_dir = tmp.path().join("agent");
     agent::write_to(&agent_dir).map_err(|e| io(&agent_dir, e))?;
     let boot = tmp.path().join("boot.py");
@@ -336,8 +340,12 @@ fn not_started(o: &Options, pids: &[u32], waited: Waited) -> String {
             )
         }
     };
+    let stopped: Vec<&u32> = pids.iter().filter(|&&p| target::stopped(p)).collect();
     if !gone.is_empty() {
         format!("process {gone} ended before recording began")
+    } else if let [&pid, ..] = stopped[..] {
+        // stopped after it was looked at
+        target::stopped_refusal(pid, &target::comm(pid))
     } else if waited == Waited::Interrupted {
         format!("interrupted before recording began; {which} as it was")
     } else {
