@@ -402,6 +402,12 @@ fn hostile_traces_are_refused_with_what_was_wrong() {
             "its `ts` is `abc`, not a time in microseconds",
         ),
         ("ts_null.json", timed(r#""ts": null, "#), "it has no `ts`"),
+        // white space alone, gzip-compressed (called a gzip'd pickle before)
+        (
+            "white.json.gz",
+            gzip(b"  \n\n   "),
+            "gzip-compressed, and inflated the JSON is nothing but 7 bytes of white space",
+        ),
         ("ts_missing.json", timed(""), "it has no `ts`"),
         (
             "range_ts.json",

@@ -76,7 +76,17 @@ impl Looks {
 /// `head` is gzip's.
 pub fn of_head(head: &[u8], inflated: impl FnOnce() -> Vec<u8>) -> Looks {
     if crate::formats::profiler_trace::source::is_gzip(head) {
-        return match json_start(&inflated()) {
+        let text = inflated();
+        // nothing but white space so far: only the trace's reader, which reads on, can say
+        // what the whole is (JSON further on, or white space to the end)
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return Looks::Json {
+                gzip: true,
+                trace: true,
+                object: false,
+            };
+        }
+        return match json_start(&text) {
             Some((trace, object)) => Looks::Json {
                 gzip: true,
                 trace,

@@ -118,7 +118,8 @@ fn describe(e: &ScanError, gzip: bool) -> String {
             super::READS.trim_start_matches("memtrack reads ")
         ),
         ScanError::NotObject { found } => format!(
-            "not a Chrome trace: the JSON is {found}, where a trace is an object with `traceEvents` or an array of events"
+            "not a Chrome trace: {}the JSON is {found}, where a trace is an object with `traceEvents` or an array of events",
+            if gzip { "gzip-compressed, and inflated " } else { "" }
         ),
         ScanError::EventNotObject { index, found } => format!(
             "not a Chrome trace: trace event {index} is {found}, not an object"

@@ -34,9 +34,11 @@ pub fn read(
     // the top-level value: an object with `traceEvents`, or the bare array of events
     match text.skip_ws()? {
         None => {
-            return Err(ScanError::NotObject {
-                found: "nothing (an empty file)".into(),
-            })
+            let found = match text.offset() {
+                0 => "nothing (an empty file)".to_string(),
+                n => format!("nothing but {n} bytes of white space"),
+            };
+            return Err(ScanError::NotObject { found });
         }
         Some(b'[') => {
             text.pos += 1;
