@@ -35,6 +35,9 @@ pub struct Input {
     /// The first bytes (up to `HEAD`).
     head: Arc<Vec<u8>>,
     pub looks: Looks,
+    /// A pipe or a socket (`<(cat snap.pickle)`, `/dev/stdin` of `cat … |`): read once, it
+    /// cannot be named again to another command.
+    pub piped: bool,
 }
 
 #[derive(Clone)]
@@ -86,6 +89,7 @@ fn open_new(path: &Path) -> Result<Input, String> {
         handle,
         head: Arc::new(head),
         looks,
+        piped: kind.is_fifo() || kind.is_socket(),
     };
     if kind.is_dir() {
         return Ok(input(Handle::Folder, Vec::new(), Looks::Folder));
