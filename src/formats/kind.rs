@@ -5,7 +5,7 @@
 use crate::pickle::{Document, Value, View};
 
 /// The kinds of file memtrack reads, as messages about a file it cannot read name them.
-pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtrack record files and allocator snapshots (_dump_snapshot)";
+pub const READS: &str = "memtrack reads memtrack record files, MemoryTracker stats (save_stats), allocator snapshots (_dump_snapshot) and torch.profiler traces (.json, .json.gz)";
 
 /// The kinds of file memtrack reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

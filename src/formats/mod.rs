@@ -3,6 +3,7 @@
 //! `load` detects what a file is from its content, never from its name.
 
 pub mod error;
+pub mod estimate_ext;
 pub mod event_spool;
 pub mod json;
 pub mod kind;
@@ -33,8 +34,8 @@ impl Input {
     /// The name messages give its kind ("this file is an allocator snapshot").
     pub fn kind(&self) -> &'static str {
         match self {
-            Input::Tracker(_) => "tracker stats",
-            Input::Snapshot(_) => "allocator snapshot",
+            Input::Tracker(_) => "a `record` or MemoryTracker stats file",
+            Input::Snapshot(_) => "an allocator snapshot",
         }
     }
 }
@@ -244,7 +245,7 @@ pub fn load_tracker(path: &Path) -> Result<TrackerStats> {
         other => Err(Error::input(
             path,
             format!(
-                "this command reads tracker stats, and this file is an {}",
+                "this command reads a `record` or MemoryTracker stats file, and this file is {}",
                 other.kind()
             ),
         )),

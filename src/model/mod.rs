@@ -1,6 +1,7 @@
 //! Domain types, independent of any file format.
 
 pub mod cycles;
+pub mod estimate;
 pub mod frames;
 pub mod gpu;
 pub mod modules;
@@ -12,6 +13,7 @@ pub mod tracker;
 pub mod units;
 
 pub use cycles::{Cycle, CycleEdge, CycleNode, CycleTensor};
+pub use estimate::EstimateFacts;
 pub use frames::{is_agent_file, is_hooks_inner_frame, path_ends_with, AGENT_PACKAGE};
 pub use modules::{
     DeviceBytes, IterationModules, ModState, ModuleSnapshot, ModuleStats, CATEGORIES,

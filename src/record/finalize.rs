@@ -76,6 +76,7 @@ pub fn finalize(
     child_pid: u32,
     status: Option<ExitStatus>,
     samples: Option<&Samples>,
+    device_model: Option<&dyn super::DeviceModel>,
 ) -> Result<Report> {
     let contents = journal.contents();
     let mut complete = true;
@@ -152,6 +153,11 @@ pub fn finalize(
                 exit.code = st.code().map(i64::from);
                 exit.signal = st.signal().map(i64::from);
             }
+        }
+    }
+    for s in &mut sessions {
+        if let (Some(model), Some(log)) = (device_model, s.device_log.take()) {
+            model.fill(&mut s.stats, &log);
         }
     }
     let paths = output_paths(output, &sessions, child_pid);
@@ -372,6 +378,7 @@ mod tests {
             time_marks: Vec::new(),
             damage: None,
             image: 0,
+            device_log: None,
         }
     }
 

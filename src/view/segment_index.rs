@@ -101,6 +101,7 @@ impl SegmentPairing {
                 free_origin: Alloc::NONE,
                 site: 0,
                 category: NO_CATEGORY,
+                judged: [0; 2],
             },
             facts: SegmentFacts {
                 address: addr,
@@ -161,6 +162,7 @@ impl SegmentPairing {
                 free_origin: stack,
                 site: 0,
                 category: NO_CATEGORY,
+                judged: [0; 2],
             },
             facts: SegmentFacts {
                 address: addr,
@@ -195,6 +197,7 @@ impl SegmentPairing {
                         free_origin: Alloc::NONE,
                         site: 0,
                         category: NO_CATEGORY,
+                        judged: [0; 2],
                     },
                     facts: SegmentFacts {
                         address: s.address,

@@ -4,9 +4,9 @@
 //! them, so that neither imports the other.
 
 use super::event_series::EventSeries;
-use super::index::{Alloc, AllocIndex, Marks, Pairing, CATEGORIES};
+use super::index::{AllocIndex, Marks, Pairing};
 use super::segment_index::{SegmentIndex, SegmentPairing};
-use crate::analysis::groups::{GroupBy, Grouper};
+use crate::analysis::categories::{PhaseTable, PhaseWalk};
 use crate::analysis::sites::Sites;
 use crate::analysis::timeline::Timeline;
 use crate::model::snapshot::{Action, Snapshot, StackId};
@@ -36,13 +36,22 @@ pub fn build(
     // the timeline's own series goes before the pairing's table grows (what a pattern leaves
     // in `timeline` would live to the end of the function)
     drop(timeline_series);
-    let mut pairing = Pairing::default();
+    let mut pairing = Pairing::judging();
     let mut segments = SegmentPairing::default();
+    // where each allocating and freeing event ran: the categories' evidence
+    let phases = PhaseTable::new(snap);
+    let mut walk = PhaseWalk::default();
     events.visit(device, &mut |i, e, stream, _| {
         let stack = e.stack.0;
         match e.action {
-            Action::Alloc => pairing.alloc(i, e.addr, e.size, stack),
-            Action::FreeRequested => pairing.free(i, e.addr, e.size, stack),
+            Action::Alloc => {
+                let made = walk.event(&phases, e.stack);
+                pairing.alloc(i, e.addr, e.size, stack, made)
+            }
+            Action::FreeRequested => {
+                let freed = walk.event(&phases, e.stack);
+                pairing.free(i, e.addr, e.size, stack, freed)
+            }
             Action::SegmentAlloc => segments.made(i, e.addr, e.size, stream, stack, false),
             Action::SegmentMap => segments.made(i, e.addr, e.size, stream, stack, true),
             Action::SegmentFree | Action::SegmentUnmap => {
@@ -53,11 +62,10 @@ pub fn build(
         Ok(())
     })?;
     let mut sites = Sites::new(snap);
-    let (mut allocs, labels) = pairing.finish(|origin| {
+    let (allocs, labels) = pairing.finish(|origin| {
         let key = sites.site(StackId(origin));
         sites.label(key, false)
     });
-    set_categories(snap, device, &mut allocs);
     let segments = segments.finish(snap, device, &mut sites, reserved, x_is_time, peak_reserved);
     let index = AllocIndex {
         series,
@@ -75,25 +83,12 @@ pub fn build(
     Ok((index, segments))
 }
 
-/// Each allocation's category, by `top --group-by category`'s rules (its allocating stack and
-/// the one that freed it; one [`Grouper`] for all, so each pair is judged once).
-fn set_categories(snap: &Snapshot, device: u32, allocs: &mut [Alloc]) {
-    let mut grouper = Grouper::new(snap, device, GroupBy::Category, Vec::new());
-    for a in allocs {
-        // older than the trace: origin NONE, the missing stack
-        let stack = StackId(a.origin);
-        let freed = a.end().map(|_| StackId(a.free_origin));
-        let name = grouper.category(stack, freed);
-        a.category = CATEGORIES.iter().position(|&c| c == name).unwrap_or(6) as u8;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::analysis::timeline::timeline;
     use crate::formats::snapshot_fixture as fixture;
-    use crate::view::index::{Axis, BandBy, Tile};
+    use crate::view::index::{Axis, BandBy, Tile, CATEGORIES};
 
     #[test]
     fn every_sample_adds_up_to_allocated_and_zooming_in_draws_more() {

@@ -46,12 +46,28 @@ def chain_excepthook():
 
             text = "".join(traceback.format_exception(tp, value, tb))
             oom = tp.__name__ == "OutOfMemoryError" or isinstance(value, MemoryError)
-            message({"t": MSG_EXCEPTION, "type": tp.__name__, "text": text, "oom": oom})
+            msg = {"t": MSG_EXCEPTION, "type": tp.__name__, "text": text, "oom": oom}
+            where = _raised_at(tb)
+            if where is not None:
+                msg["file"], msg["line"] = where
+            message(msg)
         except Exception:
             pass
         prev(tp, value, tb)
 
     sys.excepthook = hook
+
+
+def _raised_at(tb):
+    """(file, line) of the innermost frame outside torch and the agent: the program's line
+    (or its library's) that raised."""
+    at = None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if state.program_file(name):
+            at = (name, tb.tb_lineno)
+        tb = tb.tb_next
+    return at
 
 
 def install_sigterm():
