@@ -76,7 +76,7 @@ pub fn finalize(
     child_pid: u32,
     status: Option<ExitStatus>,
     samples: Option<&Samples>,
-    device_model: Option<&dyn super::DeviceModel>,
+    device_model: Option<&dyn super::replay::DeviceModel>,
 ) -> Result<Report> {
     let contents = journal.contents();
     let mut complete = true;

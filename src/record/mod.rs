@@ -75,13 +75,7 @@ impl Observer {
     }
 }
 
-/// What turns an estimated run's device log into its allocated and reserved series (the
-/// estimate's allocator model, `estimate::AllocatorModel`): record itself models no device.
-pub trait DeviceModel: Sync {
-    fn fill(&self, stats: &mut crate::model::TrackerStats, log: &DeviceLog);
-}
-
-pub use replay::{DeviceEvent, DeviceLog};
+pub use replay::{DeviceEvent, DeviceLog, DeviceModel};
 
 pub struct Options {
     pub output: PathBuf,

@@ -32,7 +32,7 @@ mod threads;
 
 pub use bytes::device_name;
 use bytes::{Snap, Storage};
-pub use estimated::{DeviceEvent, DeviceLog};
+pub use estimated::{DeviceEvent, DeviceLog, DeviceModel};
 use modules::Iter;
 use ops::{Op, Pushed};
 
