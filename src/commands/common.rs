@@ -259,7 +259,7 @@ pub(crate) fn inconsistency_warning(
     Some(format!(
         "memtrack: warning: {}: the capture contradicts itself in {} segment(s); the figures \
          shown are the file's: {}",
-        display_name(path),
+        crate::quote::quote(path.file_name().unwrap_or(path.as_os_str())),
         found.len(),
         said.join("; ")
     ))

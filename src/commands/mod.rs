@@ -25,9 +25,9 @@ use crate::cli::{Cli, Command};
 use crate::error::Result;
 // what several commands do alike, named here for them as `super::…`
 use common::{
-    aside_error, backend, devices_with_trace_events, display_name, group_by,
-    inconsistency_warning, live_at, no_trace_events, observer, replay, snapshot_devices,
-    spool_error, warn_inconsistent, warn_inconsistent_input, write_picture,
+    aside_error, backend, devices_with_trace_events, display_name, group_by, inconsistency_warning,
+    live_at, no_trace_events, observer, replay, snapshot_devices, spool_error, warn_inconsistent,
+    warn_inconsistent_input, write_picture,
 };
 
 pub fn run(cli: Cli) -> Result<()> {
