@@ -11,7 +11,7 @@ use crate::record::protocol::{
     MSG_THREAD, MSG_THREADS_BEFORE, MSG_TORCH_NOT_IMPORTED, MSG_TORCH_UNSUPPORTED,
 };
 
-use super::{Note, Replay};
+use super::state::{Note, Replay};
 
 pub(super) fn as_string(v: &Json) -> Option<String> {
     v.as_str().map(str::to_string)
