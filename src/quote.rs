@@ -41,6 +41,17 @@ pub fn quote(name: &OsStr) -> Cow<'_, str> {
     Cow::Owned(out.finish())
 }
 
+/// A name as a report's title shows it (`summary`'s first line, a chart's caption, a JSON
+/// document's names): as it is, spaces and all, unless it holds a character a terminal would
+/// act on or is not UTF-8; then quoted as messages quote it ([`quote`]), so that no file's
+/// name recolours a terminal, forges a line of a report or breaks an SVG.
+pub fn title(name: &OsStr) -> Cow<'_, str> {
+    match std::str::from_utf8(name.as_bytes()) {
+        Ok(text) if !text.chars().any(acts_on_terminal) => Cow::Borrowed(text),
+        _ => quote(name),
+    }
+}
+
 /// Text a message carries from a file (an op's or a marker's name, an exception's text) with
 /// each character a terminal would act on, but the newline, written as its escape (`\033`):
 /// what `main` prints as the error, so that no file can recolour or retitle the terminal.
@@ -170,6 +181,16 @@ mod tests {
         ] {
             assert_eq!(q(name.as_bytes()), name);
         }
+    }
+
+    #[test]
+    fn titles_quote_only_names_a_terminal_would_act_on() {
+        let t = |b: &[u8]| title(OsStr::from_bytes(b)).into_owned();
+        assert_eq!(t(b"my run.pkl"), "my run.pkl");
+        assert_eq!(t(b"it's.pkl"), "it's.pkl");
+        assert_eq!(t(b"a\tb\x1b[31m.pkl"), r"'a'$'\t''b'$'\033''[31m.pkl'");
+        assert_eq!(t(b"x\nmemtrack: forged"), r"'x'$'\n''memtrack: forged'");
+        assert_eq!(t(b"caf\xe9.pkl"), r"'caf'$'\351''.pkl'");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! allocation sized by a figure in the file aborts rather than swaps), with exit 0 or 2: never
 //! a panic, an abort or a signal. Its peak resident memory (the kernel's count, from `wait4`)
 //! stays under 100 MiB and what it writes (stdout and `-o`) under 4 MiB; a refusal names the
-//! file, quoted when its name holds control characters. Wall time is printed, not asserted.
+//! file, quoted when its name holds control characters, and no report shows such a name
+//! raw. Wall time is printed, not asserted.
 
 mod common;
 
@@ -576,6 +577,8 @@ struct Ran {
     code: Option<i32>,
     signal: Option<i32>,
     stderr: String,
+    /// What it wrote to stdout, up to [`MAX_WRITTEN`] bytes.
+    stdout: Vec<u8>,
     rss_mib: u64,
     written: u64,
     seconds: f64,
@@ -647,6 +650,13 @@ fn run_measured(args: &[OsString], dir: &Path) -> Ran {
         code,
         signal,
         stderr: String::from_utf8_lossy(&std::fs::read(&err_path).unwrap()).into_owned(),
+        stdout: {
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            let file = std::fs::File::open(&out_path).unwrap();
+            file.take(MAX_WRITTEN).read_to_end(&mut bytes).unwrap();
+            bytes
+        },
         rss_mib: usage.ru_maxrss as u64 / 1024,
         written,
         seconds,
@@ -713,6 +723,11 @@ fn judge(name: &str, ran: &Ran) -> Option<String> {
         let shown = quoted.trim_start_matches('\'');
         if ran.stderr.contains('\x1b') || ran.stderr.contains('\t') {
             return Some("a control character of the file's name reached stderr".into());
+        }
+        // nor through a report's title
+        let raw = name.as_bytes();
+        if ran.stdout.contains(&0x1b) || ran.stdout.windows(raw.len()).any(|w| w == raw) {
+            return Some("the file's name reached stdout raw".into());
         }
         if ran.code == Some(2) && !ran.stderr.contains(shown) {
             return Some(format!("the refusal does not show the name as {quoted}"));

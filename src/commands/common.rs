@@ -7,12 +7,10 @@ use crate::cli::{BackendArg, ObserverArg};
 use crate::error::Result;
 use crate::record::{Backend, Observer};
 
-/// The name a file is shown under in titles: its file name.
+/// The name a file is shown under in titles: its file name, quoted when a terminal would act
+/// on a character of it (`quote::title`).
 pub(crate) fn display_name(path: &std::path::Path) -> String {
-    path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    )
+    crate::quote::title(path.file_name().unwrap_or(path.as_os_str())).into_owned()
 }
 
 /// The devices a snapshot command covers: `--device N` (which the file must have), or all.
