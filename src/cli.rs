@@ -617,14 +617,22 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         (t, 1.0)
     };
     match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v * scale < 1e9 => {
+        Ok(v) if v > 0.0 && v * scale < MAX_DURATION_S => {
             Ok(std::time::Duration::from_secs_f64(v * scale))
         }
+        // 1e99, inf: a number, only too large to wait for
+        Ok(v) if v > 0.0 => Err(format!(
+            "{s:?}: longer than memtrack can wait (under 10^9 s, about 31 years)"
+        )),
         _ => Err(format!(
             "{s:?}: expected a time above zero such as 30s, 500ms, 2m or 1h"
         )),
     }
 }
+
+/// The longest `--duration` or `--start-timeout`, in seconds: a `Duration` holds far more,
+/// but a deadline that far off overflows the clock's `Instant`.
+const MAX_DURATION_S: f64 = 1e9;
 
 #[derive(Args, Debug)]
 #[command(

@@ -112,9 +112,9 @@ fn torchrun_python(torchrun: &OsStr) -> Result<OsString, String> {
             .flat_map(std::env::split_paths)
             .map(|d| d.join(torchrun))
             .find(|p| p.is_file())
-            .ok_or_else(|| format!("{}: not found on PATH", torchrun.to_string_lossy()))?
+            .ok_or_else(|| format!("{}: not found on PATH", crate::quote::quote(torchrun)))?
     };
-    let head = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let head = std::fs::read(&path).map_err(|e| format!("{}: {e}", crate::quote::path(&path)))?;
     let head = String::from_utf8_lossy(&head[..head.len().min(4096)]).into_owned();
     let mut lines = head.lines();
     let words: Vec<&str> = lines
@@ -134,7 +134,7 @@ fn torchrun_python(torchrun: &OsStr) -> Result<OsString, String> {
     interpreter.map(OsString::from).ok_or_else(|| {
         format!(
             "{}: not a Python script with a #! line; run `python -m torch.distributed.run …` instead",
-            path.display()
+            crate::quote::path(&path)
         )
     })
 }

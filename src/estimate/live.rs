@@ -41,7 +41,7 @@ pub struct LiveModel {
 impl LiveModel {
     /// Serve a device whose allocator may use `usable` bytes.
     pub fn start(usable: u64) -> std::io::Result<LiveModel> {
-        let dir = crate::record::agent::private_dir()?;
+        let dir = crate::record::agent::private_dir("memtrack-model-")?;
         let path = dir.path().join("model");
         let listener = UnixListener::bind(&path)?;
         listener.set_nonblocking(true)?;

@@ -152,7 +152,7 @@ pub fn text(file: &Path, v: &Verdict, facts: &EstimateFacts) -> String {
     };
     s.push_str(&format!(
         "{}: {what}{rank} for {}, {usable}\n",
-        file.display(),
+        crate::quote::path(file),
         v.device
     ));
     if v.nccl_bytes > 0 {

@@ -37,6 +37,14 @@ pub struct DeviceLog {
     pub nccl_bytes: u64,
 }
 
+/// What turns an estimated run's device log into its allocated and reserved series (the
+/// estimate's allocator model, `estimate::AllocatorModel`): record itself models no device.
+/// Defined here, beside the log, so that `finalize.rs` and `record/mod.rs` both take it from
+/// below them.
+pub trait DeviceModel: Sync {
+    fn fill(&self, stats: &mut crate::model::TrackerStats, log: &DeviceLog);
+}
+
 /// Distinct places kept of each kind: a program reading at more places than this is still
 /// said to have read, at the places first met.
 const MAX_PLACES: usize = 10_000;

@@ -12,7 +12,7 @@ use crate::record::protocol::{
     MSG_TORCH_UNSUPPORTED,
 };
 
-use super::{Note, Replay};
+use super::state::{Note, Replay};
 
 pub(super) fn as_string(v: &Json) -> Option<String> {
     v.as_str().map(str::to_string)
