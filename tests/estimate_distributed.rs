@@ -307,6 +307,30 @@ fn a_two_dimensional_mesh_shards_by_both_and_a_bad_mesh_is_named_with_its_line()
     assert_eq!(ending["line"], line as u64, "{ending}");
 }
 
+/// Context parallel's ring runs inside one DTensor op: what it gathers is not seen, and the
+/// verdict says so, with the most it could add.
+#[test]
+fn context_parallel_attention_names_what_it_does_not_count() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, j, program) = estimate(dir.path(), &py, &[], "cp");
+    assert_eq!(code, 0, "{program}\n{j}");
+    assert!(program.contains("local sequence 32 done"), "{program}");
+    let not_counted = j["not_counted"].as_array().unwrap();
+    assert_eq!(not_counted.len(), 1, "{j}");
+    // the whole keys and values, and their gradients: 2 x 2 x [1, 2, 256, 64] bf16
+    let kv = 2 * 256 * 64 * 2;
+    assert_eq!(not_counted[0]["bytes"], 2 * 2 * kv, "{j}");
+    assert_eq!(j["verdict"]["not_counted_bytes"], 2 * 2 * kv, "{j}");
+    let text = std::fs::read_to_string(script("estimate_distributed.py")).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("scaled_dot_product_attention(q, k, v, is_causal=True)"))
+        .unwrap()
+        + 1;
+    assert_eq!(not_counted[0]["line"], line as u64, "{j}");
+}
+
 #[test]
 fn ranks_out_of_range_and_unknown_torchrun_options_are_usage_errors() {
     let run = |args: &[&str]| {

@@ -37,6 +37,9 @@ pub struct Verdict {
     pub path_taken_only: bool,
     /// A data-dependent op was sized by its upper bound: the figures are upper bounds.
     pub upper_bound: bool,
+    /// The most that memory the estimate does not see could add to the peak
+    /// (`EstimateFacts::not_counted`); 0 where nothing is missing.
+    pub not_counted_bytes: u64,
     /// The program ran convolutions: reserved may be higher by cuDNN's workspaces.
     pub convolutions: bool,
     /// usable − NCCL's allowance − peak reserved, when it fits.
@@ -248,6 +251,9 @@ pub fn verdict(stats: &TrackerStats) -> Option<Verdict> {
         ending,
         path_taken_only: branches,
         upper_bound: bounded,
+        not_counted_bytes: r.estimate.as_ref().map_or(0, |f| {
+            f.not_counted.iter().map(|n| n.bytes).max().unwrap_or(0)
+        }),
         convolutions: convolutions(stats),
         spare_bytes: (fits == Some(true)).then(|| {
             usable_bytes

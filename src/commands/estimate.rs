@@ -96,6 +96,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
                     verdict,
                     values_read: &facts.reads,
                     upper_bounds: &facts.upper_bounds,
+                    not_counted: &facts.not_counted,
                     unwritten: &facts.unwritten,
                 })
                 .collect();
@@ -127,7 +128,9 @@ pub fn run(a: EstimateArgs) -> Result<()> {
 
 /// `estimate`'s exit codes beyond 0 (fits) and 2 (bad usage or input).
 const EXIT_DOES_NOT_FIT: i32 = 1;
-/// It fits on the path the program took; values the estimate does not have chose it.
+/// It fits as far as the estimate can tell: on the path the program took (values the
+/// estimate does not have chose it), or with memory it does not see that could be more than
+/// the spare.
 const EXIT_PATH_TAKEN: i32 = 4;
 /// The program did not run to its end: no verdict.
 const EXIT_DID_NOT_FINISH: i32 = 5;
@@ -137,9 +140,15 @@ fn exit_code(v: &Verdict) -> i32 {
     match (v.finished, v.fits) {
         (false, _) | (true, None) => EXIT_DID_NOT_FINISH,
         (true, Some(false)) => EXIT_DOES_NOT_FIT,
-        (true, Some(true)) if v.path_taken_only => EXIT_PATH_TAKEN,
+        (true, Some(true)) if v.path_taken_only || v.not_counted_bytes > spare(v) => {
+            EXIT_PATH_TAKEN
+        }
         (true, Some(true)) => 0,
     }
+}
+
+fn spare(v: &Verdict) -> u64 {
+    v.spare_bytes.unwrap_or(0)
 }
 
 /// The exit code over ranks: did not finish, then a failure of its own, then does not fit,

@@ -4,13 +4,14 @@
 //! ```text
 //! {"reads": [{file, line, what, count, branch}],
 //!  "upper_bounds": [{file, line, op, count}],
+//!  "not_counted": [{file, line, what, bytes, count}],
 //!  "unwritten": [{file, line, what, path, count}],
 //!  "process_groups": [{name, size}], "nccl_allowance_bytes": int,
 //!  "stopped": None | {file, line, what, count, limit}}
 //! ```
 
 use crate::model::estimate::{
-    EstimateFacts, ProcessGroup, Stopped, Unwritten, UpperBound, ValueRead,
+    EstimateFacts, NotCounted, ProcessGroup, Stopped, Unwritten, UpperBound, ValueRead,
 };
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value};
@@ -67,6 +68,7 @@ impl Field<'_> {
 
 const READ: &str = "{file, line, what, count, branch}";
 const BOUND: &str = "{file, line, op, count}";
+const NOT_COUNTED: &str = "{file, line, what, bytes, count}";
 const UNWRITTEN: &str = "{file, line, what, path, count}";
 const STOPPED: &str = "{file, line, what, count, limit}";
 const GROUP: &str = "{name, size}";
@@ -87,6 +89,15 @@ pub fn read(doc: &Document, v: Value) -> Parse<EstimateFacts> {
             file: f.str("file")?,
             line: f.line()?,
             op: f.str("op")?,
+            count: f.count("count")?,
+        })
+    })?;
+    let not_counted = list(doc, d.get("not_counted"), "not_counted", NOT_COUNTED, |f| {
+        Some(NotCounted {
+            file: f.str("file")?,
+            line: f.line()?,
+            what: f.str("what")?,
+            bytes: f.count("bytes")?,
             count: f.count("count")?,
         })
     })?;
@@ -130,6 +141,7 @@ pub fn read(doc: &Document, v: Value) -> Parse<EstimateFacts> {
     Ok(EstimateFacts {
         reads,
         upper_bounds,
+        not_counted,
         unwritten,
         stopped,
         process_groups,
@@ -160,6 +172,16 @@ pub fn write(w: &mut Writer, f: &EstimateFacts) {
             place(w, &u.file, u.line);
             w.entry("op", |w| w.str(&u.op));
             w.entry("count", |w| w.int(u.count as i64));
+            w.end_dict();
+        });
+    });
+    w.entry("not_counted", |w| {
+        w.list(&f.not_counted, |w, n| {
+            w.begin_dict();
+            place(w, &n.file, n.line);
+            w.entry("what", |w| w.str(&n.what));
+            w.entry("bytes", |w| w.int(n.bytes.min(i64::MAX as u64) as i64));
+            w.entry("count", |w| w.int(n.count as i64));
             w.end_dict();
         });
     });

@@ -36,6 +36,18 @@ pub struct UpperBound {
     pub count: u64,
 }
 
+/// Memory the device would use that the estimate does not see, at a place of the program: a
+/// context-parallel attention's gathered keys and values, made and freed inside one DTensor
+/// op. `bytes`: the most one of its calls could add to the peak.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotCounted {
+    pub file: String,
+    pub line: u32,
+    pub what: String,
+    pub bytes: u64,
+    pub count: u64,
+}
+
 /// A file the program saved (`torch.save`, safetensors) that the estimate did not write.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unwritten {
@@ -72,6 +84,7 @@ pub struct ProcessGroup {
 pub struct EstimateFacts {
     pub reads: Vec<ValueRead>,
     pub upper_bounds: Vec<UpperBound>,
+    pub not_counted: Vec<NotCounted>,
     pub unwritten: Vec<Unwritten>,
     pub stopped: Option<Stopped>,
     /// The process groups that communicated, in the order they first did.

@@ -25,6 +25,7 @@ pub struct Report<'a> {
     pub verdict: &'a Verdict,
     pub values_read: &'a [crate::model::estimate::ValueRead],
     pub upper_bounds: &'a [crate::model::estimate::UpperBound],
+    pub not_counted: &'a [crate::model::estimate::NotCounted],
     pub unwritten: &'a [crate::model::estimate::Unwritten],
 }
 
@@ -194,6 +195,12 @@ pub fn text(file: &Path, v: &Verdict, facts: &EstimateFacts) -> String {
     match (&v.oom, v.fits, v.spare_bytes) {
         (None, Some(true), Some(spare)) => {
             s.push_str(&format!("Fits, with {} to spare", b(spare)));
+            if v.not_counted_bytes > 0 {
+                s.push_str(&format!(
+                    ", not counting up to {} it does not see (below)",
+                    b(v.not_counted_bytes)
+                ));
+            }
             if v.alloc_retries > 0 {
                 s.push_str(&format!(
                     " (after {} allocation retries that free the cache: slower steps)",
@@ -222,6 +229,25 @@ pub fn text(file: &Path, v: &Verdict, facts: &EstimateFacts) -> String {
                 at(&u.file, u.line),
                 u.op,
                 times(u.count)
+            ));
+        }
+    }
+    if !facts.not_counted.is_empty() {
+        s.push_str(&format!(
+            "Not counted: memory the device would use that the estimate does not see; the peak may be higher by up to {}{}:\n",
+            b(v.not_counted_bytes),
+            match v.spare_bytes {
+                Some(spare) if v.not_counted_bytes > spare => ", more than the spare",
+                _ => "",
+            }
+        ));
+        for n in &facts.not_counted {
+            s.push_str(&format!(
+                "  {}: {}, up to {} ({})\n",
+                at(&n.file, n.line),
+                n.what,
+                b(n.bytes),
+                times(n.count)
             ));
         }
     }

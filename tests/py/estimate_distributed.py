@@ -6,6 +6,8 @@
 #   tp2d      a 2-D mesh (data parallel x 4-way tensor parallel): Colwise/Rowwise on each
 #             block, then FSDP2 over the data-parallel dimension
 #   badmesh   a mesh of 3 x 4 ranks in a world of 8
+#   cp        context parallel over the world: causal SDPA of bf16 [1, 2, 256, 64] queries,
+#             keys and values sharded on the sequence, forward and backward
 #   spawn     without torchrun: mp.spawn's workers, one a device, each run "ddp" as the rank it
 #             names in init_process_group; "spawnfail" the same, where rank 1 raises
 # Prints the parameters' local elements and "done".
@@ -81,6 +83,18 @@ def main(what, local_rank, init):
             parallelize_module(blk, mesh["tp"], {"up": ColwiseParallel(), "mid": RowwiseParallel()})
             fully_shard(blk, mesh=mesh["dp"])
         fully_shard(net, mesh=mesh["dp"])
+    elif what == "cp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.experimental import context_parallel
+
+        mesh = init_device_mesh("cuda", (dist.get_world_size(),), mesh_dim_names=("cp",))
+        q, k, v = (torch.randn(1, 2, 256, 64, device="cuda", dtype=torch.bfloat16) for _ in "qkv")
+        with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+            q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out.sum().backward()
+        print("local sequence", out.shape[2], "done")
+        return
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
     steps(net, opt)
     local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in net.parameters())

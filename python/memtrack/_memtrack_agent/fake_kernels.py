@@ -45,6 +45,8 @@ def sdpa(func, args, kwargs):
     mask = a.get("attn_mask")
     if not (isinstance(q, _torch.Tensor) and q.is_meta and q.dim() == 4):
         return func(*args, **kwargs)
+    if type(q).__name__ == "DTensor" and isinstance(k, _torch.Tensor):
+        _ring_attention(q, k, v)
     p = float(a.get("dropout_p", 0.0) or 0.0)
     causal = bool(a.get("is_causal", False))
     scale = a.get("scale")
@@ -75,6 +77,23 @@ def sdpa(func, args, kwargs):
     except Exception as e:
         transport.internal_error(e)
         return func(*args, **kwargs)
+
+
+def _ring_attention(q, k, v):
+    """Context parallel's attention (DTensors sharded on the sequence) runs its ring inside
+    one DTensor op, whose inner ops the estimate does not follow: the keys and values it
+    gathers from the other ranks (all of them, with torch's default rotation), and in
+    backward their gradients as well, are made and freed there unseen. Said, with that size."""
+    try:
+        kv = sum(t.numel() * t.element_size() for t in (k, v) if isinstance(t, _torch.Tensor))
+        grad = _torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        fake_values.note_not_counted(
+            "context-parallel attention: the keys and values its ring gathers"
+            + (", and their gradients in backward" if grad else ""),
+            2 * kv if grad else kv,
+        )
+    except Exception as e:
+        transport.internal_error(e)
 
 
 # ---- ops whose output size depends on values

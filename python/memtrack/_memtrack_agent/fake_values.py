@@ -27,7 +27,12 @@ import sys
 import weakref
 
 from . import state, transport
-from .protocol import MSG_ESTIMATE_BOUND, MSG_ESTIMATE_READ, MSG_ESTIMATE_STOPPED
+from .protocol import (
+    MSG_ESTIMATE_BOUND,
+    MSG_ESTIMATE_NOT_COUNTED,
+    MSG_ESTIMATE_READ,
+    MSG_ESTIMATE_STOPPED,
+)
 
 SHADOW_BYTES = 4 << 20
 SHADOW_BUDGET = 256 << 20
@@ -92,6 +97,12 @@ def note_read(what, branch=False, where=None):
         _branches[key] = n
         if n > _max_repeats[0]:
             _stop(what, where, n)
+
+
+def note_not_counted(what, nbytes):
+    """Memory the device would use here that the estimate does not see (made and freed
+    inside an op whose inner ops it does not follow): up to `nbytes` more at the peak."""
+    _message(MSG_ESTIMATE_NOT_COUNTED, what, site(), bytes=int(nbytes))
 
 
 def note_bound(op):

@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use serde_json::Value as Json;
 
 use crate::model::estimate::{
-    EstimateFacts, ProcessGroup, Stopped, Unwritten, UpperBound, ValueRead,
+    EstimateFacts, NotCounted, ProcessGroup, Stopped, Unwritten, UpperBound, ValueRead,
 };
 use crate::record::protocol::{
-    MSG_ESTIMATE_BOUND, MSG_ESTIMATE_GROUP, MSG_ESTIMATE_READ, MSG_ESTIMATE_STOPPED,
-    MSG_ESTIMATE_UNWRITTEN,
+    MSG_ESTIMATE_BOUND, MSG_ESTIMATE_GROUP, MSG_ESTIMATE_NOT_COUNTED, MSG_ESTIMATE_READ,
+    MSG_ESTIMATE_STOPPED, MSG_ESTIMATE_UNWRITTEN,
 };
 
 /// One storage of the estimated device appearing (`bytes` > 0, already rounded to 512 as
@@ -75,6 +75,7 @@ pub(super) struct Estimated {
     facts: EstimateFacts,
     reads: HashMap<(String, u32, String, bool), usize>,
     bounds: HashMap<(String, u32, String), usize>,
+    not_counted: HashMap<(String, u32, String), usize>,
     unwritten: HashMap<(String, u32, String, String), usize>,
 }
 
@@ -120,6 +121,27 @@ impl Estimated {
                         file,
                         line,
                         op: what,
+                        count: 1,
+                    },
+                );
+            }
+            MSG_ESTIMATE_NOT_COUNTED => {
+                let bytes = m["bytes"].as_u64().unwrap_or(0);
+                let key = (file.clone(), line, what.clone());
+                if let Some(&i) = self.not_counted.get(&key) {
+                    let n = &mut f.not_counted[i];
+                    n.bytes = n.bytes.max(bytes);
+                }
+                count(
+                    &mut self.not_counted,
+                    &mut f.not_counted,
+                    key,
+                    |n| &mut n.count,
+                    || NotCounted {
+                        file,
+                        line,
+                        what,
+                        bytes,
                         count: 1,
                     },
                 );
