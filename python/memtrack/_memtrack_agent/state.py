@@ -24,11 +24,17 @@ undo = []
 
 _agent_dir = os.path.dirname(os.path.abspath(__file__))
 _torch_dir = f"{os.sep}torch{os.sep}"
+# Python's own library (contextlib, threading, multiprocessing), where no program's line is;
+# the packages installed under it are the program's libraries
+_stdlib = os.path.join(os.path.dirname(os.__file__), "")
+_installed = ("site-packages", "dist-packages")
 
 
 def program_file(name):
-    """Whether a frame's file is the program's (or its libraries'): not torch's, the agent's or
-    Python's frozen modules. Where the program asked or raised is its innermost such frame."""
+    """Whether a frame's file is the program's (or its libraries'): not torch's, the agent's,
+    Python's own library or its frozen modules. Where the program asked or raised is its innermost such frame."""
+    if name.startswith(_stdlib) and not any(p in name for p in _installed):
+        return False
     return not (
         name.startswith(_agent_dir) or _torch_dir in name or name.startswith("<frozen")
     )
