@@ -46,7 +46,7 @@ impl Replay {
         }
         let cat = (cat.clamp(0, 6)) as usize;
         let dev = dev.clamp(-1, i32::MAX as i64) as i32;
-        let op = self.ops.len() as u32;
+        let op = self.op_count() as u32;
         self.log_device(dev, key, bytes);
         self.storages.insert(
             key,
@@ -117,9 +117,10 @@ impl Replay {
 impl Replay {
     /// An estimated run's device allocation (`bytes` > 0) or free (0) of storage `key`.
     fn log_device(&mut self, dev: i32, key: i64, bytes: i64) {
+        let op = self.op_count() as u32;
         if let Some(log) = self.device_events.as_mut().filter(|_| dev >= 0) {
             log.push(crate::estimate::device_model::DeviceEvent {
-                op: self.ops.len() as u32,
+                op,
                 key,
                 bytes: bytes.max(0) as u64,
             });

@@ -21,6 +21,7 @@ use crate::record::protocol::{FRAME_JSON, FRAME_RECORDS};
 
 mod bytes;
 mod finish;
+pub mod live;
 mod messages;
 mod modules;
 mod ops;
@@ -149,6 +150,8 @@ struct Replay {
     op_names: Vec<Option<String>>,
     names: Vec<Option<String>>,
     ops: Vec<Op>,
+    /// Ops handed out and forgotten before `ops[0]` (a live replay's: `live`); 0 otherwise.
+    ops_base: usize,
     allocated: Vec<f64>,
     active: Vec<f64>,
     reserved: Vec<f64>,
@@ -204,6 +207,11 @@ struct Replay {
 }
 
 impl Replay {
+    /// Ops recorded so far: the index the next op gets.
+    fn op_count(&self) -> usize {
+        self.ops_base + self.ops.len()
+    }
+
     /// The records stop making sense at slot `i` of the current batch: keep what came before,
     /// read nothing more of this stream, and say so.
     fn damaged(&mut self, i: usize, what: String) {
@@ -211,7 +219,7 @@ impl Replay {
             self.damage = Some(format!(
                 "{what} at record slot {}; the {} ops before it are kept",
                 self.slot_base + i,
-                self.ops.len()
+                self.op_count()
             ));
         }
     }

@@ -144,7 +144,7 @@ impl Replay {
                     i += 3;
                 }
                 ITER => {
-                    self.iteration_starts.push(self.ops.len() as i64);
+                    self.iteration_starts.push(self.op_count() as i64);
                     self.iteration_started();
                     self.next_iteration();
                     i += 1;
@@ -156,7 +156,7 @@ impl Replay {
                     if v[i + 1] == 0 && self.iteration_starts.is_empty() {
                         // the first iteration begins at the first fw_start; each after it
                         // at an ITER (a step can mark several top-level forwards)
-                        self.iteration_starts.push(self.ops.len() as i64);
+                        self.iteration_starts.push(self.op_count() as i64);
                         self.iteration_started();
                     }
                     let name = if v[i + 1] == 0 {
@@ -166,7 +166,7 @@ impl Replay {
                     };
                     self.markers.push(Marker {
                         name: name.into(),
-                        op_index: self.ops.len() as i64,
+                        op_index: self.op_count() as i64,
                     });
                     i += 2;
                 }
@@ -185,7 +185,7 @@ impl Replay {
                     if !need(1) {
                         return;
                     }
-                    let (id, ops) = (v[i + 1], self.ops.len());
+                    let (id, ops) = (v[i + 1], self.op_count());
                     if let Some(c) = self.cycles.iter_mut().find(|c| c.0 == id) {
                         c.1 = ops;
                     }
@@ -215,7 +215,7 @@ impl Replay {
                         return;
                     }
                     self.time_marks
-                        .push((v[i + 1].max(0) as u64, self.ops.len()));
+                        .push((v[i + 1].max(0) as u64, self.op_count()));
                     i += 2;
                 }
                 THREAD => {
