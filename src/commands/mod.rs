@@ -19,6 +19,7 @@ mod summary;
 mod top;
 mod trace;
 mod view;
+mod watch;
 
 use crate::cli::{BackendArg, Cli, Command, ObserverArg};
 use crate::error::Result;
@@ -42,6 +43,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Simulate(a) => simulate::run(a),
         Command::Estimate(a) => estimate::run(a),
         Command::View(a) => view::run(a),
+        Command::Watch(a) => watch::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),
     }

@@ -7,7 +7,10 @@ pub fn run(a: RecordArgs) -> Result<()> {
     if let Some(dir) = &a.recover {
         return record::recover(dir, a.output.as_deref());
     }
-    let code = record::run(&Options {
+    if a.watch {
+        super::watch::need_terminal("record --watch")?;
+    }
+    let options = Options {
         output: a.output.unwrap_or_else(|| "memtrack.pkl".into()),
         backend: super::backend(a.backend),
         observer: super::observer(a.observer),
@@ -16,6 +19,11 @@ pub fn run(a: RecordArgs) -> Result<()> {
         cycles: a.cycles,
         device_interval: std::time::Duration::from_millis(a.device_interval),
         command: a.command,
-    })?;
+    };
+    let code = if a.watch {
+        record::run_with(&options, Some(&mut crate::tui::watch::Watch::record()))?
+    } else {
+        record::run(&options)?
+    };
     std::process::exit(code)
 }

@@ -31,7 +31,9 @@ impl Replay {
             .or_insert(0) += 1;
     }
 
-    pub(super) fn records(&mut self, v: &[i64]) {
+    /// Replay the records of `v`; the slots taken, up to the end of the last whole record
+    /// (a record cut by the end of `v` is left for the next batch).
+    pub(super) fn records(&mut self, v: &[i64]) -> usize {
         let mut i = 0;
         // each arm checks it has its arguments; a short record ends the frame
         let n = v.len();
@@ -45,11 +47,11 @@ impl Replay {
                     // the agent names an op (a JSON message) before its first record
                     if fid as usize >= self.op_names.len() {
                         self.damaged(i, format!("an op never named (id {fid})"));
-                        return;
+                        return i;
                     }
                     if self.cuda {
                         if !need(3) {
-                            return;
+                            return i;
                         }
                         self.op(fid, bw, Some([v[i + 1], v[i + 2], v[i + 3]]));
                         i += 4;
@@ -60,39 +62,39 @@ impl Replay {
                 }
                 ADD => {
                     if !need(4) {
-                        return;
+                        return i;
                     }
                     if !(0..1 << 56).contains(&v[i + 4]) {
                         self.damaged(i, format!("a storage of {} bytes", v[i + 4]));
-                        return;
+                        return i;
                     }
                     self.add(v[i + 1], v[i + 2], v[i + 3], v[i + 4]);
                     i += 5;
                 }
                 DEL => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     self.del(v[i + 1]);
                     i += 2;
                 }
                 REF => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     self.recategorize(v[i + 1], v[i + 2]);
                     i += 3;
                 }
                 SIZE => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     self.resize(v[i + 1], v[i + 2]);
                     i += 3;
                 }
                 PUSH => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     self.threads.pushed(self.parents.is_empty(), v[i + 2]);
                     self.parents
@@ -101,7 +103,7 @@ impl Replay {
                 }
                 POP => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     let id = v[i + 1] as u32;
                     if let Some(k) = self.parents.iter().rposition(|(n, _)| *n == id) {
@@ -115,28 +117,28 @@ impl Replay {
                 }
                 MOD => {
                     if !need(5) {
-                        return;
+                        return i;
                     }
                     self.new_module(v[i + 1], v[i + 2] as u32, v[i + 3], v[i + 4], v[i + 5]);
                     i += 6;
                 }
                 SNAP => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     self.snap(v[i + 1], v[i + 2]);
                     i += 3;
                 }
                 INPUT => {
                     if !need(3) {
-                        return;
+                        return i;
                     }
                     self.input(v[i + 1], v[i + 2] as u32, v[i + 3]);
                     i += 4;
                 }
                 OUTPUT => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     if let Some(m) = self.module(v[i + 1]) {
                         m.output_bytes = v[i + 2];
@@ -151,7 +153,7 @@ impl Replay {
                 }
                 MARK => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     if v[i + 1] == 0 && self.iteration_starts.is_empty() {
                         // the first iteration begins at the first fw_start; each after it
@@ -172,7 +174,7 @@ impl Replay {
                 }
                 OPT_BEGIN => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     self.optimizer = Some(v[i + 1] as u32);
                     i += 2;
@@ -183,7 +185,7 @@ impl Replay {
                 }
                 CYCLE => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     let (id, ops) = (v[i + 1], self.op_count());
                     if let Some(c) = self.cycles.iter_mut().find(|c| c.0 == id) {
@@ -193,12 +195,12 @@ impl Replay {
                 }
                 JSON => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     let len = v[i + 1].max(0) as usize;
                     let words = len.div_ceil(8);
                     if i + 2 + words > n {
-                        return;
+                        return i;
                     }
                     let bytes: Vec<u8> = v[i + 2..i + 2 + words]
                         .iter()
@@ -212,7 +214,7 @@ impl Replay {
                 }
                 TIME => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     self.time_marks
                         .push((v[i + 1].max(0) as u64, self.op_count()));
@@ -220,14 +222,14 @@ impl Replay {
                 }
                 THREAD => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     self.switch_thread(v[i + 1]);
                     i += 2;
                 }
                 NOTE => {
                     if !need(3) {
-                        return;
+                        return i;
                     }
                     self.note_tensor(v[i + 1], v[i + 2], v[i + 3]);
                     i += 4;
@@ -235,9 +237,10 @@ impl Replay {
                 // unknown: the rest cannot be framed
                 _ => {
                     self.damaged(i, format!("an unknown record code {code}"));
-                    return;
+                    return i;
                 }
             }
         }
+        i
     }
 }
