@@ -12,15 +12,21 @@ use crate::view::profile::ProfileViewError;
 use crate::view::server::{Content, Server};
 
 pub fn run(a: ViewArgs) -> Result<()> {
+    if a.tui {
+        super::watch::need_terminal("view --tui")?;
+    }
     let addr = SocketAddr::new(a.host, a.port);
-    if !a.host.is_loopback() {
+    if !a.host.is_loopback() && !a.tui {
         eprintln!(
             "memtrack: warning: listening on {} lets other machines ask for this capture's stack traces (file paths, function names); anyone with the URL's token can read them",
             a.host
         );
     }
     // the port is taken before the (possibly long) load: a clash is said at once
-    let server = Server::bind(addr).map_err(|e| Error::Usage(format!("view: {e}")))?;
+    let server = match a.tui {
+        true => None,
+        false => Some(Server::bind(addr).map_err(|e| Error::Usage(format!("view: {e}")))?),
+    };
     if super::profile::any_trace(std::slice::from_ref(&a.file)) {
         if a.file.is_dir() {
             return Err(Error::input(
@@ -36,7 +42,7 @@ pub fn run(a: ViewArgs) -> Result<()> {
             e => Error::input(&a.file, e.to_string()),
         })?;
         drop(stage);
-        return serve(&a, server, Content::Profile(Box::new(view)));
+        return present(&a, server, Content::Profile(Box::new(view)));
     }
     let spool = EventSpool::new().map_err(super::spool_error("view"))?;
     let mut sink = (Timelines::new(true), spool);
@@ -76,7 +82,16 @@ pub fn run(a: ViewArgs) -> Result<()> {
             }
         }
     };
-    serve(&a, server, content)
+    present(&a, server, content)
+}
+
+/// In the terminal (`--tui`), else served to the browser.
+fn present(a: &ViewArgs, server: Option<Server>, content: Content<'_>) -> Result<()> {
+    match server {
+        Some(server) => serve(a, server, content),
+        None => crate::tui::view(super::display_name(&a.file), content)
+            .map_err(|e| Error::Unavailable(format!("view --tui: {e}"))),
+    }
 }
 
 /// Print the URL, open the browser, answer until Ctrl-C.

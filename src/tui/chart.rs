@@ -51,7 +51,7 @@ pub struct ColumnChart<'a> {
 }
 
 /// Cell columns the y labels take.
-pub const Y_LABELS: u16 = 11;
+pub const Y_LABELS: u16 = 13;
 const EIGHTHS: [char; 8] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇'];
 
 impl Widget for ColumnChart<'_> {

@@ -12,6 +12,8 @@ pub mod envelope;
 pub mod follow;
 pub mod output;
 pub mod pty;
+pub mod snapshot_draw;
+pub mod snapshot_screen;
 pub mod stats_draw;
 pub mod stats_model;
 pub mod stats_screen;
@@ -27,4 +29,23 @@ pub fn show(screen: &mut dyn app::Screen) -> std::io::Result<()> {
     let closed = app::run(&mut tty, screen, &never, &mut || true);
     tty.close();
     closed.map(|_| ())
+}
+
+/// `view --tui`: a finished file `view` loaded, in the terminal until `q`.
+pub fn view(title: String, content: crate::view::server::Content<'_>) -> std::io::Result<()> {
+    use crate::view::server::Content;
+    match content {
+        Content::Stats(stats) => {
+            let kind = if stats.record.is_some() {
+                "record file"
+            } else {
+                "MemoryTracker stats"
+            };
+            show(&mut stats_screen::StatsScreen::file(title, kind, *stats))
+        }
+        mut other => match snapshot_screen::SnapshotScreen::new(title, &mut other) {
+            Some(mut screen) => show(&mut screen),
+            None => Ok(()),
+        },
+    }
 }

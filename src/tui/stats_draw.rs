@@ -101,6 +101,22 @@ pub fn waiting(f: &mut Frame, heading: &Heading, output: Option<&Output>) {
 }
 
 fn draw_heading(f: &mut Frame, area: Rect, h: &Heading) {
+    let mut right = String::new();
+    if let Some(now) = &h.now {
+        right = format!("iteration {} · {}", now.iteration, now.phase);
+        if let Some(m) = &now.module {
+            right.push_str(&format!(" · {m}"));
+        }
+        if now.oom {
+            right.push_str(" · OUT OF MEMORY");
+        }
+        right.push(' ');
+    }
+    let [left_area, right_area] = Layout::horizontal([
+        Constraint::Min(10),
+        Constraint::Length(right.chars().count() as u16),
+    ])
+    .areas(area);
     let mut left = vec![
         Span::styled(" memtrack ", bold().fg(Color::Black).bg(Color::Cyan)),
         Span::raw(" "),
@@ -134,19 +150,8 @@ fn draw_heading(f: &mut Frame, area: Rect, h: &Heading) {
         Style::default().fg(Color::Yellow)
     };
     left.push(Span::styled(h.state.clone(), state_style));
-    f.render_widget(Paragraph::new(Line::from(left)), area);
-    if let Some(now) = &h.now {
-        let mut right = format!("iteration {} · {}", now.iteration, now.phase);
-        if let Some(m) = &now.module {
-            right.push_str(&format!(" · {m}"));
-        }
-        if now.oom {
-            right.push_str(" · OUT OF MEMORY");
-        }
-        right.push(' ');
-        let p = Paragraph::new(Span::styled(right, bold())).right_aligned();
-        f.render_widget(p, area);
-    }
+    f.render_widget(Paragraph::new(Line::from(left)), left_area);
+    f.render_widget(Paragraph::new(Span::styled(right, bold())), right_area);
 }
 
 fn draw_info(f: &mut Frame, area: Rect, model: &StatsModel, h: &Heading) {
@@ -350,18 +355,14 @@ fn draw_modules(f: &mut Frame, area: Rect, model: &StatsModel, ui: &Ui, shown: O
         return;
     };
     let rows = module_rows(it, &ui.search);
-    let header = Row::new(
-        [
-            "module",
-            "params",
-            "Pre-Fw",
-            "Post-Fw",
-            "Peak-Fw",
-            "Peak-Bw",
-            "most at peak",
-        ]
-        .map(|h| Cell::from(h).style(bold())),
-    );
+    // Post-Forward and Pre-Forward where the terminal is wide enough
+    let wide = area.width >= 110;
+    let mut heads = vec!["module", "params"];
+    if wide {
+        heads.extend(["Pre-Fw", "Post-Fw"]);
+    }
+    heads.extend(["Peak-Fw", "Peak-Bw", "most at peak"]);
+    let header = Row::new(heads.into_iter().map(|h| Cell::from(h).style(bold())));
     let body: Vec<Row> = (rows.iter().skip(ui.scroll))
         .map(|m| {
             let at = |s: ModState| m.max_total(s).map_or("-".into(), |b| bytes(b as f64));
@@ -369,27 +370,36 @@ fn draw_modules(f: &mut Frame, area: Rect, model: &StatsModel, ui: &Ui, shown: O
                 (m.state(s).and_then(|x| x.calls.first()))
                     .map_or("-".into(), |b| bytes(b.total() as f64))
             };
-            let indent = "  ".repeat(m.depth().saturating_sub(1));
-            Row::new(vec![
-                Cell::from(format!("{indent}{}", m.fqn)),
+            // a tree: its parent is the row above, so a child is named by its last part
+            let name = match (ui.search.is_empty(), m.fqn.rsplit_once('.')) {
+                (true, Some((_, last))) => {
+                    format!("{}{last}", "  ".repeat(m.depth().saturating_sub(1)))
+                }
+                _ => m.fqn.clone(),
+            };
+            let mut cells = vec![
+                Cell::from(name),
                 Cell::from(bytes(m.parameter_bytes as f64)),
-                Cell::from(first(ModState::PreForward)),
-                Cell::from(first(ModState::PostForward)),
-                Cell::from(at(ModState::PeakForward)),
-                Cell::from(at(ModState::PeakBackward)),
-                Cell::from(largest_category(m)),
-            ])
+            ];
+            if wide {
+                cells.push(Cell::from(first(ModState::PreForward)));
+                cells.push(Cell::from(first(ModState::PostForward)));
+            }
+            cells.push(Cell::from(at(ModState::PeakForward)));
+            cells.push(Cell::from(at(ModState::PeakBackward)));
+            cells.push(Cell::from(largest_category(m)));
+            Row::new(cells)
         })
         .collect();
-    let widths = [
-        Constraint::Fill(3),
-        Constraint::Length(11),
-        Constraint::Length(11),
-        Constraint::Length(11),
-        Constraint::Length(11),
-        Constraint::Length(11),
-        Constraint::Fill(2),
-    ];
+    let mut widths = vec![Constraint::Fill(1), Constraint::Length(10)];
+    if wide {
+        widths.extend([Constraint::Length(10), Constraint::Length(10)]);
+    }
+    widths.extend([
+        Constraint::Length(10),
+        Constraint::Length(10),
+        Constraint::Length(24),
+    ]);
     f.render_widget(Table::new(body, widths).header(header), area);
 }
 

@@ -10,6 +10,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 use ratatui::Frame;
 
 use crate::model::TrackerStats;
+use crate::record::finalize::command_line;
 use crate::record::replay::live::{Hello, Now};
 
 use super::app::{Screen, Step};
@@ -134,13 +135,27 @@ impl StatsScreen {
 
     fn heading(&self) -> Heading {
         match &self.source {
-            Source::File { title, kind, .. } => Heading {
-                title: title.clone(),
-                state: kind.to_string(),
-                now: None,
-                hello: None,
-                process: (0, 1),
-            },
+            Source::File { title, kind, model } => {
+                // a record file says what it recorded
+                let hello = model.record().map(|r| Hello {
+                    pid: r.pid,
+                    rank: r.rank,
+                    backend: r.backend.clone(),
+                    argv: r.argv.clone(),
+                    device: r.device_name.clone(),
+                });
+                let program = (hello.as_ref()).filter(|h| !h.argv.is_empty());
+                Heading {
+                    title: program.map_or_else(
+                        || title.clone(),
+                        |h| format!("{title}: {}", command_line(&h.argv)),
+                    ),
+                    state: kind.to_string(),
+                    now: None,
+                    hello,
+                    process: (0, 1),
+                }
+            }
             Source::Journal {
                 follower,
                 started,
@@ -151,7 +166,7 @@ impl StatsScreen {
                 let hello = p.map(|p| p.replay.hello());
                 let title = hello.as_ref().filter(|h| !h.argv.is_empty()).map_or_else(
                     || follower.journal().path().display().to_string(),
-                    |h| h.argv.join(" "),
+                    |h| command_line(&h.argv),
                 );
                 let t = started.elapsed().as_secs();
                 let state = match ended {
