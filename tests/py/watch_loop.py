@@ -1,7 +1,8 @@
-"""A training loop for `record --watch` tests: an MLP trained step by step, printing a line
-per step (and a progress line with a carriage return), slow enough to be watched.
+"""A training loop to watch (tests/watch_tui.rs): STEPS steps of a small MLP, about PAUSE
+seconds each, printing one line a step and whether its stdout is a terminal, so a test can
+tell its output is what it would be without memtrack.
 
-    python watch_loop.py STEPS [SECONDS_PER_STEP]
+    python watch_loop.py STEPS [PAUSE]
 """
 
 import sys
@@ -12,18 +13,17 @@ import torch.nn as nn
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 40
 pause = float(sys.argv[2]) if len(sys.argv) > 2 else 0.1
-
+print(f"stdout is a terminal: {sys.stdout.isatty()}", flush=True)
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10))
 opt = torch.optim.Adam(model.parameters())
-kept = []  # grows a little every step: something for growth to see
+kept = []  # a little more every step: growth has something to see
 for step in range(steps):
-    x = torch.randn(64, 256)
-    loss = model(x).square().mean()
+    loss = model(torch.randn(64, 256)).square().mean()
     loss.backward()
     opt.step()
     opt.zero_grad()
     kept.append(torch.zeros(1024))
-    print(f"step {step} loss {loss.item():.4f}", flush=True)
+    print(f"step {step}", flush=True)
     time.sleep(pause)
 print("done", flush=True)
