@@ -394,3 +394,44 @@ fn without_a_terminal_the_ui_refuses_and_points_to_summary() {
         assert!(err.contains("memtrack summary"), "{err}");
     }
 }
+
+#[test]
+fn watch_attach_records_a_running_process_for_its_window() {
+    let (Some(py), true) = (python(), tmux_or_skip("watch --attach")) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let mut target = Command::new(&py)
+        .arg(script("attach_loop.py"))
+        .args(["100000", "0.01"])
+        .arg(&ready)
+        .arg(dir.path().join("facts.json"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !ready.exists() {
+        assert!(start.elapsed() < Duration::from_secs(60), "the loop never got ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t = Tmux::start(
+        "attach",
+        dir.path(),
+        &format!(
+            "{} watch --attach {} --duration 4s -o att.pkl",
+            bin(),
+            target.id()
+        ),
+    );
+    let s = t.wait("the attached loop", Duration::from_secs(15), |s| {
+        iteration(s).is_some() && s.contains("Net") && has_byte_figure(s)
+    });
+    assert!(s.contains("attach_loop.py"), "{s}");
+    // the window ends by itself: the file is written, the loop goes on
+    assert_eq!(t.exit_code(Duration::from_secs(30)), 0, "{}", t.screen(true));
+    assert!(iterations_in(&dir.path().join("att.pkl")) > 0);
+    assert!(target.try_wait().unwrap().is_none(), "the loop runs on");
+    let _ = target.kill();
+    let _ = target.wait();
+}
