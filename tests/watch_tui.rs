@@ -412,7 +412,10 @@ fn watch_attach_records_a_running_process_for_its_window() {
         .unwrap();
     let start = Instant::now();
     while !ready.exists() {
-        assert!(start.elapsed() < Duration::from_secs(60), "the loop never got ready");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the loop never got ready"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let t = Tmux::start(
@@ -429,7 +432,12 @@ fn watch_attach_records_a_running_process_for_its_window() {
     });
     assert!(s.contains("attach_loop.py"), "{s}");
     // the window ends by itself: the file is written, the loop goes on
-    assert_eq!(t.exit_code(Duration::from_secs(30)), 0, "{}", t.screen(true));
+    assert_eq!(
+        t.exit_code(Duration::from_secs(30)),
+        0,
+        "{}",
+        t.screen(true)
+    );
     assert!(iterations_in(&dir.path().join("att.pkl")) > 0);
     assert!(target.try_wait().unwrap().is_none(), "the loop runs on");
     let _ = target.kill();

@@ -51,6 +51,9 @@ pub fn run(
     stop: &AtomicBool,
     interrupt: &mut dyn FnMut() -> bool,
 ) -> io::Result<Closed> {
+    // drawn at once, then with what the first refresh brings (a moment's details, a
+    // journal's records so far)
+    tty.terminal.draw(|f| screen.draw(f))?;
     screen.refresh();
     tty.terminal.draw(|f| screen.draw(f))?;
     let (mut refreshed, mut drawn) = (Instant::now(), Instant::now());

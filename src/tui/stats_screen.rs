@@ -4,7 +4,7 @@
 //! the chart on the iteration or the whole run, `/` search, `q` quit.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ratatui::crossterm::event::{KeyCode, KeyEvent};
 use ratatui::Frame;
@@ -18,6 +18,9 @@ use super::follow::Follower;
 use super::output::Output;
 use super::stats_draw;
 use super::stats_model::StatsModel;
+
+/// How long one refresh may read a journal that is far ahead before the screen is drawn.
+const CATCH_UP_STEP: Duration = Duration::from_millis(300);
 
 /// The panel under the chart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,12 +231,22 @@ impl Screen for StatsScreen {
         else {
             return false;
         };
-        let read = follower.poll();
-        for (k, p) in follower.processes.iter_mut().enumerate() {
-            if models.len() <= k {
-                models.push(StatsModel::live());
+        // a journal far ahead (watch started late) is caught up with in looks of bounded
+        // size, each absorbed before the next, for at most a moment before the screen is drawn
+        let began = Instant::now();
+        let mut read = 0;
+        loop {
+            let more = follower.poll();
+            for (k, p) in follower.processes.iter_mut().enumerate() {
+                if models.len() <= k {
+                    models.push(StatsModel::live());
+                }
+                models[k].absorb(&mut p.replay);
             }
-            models[k].absorb(&mut p.replay);
+            read += more;
+            if more == 0 || began.elapsed() >= CATCH_UP_STEP {
+                break;
+            }
         }
         if ended.is_none() {
             let all_said = !follower.processes.is_empty()
