@@ -8,6 +8,7 @@ use crate::analysis::timeline::Timelines;
 use crate::cli::ViewArgs;
 use crate::error::{Error, Result};
 use crate::formats::{self, event_spool::EventSpool};
+use crate::view::journal::JournalStats;
 use crate::view::profile::ProfileViewError;
 use crate::view::server::{Content, Server};
 
@@ -27,6 +28,14 @@ pub fn run(a: ViewArgs) -> Result<()> {
         true => None,
         false => Some(Server::bind(addr).map_err(|e| Error::Usage(format!("view: {e}")))?),
     };
+    if super::watch::is_journal(&a.file) {
+        // a job still being recorded: its run so far, growing
+        if a.tui {
+            return super::watch::watch_journal(&a.file);
+        }
+        let journal = JournalStats::new(super::watch::follow(&a.file)?);
+        return present(&a, server, Content::Journal(Box::new(journal)));
+    }
     if super::profile::any_trace(std::slice::from_ref(&a.file)) {
         if a.file.is_dir() {
             return Err(Error::input(

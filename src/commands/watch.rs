@@ -1,15 +1,16 @@
 //! `memtrack watch JOURNAL` and `watch --attach PID`: the terminal UI on a job being recorded
 //! (`tui`); `record --watch` and `view --tui` ask here whether there is a terminal.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::cli::WatchArgs;
 use crate::error::{Error, Result};
 use crate::record::attach::{self, Options};
+use crate::record::follow::Follower;
 use crate::record::journal::{self, Journal};
 use crate::record::{Backend, Observer};
-use crate::tui::follow::Follower;
 use crate::tui::stats_screen::StatsScreen;
 use crate::tui::watch::Watch;
 
@@ -35,14 +36,29 @@ pub fn run(a: WatchArgs) -> Result<()> {
             "watch: name a journal, or --attach PID".into(),
         ));
     };
-    if !dir.is_dir() || journal::output_of(&dir).is_none() {
+    if !is_journal(&dir) {
         return Err(Error::input(
             &dir,
             "not a journal: `watch` follows the folder NAME.journal-XXXXXXXX that `record` writes beside its output while the program runs; a finished file is shown by `memtrack view --tui FILE`",
         ));
     }
-    let journal = Journal::open(&dir).map_err(|why| Error::input(&dir, why))?;
-    let mut screen = StatsScreen::journal(Follower::new(Arc::new(journal)));
+    watch_journal(&dir)
+}
+
+/// Whether `path` names a `record` journal (`NAME.journal-XXXXXXXX`, a folder).
+pub(super) fn is_journal(path: &Path) -> bool {
+    path.is_dir() && journal::output_of(path).is_some()
+}
+
+/// A journal followed from its start: refused unless it is the user's alone.
+pub(super) fn follow(dir: &Path) -> Result<Follower> {
+    let journal = Journal::open(dir).map_err(|why| Error::input(dir, why))?;
+    Ok(Follower::new(Arc::new(journal)))
+}
+
+/// The terminal UI on a journal until `q`.
+pub(super) fn watch_journal(dir: &Path) -> Result<()> {
+    let mut screen = StatsScreen::journal(follow(dir)?);
     crate::tui::show(&mut screen).map_err(|e| Error::Unavailable(format!("watch: {e}")))?;
     if !screen.ended() {
         eprintln!("memtrack: watch closed; the recording goes on to its file");

@@ -7,10 +7,12 @@
 //! - [`signals`]: Ctrl-C and friends while the child runs.
 //! - [`replay`]: the agent's stream → op samples, module breakdown, peaks.
 //! - [`finalize`]: journal → stats files, named per rank.
+//! - [`follow`]: a journal read while it is written (`memtrack watch`, `view` of a journal).
 
 pub mod agent;
 pub mod attach;
 pub mod finalize;
+pub mod follow;
 pub mod journal;
 pub mod protocol;
 pub mod replay;

@@ -9,7 +9,6 @@
 pub mod app;
 pub mod chart;
 pub mod envelope;
-pub mod follow;
 pub mod output;
 pub mod pty;
 pub mod snapshot_draw;

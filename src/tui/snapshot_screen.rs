@@ -95,7 +95,7 @@ impl<'c, 'a> SnapshotScreen<'c, 'a> {
                 .map(|o| event_frames(snap, events.as_mut(), index.device, o.index))
                 .collect(),
             Content::Profile(p) => vec![None; p.index.marks.ooms.len()],
-            Content::Stats(_) => return None,
+            Content::Stats(_) | Content::Journal(_) => return None,
         };
         let index = index_of(content);
         let n = index.events();
@@ -196,7 +196,7 @@ fn index_of<'x>(content: &'x Content<'_>) -> &'x AllocIndex {
     match content {
         Content::Snapshot { index, .. } => index,
         Content::Profile(p) => &p.index,
-        Content::Stats(_) => unreachable!("a stats file has its own screen"),
+        Content::Stats(_) | Content::Journal(_) => unreachable!("a stats file has its own screen"),
     }
 }
 
@@ -289,7 +289,7 @@ impl Screen for SnapshotScreen<'_, '_> {
                         .collect(),
                 })
             }
-            Content::Stats(_) => None,
+            Content::Stats(_) | Content::Journal(_) => None,
         };
         true
     }
@@ -370,7 +370,7 @@ fn search(content: &Content<'_>, q: &str) -> Option<(usize, u64)> {
     let hits = match content {
         Content::Snapshot { snap, index, .. } => details::search(snap, index, q),
         Content::Profile(p) => p.search(q),
-        Content::Stats(_) => return None,
+        Content::Stats(_) | Content::Journal(_) => return None,
     };
     Some((hits.allocations, hits.bytes))
 }

@@ -14,10 +14,10 @@ use crate::record::finalize::command_line;
 use crate::record::replay::live::{Hello, Now};
 
 use super::app::{Screen, Step};
-use super::follow::Follower;
 use super::output::Output;
 use super::stats_draw;
 use super::stats_model::StatsModel;
+use crate::record::follow::Follower;
 
 /// How long one refresh may read a journal that is far ahead before the screen is drawn.
 const CATCH_UP_STEP: Duration = Duration::from_millis(300);

@@ -12,11 +12,11 @@ use crate::record::journal::Journal;
 use crate::record::Companion;
 
 use super::app::{self, Closed};
-use super::follow::Follower;
 use super::output::Output;
 use super::pty::Pty;
 use super::stats_screen::StatsScreen;
 use super::terminal::Tty;
+use crate::record::follow::Follower;
 
 /// What Ctrl-C in the UI does.
 #[derive(Clone, Copy)]
