@@ -67,7 +67,10 @@ fn a_running_jobs_page_grows_with_a_live_badge_and_its_modules() {
         "{live}"
     );
     // the run so far answers as a stats file does, and grows
-    let ops = v.json("/api/overview")["series"]["ops"].as_u64().unwrap();
+    let overview = v.json("/api/overview");
+    // the page starts following the run only when its overview says `live`
+    assert_eq!(overview["live"], true, "{overview}");
+    let ops = overview["series"]["ops"].as_u64().unwrap();
     assert!(ops > 0);
     until(&v, "/api/overview", Duration::from_secs(10), |o| {
         o["series"]["ops"].as_u64() > Some(ops)

@@ -1,8 +1,8 @@
 // memtrack view of a job still being recorded (`view JOURNAL`, src/view/journal.rs): once a
 // second, where the job is (`/api/live`) and its ops so far; the chart's range grows with the
 // run (a window that reaches the end follows it), a badge says where the job is, and a
-// section lists the last finished iteration's modules. Any other capture answers
-// `/api/live` with 404, and this stops at once.
+// section lists the last finished iteration's modules. Only a journal's overview says
+// `live`: any other page stops here once loaded.
 
 const LIVE_EVERY_MS = 1000;
 
@@ -50,4 +50,9 @@ function showLive(l) {
       : "<div class=\"muted\">none yet: the first iteration is under way</div>");
 }
 
-if (KIND === "stats") setTimeout(pollLive, LIVE_EVERY_MS);
+function startLive() {
+  if (!state.overview) return setTimeout(startLive, 100);
+  if (state.overview.live) setTimeout(pollLive, LIVE_EVERY_MS);
+}
+
+if (KIND === "stats") startLive();
