@@ -12,6 +12,7 @@ pub mod envelope;
 pub mod output;
 pub mod pty;
 pub mod snapshot_draw;
+pub mod snapshot_keys;
 pub mod snapshot_screen;
 pub mod stats_draw;
 pub mod stats_model;

@@ -5,20 +5,14 @@
 //!
 //! The moment starts at the first OOM (what held the memory when it ran out), else at the
 //! peak. Keys: ←/→ a column, `,`/`.` an event, `p` the peak, `x` the next OOM, `+`/`-` zoom
-//! around the moment, `0` the whole trace, ↑/↓ a row, `/` search, `q` quit.
-
-use ratatui::crossterm::event::{KeyCode, KeyEvent};
-use ratatui::Frame;
+//! around the moment, `0` the whole trace, ↑/↓ a row, `/` search, `q` quit
+//! ([`super::snapshot_keys`]); drawn by [`super::snapshot_draw`].
 
 use crate::analysis::groups::is_user_file;
 use crate::model::snapshot::{FrameId, Snapshot, StackId};
 use crate::model::trace::TraceEvents;
-use crate::view::details::{self, MOMENT_ROWS};
 use crate::view::index::{AllocIndex, Axis, BandBy, Tile};
 use crate::view::server::Content;
-
-use super::app::{Screen, Step};
-use super::snapshot_draw;
 
 /// One row of what is live at the moment.
 pub struct LiveRow {
@@ -64,7 +58,7 @@ pub struct View {
 
 /// The screen.
 pub struct SnapshotScreen<'c, 'a> {
-    content: &'c mut Content<'a>,
+    pub(super) content: &'c mut Content<'a>,
     /// `snap.pickle`.
     pub title: String,
     /// What the user looks at.
@@ -79,7 +73,7 @@ pub struct SnapshotScreen<'c, 'a> {
     /// The search's allocations and bytes over the trace.
     pub found: Option<(usize, u64)>,
     /// The moment moved: `live` is worked out again at the next refresh.
-    stale: bool,
+    pub(super) stale: bool,
 }
 
 impl<'c, 'a> SnapshotScreen<'c, 'a> {
@@ -153,11 +147,11 @@ impl<'c, 'a> SnapshotScreen<'c, 'a> {
         self.tile.as_ref().map(|(_, t)| t)
     }
 
-    fn events(&self) -> usize {
+    pub(super) fn events(&self) -> usize {
         self.index().events()
     }
 
-    fn move_to(&mut self, event: usize) {
+    pub(super) fn move_to(&mut self, event: usize) {
         let n = self.events();
         self.view.event = event.min(n.saturating_sub(1));
         // keep the moment in the window
@@ -171,7 +165,7 @@ impl<'c, 'a> SnapshotScreen<'c, 'a> {
         self.stale = true;
     }
 
-    fn set_window(&mut self, x0: f64, x1: f64) {
+    pub(super) fn set_window(&mut self, x0: f64, x1: f64) {
         let last = self.events().saturating_sub(1) as f64;
         let width = (x1 - x0).clamp(8.0_f64.min(last.max(1.0)), last.max(1.0));
         let x0 = x0.clamp(0.0, (last - width).max(0.0));
@@ -180,12 +174,12 @@ impl<'c, 'a> SnapshotScreen<'c, 'a> {
     }
 
     /// Events one column of the chart spans.
-    fn column_events(&self) -> usize {
+    pub(super) fn column_events(&self) -> usize {
         let width = self.tile.as_ref().map_or(80, |(w, _)| *w).max(1);
         (((self.view.x1 - self.view.x0) / width as f64).ceil() as usize).max(1)
     }
 
-    fn zoom(&mut self, by: f64) {
+    pub(super) fn zoom(&mut self, by: f64) {
         let e = self.view.event as f64;
         let (x0, x1) = (self.view.x0, self.view.x1);
         self.set_window(e - (e - x0) * by, e + (x1 - e) * by);
@@ -241,136 +235,4 @@ fn event_frames(
         Err(std::io::Error::other("found"))
     });
     found
-}
-
-impl Screen for SnapshotScreen<'_, '_> {
-    fn refresh(&mut self) -> bool {
-        if !self.stale {
-            return false;
-        }
-        self.stale = false;
-        let event = self.view.event;
-        self.live = match &mut *self.content {
-            Content::Snapshot {
-                snap,
-                index,
-                events,
-                ..
-            } => details::live_at(snap, index.device, events.as_mut(), event)
-                .ok()
-                .map(|r| Live {
-                    event,
-                    bytes: r.at_bytes.unwrap_or(0),
-                    count: r.at_count.unwrap_or(0),
-                    groups: r.groups,
-                    rows: (r.rows.into_iter())
-                        .map(|g| LiveRow {
-                            bytes: g.at_bytes.unwrap_or(0),
-                            count: g.at_count.unwrap_or(0),
-                            group: g.group,
-                            stack: g.example_stack,
-                        })
-                        .collect(),
-                }),
-            Content::Profile(p) => {
-                let r = p.live_at(event, MOMENT_ROWS);
-                Some(Live {
-                    event,
-                    bytes: r.at_bytes.max(0) as u64,
-                    count: r.at_count,
-                    groups: r.groups,
-                    rows: (r.rows.into_iter())
-                        .map(|g| LiveRow {
-                            group: g.group,
-                            bytes: g.at_bytes.max(0) as u64,
-                            count: g.at_count,
-                            stack: Vec::new(),
-                        })
-                        .collect(),
-                })
-            }
-            Content::Stats(_) | Content::Journal(_) => None,
-        };
-        true
-    }
-
-    fn draw(&mut self, f: &mut Frame) {
-        snapshot_draw::draw(f, self);
-    }
-
-    fn key(&mut self, key: KeyEvent) -> Step {
-        if self.view.typing {
-            match key.code {
-                KeyCode::Enter => {
-                    self.view.typing = false;
-                    self.found = search(self.content, &self.view.search);
-                }
-                KeyCode::Esc => {
-                    self.view.typing = false;
-                    self.view.search.clear();
-                    self.found = None;
-                }
-                KeyCode::Backspace => {
-                    self.view.search.pop();
-                }
-                KeyCode::Char(c) => self.view.search.push(c),
-                _ => {}
-            }
-            self.view.row = 0;
-            return Step::Stay;
-        }
-        let n = self.events();
-        let e = self.view.event;
-        match key.code {
-            KeyCode::Char('q') => return Step::Quit,
-            KeyCode::Left => self.move_to(e.saturating_sub(self.column_events())),
-            KeyCode::Right => self.move_to(e + self.column_events()),
-            KeyCode::Char(',') => self.move_to(e.saturating_sub(1)),
-            KeyCode::Char('.') => self.move_to(e + 1),
-            KeyCode::Home => self.move_to(0),
-            KeyCode::End => self.move_to(n),
-            KeyCode::Char('p') => {
-                if let Some(p) = self.index().marks.peak_allocated.as_ref().map(|p| p.index) {
-                    self.move_to(p);
-                }
-            }
-            KeyCode::Char('x') => {
-                let ooms: Vec<usize> = self.index().marks.ooms.iter().map(|o| o.index).collect();
-                if let Some(&o) = ooms.iter().find(|&&o| o > e).or(ooms.first()) {
-                    self.move_to(o);
-                }
-            }
-            KeyCode::Char('+') | KeyCode::Char('=') => self.zoom(0.5),
-            KeyCode::Char('-') => self.zoom(2.0),
-            KeyCode::Char('0') => {
-                self.view.x0 = 0.0;
-                self.view.x1 = n.saturating_sub(1) as f64;
-            }
-            KeyCode::Up => self.view.row = self.view.row.saturating_sub(1),
-            KeyCode::Down => self.view.row += 1,
-            KeyCode::Char('/') => {
-                self.view.typing = true;
-                self.view.search.clear();
-            }
-            KeyCode::Esc => {
-                self.view.search.clear();
-                self.found = None;
-            }
-            _ => {}
-        }
-        Step::Stay
-    }
-}
-
-/// Allocations and bytes of the trace made at stacks (ops) matching `q`.
-fn search(content: &Content<'_>, q: &str) -> Option<(usize, u64)> {
-    if q.is_empty() {
-        return None;
-    }
-    let hits = match content {
-        Content::Snapshot { snap, index, .. } => details::search(snap, index, q),
-        Content::Profile(p) => p.search(q),
-        Content::Stats(_) | Content::Journal(_) => return None,
-    };
-    Some((hits.allocations, hits.bytes))
 }

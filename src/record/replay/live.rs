@@ -158,7 +158,7 @@ impl LiveReplay {
         let running = (r.parents.iter().rev()).find(|(_, how)| *how != Pushed::PassThrough);
         let (phase, module) = match (r.optimizer, running) {
             (Some(o), _) => ("optimizer step", Some(o)),
-            (None, Some(&(name, how))) if how == Pushed::Backward => {
+            (None, Some(&(name, Pushed::Backward))) => {
                 ("backward", Some(r.innermost_in_backward(name)))
             }
             (None, Some(&(name, _))) => (Phase::Forward.name(), Some(name)),
