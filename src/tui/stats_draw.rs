@@ -11,12 +11,57 @@ use ratatui::Frame;
 
 use crate::analysis::modules::{select, IterationSel, Query};
 use crate::model::{format_bytes, IterationModules, ModState, ModuleStats, RecordInfo, Units};
+use crate::record::replay::live::{Hello, Now};
 use crate::render::{signed, thousands};
 
 use super::chart::{Column, ColumnChart, Mark, Y_LABELS};
 use super::output::Output;
-use super::stats_model::StatsModel;
-use super::stats_screen::{Heading, Tab, Ui};
+use super::stats_model::{StatsModel, DETAIL_EVERY, KEPT_DETAILS};
+
+/// The panel under the chart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tab {
+    /// The iteration's module table.
+    Modules,
+    /// Its phases and top ops.
+    Ops,
+    /// Growth across iterations.
+    Growth,
+    /// The program's output (under `record --watch`).
+    Program,
+}
+
+/// What the user chose to look at.
+pub struct Ui {
+    /// The panel.
+    pub tab: Tab,
+    /// The iteration shown; None: the latest that ended.
+    pub selected: Option<usize>,
+    /// Rows scrolled past in the panel.
+    pub scroll: usize,
+    /// What rows must contain (case-insensitive); empty: all.
+    pub search: String,
+    /// The search is being typed.
+    pub typing: bool,
+    /// The process shown (a journal's).
+    pub process: usize,
+    /// The chart shows the selected iteration (else the whole run).
+    pub zoom: bool,
+}
+
+/// What the header says besides the model.
+pub struct Heading {
+    /// The program or file.
+    pub title: String,
+    /// `recording 1:02`, `ended (exit)`, `record file`.
+    pub state: String,
+    /// Where the program is, for a running job.
+    pub now: Option<Now>,
+    /// What its process said of itself.
+    pub hello: Option<Hello>,
+    /// Which process of how many.
+    pub process: (usize, usize),
+}
 
 /// Module depth shown when not searching (MemTracker's depth: `MLP` is 1).
 const DEPTH: usize = 2;
@@ -117,9 +162,17 @@ fn draw_heading(f: &mut Frame, area: Rect, h: &Heading) {
         Constraint::Length(right.chars().count() as u16),
     ])
     .areas(area);
+    // the state before the title: a narrow terminal cuts the title, not whether it runs
+    let state_style = if h.state.starts_with("recording") {
+        Style::default().fg(Color::Green)
+    } else {
+        Style::default().fg(Color::Yellow)
+    };
     let mut left = vec![
         Span::styled(" memtrack ", bold().fg(Color::Black).bg(Color::Cyan)),
         Span::raw(" "),
+        Span::styled(h.state.clone(), state_style),
+        Span::raw("  "),
         Span::styled(h.title.clone(), bold()),
     ];
     if let Some(hello) = &h.hello {
@@ -143,13 +196,6 @@ fn draw_heading(f: &mut Frame, area: Rect, h: &Heading) {
             h.process.1
         )));
     }
-    left.push(Span::raw("  "));
-    let state_style = if h.state.starts_with("recording") {
-        Style::default().fg(Color::Green)
-    } else {
-        Style::default().fg(Color::Yellow)
-    };
-    left.push(Span::styled(h.state.clone(), state_style));
     f.render_widget(Paragraph::new(Line::from(left)), left_area);
     f.render_widget(Paragraph::new(Span::styled(right, bold())), right_area);
 }
@@ -452,10 +498,14 @@ fn draw_ops(f: &mut Frame, area: Rect, model: &mut StatsModel, ui: &Ui, shown: O
     let Some(d) = model.detail(n) else {
         let why = if under_way {
             format!("iteration {n} is under way: its phases and top ops come when it ends")
+        } else if model
+            .last_detailed()
+            .is_some_and(|last| n + KEPT_DETAILS > last)
+        {
+            format!("iteration {n} ended soon after the one before: a running job works out an iteration's phases and top ops at most {} times a second (←/→: a neighbour)", 1000 / DETAIL_EVERY.as_millis())
         } else {
             format!(
-                "the ops of iteration {n} are no longer kept (a running job keeps the last {} iterations' details)",
-                super::stats_model::KEPT_DETAILS
+                "the ops of iteration {n} are no longer kept (a running job keeps the last {KEPT_DETAILS} iterations' details)"
             )
         };
         f.render_widget(Paragraph::new(format!(" {why}")).style(dim()), area);

@@ -34,7 +34,7 @@ pub const MOST_WINDOW_OPS: usize = 2_000_000;
 const MOST_MARKERS: usize = 8192;
 /// Details of ending iterations are worked out at most this often (a job of very short
 /// iterations keeps its watcher's cost down: those in between have rows, not details).
-const DETAIL_EVERY: Duration = Duration::from_millis(200);
+pub const DETAIL_EVERY: Duration = Duration::from_millis(200);
 
 /// One iteration.
 #[derive(Clone, Debug)]
@@ -351,6 +351,15 @@ impl StatsModel {
     pub fn last_ended(&self) -> Option<usize> {
         let r = self.rows.iter().rev().find(|r| r.end_op.is_some())?;
         Some(r.number)
+    }
+
+    /// The latest iteration that ended with its phases and top ops worked out (a running job
+    /// works them out at most every [`DETAIL_EVERY`]: the ops panel shows this one).
+    pub fn last_detailed(&self) -> Option<usize> {
+        match &self.source {
+            Source::File { .. } => self.last_ended(),
+            Source::Live(live) => live.details.back().map(|(n, _)| *n),
+        }
     }
 }
 

@@ -11,61 +11,16 @@ use ratatui::Frame;
 
 use crate::model::TrackerStats;
 use crate::record::finalize::command_line;
-use crate::record::replay::live::{Hello, Now};
+use crate::record::replay::live::Hello;
 
 use super::app::{Screen, Step};
 use super::output::Output;
-use super::stats_draw;
+use super::stats_draw::{self, Heading, Tab, Ui};
 use super::stats_model::StatsModel;
 use crate::record::follow::Follower;
 
 /// How long one refresh may read a journal that is far ahead before the screen is drawn.
 const CATCH_UP_STEP: Duration = Duration::from_millis(300);
-
-/// The panel under the chart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tab {
-    /// The iteration's module table.
-    Modules,
-    /// Its phases and top ops.
-    Ops,
-    /// Growth across iterations.
-    Growth,
-    /// The program's output (under `record --watch`).
-    Program,
-}
-
-/// What the user chose to look at.
-pub struct Ui {
-    /// The panel.
-    pub tab: Tab,
-    /// The iteration shown; None: the latest that ended.
-    pub selected: Option<usize>,
-    /// Rows scrolled past in the panel.
-    pub scroll: usize,
-    /// What rows must contain (case-insensitive); empty: all.
-    pub search: String,
-    /// The search is being typed.
-    pub typing: bool,
-    /// The process shown (a journal's).
-    pub process: usize,
-    /// The chart shows the selected iteration (else the whole run).
-    pub zoom: bool,
-}
-
-/// What the header says besides the model.
-pub struct Heading {
-    /// The program or file.
-    pub title: String,
-    /// `recording 1:02`, `ended (exit)`, `record file`.
-    pub state: String,
-    /// Where the program is, for a running job.
-    pub now: Option<Now>,
-    /// What its process said of itself.
-    pub hello: Option<Hello>,
-    /// Which process of how many.
-    pub process: (usize, usize),
-}
 
 enum Source {
     File {
@@ -194,8 +149,13 @@ impl StatsScreen {
             Source::File { model, .. } => model,
             Source::Journal { models, .. } => models.get(self.ui.process)?,
         };
+        // the ops panel follows the latest iteration whose details were worked out
+        let detailed = (self.ui.tab == Tab::Ops)
+            .then(|| m.last_detailed())
+            .flatten();
         self.ui
             .selected
+            .or(detailed)
             .or_else(|| m.last_ended())
             .or_else(|| m.rows.back().map(|r| r.number))
     }
