@@ -1,5 +1,5 @@
 //! The terminal UI (`record --watch`, `watch`, `view --tui`) driven in a real terminal: tmux,
-//! 100×30, keys sent with `send-keys`, the screen read with `capture-pane`. Each test waits
+//! 100×30 (80×24 where a test says so), keys sent with `send-keys`, the screen read with `capture-pane`. Each test waits
 //! for what the screen must show (a marker), never for a fixed time.
 
 mod common;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{fixture, python, script};
 
-/// A tmux server of the test's own (its own socket) with one 100×30 window running `cmd`.
+/// A tmux server of the test's own (its own socket) with one window running `cmd`.
 struct Tmux {
     socket: String,
 }
@@ -35,12 +35,18 @@ impl Tmux {
     /// `cmd` (a shell command line) in a fresh 100×30 terminal, in `dir`; it prints
     /// `EXIT=<code>` when it ends, and the window stays.
     fn start(name: &str, dir: &Path, cmd: &str) -> Tmux {
+        Tmux::sized(name, dir, cmd, (100, 30))
+    }
+
+    /// The same in a terminal of `columns`×`rows`.
+    fn sized(name: &str, dir: &Path, cmd: &str, (columns, rows): (u16, u16)) -> Tmux {
         let socket = format!("memtrack-test-{name}-{}", std::process::id());
         let t = Tmux { socket };
         let line = format!("{cmd}; echo EXIT=$?; sleep 600");
         let ok = t
             .tmux()
-            .args(["new-session", "-d", "-x", "100", "-y", "30", "-c"])
+            .args(["new-session", "-d", "-x", &columns.to_string()])
+            .args(["-y", &rows.to_string(), "-c"])
             .arg(dir)
             .arg(line)
             .status()
@@ -102,6 +108,14 @@ impl Drop for Tmux {
     }
 }
 
+/// One training program at a time: the tests that run one wait for each other, so that on a
+/// small machine the 10 s a screen has is not spent on the other tests' programs.
+static ONE_PROGRAM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_program() -> std::sync::MutexGuard<'static, ()> {
+    ONE_PROGRAM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn bin() -> String {
     env!("CARGO_BIN_EXE_memtrack").to_string()
 }
@@ -145,6 +159,7 @@ fn record_watch_shows_a_training_loop_and_q_leaves_it_running_with_its_output_wh
     let (Some(py), true) = (python(), tmux_or_skip("record --watch")) else {
         return;
     };
+    let _one = one_program();
     let dir = tempfile::tempdir().unwrap();
     let steps = 60;
     let t = Tmux::start(
@@ -173,9 +188,11 @@ fn record_watch_shows_a_training_loop_and_q_leaves_it_running_with_its_output_wh
     assert!(later.contains("growth:"), "{later}");
     // the ops panel, then q: the program goes on to its end
     t.keys(&["o"]);
-    t.wait("the phases", Duration::from_secs(5), |s| {
-        s.contains("optimizer step") && s.contains("top") || s.contains("allocated by it")
+    // (the latest iteration whose phases and top ops were worked out, never an empty panel)
+    let s = t.wait("the phases and top ops", Duration::from_secs(5), |s| {
+        s.contains("optimizer step") && s.contains("allocated by it")
     });
+    assert!(s.contains("Adam.step"), "{s}");
     t.keys(&["q"]);
     assert_eq!(
         t.exit_code(Duration::from_secs(40)),
@@ -204,6 +221,7 @@ fn record_watch_leaves_redirected_output_alone_and_closes_at_the_end() {
     let (Some(py), true) = (python(), tmux_or_skip("record --watch")) else {
         return;
     };
+    let _one = one_program();
     let dir = tempfile::tempdir().unwrap();
     let steps = 12;
     let t = Tmux::start(
@@ -238,6 +256,7 @@ fn watch_follows_a_journal_another_shell_is_writing() {
     let (Some(py), true) = (python(), tmux_or_skip("watch JOURNAL")) else {
         return;
     };
+    let _one = one_program();
     let dir = tempfile::tempdir().unwrap();
     let mut record = common::memtrack_process()
         .current_dir(dir.path())
@@ -258,14 +277,22 @@ fn watch_follows_a_journal_another_shell_is_writing() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let t = Tmux::start(
+    // in the smallest terminal it is made for: 80×24
+    let t = Tmux::sized(
         "journal",
         dir.path(),
         &format!("{} watch {}", bin(), journal.display()),
+        (80, 24),
     );
-    let first = t.wait("an iteration", Duration::from_secs(10), |s| {
+    // (the other shell's program may still be importing torch: a cap, not a floor)
+    let first = t.wait("an iteration", Duration::from_secs(30), |s| {
         iteration(s).is_some() && s.contains("Sequential") && has_byte_figure(s)
     });
+    assert!(
+        first.contains("recording"),
+        "the state is not cut at 80 columns: {first}"
+    );
+    assert!(first.contains(" q quit"), "the keys line fits: {first}");
     let seen = iteration(&first).unwrap();
     t.wait("a later iteration", Duration::from_secs(10), |s| {
         iteration(s).is_some_and(|k| k > seen)
@@ -328,6 +355,62 @@ fn view_tui_of_an_oom_capture_says_it_ran_out_of_memory_and_where() {
     assert!(
         !s.contains("linear.py:134:forward  "),
         "rows that do not match are gone: {s}"
+    );
+    t.keys(&["q"]);
+    assert_eq!(t.exit_code(Duration::from_secs(5)), 0);
+}
+
+#[test]
+fn view_tui_fits_80_by_24() {
+    if !tmux_or_skip("view --tui at 80×24") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let oom = fixture("snapshots/h100/oom_default.pickle");
+    let t = Tmux::sized(
+        "oom-80",
+        dir.path(),
+        &format!("{} view --tui {}", bin(), oom.display()),
+        (80, 24),
+    );
+    let s = t.wait("the live table", Duration::from_secs(10), |s| {
+        s.contains("live at event 1,709")
+    });
+    assert!(
+        s.contains("OUT OF MEMORY at event 1,709: 224.00 MiB asked"),
+        "{s}"
+    );
+    assert!(
+        s.contains("where: capture_gpu_snapshots.py:103:main"),
+        "{s}"
+    );
+    assert!(
+        s.contains("621.00 MiB") && s.contains("linear.py:134:forward"),
+        "{s}"
+    );
+    assert!(s.contains("activation 1.37 GiB"), "{s}");
+    assert!(s.contains(" q quit"), "the keys line fits: {s}");
+    t.keys(&["q"]);
+    assert_eq!(t.exit_code(Duration::from_secs(5)), 0);
+    let file = fixture("record/h100_gpt2_train.pkl");
+    let t = Tmux::sized(
+        "record-80",
+        dir.path(),
+        &format!("{} view --tui {}", bin(), file.display()),
+        (80, 24),
+    );
+    let s = t.wait("the module table", Duration::from_secs(10), |s| {
+        s.contains("iteration 3 of 3") && s.contains("GPT2LMHeadModel")
+    });
+    assert!(s.contains("lm_head") && s.contains("948.73 MiB"), "{s}");
+    assert!(s.contains("growth:") && s.contains(" q quit"), "{s}");
+    t.keys(&["o"]);
+    let s = t.wait("the phases", Duration::from_secs(5), |s| {
+        s.contains("optimizer step")
+    });
+    assert!(
+        s.contains("AdamW.step"),
+        "the top ops under the phases: {s}"
     );
     t.keys(&["q"]);
     assert_eq!(t.exit_code(Duration::from_secs(5)), 0);
@@ -400,6 +483,7 @@ fn watch_attach_records_a_running_process_for_its_window() {
     let (Some(py), true) = (python(), tmux_or_skip("watch --attach")) else {
         return;
     };
+    let _one = one_program();
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
     let mut target = Command::new(&py)
