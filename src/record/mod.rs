@@ -77,6 +77,14 @@ impl Observer {
     }
 }
 
+/// What turns an estimated run's device log into its allocated and reserved series (the
+/// estimate's allocator model, `estimate::AllocatorModel`): record itself models no device.
+pub trait DeviceModel: Sync {
+    fn fill(&self, stats: &mut crate::model::TrackerStats, log: &DeviceLog);
+}
+
+pub use replay::{DeviceEvent, DeviceLog};
+
 pub struct Options {
     pub output: PathBuf,
     pub backend: Backend,
@@ -88,6 +96,8 @@ pub struct Options {
     /// Between driver-level samples (NVML); zero: none.
     pub device_interval: Duration,
     pub command: Vec<OsString>,
+    /// For backend `estimate`: the model of the device the program runs as if on.
+    pub device_model: Option<&'static dyn DeviceModel>,
 }
 
 /// How long the collector waits for silent connections after the program ended.
@@ -104,7 +114,6 @@ pub trait Companion {
     fn ended(&mut self);
 }
 
-/// Run the program, record it, write the stats; the exit code `record` should end with.
 /// A fresh journal beside `output` (`Journal::create`); the error names the folder.
 fn new_journal(output: &Path) -> Result<Arc<Journal>> {
     let journal = Journal::create(output).map_err(|e| {
@@ -117,12 +126,26 @@ fn new_journal(output: &Path) -> Result<Arc<Journal>> {
     Ok(Arc::new(journal))
 }
 
+/// What a run did: the exit code `record` should end with, and the files written.
+pub struct Outcome {
+    pub code: i32,
+    pub written: Vec<PathBuf>,
+    /// Which of them is the file of the process started (the others: processes it started).
+    pub program: Option<PathBuf>,
+}
+
+/// Run the program, record it, write the stats; the exit code `record` should end with.
 pub fn run(o: &Options) -> Result<i32> {
-    run_with(o, None)
+    run_for_files(o, None).map(|out| out.code)
 }
 
 /// [`run`], with `companion` told of the program's start and end.
-pub fn run_with(o: &Options, mut companion: Option<&mut dyn Companion>) -> Result<i32> {
+pub fn run_with(o: &Options, companion: Option<&mut dyn Companion>) -> Result<i32> {
+    run_for_files(o, companion).map(|out| out.code)
+}
+
+/// `run`, saying which files were written too.
+pub fn run_for_files(o: &Options, mut companion: Option<&mut dyn Companion>) -> Result<Outcome> {
     let Some(program) = o.command.first() else {
         return Err(Error::Usage(
             "record: no command given; usage: memtrack record [-o run.pkl] -- python train.py"
@@ -180,10 +203,15 @@ pub fn run_with(o: &Options, mut companion: Option<&mut dyn Companion>) -> Resul
         Err(e) => {
             journal.remove();
             eprintln!("memtrack: cannot run {}: {e}", Path::new(program).display());
-            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
                 126
+            };
+            return Ok(Outcome {
+                code,
+                written: Vec::new(),
+                program: None,
             });
         }
     };
@@ -243,7 +271,14 @@ pub fn run_with(o: &Options, mut companion: Option<&mut dyn Companion>) -> Resul
         None => 130,
     };
     let samples = sampler.map(sampler::Sampler::finish);
-    let report = finalize::finalize(&journal, &o.output, pid, status, samples.as_ref())?;
+    let report = finalize::finalize(
+        &journal,
+        &o.output,
+        pid,
+        status,
+        samples.as_ref(),
+        o.device_model,
+    )?;
     let mut code = code;
     if report.complete {
         journal.remove();
@@ -271,13 +306,21 @@ pub fn run_with(o: &Options, mut companion: Option<&mut dyn Companion>) -> Resul
             code = 2; // the program succeeded, but there is no file: a script must not take it for one
         }
     }
-    Ok(code)
+    Ok(Outcome {
+        code,
+        written: report.written,
+        program: report.program,
+    })
 }
 
 /// `record --recover DIR [-o OUT]`: the stats files from a journal a `record` left behind
 /// (the agents' spools are complete up to their last op), named as that run would have, or
-/// after `output`.
-pub fn recover(dir: &Path, output: Option<&Path>) -> Result<()> {
+/// after `output`; an estimate's through `device_model`.
+pub fn recover(
+    dir: &Path,
+    output: Option<&Path>,
+    device_model: Option<&'static dyn DeviceModel>,
+) -> Result<()> {
     let Some(output) = output
         .map(Path::to_path_buf)
         .or_else(|| journal::output_of(dir))
@@ -288,7 +331,7 @@ pub fn recover(dir: &Path, output: Option<&Path>) -> Result<()> {
         ));
     };
     let journal = Journal::open(dir).map_err(|why| Error::input(dir, why))?;
-    let report = finalize::finalize(&journal, &output, 0, None, None)?;
+    let report = finalize::finalize(&journal, &output, 0, None, None, device_model)?;
     if report.recorded == 0 {
         return Err(Error::input(
             dir,

@@ -35,7 +35,7 @@ pub fn show(screen: &mut dyn app::Screen) -> std::io::Result<()> {
 pub fn view(title: String, content: crate::view::server::Content<'_>) -> std::io::Result<()> {
     use crate::view::server::Content;
     match content {
-        Content::Stats(stats) => {
+        Content::Stats { stats, .. } => {
             let kind = if stats.record.is_some() {
                 "record file"
             } else {

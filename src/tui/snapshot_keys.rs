@@ -58,7 +58,7 @@ impl Screen for SnapshotScreen<'_, '_> {
                         .collect(),
                 })
             }
-            Content::Stats(_) | Content::Journal(_) => None,
+            Content::Stats { .. } | Content::Journal(_) => None,
         };
         true
     }
@@ -139,7 +139,7 @@ fn search(content: &Content<'_>, q: &str) -> Option<(usize, u64)> {
     let hits = match content {
         Content::Snapshot { snap, index, .. } => details::search(snap, index, q),
         Content::Profile(p) => p.search(q),
-        Content::Stats(_) | Content::Journal(_) => return None,
+        Content::Stats { .. } | Content::Journal(_) => return None,
     };
     Some((hits.allocations, hits.bytes))
 }

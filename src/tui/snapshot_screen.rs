@@ -8,7 +8,7 @@
 //! around the moment, `0` the whole trace, ↑/↓ a row, `/` search, `q` quit
 //! ([`super::snapshot_keys`]); drawn by [`super::snapshot_draw`].
 
-use crate::analysis::groups::is_user_file;
+use crate::analysis::categories::is_user_file;
 use crate::model::snapshot::{FrameId, Snapshot, StackId};
 use crate::model::trace::TraceEvents;
 use crate::view::index::{AllocIndex, Axis, BandBy, Tile};
@@ -89,7 +89,7 @@ impl<'c, 'a> SnapshotScreen<'c, 'a> {
                 .map(|o| event_frames(snap, events.as_mut(), index.device, o.index))
                 .collect(),
             Content::Profile(p) => vec![None; p.index.marks.ooms.len()],
-            Content::Stats(_) | Content::Journal(_) => return None,
+            Content::Stats { .. } | Content::Journal(_) => return None,
         };
         let index = index_of(content);
         let n = index.events();
@@ -190,7 +190,9 @@ fn index_of<'x>(content: &'x Content<'_>) -> &'x AllocIndex {
     match content {
         Content::Snapshot { index, .. } => index,
         Content::Profile(p) => &p.index,
-        Content::Stats(_) | Content::Journal(_) => unreachable!("a stats file has its own screen"),
+        Content::Stats { .. } | Content::Journal(_) => {
+            unreachable!("a stats file has its own screen")
+        }
     }
 }
 

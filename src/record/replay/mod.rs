@@ -20,6 +20,7 @@ use crate::model::{Cycle, IterationModules, Marker, TrackerStats};
 use crate::record::protocol::{FRAME_JSON, FRAME_RECORDS};
 
 mod bytes;
+mod estimated;
 mod finish;
 pub mod live;
 mod messages;
@@ -32,6 +33,7 @@ mod threads;
 
 pub use bytes::device_name;
 use bytes::{Snap, Storage};
+pub use estimated::{DeviceEvent, DeviceLog};
 use modules::Iter;
 use ops::{Op, Pushed};
 
@@ -69,6 +71,8 @@ pub struct Session {
     pub damage: Option<String>,
     /// Which image of its process this was: 0, then 1, 2, … for what it `exec`ed into.
     pub image: u32,
+    /// An estimated run's device allocations, for the device model (`record::DeviceModel`).
+    pub device_log: Option<DeviceLog>,
 }
 
 /// Decode one process's spool: its segment files in order (the agent's shared memory-mapped
@@ -171,6 +175,7 @@ struct Replay {
     device_name: Option<String>,
     device_total: Option<u64>,
     exception: Option<String>,
+    exception_at: Option<(String, i64)>,
     oom: bool,
     oom_op_index: Option<i64>,
     ended: Option<String>,
@@ -196,12 +201,8 @@ struct Replay {
     slot_base: usize,
     /// What stays alive across iterations (`retained`).
     retained: retained::Retaining,
-    /// `memtrack estimate`'s run (backend `estimate`): the device storages' allocations and
-    /// frees in order, for the caching-allocator model (`estimate::device_model`).
-    device_events: Option<Vec<crate::estimate::device_model::DeviceEvent>>,
-    /// An estimated run's device message: its size, what the allocator may use of it
-    /// (`usable_bytes`) and the program's `PYTORCH_CUDA_ALLOC_CONF` (`alloc_conf`).
-    estimated_device: Json,
+    /// `memtrack estimate`'s run (backend `estimate`): its device log and facts.
+    estimated: Option<estimated::Estimated>,
     /// The threads: whose records come now, the others' module stacks, each one's counts.
     threads: threads::Threads,
 }
