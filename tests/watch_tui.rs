@@ -439,6 +439,23 @@ fn view_tui_of_a_record_file_steps_through_its_iterations() {
         s.contains("iteration 2 of 3") && s.contains("optimizer step")
     });
     assert!(s.contains("AdamW.step"), "{s}");
+    // `/`: the modules and ops that match, and no others
+    t.keys(&["m", "/", "lm_head", "Enter"]);
+    let s = t.wait("the search", Duration::from_secs(5), |s| {
+        s.contains("matching \"lm_head\"") && s.contains("GPT2LMHeadModel.lm_head")
+    });
+    assert!(
+        !s.contains("  transformer "),
+        "rows that do not match are gone: {s}"
+    );
+    t.keys(&["o"]);
+    let s = t.wait("the matching ops", Duration::from_secs(5), |s| {
+        s.contains("lm_head.forward.mm.default")
+    });
+    assert!(
+        !s.contains("AdamW.step"),
+        "ops that do not match are gone: {s}"
+    );
     t.keys(&["q"]);
     assert_eq!(t.exit_code(Duration::from_secs(5)), 0);
 }
