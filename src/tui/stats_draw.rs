@@ -148,7 +148,8 @@ pub fn waiting(f: &mut Frame, heading: &Heading, output: Option<&Output>) {
 fn draw_heading(f: &mut Frame, area: Rect, h: &Heading) {
     let mut right = String::new();
     if let Some(now) = &h.now {
-        right = format!("iteration {} · {}", now.iteration, now.phase);
+        // a space before it: a left side cut short does not run into it
+        right = format!(" iteration {} · {}", now.iteration, now.phase);
         if let Some(m) = &now.module {
             right.push_str(&format!(" · {m}"));
         }
