@@ -31,6 +31,12 @@ if [ -n "${CI:-}" ] && ! command -v chromium >/dev/null && ! command -v chromium
   echo "memtrack: installing chromium for the HTML test (apt-get)" >&2
   $sudo apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >&2
 fi
+# the terminal UI is tested in a real terminal, tmux (tests/watch_tui.rs); CI installs it
+if [ -n "${CI:-}" ] && ! command -v tmux >/dev/null && command -v apt-get >/dev/null; then
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "memtrack: installing tmux for the terminal UI's tests (apt-get)" >&2
+  $sudo apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq tmux >&2
+fi
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 status=0

@@ -164,6 +164,9 @@ pub enum Command {
     /// UI (every allocation at any zoom, allocator state at a moment), served from 127.0.0.1
     /// until Ctrl-C
     View(ViewArgs),
+    /// A job's memory by module, phase and op as it runs, in the terminal (over SSH too): a
+    /// `record` journal being written, or a process through `attach`
+    Watch(WatchArgs),
     /// Allocator snapshot or profiler trace: bytes by allocation site (or user line,
     /// category, annotation, …) live at a moment (the peak, an event, a time, an OOM) and at the end
     Top(TopArgs),
@@ -399,6 +402,30 @@ pub struct ViewArgs {
     /// Print the URL only; do not open a browser
     #[arg(long)]
     pub no_browser: bool,
+    /// Show it in the terminal instead of the browser (docs/watch.md): no server, no port
+    #[arg(long, conflicts_with_all = ["port", "host", "no_browser"])]
+    pub tui: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  memtrack watch run.pkl.journal-Ab12Cd34    a `record` running in another shell\n  memtrack watch --attach 12345 --duration 10m -o run.pkl\n  memtrack record --watch -o run.pkl -- python train.py\n\nq closes the terminal UI; the recording goes on to its file (docs/watch.md)."
+)]
+pub struct WatchArgs {
+    /// A journal `record` is writing (`NAME.journal-XXXXXXXX`, beside its output); a finished
+    /// file is shown as `view --tui` shows it
+    #[arg(required_unless_present = "attach", conflicts_with = "attach")]
+    pub journal: Option<PathBuf>,
+    /// Record the running process PID through `attach` and watch it
+    #[arg(long, value_name = "PID")]
+    pub attach: Option<u32>,
+    /// With --attach: how long to record (`30s`, `10m`); by default until Ctrl-C or the
+    /// process's end
+    #[arg(long, value_parser = parse_duration, requires = "attach")]
+    pub duration: Option<std::time::Duration>,
+    /// With --attach: the stats file to write
+    #[arg(short, long, default_value = "memtrack.pkl", requires = "attach")]
+    pub output: PathBuf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -553,6 +580,11 @@ pub struct RecordArgs {
     /// 0 turns sampling off. Without an NVIDIA driver nothing is sampled
     #[arg(long, default_value_t = 50, value_name = "MS")]
     pub device_interval: u64,
+    /// Watch the program in the terminal while it runs (docs/watch.md): its memory by
+    /// module, phase and op; its output in a pane and, when the UI closes, in the terminal
+    /// unchanged. `q` closes the UI; the program and its recording go on
+    #[arg(long, conflicts_with = "recover")]
+    pub watch: bool,
     /// Write the stats files from the journal a `record` left behind (`NAME.journal-XXXXXXXX`:
     /// memtrack was killed, or the files could not be written), instead of running a
     /// program; they are named after it (NAME), or as -o says

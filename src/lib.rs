@@ -1,7 +1,8 @@
 //! memtrack: a profiler for PyTorch GPU memory.
 //!
 //! Data flows one way: bytes → [`pickle`] values → [`formats`] → [`model`] → [`analysis`] →
-//! [`render`]; [`view`] serves analyses to a browser; [`commands`] wire them, one file per subcommand.
+//! [`render`]; [`view`] serves analyses to a browser, [`tui`] draws them in a terminal;
+//! [`commands`] wire them, one file per subcommand.
 
 pub mod analysis;
 pub mod cli;
@@ -21,4 +22,5 @@ pub mod progress;
 pub mod quote;
 pub mod record;
 pub mod render;
+pub mod tui;
 pub mod view;

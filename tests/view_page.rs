@@ -317,6 +317,8 @@ fn a_stats_file_has_its_own_words_labelled_markers_and_a_note_on_coinciding_seri
         return;
     };
     let v = Viewer::start(&fixture("record/h100_gpt2_train.pkl"));
+    // a finished file is not followed (page_live.js starts only on a journal's `live`)
+    assert!(v.json("/api/overview")["live"].is_null());
     let r = probe(&browser, &v, "probe=search:AdamW,hover");
     assert!(
         !r["hint"].as_str().unwrap().contains("allocation"),

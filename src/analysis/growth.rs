@@ -119,29 +119,17 @@ pub fn growth(stats: &TrackerStats, all: &[Iteration]) -> Growth {
     let starts: Vec<f64> = (first_ops.iter().skip(WARMUP_ITERATIONS))
         .map(|&op| at(op))
         .collect();
-    let steps = starts.len().saturating_sub(1);
-    let rising_steps = starts.windows(2).filter(|w| w[1] > w[0]).count();
-    let falling_steps = starts.windows(2).filter(|w| w[1] < w[0]).count();
-    let bytes_per_iteration = (steps > 0).then(|| (starts[steps] - starts[0]) / steps as f64);
-    let verdict = match bytes_per_iteration {
-        None => "unknown",
-        Some(per) => {
-            // the highest allocated over the iterations measured: the scale of "small"
-            let peak = (compared.iter().skip(WARMUP_ITERATIONS))
-                .map(|it| it.peak_allocated_bytes)
-                .filter(|x| !x.is_nan())
-                .fold(0.0, f64::max);
-            if (per * steps as f64).abs() <= FLAT_SHARE * peak {
-                "flat"
-            } else if rising_steps == steps {
-                "grows"
-            } else if falling_steps == steps {
-                "shrinks"
-            } else {
-                "varies"
-            }
-        }
-    };
+    // the highest allocated over the iterations measured: the scale of "small"
+    let peak = (compared.iter().skip(WARMUP_ITERATIONS))
+        .map(|it| it.peak_allocated_bytes)
+        .filter(|x| !x.is_nan())
+        .fold(0.0, f64::max);
+    let Trend {
+        bytes_per_iteration,
+        rising_steps,
+        steps,
+        verdict,
+    } = trend(&starts, peak);
     Growth {
         iterations,
         compared: if compared.len() < iterations {
@@ -161,6 +149,41 @@ pub fn growth(stats: &TrackerStats, all: &[Iteration]) -> Growth {
         retained_iterations_checked: retained.map(|r| r.iterations),
         ops: retained.map_or_else(Vec::new, retained_ops),
         modules: retained.map_or_else(Vec::new, retained_modules),
+    }
+}
+
+/// How allocated at the iterations' starts moved: [`Growth`]'s figures of the same names.
+#[derive(Clone, Debug)]
+pub struct Trend {
+    /// Mean change per iteration from the first start to the last; None with fewer than two.
+    pub bytes_per_iteration: Option<f64>,
+    /// Steps between consecutive starts where allocated rose.
+    pub rising_steps: usize,
+    /// Steps between consecutive starts.
+    pub steps: usize,
+    /// `grows`, `flat`, `shrinks`, `varies` or `unknown`, as [`Growth::verdict`].
+    pub verdict: &'static str,
+}
+
+/// The trend of `starts` (allocated when each iteration measured began, in order), `peak`
+/// the highest allocated over them (the scale of a change too small to count).
+pub fn trend(starts: &[f64], peak: f64) -> Trend {
+    let steps = starts.len().saturating_sub(1);
+    let rising_steps = starts.windows(2).filter(|w| w[1] > w[0]).count();
+    let falling_steps = starts.windows(2).filter(|w| w[1] < w[0]).count();
+    let bytes_per_iteration = (steps > 0).then(|| (starts[steps] - starts[0]) / steps as f64);
+    let verdict = match bytes_per_iteration {
+        None => "unknown",
+        Some(per) if (per * steps as f64).abs() <= FLAT_SHARE * peak => "flat",
+        Some(_) if rising_steps == steps => "grows",
+        Some(_) if falling_steps == steps => "shrinks",
+        Some(_) => "varies",
+    };
+    Trend {
+        bytes_per_iteration,
+        rising_steps,
+        steps,
+        verdict,
     }
 }
 

@@ -20,6 +20,7 @@ mod summary;
 mod top;
 mod trace;
 mod view;
+mod watch;
 
 use crate::cli::{Cli, Command};
 use crate::error::Result;
@@ -48,6 +49,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Simulate(a) => simulate::run(a),
         Command::Estimate(a) => estimate::run(a),
         Command::View(a) => view::run(a),
+        Command::Watch(a) => watch::run(a),
         Command::Completions(a) => completions::run(a),
         Command::Man(a) => man::run(a),
     }

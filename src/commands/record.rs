@@ -9,7 +9,10 @@ pub fn run(a: RecordArgs) -> Result<()> {
         let model: &'static dyn record::DeviceModel = &crate::estimate::ALLOCATOR_MODEL;
         return record::recover(dir, a.output.as_deref(), Some(model));
     }
-    let code = record::run(&Options {
+    if a.watch {
+        super::watch::need_terminal("record --watch")?;
+    }
+    let options = Options {
         output: a.output.unwrap_or_else(|| "memtrack.pkl".into()),
         backend: super::backend(a.backend),
         observer: super::observer(a.observer),
@@ -19,6 +22,11 @@ pub fn run(a: RecordArgs) -> Result<()> {
         device_interval: std::time::Duration::from_millis(a.device_interval),
         command: a.command,
         device_model: None,
-    })?;
+    };
+    let code = if a.watch {
+        record::run_with(&options, Some(&mut crate::tui::watch::Watch::record()))?
+    } else {
+        record::run(&options)?
+    };
     std::process::exit(code)
 }

@@ -8,19 +8,34 @@ use crate::analysis::timeline::Timelines;
 use crate::cli::ViewArgs;
 use crate::error::{Error, Result};
 use crate::formats::{self, event_spool::EventSpool};
+use crate::view::journal::JournalStats;
 use crate::view::profile::ProfileViewError;
 use crate::view::server::{Content, Server};
 
 pub fn run(a: ViewArgs) -> Result<()> {
+    if a.tui {
+        super::watch::need_terminal("view --tui")?;
+    }
     let addr = SocketAddr::new(a.host, a.port);
-    if !a.host.is_loopback() {
+    if !a.host.is_loopback() && !a.tui {
         eprintln!(
             "memtrack: warning: listening on {} lets other machines ask for this capture's stack traces (file paths, function names); anyone with the URL's token can read them",
             a.host
         );
     }
     // the port is taken before the (possibly long) load: a clash is said at once
-    let server = Server::bind(addr).map_err(|e| Error::Usage(format!("view: {e}")))?;
+    let server = match a.tui {
+        true => None,
+        false => Some(Server::bind(addr).map_err(|e| Error::Usage(format!("view: {e}")))?),
+    };
+    if super::watch::is_journal(&a.file) {
+        // a job still being recorded: its run so far, growing
+        if a.tui {
+            return super::watch::watch_journal(&a.file);
+        }
+        let journal = JournalStats::new(super::watch::follow(&a.file)?);
+        return present(&a, server, Content::Journal(Box::new(journal)));
+    }
     if super::profile::any_trace(std::slice::from_ref(&a.file)) {
         if a.file.is_dir() {
             return Err(Error::input(
@@ -36,7 +51,7 @@ pub fn run(a: ViewArgs) -> Result<()> {
             e => Error::input(&a.file, e.to_string()),
         })?;
         drop(stage);
-        return serve(&a, server, Content::Profile(Box::new(view)));
+        return present(&a, server, Content::Profile(Box::new(view)));
     }
     let spool = EventSpool::new().map_err(super::spool_error("view"))?;
     let mut sink = (Timelines::new(true), spool);
@@ -83,7 +98,16 @@ pub fn run(a: ViewArgs) -> Result<()> {
             }
         }
     };
-    serve(&a, server, content)
+    present(&a, server, content)
+}
+
+/// In the terminal (`--tui`), else served to the browser.
+fn present(a: &ViewArgs, server: Option<Server>, content: Content<'_>) -> Result<()> {
+    match server {
+        Some(server) => serve(a, server, content),
+        None => crate::tui::view(super::display_name(&a.file), content)
+            .map_err(|e| Error::Unavailable(format!("view --tui: {e}"))),
+    }
 }
 
 /// Print the URL, open the browser, answer until Ctrl-C.

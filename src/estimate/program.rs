@@ -77,17 +77,20 @@ pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
                 std::env::set_var(k, v);
             }
         }
-        let out = record::run_for_files(&Options {
-            output: output.to_path_buf(),
-            backend: Backend::Estimate,
-            observer: Observer::Python,
-            snapshot: false,
-            max_snapshot_entries: 0,
-            cycles: false,
-            device_interval: std::time::Duration::ZERO,
-            command: s.job.command.clone(),
-            device_model: Some(&super::ALLOCATOR_MODEL),
-        })?;
+        let out = record::run_for_files(
+            &Options {
+                output: output.to_path_buf(),
+                backend: Backend::Estimate,
+                observer: Observer::Python,
+                snapshot: false,
+                max_snapshot_entries: 0,
+                cycles: false,
+                device_interval: std::time::Duration::ZERO,
+                command: s.job.command.clone(),
+                device_model: Some(&super::ALLOCATOR_MODEL),
+            },
+            None,
+        )?;
         // the program's own file first (the process started), then the files of processes it
         // started itself (mp.spawn's workers; DataLoader's workers write none)
         let mut files = out.written;

@@ -249,7 +249,7 @@ fn describe(p: &Path, s: &Session, several: bool) -> String {
 
 /// A process's command line, shortened to what fits on a line: the interpreter and a script
 /// by their file names (`python train.py --lr 3`).
-fn command_line(argv: &[String]) -> String {
+pub fn command_line(argv: &[String]) -> String {
     const MAX: usize = 100;
     let short = |(i, a): (usize, &String)| {
         let path = Path::new(a);

@@ -231,13 +231,31 @@ impl Journal {
         }
     }
 
-    /// Remove the folder, if the path still names the folder this journal holds.
-    pub fn remove(&self) {
-        let same = match (std::fs::symlink_metadata(&self.path), self.dir.metadata()) {
+    /// Each spool file held (new ones adopted first), as (pid, image, segment) and a handle
+    /// of its own to read it by position: for following the recording while it is written
+    /// (`memtrack watch`).
+    pub fn spool_files(&self) -> Vec<((u32, u32, u32), File)> {
+        self.adopt();
+        let held = self.held.lock().unwrap();
+        let mut files: Vec<((u32, u32, u32), File)> = (held.iter())
+            .filter_map(|(name, h)| Some((spool_name(name)?, h.file.as_ref()?.try_clone().ok()?)))
+            .collect();
+        files.sort_by_key(|f| f.0);
+        files
+    }
+
+    /// Whether the path still names the folder this journal holds (`record` removes it once
+    /// its files are written).
+    pub fn still_there(&self) -> bool {
+        match (std::fs::symlink_metadata(&self.path), self.dir.metadata()) {
             (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
             _ => false,
-        };
-        if same {
+        }
+    }
+
+    /// Remove the folder, if the path still names the folder this journal holds.
+    pub fn remove(&self) {
+        if self.still_there() {
             let _ = std::fs::remove_dir_all(&self.path);
         }
     }

@@ -7,10 +7,12 @@
 //! - [`signals`]: Ctrl-C and friends while the child runs.
 //! - [`replay`]: the agent's stream → op samples, module breakdown, peaks.
 //! - [`finalize`]: journal → stats files, named per rank.
+//! - [`follow`]: a journal read while it is written (`memtrack watch`, `view` of a journal).
 
 pub mod agent;
 pub mod attach;
 pub mod finalize;
+pub mod follow;
 pub mod journal;
 pub mod protocol;
 pub mod replay;
@@ -95,6 +97,17 @@ pub struct Options {
 /// How long the collector waits for silent connections after the program ended.
 const QUIET: Duration = Duration::from_secs(2);
 
+/// What runs beside a recording while the program runs (`record --watch`'s terminal UI):
+/// told how the program starts, when it started and when it ended.
+pub trait Companion {
+    /// Before the program starts: its standard streams and session may be set.
+    fn prepare(&mut self, cmd: &mut Command) -> std::io::Result<()>;
+    /// The program runs as `pid`; its recording goes to `journal`.
+    fn started(&mut self, journal: &Arc<Journal>, pid: u32);
+    /// The program ended (or the wait for it was given up), before the files are written.
+    fn ended(&mut self);
+}
+
 /// A fresh journal beside `output` (`Journal::create`); the error names the folder.
 fn new_journal(output: &Path) -> Result<Arc<Journal>> {
     let journal = Journal::create(output).map_err(|e| {
@@ -117,11 +130,16 @@ pub struct Outcome {
 
 /// Run the program, record it, write the stats; the exit code `record` should end with.
 pub fn run(o: &Options) -> Result<i32> {
-    run_for_files(o).map(|out| out.code)
+    run_for_files(o, None).map(|out| out.code)
+}
+
+/// [`run`], with `companion` told of the program's start and end.
+pub fn run_with(o: &Options, companion: Option<&mut dyn Companion>) -> Result<i32> {
+    run_for_files(o, companion).map(|out| out.code)
 }
 
 /// `run`, saying which files were written too.
-pub fn run_for_files(o: &Options) -> Result<Outcome> {
+pub fn run_for_files(o: &Options, mut companion: Option<&mut dyn Companion>) -> Result<Outcome> {
     let Some(program) = o.command.first() else {
         return Err(Error::Usage(
             "record: no command given; usage: memtrack record [-o run.pkl] -- python train.py"
@@ -167,7 +185,15 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
                 o.max_snapshot_entries.to_string(),
             );
     }
-    let mut child = match cmd.spawn() {
+    if let Some(c) = companion.as_deref_mut() {
+        if let Err(e) = c.prepare(&mut cmd) {
+            journal.remove();
+            return Err(Error::Unavailable(format!("record: {e}")));
+        }
+    }
+    let spawned = cmd.spawn();
+    drop(cmd); // what it held for the program's streams is the program's alone now
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             journal.remove();
@@ -189,6 +215,9 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
     };
     let pid = child.id();
     let sampler = sampler::Sampler::start(pid, o.device_interval);
+    if let Some(c) = companion.as_deref_mut() {
+        c.started(&journal, pid);
+    }
 
     let mut interrupts = 0;
     let mut terms = 0;
@@ -228,6 +257,9 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
         std::thread::sleep(Duration::from_millis(20));
     };
 
+    if let Some(c) = companion {
+        c.ended();
+    }
     server.drain(QUIET, || signals::take().interrupts() > 0);
     for e in server.errors() {
         eprintln!("memtrack: {e}");

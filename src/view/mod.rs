@@ -22,6 +22,7 @@ pub mod details;
 pub mod event_series;
 pub mod http;
 pub mod index;
+pub mod journal;
 pub mod page;
 pub mod profile;
 pub mod ranges;

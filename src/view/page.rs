@@ -4,7 +4,7 @@
 //! modules share one scope, in this order: the core (state, routes, scales, the URL
 //! fragment), the timeline, stats files, what the user does, the overview strip and segment
 //! timeline under the chart, a view saved as one file, and the tests' probe (which starts the
-//! page).
+//! page); last, a journal's live part (`view` of a job still running).
 
 const HTML: &str = include_str!("page.html");
 const SCRIPT: &str = concat!(
@@ -15,6 +15,7 @@ const SCRIPT: &str = concat!(
     include_str!("page_overview.js"),
     include_str!("page_save.js"),
     include_str!("page_probe.js"),
+    include_str!("page_live.js"),
 );
 
 /// The page for a capture named `title` of `kind` (`snapshot` or `stats`).

@@ -21,6 +21,7 @@ use crate::model::{Snapshot, TrackerStats};
 
 use super::http::{self, Request, Response};
 use super::index::{AllocIndex, Axis, BandBy, MAX_WIDTH};
+use super::journal::JournalStats;
 use super::profile::ProfileView;
 use super::segment_index::SegmentIndex;
 use super::{details, page, series};
@@ -56,6 +57,8 @@ pub enum Content<'a> {
     },
     /// A torch.profiler trace: its memory events and ranges, one device's allocations indexed.
     Profile(Box<ProfileView<'a>>),
+    /// A journal being written: a stats file that grows, and `/api/live`.
+    Journal(Box<JournalStats>),
 }
 
 /// A listening server and its token.
@@ -169,7 +172,7 @@ fn answer(request: &Request, title: &str, content: &mut Content<'_>) -> Response
         "/" => {
             let kind = match content {
                 Content::Snapshot { .. } => "snapshot",
-                Content::Stats { .. } => "stats",
+                Content::Stats { .. } | Content::Journal(_) => "stats",
                 Content::Profile(_) => "profile",
             };
             return Response {
@@ -211,6 +214,29 @@ fn io(e: std::io::Error) -> Failure {
 
 /// The JSON routes.
 fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, Failure> {
+    if let Content::Journal(j) = content {
+        // the run so far answers as a stats file would (moved in and out, not copied)
+        j.refresh();
+        if path == "/api/live" {
+            return json(&j.live());
+        }
+        let mut so_far = Content::Stats {
+            stats: Box::new(std::mem::take(&mut j.stats)),
+            verdict: None,
+        };
+        let answer = route(path, p, &mut so_far);
+        if let Content::Stats { stats, .. } = so_far {
+            j.stats = *stats;
+        }
+        if path != "/api/overview" {
+            return answer;
+        }
+        // the page learns from its overview that the run is live (page_live.js)
+        let mut overview: serde_json::Value =
+            serde_json::from_slice(&answer?).map_err(|e| Failure(500, e.to_string()))?;
+        overview["live"] = serde_json::Value::Bool(true);
+        return json(&overview);
+    }
     match (path, content) {
         (
             "/api/overview",

@@ -83,6 +83,12 @@ fn utf8<'a>(path: &'a Path, output: &Path) -> Result<&'a str> {
 /// Attach, record, detach, write the file; the exit code. A torchrun launcher's PID attaches
 /// to each of its ranks (one file per rank, as `record` names them).
 pub fn run(o: &Options) -> Result<i32> {
+    run_with(o, None)
+}
+
+/// [`run`], with `companion` told when the window starts (the first process attached) and
+/// when it ends.
+pub fn run_with(o: &Options, mut companion: Option<&mut dyn super::Companion>) -> Result<i32> {
     if o.output.as_os_str() == "-" {
         return Err(Error::Usage(
             "attach: -o - is not possible: attach writes a stats file; give a file name".into(),
@@ -187,7 +193,13 @@ pub fn run(o: &Options) -> Result<i32> {
         eprintln!("memtrack: {why}");
     }
     let began = Instant::now();
+    if let Some(c) = companion.as_deref_mut() {
+        c.started(&journal, attached[0].pid);
+    }
     let ending = wait_window(&mut attached, o, &journal, began);
+    if let Some(c) = companion {
+        c.ended();
+    }
     if ending == Ending::Interrupted {
         eprintln!(
             "memtrack: interrupted after {:.1} s: detaching (again to stop waiting)",

@@ -31,7 +31,7 @@ impl Replay {
         }
         let cat = (cat.clamp(0, 6)) as usize;
         let dev = dev.clamp(-1, i32::MAX as i64) as i32;
-        let op = self.ops.len() as u32;
+        let op = self.op_count() as u32;
         self.log_device(dev, key, bytes);
         self.storages.insert(
             key,
@@ -102,8 +102,9 @@ impl Replay {
 impl Replay {
     /// An estimated run's device allocation (`bytes` > 0) or free (0) of storage `key`.
     fn log_device(&mut self, dev: i32, key: i64, bytes: i64) {
+        let op = self.op_count();
         if let Some(e) = self.estimated.as_mut().filter(|_| dev >= 0) {
-            e.event(self.ops.len(), key, bytes);
+            e.event(op, key, bytes);
         }
     }
 }

@@ -12,12 +12,30 @@ use crate::model::{
 };
 use crate::record::protocol::COMPILED_GRAPH;
 
+use super::fields::Phase;
 use super::fields::{snapshot, NO_NAME};
 use super::messages::as_string;
 use super::state::Replay;
 use super::Session;
 
 impl Replay {
+    /// The module or optimizer an op ran in (`Global` outside any).
+    pub(super) fn context_name(&self, ctx: u32) -> &str {
+        if ctx == NO_NAME {
+            return "Global";
+        }
+        (self.names.get(ctx as usize))
+            .and_then(|n| n.as_deref())
+            .unwrap_or("?")
+    }
+
+    /// The op's overload name (`mm.default`), as the agent named its id.
+    pub(super) fn op_label(&self, fid: u32) -> &str {
+        (self.op_names.get(fid as usize))
+            .and_then(|n| n.as_deref())
+            .unwrap_or("?")
+    }
+
     pub(super) fn finish(mut self) -> Session {
         if let Some(it) = self.iter.take() {
             self.close(it);
@@ -30,21 +48,8 @@ impl Replay {
         for op in &self.ops {
             let count = counters.entry(op.fid).or_insert(0);
             buf.clear();
-            let ctx = if op.ctx == NO_NAME {
-                "Global"
-            } else {
-                self.names
-                    .get(op.ctx as usize)
-                    .and_then(|n| n.as_deref())
-                    .unwrap_or("?")
-            };
-            let op_name = self
-                .op_names
-                .get(op.fid as usize)
-                .and_then(|n| n.as_deref())
-                .unwrap_or("?");
-            use std::fmt::Write;
-            let _ = write!(buf, "{ctx}.{}.{op_name}_{count}", op.phase.name());
+            let (ctx, op_name) = (self.context_name(op.ctx), self.op_label(op.fid));
+            write_op_name(&mut buf, ctx, op.phase, op_name, *count);
             *count += 1;
             names.push(&buf);
             if op_name == COMPILED_GRAPH {
@@ -169,6 +174,12 @@ impl Replay {
             device_log,
         }
     }
+}
+
+/// MemoryTracker's op name: `{module}.{phase}.{op}_{n}`, `n` counting the op's calls so far.
+pub(super) fn write_op_name(buf: &mut String, ctx: &str, phase: Phase, op: &str, n: u64) {
+    use std::fmt::Write;
+    let _ = write!(buf, "{ctx}.{}.{op}_{n}", phase.name());
 }
 
 /// dynamo's counters (from `bye`) and the regions whose compiled graphs ran; None when the

@@ -89,7 +89,7 @@ impl Replay {
             }
             MSG_CYCLES => {
                 let id = m["id"].as_i64().unwrap_or(-1);
-                let ops = self.ops.len();
+                let ops = self.op_count();
                 self.cycles.push((id, ops, cycle_graph(m)));
             }
             MSG_EXCEPTION => {
@@ -103,7 +103,7 @@ impl Replay {
             MSG_SIGNAL => self.ended = Some("signal".into()),
             MSG_OOM => {
                 self.oom = true;
-                self.oom_op_index.get_or_insert(self.ops.len() as i64);
+                self.oom_op_index.get_or_insert(self.op_count() as i64);
                 if self.memory_stats_oom.is_empty() {
                     self.memory_stats_oom = int_map(&m["memory_stats"]);
                 }

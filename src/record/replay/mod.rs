@@ -21,6 +21,7 @@ mod bytes;
 mod estimated;
 mod fields;
 mod finish;
+pub mod live;
 mod messages;
 mod modules;
 mod ops;
@@ -132,6 +133,11 @@ pub fn replay(bytes: &[u8]) -> Session {
 }
 
 impl Replay {
+    /// Ops recorded so far: the index the next op gets.
+    fn op_count(&self) -> usize {
+        self.ops_base + self.ops.len()
+    }
+
     /// The records stop making sense at slot `i` of the current batch: keep what came before,
     /// read nothing more of this stream, and say so.
     fn damaged(&mut self, i: usize, what: String) {
@@ -139,7 +145,7 @@ impl Replay {
             self.damage = Some(format!(
                 "{what} at record slot {}; the {} ops before it are kept",
                 self.slot_base + i,
-                self.ops.len()
+                self.op_count()
             ));
         }
     }

@@ -78,7 +78,7 @@ impl Replay {
     }
 
     pub(super) fn next_iteration(&mut self) {
-        let first_op = self.ops.len();
+        let first_op = self.op_count();
         if let Some(it) = self.iter.take() {
             self.close(it);
         }

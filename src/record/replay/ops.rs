@@ -22,7 +22,7 @@ impl Replay {
         } else {
             (NO_NAME, if bw { Phase::Backward } else { Phase::Forward })
         };
-        self.threads.op(self.ops.len());
+        self.threads.op(self.op_count());
         self.ops.push(Op { fid, ctx, phase });
         match cuda {
             Some([a, b, c]) => {

@@ -32,7 +32,9 @@ impl Replay {
             .or_insert(0) += 1;
     }
 
-    pub(super) fn records(&mut self, v: &[i64]) {
+    /// Replay the records of `v`; the slots taken, up to the end of the last whole record
+    /// (a record cut by the end of `v` is left for the next batch).
+    pub(super) fn records(&mut self, v: &[i64]) -> usize {
         let mut i = 0;
         // each arm checks it has its arguments; a short record ends the frame
         let n = v.len();
@@ -46,11 +48,11 @@ impl Replay {
                     // the agent names an op (a JSON message) before its first record
                     if fid as usize >= self.op_names.len() {
                         self.damaged(i, format!("an op never named (id {fid})"));
-                        return;
+                        return i;
                     }
                     if self.cuda {
                         if !need(3) {
-                            return;
+                            return i;
                         }
                         self.op(fid, bw, Some([v[i + 1], v[i + 2], v[i + 3]]));
                         i += 4;
@@ -61,39 +63,39 @@ impl Replay {
                 }
                 ADD => {
                     if !need(4) {
-                        return;
+                        return i;
                     }
                     if !(0..1 << 56).contains(&v[i + 4]) {
                         self.damaged(i, format!("a storage of {} bytes", v[i + 4]));
-                        return;
+                        return i;
                     }
                     self.add(v[i + 1], v[i + 2], v[i + 3], v[i + 4]);
                     i += 5;
                 }
                 DEL => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     self.del(v[i + 1]);
                     i += 2;
                 }
                 REF => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     self.recategorize(v[i + 1], v[i + 2]);
                     i += 3;
                 }
                 SIZE => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     self.resize(v[i + 1], v[i + 2]);
                     i += 3;
                 }
                 PUSH => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     self.threads.pushed(self.parents.is_empty(), v[i + 2]);
                     self.parents
@@ -102,7 +104,7 @@ impl Replay {
                 }
                 POP => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     let id = v[i + 1] as u32;
                     if let Some(k) = self.parents.iter().rposition(|(n, _)| *n == id) {
@@ -116,28 +118,28 @@ impl Replay {
                 }
                 MOD => {
                     if !need(5) {
-                        return;
+                        return i;
                     }
                     self.new_module(v[i + 1], v[i + 2] as u32, v[i + 3], v[i + 4], v[i + 5]);
                     i += 6;
                 }
                 SNAP => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     self.snap(v[i + 1], v[i + 2]);
                     i += 3;
                 }
                 INPUT => {
                     if !need(3) {
-                        return;
+                        return i;
                     }
                     self.input(v[i + 1], v[i + 2] as u32, v[i + 3]);
                     i += 4;
                 }
                 OUTPUT => {
                     if !need(2) {
-                        return;
+                        return i;
                     }
                     if let Some(m) = self.module(v[i + 1]) {
                         m.output_bytes = v[i + 2];
@@ -145,19 +147,19 @@ impl Replay {
                     i += 3;
                 }
                 ITER => {
-                    self.iteration_starts.push(self.ops.len() as i64);
+                    self.iteration_starts.push(self.op_count() as i64);
                     self.iteration_started();
                     self.next_iteration();
                     i += 1;
                 }
                 MARK => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     if v[i + 1] == 0 && self.iteration_starts.is_empty() {
                         // the first iteration begins at the first fw_start; each after it
                         // at an ITER (a step can mark several top-level forwards)
-                        self.iteration_starts.push(self.ops.len() as i64);
+                        self.iteration_starts.push(self.op_count() as i64);
                         self.iteration_started();
                     }
                     let name = if v[i + 1] == 0 {
@@ -167,13 +169,13 @@ impl Replay {
                     };
                     self.markers.push(Marker {
                         name: name.into(),
-                        op_index: self.ops.len() as i64,
+                        op_index: self.op_count() as i64,
                     });
                     i += 2;
                 }
                 OPT_BEGIN => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     self.optimizer = Some(v[i + 1] as u32);
                     i += 2;
@@ -184,9 +186,9 @@ impl Replay {
                 }
                 CYCLE => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
-                    let (id, ops) = (v[i + 1], self.ops.len());
+                    let (id, ops) = (v[i + 1], self.op_count());
                     if let Some(c) = self.cycles.iter_mut().find(|c| c.0 == id) {
                         c.1 = ops;
                     }
@@ -194,12 +196,12 @@ impl Replay {
                 }
                 JSON => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     let len = v[i + 1].max(0) as usize;
                     let words = len.div_ceil(8);
                     if i + 2 + words > n {
-                        return;
+                        return i;
                     }
                     let bytes: Vec<u8> = v[i + 2..i + 2 + words]
                         .iter()
@@ -213,22 +215,22 @@ impl Replay {
                 }
                 TIME => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     self.time_marks
-                        .push((v[i + 1].max(0) as u64, self.ops.len()));
+                        .push((v[i + 1].max(0) as u64, self.op_count()));
                     i += 2;
                 }
                 THREAD => {
                     if !need(1) {
-                        return;
+                        return i;
                     }
                     self.switch_thread(v[i + 1]);
                     i += 2;
                 }
                 NOTE => {
                     if !need(3) {
-                        return;
+                        return i;
                     }
                     self.note_tensor(v[i + 1], v[i + 2], v[i + 3]);
                     i += 4;
@@ -236,9 +238,10 @@ impl Replay {
                 // unknown: the rest cannot be framed
                 _ => {
                     self.damaged(i, format!("an unknown record code {code}"));
-                    return;
+                    return i;
                 }
             }
         }
+        i
     }
 }

@@ -17,8 +17,9 @@ const MAX_OPS: usize = 50;
 impl Replay {
     /// An iteration starts: check the one two before it.
     pub(super) fn iteration_started(&mut self) {
+        let op = self.op_count();
         let r = &mut self.retained;
-        r.starts.push(self.ops.len());
+        r.starts.push(op);
         let n = r.starts.len();
         // iteration k (1-based) ran from starts[k - 1] to starts[k]; now is the start of n
         if n < WARMUP_ITERATIONS + 3 {

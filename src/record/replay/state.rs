@@ -33,6 +33,8 @@ pub(super) struct Replay {
     pub(super) op_names: Vec<Option<String>>,
     pub(super) names: Vec<Option<String>>,
     pub(super) ops: Vec<Op>,
+    /// Ops handed out and forgotten before `ops[0]` (a live replay's: `live`); 0 otherwise.
+    pub(super) ops_base: usize,
     pub(super) allocated: Vec<f64>,
     pub(super) active: Vec<f64>,
     pub(super) reserved: Vec<f64>,
