@@ -116,6 +116,8 @@ pub fn run(o: &Options) -> Result<i32> {
             "record: -o - is not possible: record writes one file per process (NAME.rank0.pkl, …); give a file name".into(),
         ));
     }
+    protect_command_line(&o.command);
+    crate::output::check_not_held(&o.output).map_err(|e| Error::output(&o.output, e))?;
     // the agent and the socket: whoever may change them runs code in the program
     let tmp = agent::private_dir().map_err(|e| Error::output(&std::env::temp_dir(), e))?;
     let agent_dir = tmp.path().join("agent");
@@ -240,6 +242,31 @@ pub fn run(o: &Options) -> Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// Keep every file the command names (the program, found on `PATH` as the shell would, its
+/// script, an argument's or an `--option=value`'s file) from being written over by an output.
+fn protect_command_line(command: &[OsString]) {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(program) = command.first() else {
+        return;
+    };
+    if !program.as_bytes().contains(&b'/') {
+        for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+            let p = dir.join(program);
+            if p.is_file() {
+                crate::inputs::protect(&p);
+                break;
+            }
+        }
+    }
+    for arg in command {
+        crate::inputs::protect(Path::new(arg));
+        let bytes = arg.as_bytes();
+        if let Some(eq) = bytes.iter().position(|&b| b == b'=') {
+            crate::inputs::protect(Path::new(std::ffi::OsStr::from_bytes(&bytes[eq + 1..])));
+        }
+    }
 }
 
 /// `record --recover DIR [-o OUT]`: the stats files from a journal a `record` left behind
