@@ -10,7 +10,7 @@ import functools
 import threading
 import weakref
 
-from . import gradhooks, modnames, ops, state, threads
+from . import gradhooks, modnames, ops, state, threads, tracebacks
 from .dynamo import is_compiling, skipper
 from .gradhooks import on_grads
 from .modnames import mod_info, wrapped
@@ -484,7 +484,11 @@ def fw_pre_hook(mod, inputs):
 
 def fw_post_hook(mod, inputs, output):
     """The global forward hook (always called, even when the forward raised)."""
-    if _is_compiling() or not state.active:
+    if _is_compiling():
+        return
+    if output is None:
+        tracebacks.mend_raising(mod)
+    if not state.active:
         return
     if tracker.params.lazy_pending and id(mod) in tracker.params.lazy_pending:
         tracker.params.materialized(mod)
@@ -530,10 +534,12 @@ def install(torch):
     if skip_code is not None:
         for f in (fw_pre_hook, fw_post_hook, ModuleTracker.pre_forward, ModuleTracker.post_forward):
             skip_code(f.__code__)
+    tracebacks.bind(torch)  # before any hook is registered
     handles = [
         register_module_forward_pre_hook(fw_pre_hook),
         register_module_forward_hook(fw_post_hook, always_call=True),
     ]
+    tracebacks.agent_hooks(handles)
 
     def undo():
         for h in handles:

@@ -5,7 +5,7 @@ goodbye (`finish`), a forked child switching the agent off.
 import os
 import sys
 
-from . import compiled, cuda, cycles, ops, state, transport
+from . import compiled, cuda, cycles, ops, state, tracebacks, transport
 from .protocol import MSG_BYE, MSG_EXCEPTION, MSG_SIGNAL
 from .transport import message, time_mark
 
@@ -41,6 +41,8 @@ def chain_excepthook():
     prev = sys.excepthook
 
     def hook(tp, value, tb):
+        if value is not None and value.__traceback__ is tb:
+            tb = tracebacks.mend(value)
         try:
             import traceback
 
