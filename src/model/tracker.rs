@@ -129,13 +129,16 @@ pub struct Marker {
 
 /// The module an op ran in, from MemoryTracker's op names, `{module}.{forward|backward}.{op}_{n}`
 /// (`layers.0.attn.forward.view.default_1` → `layers.0.attn`); `memtrack record` names ops the
-/// same way, and an optimizer's ops `{optimizer}.step.{op}_{n}` (`Adam.step.add.Tensor_3` →
-/// `Adam`). The root module of PyTorch's tracker is named "" (`.forward.mm.default_0`). None
+/// same way, a forward recomputed in backward (activation checkpointing)
+/// `{module}.recompute.{op}_{n}`, and an optimizer's ops `{optimizer}.step.{op}_{n}`
+/// (`Adam.step.add.Tensor_3` → `Adam`). The root module of PyTorch's tracker is named ""
+/// (`.forward.mm.default_0`). None
 /// for an op recorded outside every module (`.mm.default_0`: no phase).
 pub fn op_module(name: &str) -> Option<&str> {
     let first = |phases: &[&str]| phases.iter().filter_map(|p| name.find(p)).min();
     // a submodule may be called `step` (`net.step.forward.mm_0`): forward/backward decide first
-    let phase = first(&[".forward.", ".backward."]).or_else(|| first(&[".step."]))?;
+    let phase =
+        first(&[".forward.", ".backward.", ".recompute."]).or_else(|| first(&[".step."]))?;
     Some(&name[..phase])
 }
 
@@ -469,6 +472,7 @@ mod tests {
             Some("layers.0.attn")
         );
         assert_eq!(op_module("Net.fc.backward.mm.default_3"), Some("Net.fc"));
+        assert_eq!(op_module("Net.b.recompute.tanh.default_7"), Some("Net.b"));
         assert_eq!(op_module(".forward.mm.default_0"), Some(""));
         assert_eq!(op_module(".mm.default_0"), None);
         // an op whose own name has a dot after the phase

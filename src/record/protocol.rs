@@ -30,6 +30,9 @@ pub const PUSH_BACKWARD: i64 = 1;
 /// Pushed in backward by a module whose outputs are its inputs (nn.Identity, Dropout(p=0)):
 /// active for MemTracker's peaks, but it runs no node, so no op is named after it.
 pub const PUSH_PASS_THROUGH: i64 = 2;
+/// Pushed by a module's forward run in backward: activation checkpointing recomputing it. Its
+/// ops are named `{module}.recompute.{op}`; each push is matched by its own POP.
+pub const PUSH_RECOMPUTE: i64 = 3;
 
 // ---- why a tensor was noted (NOTE's `why`): how its memory was measured, if at all
 pub const WHY_SPARSE: i64 = 0;

@@ -35,6 +35,7 @@ from .protocol import (
     PUSH_BACKWARD,
     PUSH_FORWARD,
     PUSH_PASS_THROUGH,
+    PUSH_RECOMPUTE,
     REF,
     RESET,
     SNAP,
@@ -229,6 +230,25 @@ class ModuleTracker:
         else:
             parents[name] = c - 1
 
+    def push_recomputed(self, info):
+        """A module's forward runs in backward (activation checkpointing recomputes it): active
+        again, whether or not its backward made it active already; each such push has its own
+        POP (pop_recomputed), so its ops are named after it while it runs."""
+        parents = self.here().parents
+        parents[info.name] = parents.get(info.name, 0) + 1
+        ext((PUSH, info.name_id, PUSH_RECOMPUTE))
+
+    def pop_recomputed(self, info):
+        parents = self.here().parents
+        c = parents.get(info.name)
+        if c is None:
+            return  # the end of backward reset them
+        if c <= 1:
+            del parents[info.name]
+        else:
+            parents[info.name] = c - 1
+        ext((POP, info.name_id))
+
     def engine_callback(self):
         try:
             st = self.here()
@@ -414,7 +434,10 @@ class ModuleTracker:
                 self.enter_inner(w)
             info = mod_info(mod)
             bw = self.gtid() != -1
-            self.add_parent(info, PUSH_FORWARD)
+            if bw:
+                self.push_recomputed(info)
+            else:
+                self.add_parent(info, PUSH_FORWARD)
             leaves = self.flat(inputs)  # once for both uses
             self.mt_pre_fw(mod, info, leaves, bw)
             if not bw:
@@ -447,7 +470,10 @@ class ModuleTracker:
             bw = self.gtid() != -1
             leaves = () if bw else self.flat(output)  # read only outside backward
             self.mt_post_fw(mod, info, leaves, bw)
-            self.remove_parent(info)
+            if bw:
+                self.pop_recomputed(info)
+            else:
+                self.remove_parent(info)
             if not bw:
                 inputs_seen, inputs_hook = info.fw_inputs.pop() if info.fw_inputs else (None, None)
                 tensors = self.grad_tensors(leaves)

@@ -31,6 +31,7 @@ THREAD = -20  # n: the records after it are thread n's (0: the main thread; `thr
 PUSH_FORWARD = 0  # its forward pre-hook
 PUSH_BACKWARD = 1  # a backward hook: the gradient of its output arrived
 PUSH_PASS_THROUGH = 2  # the same, for a module whose outputs are its inputs: it runs no node
+PUSH_RECOMPUTE = 3  # its forward runs in backward: recomputed (activation checkpointing)
 
 # ---- why a tensor was noted (NOTE's `why`): how its memory was measured, if at all
 WHY_SPARSE = 0  # a sparse layout: sized by the storages of its indices and values

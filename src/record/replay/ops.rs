@@ -1,7 +1,7 @@
 //! Ops: each sample placed in its context (the optimizer's step, the innermost running
 //! module, forward or backward) with its allocated / active / reserved bytes.
 
-use crate::record::protocol::{PUSH_BACKWARD, PUSH_PASS_THROUGH};
+use crate::record::protocol::{PUSH_BACKWARD, PUSH_PASS_THROUGH, PUSH_RECOMPUTE};
 
 use super::bytes::TOTAL;
 use super::Replay;
@@ -19,6 +19,8 @@ pub(super) struct Op {
 pub(super) enum Phase {
     Forward,
     Backward,
+    /// A forward run again in backward (activation checkpointing).
+    Recompute,
     Step,
 }
 
@@ -30,6 +32,8 @@ pub(super) enum Pushed {
     /// In backward, by a module whose outputs are its inputs: it runs no autograd node, so
     /// no op is named after it (it stays active for MemTracker's peaks).
     PassThrough,
+    /// Its forward, run in backward to recompute what activation checkpointing did not keep.
+    Recompute,
 }
 
 impl Pushed {
@@ -37,6 +41,7 @@ impl Pushed {
         match code {
             PUSH_BACKWARD => Pushed::Backward,
             PUSH_PASS_THROUGH => Pushed::PassThrough,
+            PUSH_RECOMPUTE => Pushed::Recompute,
             _ => Pushed::Forward,
         }
     }
@@ -47,6 +52,7 @@ impl Phase {
         match self {
             Phase::Forward => "forward",
             Phase::Backward => "backward",
+            Phase::Recompute => "recompute",
             Phase::Step => "step",
         }
     }
@@ -62,10 +68,10 @@ impl Replay {
             .rev()
             .find(|(_, how)| *how != Pushed::PassThrough)
         {
-            if how == Pushed::Backward {
-                (self.innermost_in_backward(name), Phase::Backward)
-            } else {
-                (name, Phase::Forward)
+            match how {
+                Pushed::Backward => (self.innermost_in_backward(name), Phase::Backward),
+                Pushed::Recompute => (name, Phase::Recompute),
+                _ => (name, Phase::Forward),
             }
         } else {
             (NO_NAME, if bw { Phase::Backward } else { Phase::Forward })
