@@ -299,7 +299,8 @@ pub struct Attached {
 pub struct Retained {
     /// Iterations checked.
     pub iterations: i64,
-    /// One entry per op (its name without the `_N` count), most bytes first.
+    /// One entry per op (its name without the `_N` count): those that retained in more than
+    /// one iteration checked first, then the others, each most bytes first.
     pub ops: Vec<RetainedOp>,
 }
 
