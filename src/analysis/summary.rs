@@ -180,7 +180,8 @@ pub struct Phase {
     /// How many micro-batches the iteration has (1 without gradient accumulation).
     pub micro_batches: usize,
     /// Marked top-level calls (fw_start to fw_bw_boundary) in a `forward` phase (a cell
-    /// unrolled over time: many); 0 in other phases.
+    /// unrolled over time: many); in an `optimizer step` that ran its closure again after its
+    /// own ops (LBFGS), the closure's calls, each a forward and a backward; 0 in other phases.
     pub calls: usize,
     /// 0-based index of the phase's first op.
     pub first_op: usize,
@@ -528,6 +529,28 @@ fn phases(stats: &TrackerStats) -> Vec<Phase> {
         let e = starts.get(j + 1).copied().unwrap_or(n).max(s);
         while k < fws.len() && fws[k].0 < s {
             k += 1;
+        }
+        // step(closure) that runs its closure again after the optimizer's own ops (LBFGS's
+        // line search): one optimizer step, its closure's forwards and backwards inside it
+        let inside: Vec<usize> = (k..fws.len()).take_while(|&f| fws[f].0 < e).collect();
+        let opt_op = |from: usize, to: usize| (from..to).find(|&i| is_optimizer_op(name(i)));
+        if inside.len() > 1 {
+            let first_call = fws[inside[0]].0;
+            if opt_op(first_call, fws[inside[inside.len() - 1]].0).is_some() {
+                // from the step's first op (before the first call, or the call itself)
+                let a = opt_op(s, first_call).unwrap_or(first_call);
+                let last = (a..e)
+                    .rev()
+                    .find(|&i| is_optimizer_op(name(i)))
+                    .unwrap_or(a);
+                if a > s {
+                    rest(&mut spans, it, 0, s, a);
+                }
+                spans.push((it, "optimizer step", 0, inside.len(), a, last + 1));
+                spans.push((it, "after step", 0, 0, last + 1, e));
+                k += inside.len();
+                continue;
+            }
         }
         let mut cursor = s;
         let mut mb = 0;

@@ -324,14 +324,20 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
     line
 }
 
-/// `forward`, `forward (21 calls)`, `backward (micro-batch 2 of 4)`.
+/// `forward`, `forward (21 calls)`, `backward (micro-batch 2 of 4)`, `optimizer step (5
+/// closure calls)`.
 fn phase_label(p: &Phase) -> String {
     let mut extra = Vec::new();
     if let Some(mb) = p.micro_batch {
         extra.push(format!("micro-batch {mb} of {}", p.micro_batches));
     }
     if p.calls > 1 {
-        extra.push(format!("{} calls", thousands(p.calls)));
+        let what = if p.phase == "optimizer step" {
+            "closure calls"
+        } else {
+            "calls"
+        };
+        extra.push(format!("{} {what}", thousands(p.calls)));
     }
     if extra.is_empty() {
         p.phase.to_string()
