@@ -282,3 +282,35 @@ fn a_thread_running_before_an_in_process_recording_is_named_as_not_recorded() {
         "1 thread was already running when recording began (early): its ops are not recorded"
     );
 }
+
+/// One naming rule whatever the thread (issue 62, item 8): two `Sequential`s the script made as
+/// `embedder` and `classifier`, first called in worker threads through a function whose
+/// parameter is `model`, are named as the script named them, in every thread; a thread that
+/// ran no op is not listed.
+#[test]
+fn models_are_named_where_the_program_made_them_whatever_the_thread() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (j, file) = recorded(&py, dir.path(), "thread_names.py", &[], "compiled");
+    let names = common::op_names(&j);
+    for expected in [
+        "embedder.0.forward.addmm",
+        "classifier.0.forward.addmm",
+        "classifier.0.backward.mm",
+    ] {
+        assert!(
+            names.iter().any(|n| n.starts_with(expected)),
+            "no {expected}* in {names:?}"
+        );
+    }
+    for n in &names {
+        assert!(
+            !n.starts_with("Sequential") && !n.starts_with("model."),
+            "{n}"
+        );
+    }
+    let s = summary(&file);
+    let line = s["threads"][0].as_str().unwrap();
+    assert!(line.starts_with("2 other threads ran"), "{line}");
+    assert!(!line.contains("logger"), "{line}");
+}
