@@ -127,6 +127,11 @@ fn two_threads_serving_two_models_are_recorded_with_their_calls_and_no_iteration
             "{line}"
         );
         assert!(s["iterations"].as_array().unwrap().is_empty());
+        // no iteration of the main thread's: the table is the other threads' calls
+        assert_eq!(
+            s["module_peaks"]["chosen"],
+            "the other threads' calls, outside any iteration"
+        );
         module_peaks_within_run_peak(&file);
         // op names carry each thread's own module
         let names = common::op_names(&j);

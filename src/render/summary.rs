@@ -2,6 +2,7 @@
 
 use crate::analysis::cross_rank::CrossRank;
 use crate::analysis::ending::Raised;
+use crate::analysis::iteration_kinds::OUTSIDE_ITERATIONS;
 use crate::analysis::summary::{Phase, TrackerSummary};
 use crate::model::{format_bytes, CompileInfo, Units};
 
@@ -180,9 +181,17 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
                 }),
             ]);
         }
+        let which = if mp.chosen == OUTSIDE_ITERATIONS {
+            mp.chosen.to_string()
+        } else {
+            format!(
+                "iteration {} of {}, {}",
+                mp.iteration, mp.iterations, mp.chosen
+            )
+        };
         doc.heading(&format!(
-            "Module peaks (iteration {} of {}, {}, depth <= {}): all memory in use while the module ran, its own or not, and the category with the most of it then; `memtrack modules --iteration N` for another iteration",
-            mp.iteration, mp.iterations, mp.chosen, mp.max_depth
+            "Module peaks ({which}, depth <= {}): all memory in use while the module ran, its own or not, and the category with the most of it then; `memtrack modules --iteration N` for another iteration",
+            mp.max_depth
         ));
         doc.table(&t);
     }
