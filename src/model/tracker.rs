@@ -449,13 +449,16 @@ impl RecordInfo {
 pub struct ExitInfo {
     /// The exit code, when memtrack started the process itself.
     pub code: Option<i64>,
-    /// The signal that killed it, when memtrack started the process itself.
+    /// The signal that killed it, when memtrack started the process itself; the signal its
+    /// parent sent it, where that ended it (`terminated`).
     pub signal: Option<i64>,
     /// The program ran out of memory.
     pub oom: bool,
     /// The uncaught exception's traceback.
     pub exception: Option<String>,
-    /// `exit` (normal interpreter exit), `exception`, `signal` (SIGTERM, handled) or
+    /// `exit` (normal interpreter exit), `exception`, `signal` (SIGTERM, handled),
+    /// `terminated` (its parent ended it, multiprocessing's `terminate()` or `kill()`: a
+    /// DataLoader's worker slow to leave, whose own SIGTERM handler leaves without a word) or
     /// `disconnected` (the process vanished without a word: SIGKILL, a crash, the OOM killer).
     pub ended: Option<String>,
     /// The op count when the CUDA allocator reported running out of memory.

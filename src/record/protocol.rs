@@ -64,6 +64,8 @@ pub const MSG_CUDA_UNAVAILABLE: &str = "cuda_unavailable";
 pub const MSG_TORCH_UNSUPPORTED: &str = "torch_unsupported";
 pub const MSG_THREAD: &str = "thread";
 pub const MSG_THREADS_BEFORE: &str = "threads_before";
+/// pid, signal: the process ended a child of its (multiprocessing's `terminate()`, `kill()`).
+pub const MSG_TERMINATED: &str = "terminated";
 
 /// The agent's pseudo-op sampled after each compiled graph call (its name in files).
 pub const COMPILED_GRAPH: &str = "compiled_graph";

@@ -263,6 +263,9 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
         }
         if let Some(e) = &r.exit {
             match (e.code, e.signal) {
+                (_, Some(sig)) if e.ended.as_deref() == Some("terminated") => {
+                    line.push_str(&format!(", ended by its parent with signal {sig}"))
+                }
                 (_, Some(sig)) => line.push_str(&format!(", killed by signal {sig}")),
                 (Some(c), _) if c != 0 => line.push_str(&format!(", exited with code {c}")),
                 _ => {}

@@ -6,7 +6,7 @@ import os
 import sys
 
 from . import compiled, cuda, cycles, ops, state, tracebacks, transport
-from .protocol import MSG_BYE, MSG_EXCEPTION, MSG_SIGNAL
+from .protocol import MSG_BYE, MSG_EXCEPTION, MSG_SIGNAL, MSG_TERMINATED
 from .transport import message, time_mark
 
 _finished = [False]
@@ -20,6 +20,7 @@ def install():
     atexit.register(at_exit)
     chain_excepthook()
     install_sigterm()
+    watch_children_ended()
 
 
 def after_fork_in_child():
@@ -54,6 +55,33 @@ def chain_excepthook():
         prev(tp, value, tb)
 
     sys.excepthook = hook
+
+
+def watch_children_ended():
+    """Say when this process ends a child of its (multiprocessing's terminate() or kill(), as a
+    DataLoader shuts down a worker slow to leave): the collector has no other way to know how
+    that process ended, since a DataLoader worker's own SIGTERM handler leaves at once,
+    without a word."""
+    import functools
+    import signal
+    from multiprocessing.process import BaseProcess
+
+    for name, sig in (("terminate", signal.SIGTERM), ("kill", signal.SIGKILL)):
+        orig = getattr(BaseProcess, name, None)
+        if orig is None:
+            continue
+
+        @functools.wraps(orig)
+        def ends(self, _orig=orig, _sig=int(sig)):
+            try:
+                if state.active and self.pid is not None:
+                    message({"t": MSG_TERMINATED, "pid": self.pid, "signal": _sig})
+            except Exception:
+                pass
+            return _orig(self)
+
+        setattr(BaseProcess, name, ends)
+        state.undo.append(functools.partial(setattr, BaseProcess, name, orig))
 
 
 def install_sigterm():

@@ -82,6 +82,7 @@ MSG_CUDA_UNAVAILABLE = "cuda_unavailable"
 MSG_TORCH_UNSUPPORTED = "torch_unsupported"
 MSG_THREAD = "thread"
 MSG_THREADS_BEFORE = "threads_before"
+MSG_TERMINATED = "terminated"  # pid signal: this process ended a child of its (terminate, kill)
 
 # The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
 COMPILED_GRAPH = "compiled_graph"

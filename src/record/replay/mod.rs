@@ -68,6 +68,8 @@ pub struct Session {
     pub damage: Option<String>,
     /// Which image of its process this was: 0, then 1, 2, … for what it `exec`ed into.
     pub image: u32,
+    /// (pid, signal) of each child this process ended (multiprocessing's `terminate()`).
+    pub terminated: Vec<(i64, i64)>,
 }
 
 /// Decode one process's spool: its segment files in order (the agent's shared memory-mapped
@@ -172,6 +174,8 @@ struct Replay {
     oom_op_index: Option<i64>,
     ended: Option<String>,
     said_bye: bool,
+    /// (pid, signal) of the children this process ended.
+    terminated: Vec<(i64, i64)>,
     memory_stats: BTreeMap<String, i64>,
     snapshot_paths: Vec<String>,
     agent_errors: Vec<String>,
