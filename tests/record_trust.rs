@@ -71,7 +71,8 @@ impl Probe {
             .arg(script("trust_probe.py"))
             .args(args)
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         // SAFETY: umask(2) in the child between fork and exec, nothing else
         unsafe {
             cmd.pre_exec(move || {
@@ -96,12 +97,21 @@ impl Probe {
     }
 
     /// Let the program go on; (record's exit code, the rest of the program's stdout).
-    fn finish(mut self) -> (i32, String) {
+    fn finish(self) -> (i32, String) {
+        let (code, rest, _) = self.finish_with_stderr();
+        (code, rest)
+    }
+
+    /// The same, and what memtrack and the program wrote on stderr (a few lines).
+    fn finish_with_stderr(mut self) -> (i32, String, String) {
         self.child.stdin.take().unwrap().write_all(b"go\n").unwrap();
         let mut rest = String::new();
         std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
+        let mut stderr = String::new();
+        let mut err = self.child.stderr.take().unwrap();
+        std::io::Read::read_to_string(&mut err, &mut stderr).unwrap();
         let status = self.child.wait().unwrap();
-        (status.code().unwrap_or(-1), rest)
+        (status.code().unwrap_or(-1), rest, stderr)
     }
 }
 
@@ -405,6 +415,31 @@ fn a_journal_removed_while_the_program_runs_still_gives_the_file() {
     let j = export(&out);
     let steps = j["memtrack"]["modules"].as_array().unwrap().len();
     assert!((1..201).contains(&steps), "{steps} steps");
+}
+
+/// Another user of a shared folder renames the journal before the program's first op: the
+/// program writes through the folder memtrack handed it on connecting, never its path, so the
+/// file is whole, and memtrack says what happened.
+#[test]
+fn a_journal_renamed_before_the_first_op_still_gives_the_whole_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.pkl");
+    let Some(probe) = Probe::start(&out, 0o022, &["3", "first"]) else {
+        return;
+    };
+    let taken = dir.path().join("taken");
+    std::fs::rename(probe.path("journal"), &taken).unwrap();
+    let (code, rest, stderr) = probe.finish_with_stderr();
+    assert_eq!((code, rest.as_str()), (0, "done\n"), "{stderr}");
+    let j = export(&out);
+    assert_eq!(j["memtrack"]["modules"].as_array().unwrap().len(), 4);
+    assert!(
+        stderr.contains("was renamed or removed while the program ran"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("python -E"), "{stderr}");
+    // its files were read, then removed through the handle; the folder stays where it went
+    assert_eq!(std::fs::read_dir(&taken).unwrap().count(), 0);
 }
 
 #[test]

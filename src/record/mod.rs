@@ -214,6 +214,13 @@ pub fn run(o: &Options) -> Result<i32> {
     };
     let samples = sampler.map(sampler::Sampler::finish);
     let report = finalize::finalize(&journal, &o.output, pid, status, samples.as_ref())?;
+    let moved = journal.moved();
+    if moved {
+        eprintln!(
+            "memtrack: {} was renamed or removed while the program ran (by another user of a shared folder, or a cleaner): memtrack and the program kept using the folder they held open",
+            journal.path().display()
+        );
+    }
     let mut code = code;
     if report.complete {
         journal.remove();
@@ -236,7 +243,11 @@ pub fn run(o: &Options) -> Result<i32> {
         eprintln!("memtrack: --snapshot: the program ran on the CPU backend; allocator snapshots need CUDA");
     }
     if report.recorded == 0 {
-        eprintln!("memtrack: {}", report.nothing_recorded_reason(program));
+        if moved {
+            eprintln!("memtrack: nothing recorded: the journal was moved away (said above)");
+        } else {
+            eprintln!("memtrack: {}", report.nothing_recorded_reason(program));
+        }
         if code == 0 {
             code = 2; // the program succeeded, but there is no file: a script must not take it for one
         }
