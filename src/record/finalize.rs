@@ -392,6 +392,7 @@ mod tests {
             time_marks: Vec::new(),
             damage: None,
             image: 0,
+            terminated: Vec::new(),
         }
     }
 
