@@ -132,6 +132,11 @@ fn two_threads_serving_two_models_are_recorded_with_their_calls_and_no_iteration
             s["module_peaks"]["chosen"],
             "the other threads' calls, outside any iteration"
         );
+        let tables = common::stdout(&["modules", &file]);
+        assert!(
+            tables.starts_with("== The other threads' calls, outside any iteration"),
+            "{tables}"
+        );
         module_peaks_within_run_peak(&file);
         // op names carry each thread's own module
         let names = common::op_names(&j);

@@ -244,7 +244,9 @@ pub fn run(o: &Options) -> Result<i32> {
     }
     if report.recorded == 0 {
         if moved {
-            eprintln!("memtrack: nothing recorded: the journal was renamed or removed (said above)");
+            eprintln!(
+                "memtrack: nothing recorded: the journal was renamed or removed (said above)"
+            );
         } else {
             eprintln!("memtrack: {}", report.nothing_recorded_reason(program));
         }
