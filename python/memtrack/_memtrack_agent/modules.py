@@ -12,7 +12,7 @@ import weakref
 
 from . import gradhooks, modnames, ops, state, threads, tracebacks
 from .dynamo import is_compiling, skipper
-from .gradhooks import on_grads
+from .gradhooks import on_grads, on_output_tensors
 from .modnames import mod_info, wrapped
 from .params import Params
 from .protocol import (
@@ -484,7 +484,10 @@ class ModuleTracker:
                         else PUSH_BACKWARD
                     )
                     starts = functools.partial(self.backward_starts, info.wmod, info, how)
-                    on_grads(self, tensors, starts, "any", inputs_hook)
+                    if mod._forward_hooks:
+                        on_output_tensors(self, tensors, starts, inputs_hook)
+                    else:
+                        on_grads(self, tensors, starts, "any", inputs_hook)
         except Exception as e:
             internal_error(e)
 
