@@ -1,6 +1,7 @@
 """`memtrack estimate` against real H100 runs: peak allocated and peak reserved, side by side,
 with the difference and the floor each is held to; beside them what PyTorch's MemTracker under
-FakeTensorMode and accelerate's `estimate-memory` answer for the same program
+FakeTensorMode (on the "cpu" device, the one it runs on without CUDA) and accelerate's
+`estimate-memory` answer for the same program
 (bench/estimate_peers.py; accelerate needs `accelerate`, "-" where a tool has no answer).
 
     MEMTRACK=target/release/memtrack python3 bench/estimate_accuracy.py [--python PY]
@@ -55,7 +56,9 @@ def peer(python, tool, program):
         out = json.loads(r.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         return f"failed: {r.stderr.strip()[-80:]}"
-    return f"{out['bytes']:,}" if "bytes" in out else f"fails: {out['error'][:60]}"
+    if "bytes" not in out:
+        return f"fails: {out['error'][:60]}"
+    return f"{out['bytes']:,} in {out.get('seconds', 0):.0f} s"
 
 
 def stats(path):
@@ -108,7 +111,7 @@ def main():
                 )
             peers.append((prog, peer_name))
     # the peers' figures count tensors (MemTracker) or parameters (accelerate): no reserved
-    print(f"\n{'program':<20} {'MemTracker + FakeTensorMode (peak)':<70} accelerate estimate-memory (training, Adam, fp32)")
+    print(f"\n{'program':<20} {'MemTracker + FakeTensorMode on cpu (peak)':<70} accelerate estimate-memory (training, Adam, fp32)")
     for prog, peer_name in peers:
         mt = peer(a.python, "memtracker", peer_name)
         acc = peer(a.python, "accelerate", peer_name)

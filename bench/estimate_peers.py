@@ -5,8 +5,11 @@ printed as one JSON line ({"bytes": N} or {"error": why}):
     python bench/estimate_peers.py accelerate gpt2|resnet|capture
 
 - memtracker: PyTorch's MemTracker (torch.distributed._tools.mem_tracker) around the
-  program's training steps with every tensor fake (FakeTensorMode, device "cuda"), as
-  torchtitan estimates memory; its peak total on the device.
+  program's training steps with every tensor fake (FakeTensorMode), as torchtitan estimates
+  memory, on the "cpu" device (on "cuda" it needs a CUDA device even with fake tensors:
+  "hasPrimaryContext"), with reset_mod_stats() between iterations (its per-module table
+  otherwise grows with every step); its peak total, MemTracker's own storage accounting
+  (no allocator: no reserved figure). The line also says how long it took.
 - accelerate: Hugging Face accelerate's `estimate-memory` figure for training with Adam in
   float32 (the largest of model, gradients, optimizer states and step, for a batch of 1), from
   the model built on the meta device; it counts parameters only.
@@ -26,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def build(name, device):
     """(model, optimizer, steps): the program's model made on `device` (the default device
-    where None) and its training steps."""
+    where None) and its training steps, one callable each."""
     import contextlib
 
     import torch
@@ -41,12 +44,13 @@ def build(name, device):
             model = GPT2LMHeadModel(cfg)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        def steps():
-            for _ in range(3):
-                idx = torch.randint(0, 8192, (8, 256), device=device)
-                model(input_ids=idx, labels=idx).loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+        def step():
+            idx = torch.randint(0, 8192, (8, 256), device=device)
+            model(input_ids=idx, labels=idx).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        steps = [step] * 3
 
     elif name == "resnet":
         import torchvision
@@ -55,13 +59,14 @@ def build(name, device):
             model = torchvision.models.resnet18(num_classes=100)
         opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
-        def steps():
+        def step():
             x = torch.randn(32, 3, 224, 224, device=device)
             y = torch.randint(0, 100, (32,), device=device)
-            for _ in range(3):
-                torch.nn.functional.cross_entropy(model(x), y).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        steps = [step] * 3
 
     elif name == "capture":
         path = os.path.join(ROOT, "scripts", "capture_gpu_snapshots.py")
@@ -74,14 +79,15 @@ def build(name, device):
             model = capture.GPT(vocab, 512, 6, heads=8, max_len=max_len)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        def steps():
-            rng = random.Random(0)
-            for _ in range(12):
-                t = 64 * rng.randint(1, max_len // 64)
-                idx = torch.randint(0, vocab, (8, t), device=device)
-                F.cross_entropy(model(idx).view(-1, vocab), idx.view(-1)).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+        rng = random.Random(0)
+
+        def step(t):
+            idx = torch.randint(0, vocab, (8, t), device=device)
+            F.cross_entropy(model(idx).view(-1, vocab), idx.view(-1)).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        steps = [lambda t=64 * rng.randint(1, max_len // 64): step(t) for _ in range(12)]
 
     else:
         raise SystemExit(f"unknown program {name}")
@@ -93,13 +99,15 @@ def memtracker(name):
     from torch.distributed._tools.mem_tracker import MemTracker
 
     with FakeTensorMode():
-        model, opt, steps = build(name, "cuda")
+        model, opt, steps = build(name, "cpu")
         mt = MemTracker()
         mt.track_external(model, opt)
         with mt:
-            steps()
+            for step in steps:
+                step()
+                mt.reset_mod_stats()
         peak = mt.get_tracker_snapshot("peak")
-    return max(v.get("Total", 0) for k, v in peak.items() if str(k).startswith("cuda"))
+    return max(v.get("Total", 0) for k, v in peak.items() if str(k).startswith("cpu"))
 
 
 def accelerate(name):
@@ -115,9 +123,13 @@ def accelerate(name):
 
 def main():
     tool, name = sys.argv[1], sys.argv[2]
+    import time
+
+    start = time.perf_counter()
     try:
         figure = {"memtracker": memtracker, "accelerate": accelerate}[tool](name)
-        print(json.dumps({"bytes": int(figure)}))
+        seconds = round(time.perf_counter() - start, 1)
+        print(json.dumps({"bytes": int(figure), "seconds": seconds}))
     except Exception as e:
         print(json.dumps({"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}))
 

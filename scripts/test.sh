@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Check formatting and lints (cargo fmt --check, cargo clippy -D warnings), then run every
-# test, as CI does: installs what it needs first (Rust crates through cargo, a
-# Python venv with torch through scripts/setup-python.sh), then prints one line of totals.
+# test, as CI does: installs what it needs first (Rust crates through cargo; the Python with
+# torch the demo uses, or a venv with it, through scripts/setup-python.sh, which asks before
+# downloading torch unless MEMTRACK_YES=1 or CI is set), then prints one line of totals.
+# The build's files go to target/ (4.4 GB for the lints and the test binaries, see README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo >/dev/null || { echo "memtrack: cargo not found: install Rust (https://rustup.rs)" >&2; exit 2; }
@@ -13,9 +15,10 @@ for component in rustfmt clippy; do
 done
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
-MEMTRACK_PYTHON="$(scripts/setup-python.sh)"
+MEMTRACK_PYTHON="$(scripts/setup-python.sh --tests)"
 export MEMTRACK_PYTHON
-# record's default observer on the CPU is built once per torch (about 30 s): build it now, so
+# record's default observer on the CPU is built once per torch (about 20 s of compiler time,
+# saying so every 15 s): build it now, so
 # that no test waits for the build or is stopped in the middle of it
 "$MEMTRACK_PYTHON" -c 'import sys, torch; sys.path.insert(0, "python/memtrack")
 from _memtrack_agent import native

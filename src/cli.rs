@@ -514,7 +514,7 @@ pub enum ObserverArg {
     /// A TorchDispatchMode in Python, as MemoryTracker and MemTracker use
     Python,
     /// A RecordFunction callback in C++, built once per torch with the machine's C++
-    /// compiler (about 30 s); falls back to `python`, with a warning, where it cannot be
+    /// compiler (about 20 s of compiler time); falls back to `python`, with a warning, where it cannot be
     Compiled,
 }
 
@@ -766,7 +766,7 @@ pub struct SimulateArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  memtrack estimate -- python train.py --batch-size 32\n  memtrack estimate --gpu A100-40GB -o run.pkl -- python train.py\n  memtrack estimate --gpu 24GiB --format json -- python train.py\n\nThe file written is read by summary, modules, top, plot and view (docs/estimate.md)."
+    after_help = "Examples:\n  memtrack estimate -- python train.py --batch-size 32\n  memtrack estimate --gpu A100-40GB -o run.pkl -- python train.py\n  memtrack estimate --gpu 24GiB --format json -- python train.py\n  memtrack estimate -- torchrun --nproc-per-node 8 --nnodes 4 train.py --fsdp\n  memtrack estimate --world-size 64 --ranks 0,63 -- python train.py\n\nThe file written is read by summary, modules, top, plot and view (docs/estimate.md)."
 )]
 pub struct EstimateArgs {
     /// The stats file to write (as `record` writes)
@@ -780,6 +780,25 @@ pub struct EstimateArgs {
     /// How to print the verdict (text or json)
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Stop the program when one read of a value the estimate does not have, deciding a
+    /// branch at the same line, repeats more than this (a loop waiting on that value)
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub max_repeats: u64,
+    /// Run the program as one rank of a job of N ranks (torchrun's environment, a fake process
+    /// group); a `torchrun` command gives its own world
+    #[arg(long, value_name = "N")]
+    pub world_size: Option<u32>,
+    /// The ranks to estimate, each one run of the program: `0` (the default), `0,7`, `0-3`
+    /// or `all`
+    #[arg(long, default_value = "0", value_name = "LIST")]
+    pub ranks: String,
+    /// Ranks on each node (LOCAL_WORLD_SIZE) with --world-size
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub gpus_per_node: u32,
+    /// What NCCL's buffers may take of the device for each process group that communicates
+    /// (not the allocator's memory, not measured: docs/estimate.md)
+    #[arg(long, default_value = "1GiB", value_name = "SIZE")]
+    pub nccl_allowance: String,
     /// The program and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

@@ -183,6 +183,17 @@ fn a_window_is_recorded_and_the_loop_goes_on_as_without_memtrack() {
     assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
     assert!(text.contains("attached to the running process"), "{text}");
     assert!(text.contains("partial"), "{text}");
+    // what was held at the attach is counted before the first op: in no op's line of the top
+    // ops (the first op that touched a weight, or Adam's state in place, was credited with it)
+    let held: i64 = (m["attached"]["held"].as_object().unwrap().values())
+        .map(|v| v.as_i64().unwrap())
+        .sum();
+    let first = j["ops"][0]["allocated_bytes"].as_f64().unwrap() as i64;
+    assert!(held > 0 && first >= held, "{first} < {held}");
+    assert!(
+        text.contains("Held at the attach, counted before the first op and so in no op's line"),
+        "{text}"
+    );
     // the attach's own thread (which waits for the detach) is not one of the program's
     let threads = m["threads"].as_array().map_or(&[][..], |t| t.as_slice());
     assert!(

@@ -223,6 +223,19 @@ fn a_toml_file_is_text_not_a_trace() {
         "{err}"
     );
     assert!(!err.contains("Chrome trace"), "{err}");
+    // what memtrack reads is named, the profiler's traces among them
+    assert!(
+        err.contains("memtrack record files") && err.contains("torch.profiler traces"),
+        "{err}"
+    );
+    // a stats file where a snapshot is wanted (and the other way) says what each is
+    let stats = common::fixture("record/h100_gpt2_train.pkl");
+    let (code, _, err) = run(&["segments", stats.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("this file is a `record` or MemoryTracker stats file"),
+        "{err}"
+    );
     // JSON that starts with a bracket is still read as a trace and told apart
     let dir = tempfile::tempdir().unwrap();
     for (name, text, said) in [
@@ -527,4 +540,65 @@ fn demo_and_setup_say_one_size_and_show_progress() {
         "{demo}"
     );
     assert!(demo.contains("next, try"), "{demo}");
+}
+
+/// One Python for the demo and the tests: both take it from `scripts/setup-python.sh`, which
+/// takes `MEMTRACK_PYTHON` first (and refuses one without torch); and the 5.5 GB download of
+/// torch is never silent: with no Python that has torch, no terminal and no consent
+/// (`MEMTRACK_YES`, `--yes`, `CI`), it says how to go on and downloads nothing.
+#[test]
+fn the_demo_and_the_tests_share_one_python_and_torch_is_never_downloaded_unasked() {
+    let root = common::root();
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let (demo, test) = (read("scripts/demo.sh"), read("scripts/test.sh"));
+    assert!(demo.contains("py=\"$(scripts/setup-python.sh)\""), "{demo}");
+    assert!(
+        test.contains("MEMTRACK_PYTHON=\"$(scripts/setup-python.sh --tests)\"")
+            && test.contains("export MEMTRACK_PYTHON"),
+        "{test}"
+    );
+    assert!(read(".ci/run").contains("export MEMTRACK_YES=1"));
+    let setup = |env: &[(&str, &std::ffi::OsStr)], args: &[&str]| {
+        let mut cmd = std::process::Command::new("/bin/bash");
+        cmd.arg(root.join("scripts/setup-python.sh"))
+            .args(args)
+            .env_remove("CI")
+            .env_remove("MEMTRACK_PYTHON")
+            .env_remove("MEMTRACK_YES")
+            .stdin(std::process::Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    // MEMTRACK_PYTHON is the one, when it has torch
+    if let Some(py) = common::python() {
+        let o = setup(&[("MEMTRACK_PYTHON", py.as_os_str())], &["--tests"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            py.to_str().unwrap()
+        );
+    }
+    let no_torch = std::ffi::OsStr::new("/bin/false");
+    let o = setup(&[("MEMTRACK_PYTHON", no_torch)], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("does not import torch"));
+    // no Python on PATH, a venv not made yet, nobody to ask: refused, nothing made
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("venv");
+    let o = setup(
+        &[
+            ("MEMTRACK_VENV", venv.as_os_str()),
+            ("PATH", dir.path().as_os_str()),
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("about 5.5 GB") && err.contains("MEMTRACK_YES=1"),
+        "{err}"
+    );
+    assert!(!venv.exists(), "nothing is made without consent");
 }

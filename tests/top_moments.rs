@@ -127,6 +127,63 @@ fn gpt2_groups_by_user_line_and_category() {
     );
 }
 
+/// The categories judged on the capture of a run agree with what `record`'s agent counted in
+/// the same run (MemTracker's categories, the record file's whole-model peak): the parameters
+/// and the optimizer state to the byte, backward's temporaries to the block; and nothing the
+/// agent counted as an activation or optimizer state is called a temporary (the capture's peak
+/// falls inside the op after the record's, so it holds a little more).
+#[test]
+fn categories_agree_with_the_agents_count_of_the_same_run() {
+    for name in ["gpt2", "resnet18"] {
+        let snap = fixture(&format!("snapshots/h100_{name}_train_exit.pickle"));
+        let record = fixture(&format!("record/h100_{name}_train.pkl"));
+        let cats = &top(&snap, &["--at", "peak", "--group-by", "category"])[0];
+        let row = |c: &str| {
+            (cats["rows"].as_array().unwrap().iter())
+                .find(|r| r["group"] == c)
+                .map_or(0, |r| u(&r["at_bytes"]))
+        };
+        let summary = json_out(&["summary", record.to_str().unwrap(), "--format", "json"]);
+        let agent = &summary["record"]["peak"]["cuda:0"];
+        let counted = |c: &str| u(&agent[c]);
+        let near = |a: u64, b: u64, slack: u64| a.abs_diff(b) <= slack;
+        // buffers (BatchNorm's) are set up with the parameters
+        assert!(
+            near(
+                row("parameter"),
+                counted("Parameter") + counted("Buffer"),
+                64 << 10
+            ),
+            "{name}: {} vs {}",
+            row("parameter"),
+            counted("Parameter") + counted("Buffer")
+        );
+        assert!(
+            near(row("optimizer state"), counted("Optstate"), 4 << 10),
+            "{name}: {} vs {}",
+            row("optimizer state"),
+            counted("Optstate")
+        );
+        assert!(
+            row("activation") >= counted("Activation"),
+            "{name}: activations {} < {}",
+            row("activation"),
+            counted("Activation")
+        );
+        assert!(
+            row("temporary") <= counted("Temp") + (16 << 20),
+            "{name}: temporaries {} vs {}",
+            row("temporary"),
+            counted("Temp")
+        );
+        // at the end: the optimizer's state is held, never a temporary
+        let end_temporary = (cats["rows"].as_array().unwrap().iter())
+            .find(|r| r["group"] == "temporary")
+            .map_or(0, |r| u(&r["end_bytes"]));
+        assert_eq!(end_temporary, 0, "{name}");
+    }
+}
+
 /// Metadata and annotate events group allocations (the synthetic fixture's `weights`), rules
 /// files name groups, and moments the trace does not have are errors that say why.
 #[test]

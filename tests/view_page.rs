@@ -504,3 +504,239 @@ fn the_segment_timeline_of_expandable_segments_shows_the_mappings() {
     }
     assert_eq!(v.interrupt(), 0);
 }
+
+/// `memtrack estimate -o OUT [extra] -- python estimate_mlp.py 300,500,10` (None without a
+/// Python with torch).
+fn estimate(dir: &Path, name: &str, extra: &[&str]) -> Option<PathBuf> {
+    let py = common::python()?;
+    let out = dir.join(name);
+    let o = common::memtrack_process()
+        .arg("estimate")
+        .arg("-o")
+        .arg(&out)
+        .args(extra)
+        .arg("--")
+        .arg(&py)
+        .arg(common::script("estimate_mlp.py"))
+        .arg("300,500,10")
+        .output()
+        .unwrap();
+    assert!(out.exists(), "{}", String::from_utf8_lossy(&o.stderr));
+    Some(out)
+}
+
+/// An `estimate` file's page names the device it was estimated for and the verdict: fits,
+/// with how much spare; or does not, at which op, module and iteration, asking how much. Its
+/// modules are shown by category; there is no segments switch (a stats file has none).
+#[test]
+fn an_estimate_shows_its_device_and_verdict() {
+    let Some(browser) = common::browser_or_skip("an_estimate_shows_its_device_and_verdict") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(fits) = estimate(dir.path(), "fits.pkl", &[]) else {
+        return;
+    };
+    let tight = estimate(dir.path(), "tight.pkl", &["--gpu", "50MiB"]).unwrap();
+    let v = Viewer::start(&fits);
+    let r = probe(&browser, &v, "probe=");
+    let kind = r["file_kind"].as_str().unwrap();
+    assert!(
+        kind.contains("estimate for NVIDIA H100 80GB HBM3"),
+        "{kind}"
+    );
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("fits NVIDIA H100 80GB HBM3") && verdict.contains("spare"),
+        "{verdict}"
+    );
+    assert!(!r["segtl_control"].as_bool().unwrap());
+    assert!(
+        !r["modules"].as_array().unwrap().is_empty(),
+        "{}",
+        r["modules"]
+    );
+    assert_eq!(v.interrupt(), 0);
+
+    let v = Viewer::start(&tight);
+    let r = probe(&browser, &v, "probe=");
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(
+        verdict.starts_with("does not fit a GPU of 50MiB: runs out at op ")
+            && verdict.contains(".backward.mm.")
+            && verdict.contains("iteration 1")
+            && verdict.contains("asking 32.0 MiB"),
+        "{verdict}"
+    );
+    // and the chart marks where
+    let markers = r["drawn"]["markers"].as_array().unwrap();
+    let at = markers
+        .iter()
+        .find(|m| m["name"] == "runs out")
+        .expect("the op where it runs out is marked");
+    inside(&r, at);
+    assert!(r["jumps"].as_array().unwrap().contains(&"go-oom-0".into()));
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// A `record` file's page shows what `memtrack modules` prints: each module's bytes by
+/// category (GPT-2's activations at its peak in backward, its parameters, Adam's state).
+#[test]
+fn a_record_file_shows_its_modules_by_category() {
+    let Some(browser) = common::browser_or_skip("a_record_file_shows_its_modules") else {
+        return;
+    };
+    let v = Viewer::start(&fixture("record/h100_gpt2_train.pkl"));
+    let r = probe(&browser, &v, "probe=");
+    assert!(
+        r["file_kind"]
+            .as_str()
+            .unwrap()
+            .starts_with("record · cuda · NVIDIA H100"),
+        "{}",
+        r["file_kind"]
+    );
+    assert!(!r["segtl_control"].as_bool().unwrap());
+    let rows = r["modules"].as_array().unwrap();
+    // depth 2 by default: the model, and its transformer and lm_head
+    let names: Vec<&str> = rows.iter().map(|r| r[0].as_str().unwrap()).collect();
+    assert!(
+        names.contains(&"GPT2LMHeadModel") && names.contains(&"lm_head"),
+        "{names:?}"
+    );
+    let model = &rows[names.iter().position(|n| *n == "GPT2LMHeadModel").unwrap()];
+    // module, state, Parameter, Buffer, Gradient, Activation, Temp, Optstate, Other, Total:
+    // as `memtrack modules` prints the model at its peak (Peak-Backward)
+    assert_eq!(model[1], "Peak-Backward");
+    assert_eq!(model[2], "65.1 MiB");
+    assert_eq!(model[5], "625 MiB");
+    assert_eq!(model[7], "130 MiB");
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// A snapshot taken without memory history says it has no trace, and shows the allocator's
+/// state when it was taken (every segment).
+#[test]
+fn a_snapshot_without_a_trace_says_so_and_shows_the_allocator_state() {
+    let Some(browser) = common::browser_or_skip("a_snapshot_without_a_trace") else {
+        return;
+    };
+    let v = Viewer::start(&fixture("snapshots/verl_mem_no_trace_multi_pool.pickle"));
+    let end = v.json("/api/segments?event=end");
+    let r = probe(&browser, &v, "probe=");
+    assert!(
+        r["notrace"]
+            .as_str()
+            .unwrap()
+            .starts_with("No trace recorded."),
+        "{}",
+        r["notrace"]
+    );
+    assert!(r["facts"].as_str().unwrap().contains("no trace recorded"));
+    let note = r["state_note"].as_str().unwrap();
+    let segments = end["segments"].as_array().unwrap().len();
+    assert_eq!(segments, 127);
+    assert!(
+        note.starts_with(&format!("{segments} segments when the snapshot was taken")),
+        "{note}"
+    );
+    assert_eq!(v.interrupt(), 0);
+}
+
+/// Save: one HTML file that opens with no server (the server stopped first) and draws the
+/// same view: the chart pixel for pixel, the legend, the selection with its rule, the moment
+/// and its tables, the search's line, the segment timeline.
+#[test]
+fn a_saved_view_opens_from_its_file_and_draws_the_same_chart() {
+    let Some(browser) = common::browser_or_skip("a_saved_view_opens_from_its_file") else {
+        return;
+    };
+    let v = Viewer::start(&gpt());
+    let live = probe(
+        &browser,
+        &v,
+        "x=event&c=category&v=1000,3000&sel=5&at=2000&q=layer_norm&seg=1&probe=save",
+    );
+    assert_eq!(v.interrupt(), 0);
+    let html = live["saved_html"].as_str().unwrap();
+    eprintln!("the saved view: {} bytes", html.len());
+    assert!(
+        !html.contains("http://") && !html.contains("token="),
+        "no server named"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gpt.view.html");
+    std::fs::write(&file, html).unwrap();
+    let url = format!("file://{}", file.display());
+    let saved = report(&browser, dir.path(), &url, "probe=", "probe");
+    assert!(saved["error"].is_null(), "{saved}");
+    assert!(saved["saved_note"]
+        .as_str()
+        .unwrap()
+        .starts_with("A saved view"));
+    for k in [
+        "chart_hash",
+        "legend",
+        "samples",
+        "drawn_count",
+        "view",
+        "moment",
+        "live_bytes",
+        "selected",
+        "alloc",
+        "events",
+        "search_status",
+        "segtl",
+        "strip",
+    ] {
+        assert_eq!(saved[k], live[k], "{k}");
+    }
+    assert!(live["alloc"]["rule"]
+        .as_str()
+        .unwrap()
+        .starts_with("rule: "));
+}
+
+/// The allocation panel's lifetime on the event axis is in events; the legend keys every
+/// category of the window (0 B where the sample has none) and says the moment clicked only
+/// when it is in the window; the event list shows the allocs and frees around the moment.
+#[test]
+fn the_legend_keys_the_window_and_the_panels_speak_of_events() {
+    let Some(browser) = common::browser_or_skip("the_legend_keys_the_window") else {
+        return;
+    };
+    let v = Viewer::start(&fixture("snapshots/h100/oom_default.pickle"));
+    let r = probe(&browser, &v, "x=event&v=1600,1747&at=1650&sel=40&probe=");
+    let life = r["alloc"]["life"].as_str().unwrap();
+    assert!(life.starts_with("live event "), "{life}");
+    assert!(!life.contains(" x "), "{life}");
+    assert!(r["legend_text"]
+        .as_str()
+        .unwrap()
+        .contains("(at the moment clicked)"));
+    let keys: Vec<&str> = (r["legend"].as_array().unwrap().iter())
+        .map(|e| e["key"].as_str().unwrap())
+        .collect();
+    assert!(
+        keys.contains(&"temporary") && keys.contains(&"other"),
+        "{keys:?}"
+    );
+    assert!(r["events"].as_u64().unwrap() > 10, "{}", r["events"]);
+    // the moment outside the window: the legend is the window's peak, and says where the moment is
+    let r = probe(&browser, &v, "x=event&v=1600,1747&at=200&probe=");
+    let text = r["legend_text"].as_str().unwrap();
+    assert!(
+        text.contains("at the window's peak; the moment clicked, event 200, is outside the window"),
+        "{text}"
+    );
+    // the peak's label clears the OOM's line
+    let marks = r["drawn"]["marks"].as_array().unwrap();
+    let oom = marks.iter().find(|m| m["kind"] == "oom").unwrap();
+    let peak = marks.iter().find(|m| m["kind"] == "peak").unwrap();
+    let x = f(&oom["x"]);
+    assert!(
+        f(&peak["l1"]) < x - 1.0 || f(&peak["l0"]) > x + 1.0,
+        "{peak} over {oom}"
+    );
+    assert_eq!(v.interrupt(), 0);
+}

@@ -144,6 +144,7 @@ fn tiles_add_up_zoom_is_finer_and_moments_match_top_and_segments() {
         .iter()
         .all(|f| f.as_str().unwrap().contains(".py:")));
     assert!(d["category"].is_string());
+    assert!(d["rule"].as_str().unwrap().contains(';'), "{d}");
     // search: a site's file names its allocations
     let hits = v.json("/api/search?q=nn_utils.py");
     assert!(hits["allocations"].as_u64().unwrap() > 0);
@@ -907,4 +908,49 @@ fn the_browser_is_opened_on_a_private_file_never_on_the_token() {
             folder.display()
         );
     }
+}
+
+/// The event list: every alloc and free of the OOM capture, in order, each with its
+/// allocation's category; nothing made under the loss (cross_entropy) is "input", and the
+/// log-softmax backward frees is an activation, with the rule that said so.
+#[test]
+fn the_event_list_holds_every_alloc_and_free_and_the_loss_is_never_input() {
+    let v = Viewer::start(&fixture("snapshots/h100/oom_default.pickle"));
+    let events = v.json("/api/overview")["timeline"]["events"]
+        .as_u64()
+        .unwrap();
+    let mut rows = Vec::new();
+    let mut from = 0;
+    while from < events {
+        let page = v.json(&format!("/api/events?from={from}&count=500"));
+        assert_eq!(page["from"], from);
+        rows.extend(page["rows"].as_array().unwrap().iter().cloned());
+        from = page["to"].as_u64().unwrap();
+    }
+    // the trace's allocs and frees, each once, in order (752 allocs, 432 frees)
+    let count = |a: &str| rows.iter().filter(|r| r["action"] == a).count();
+    assert_eq!((count("alloc"), count("free")), (752, 432));
+    assert!(rows
+        .windows(2)
+        .all(|w| w[0]["event"].as_u64() <= w[1]["event"].as_u64()));
+    let loss: Vec<_> = rows
+        .iter()
+        .filter(|r| r["site"].as_str().unwrap().contains("cross_entropy"))
+        .collect();
+    assert!(loss.len() >= 4, "{loss:?}");
+    for r in &loss {
+        assert_ne!(r["category"], "input", "{r}");
+    }
+    let big = loss
+        .iter()
+        .find(|r| r["action"] == "alloc" && r["size"].as_u64() > Some(200 << 20))
+        .unwrap();
+    let d = v.json(&format!("/api/alloc?id={}", big["id"]));
+    assert_eq!(d["category"], "activation", "{d}");
+    assert!(
+        d["rule"].as_str().unwrap().contains("freed by backward")
+            || d["rule"].as_str().unwrap().contains("still live"),
+        "{d}"
+    );
+    assert_eq!(v.interrupt(), 0);
 }

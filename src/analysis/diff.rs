@@ -10,7 +10,7 @@ use crate::model::snapshot::Snapshot;
 use crate::model::{op_module, Series, TrackerStats};
 
 use super::groups::{GroupBy, Grouper};
-use super::sites::{LiveAtMoment, LiveAtMoments, LiveSet};
+use super::sites::{LiveAtMoment, LiveSet};
 use super::timeline::Timeline;
 
 /// `--fail-over`: growth of the peak past a number of bytes, or past a share of A's peak.
@@ -233,23 +233,23 @@ pub struct SnapshotSide {
     sites: SiteBytes,
 }
 
-/// What `diff` compares of `s` on `devices`, its bytes grouped `by`; `peaks` took its trace
-/// events as they were read.
+/// What `diff` compares of `s` on `devices`, its bytes grouped `by`; `gathered`: what each
+/// device's trace had live at its peak and at the end.
 pub fn snapshot_side(
     s: &Snapshot,
     devices: &[u32],
-    peaks: &mut LiveAtMoments,
+    gathered: Vec<LiveAtMoment>,
     by: &GroupBy,
 ) -> SnapshotSide {
-    let (timelines, gathered): (Vec<Timeline>, Vec<Gathered>) = (devices.iter())
-        .map(|&d| {
+    let (timelines, gathered): (Vec<Timeline>, Vec<Gathered>) = (gathered.into_iter())
+        .map(|g| {
             let LiveAtMoment {
                 timeline,
                 at,
                 end,
                 strings,
                 ..
-            } = peaks.take(s, d);
+            } = g;
             (timeline, (at.map(|(_, set)| set), end, strings))
         })
         .unzip();

@@ -2,30 +2,14 @@
 //! line, the memory's category, the annotation ranges open at allocation, the allocation's
 //! `user_metadata` or `compile_context`, or the user's own rules over frames.
 //!
-//! Category rules, first match wins, over the allocating stack's frames and, for lifetimes,
-//! the stack that freed the allocation after the moment (none: live to the trace's end):
-//! 1. a frame in `torch/optim/` named `_init…` (`_init_group`) or `load_state_dict`:
-//!    **optimizer state**; any other frame in `torch/optim/` (the step's intermediates):
-//!    **temporary**;
-//! 2. `torch/nn/modules/module.py` `_apply` (`.to()`, `.cuda()`), `torch/nn/parameter.py`,
-//!    `torch/nn/init.py`, or a function `reset_parameters` / `_load_from_state_dict`:
-//!    **parameter**;
-//! 3. made by backward (the autograd engine's C++ frames, `torch/autograd/` or
-//!    `torch/_tensor.py` `backward`): **temporary** if backward freed it, else (freed by
-//!    `zero_grad`, the optimizer or the program, or live to the end) **gradient**;
-//! 4. made under a module's forward (`module.py` `_call_impl`): **activation** if backward
-//!    freed it or it lives to the end, else **temporary**;
-//! 5. `torch/utils/data/`, or the program's own code outside forward, backward and the
-//!    optimizer (`x = batch.cuda()`): **input**;
-//! 6. anything else (no stack, only C++ frames, …): **other** — the rows' example stacks say
-//!    what it holds.
+//! Categories are `analysis::categories`' judgements, made as the events go by.
 
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::model::is_agent_file;
 use crate::model::snapshot::{Annotation, Snapshot, StackId};
 
+use super::categories::{is_user_file, Category, PhaseTable};
 use super::moment::Moment;
 use super::sites::{Extra, LiveAtMoment, LiveSet, Origin, SiteKey, Sites};
 
@@ -121,14 +105,27 @@ impl GroupBy {
         }
     }
 
-    /// Whether the freeing stack matters (lifetimes).
-    pub fn needs_lifetimes(&self) -> bool {
+    /// Whether each allocation is judged (its category: where it was made and where freed),
+    /// which reads the events with the snapshot's stacks, after the reading.
+    pub fn needs_judgements(&self) -> bool {
         matches!(self, GroupBy::Category)
+    }
+
+    /// What the gathering reads the stacks with when allocations are judged.
+    pub fn phases(&self, snap: &Snapshot) -> Option<std::sync::Arc<PhaseTable>> {
+        self.needs_judgements()
+            .then(|| std::sync::Arc::new(PhaseTable::new(snap)))
     }
 
     /// Whether the gathering needs the annotations before the events.
     pub fn needs_annotations(&self) -> bool {
         matches!(self, GroupBy::Annotation)
+    }
+
+    /// Whether the events must be put aside and replayed once the whole file is read (the
+    /// annotations come after the trace; judging reads the snapshot's stacks).
+    pub fn needs_replay(&self) -> bool {
+        self.needs_annotations() || self.needs_judgements()
     }
 }
 
@@ -161,29 +158,6 @@ fn annotation_spans(annotations: &[Annotation], device: u32) -> (Vec<i64>, Vec<S
 
 const NONE: &str = "<none>";
 
-/// Files of the program's own code: not torch or another installed package, not the
-/// standard library, not memtrack's agent, not generated code (`<string>`).
-pub fn is_user_file(path: &str) -> bool {
-    let p = path.replace('\\', "/");
-    let lower = p.to_ascii_lowercase();
-    lower.ends_with(".py")
-        && !p.starts_with('<')
-        && !is_agent_file(path)
-        && !lower.contains("/site-packages/")
-        && !lower.contains("/dist-packages/")
-        && !lower.contains("/pytorch/torch/")
-        && !is_stdlib(&lower)
-}
-
-/// `…/lib/python3.12/x.py` (not inside site-packages), `…/Lib/x.py` on Windows.
-fn is_stdlib(lower: &str) -> bool {
-    if let Some(i) = lower.find("/lib/python") {
-        let rest = &lower[i + "/lib/python".len()..];
-        return rest.starts_with(|c: char| c.is_ascii_digit());
-    }
-    lower.contains("/lib/") && lower.contains(":/") // C:/Python312/Lib/...
-}
-
 /// Group labels of origins, resolved once per stack.
 pub struct Grouper<'s> {
     by: GroupBy,
@@ -192,22 +166,6 @@ pub struct Grouper<'s> {
     strings: Vec<String>,
     annotation_labels: Vec<String>,
     stack_label: FxHashMap<StackId, String>,
-    category_of: FxHashMap<(StackId, Option<StackId>), &'static str>,
-    /// Each stack read once: a stack frees many allocations made at many others.
-    traits_of: FxHashMap<StackId, StackTraits>,
-}
-
-/// How an allocation's stack reads, for categories.
-#[derive(Clone, Copy, Default)]
-struct StackTraits {
-    optimizer_state: bool,
-    optimizer: bool,
-    parameter: bool,
-    backward: bool,
-    forward: bool,
-    input: bool,
-    user: bool,
-    zero_grad: bool,
 }
 
 impl<'s> Grouper<'s> {
@@ -223,117 +181,12 @@ impl<'s> Grouper<'s> {
             strings,
             annotation_labels,
             stack_label: FxHashMap::default(),
-            category_of: FxHashMap::default(),
-            traits_of: FxHashMap::default(),
         }
     }
 
     /// Replaces the strings of what the gathering interned (`Extra`'s ids).
     pub fn set_strings(&mut self, strings: Vec<String>) {
         self.strings = strings;
-    }
-
-    /// Whether `stack` is backward's: an allocation it frees counts as freed by backward.
-    pub fn is_backward(&mut self, stack: StackId) -> bool {
-        self.traits(stack).backward
-    }
-
-    fn traits(&mut self, stack: StackId) -> StackTraits {
-        if let Some(&t) = self.traits_of.get(&stack) {
-            return t;
-        }
-        let t = self.read_traits(stack);
-        self.traits_of.insert(stack, t);
-        t
-    }
-
-    fn read_traits(&self, stack: StackId) -> StackTraits {
-        let mut t = StackTraits::default();
-        if stack.is_missing() {
-            return t;
-        }
-        let snap = self.sites.snap;
-        for &f in snap.stacks.stack(stack) {
-            let fr = snap.stacks.frame(f);
-            let file = snap.stacks.str(fr.filename).replace('\\', "/");
-            let name = snap.stacks.str(fr.name);
-            if !file.ends_with(".py") {
-                if name.contains("autograd::Engine") {
-                    t.backward = true;
-                }
-                continue;
-            }
-            if file.contains("torch/optim/") {
-                t.optimizer = true;
-                if name.starts_with("_init") || name == "load_state_dict" {
-                    t.optimizer_state = true;
-                }
-            }
-            if name == "zero_grad" {
-                t.zero_grad = true;
-            }
-            if (file.ends_with("torch/nn/modules/module.py") && name == "_apply")
-                || file.ends_with("torch/nn/parameter.py")
-                || file.ends_with("torch/nn/init.py")
-                || name == "reset_parameters"
-                || name == "_load_from_state_dict"
-            {
-                t.parameter = true;
-            }
-            if (file.contains("torch/autograd/")
-                && matches!(name, "backward" | "_engine_run_backward" | "grad"))
-                || (file.ends_with("torch/_tensor.py") && name == "backward")
-            {
-                t.backward = true;
-            }
-            if file.ends_with("torch/nn/modules/module.py")
-                && matches!(name, "_call_impl" | "_wrapped_call_impl")
-            {
-                t.forward = true;
-            }
-            if file.contains("torch/utils/data/") {
-                t.input = true;
-            }
-            if is_user_file(&file) {
-                t.user = true;
-            }
-        }
-        t
-    }
-
-    /// The category of an allocation made at `stack` and freed at `freed_by` (None: live to
-    /// the end); see the module's rules.
-    pub fn category(&mut self, stack: StackId, freed_by: Option<StackId>) -> &'static str {
-        if let Some(&c) = self.category_of.get(&(stack, freed_by)) {
-            return c;
-        }
-        let t = self.traits(stack);
-        let freed_in_backward = freed_by.is_some_and(|f| self.is_backward(f));
-        let c = if t.optimizer_state {
-            "optimizer state"
-        } else if t.optimizer {
-            "temporary"
-        } else if t.parameter {
-            "parameter"
-        } else if t.backward {
-            if freed_in_backward {
-                "temporary"
-            } else {
-                "gradient"
-            }
-        } else if t.forward {
-            if freed_by.is_none() || freed_in_backward {
-                "activation"
-            } else {
-                "temporary"
-            }
-        } else if t.input || t.user {
-            "input"
-        } else {
-            "other"
-        };
-        self.category_of.insert((stack, freed_by), c);
-        c
     }
 
     /// `file.py:LINE function` of the innermost frame of the program's own code.
@@ -389,7 +242,12 @@ impl<'s> Grouper<'s> {
                 let k = self.sites.site(o.stack);
                 (self.sites.label(k, true), Some(k))
             }
-            GroupBy::Category => (self.category(o.stack, o.freed_by).to_string(), None),
+            GroupBy::Category => (
+                (o.judged.map_or(Category::Other, |j| j.category()))
+                    .name()
+                    .to_string(),
+                None,
+            ),
             GroupBy::Metadata | GroupBy::Compile => (string(o.extra, &self.strings), None),
             GroupBy::Annotation => (
                 (self.annotation_labels.get(o.extra as usize))
@@ -586,23 +444,6 @@ pub fn group_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn user_files_are_the_programs_own() {
-        assert!(is_user_file("/work/main/.devrun/progs/gpt2_train.py"));
-        assert!(is_user_file("C:\\Users\\me\\proj\\train.py"));
-        for not in [
-            "/opt/v/lib/python3.12/site-packages/torch/nn/modules/module.py",
-            "/usr/lib/python3/dist-packages/numpy/x.py",
-            "/usr/lib/python3.12/runpy.py",
-            "/tmp/memtrack-1/agent/_memtrack_agent.py",
-            "<frozen runpy>",
-            "CUDACachingAllocator.cpp",
-            "C:\\Python312\\Lib\\runpy.py",
-        ] {
-            assert!(!is_user_file(not), "{not}");
-        }
-    }
 
     #[test]
     fn rules_read_and_say_where_they_are_wrong() {

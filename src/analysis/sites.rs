@@ -12,6 +12,7 @@
 //! gathering finds any other moment of the trace (an event, a time, an OOM).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
@@ -19,6 +20,7 @@ use crate::model::snapshot::{Action, EventAux, FrameId, Snapshot, StackId, Trace
 use crate::model::trace::{TraceEvents, TraceSink};
 
 use super::address_map::AddressMap;
+use super::categories::{judge_block, Judgement, PhaseTable, PhaseWalk, Place};
 use super::memviz::FrameFilter;
 use super::timeline::{Timeline, TimelineBuilder};
 
@@ -37,16 +39,16 @@ pub enum SiteKey {
 }
 
 /// What an allocation is counted under: the stack that allocated it, what else the grouping
-/// keeps of it (`extra`: see [`Extra`]), and the stack that freed it after the moment when
-/// the grouping asks for lifetimes (`freed_by`; None: still live when the trace ends).
+/// keeps of it (`extra`: see [`Extra`]), and when the grouping asks for categories, how it was
+/// judged (where it was made, and freed after the moment or still live at the end).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Origin {
     /// The allocating stack.
     pub stack: StackId,
     /// `Extra`'s id of what the allocation carried (0: nothing).
     pub extra: u32,
-    /// The freeing stack, when freed after the moment and lifetimes are kept.
-    pub freed_by: Option<StackId>,
+    /// Its judgement, when categories are asked for.
+    pub judged: Option<Judgement>,
 }
 
 impl Origin {
@@ -55,7 +57,7 @@ impl Origin {
         Origin {
             stack,
             extra: 0,
-            freed_by: None,
+            judged: None,
         }
     }
 }
@@ -155,8 +157,9 @@ pub struct LiveConfig {
     pub capture: Capture,
     /// What to keep besides the stack.
     pub extra: Extra,
-    /// Keep the stack that freed each allocation live at the moment (for lifetimes).
-    pub freed_by: bool,
+    /// Judge each allocation (its category) with these stacks read: the events must carry
+    /// the snapshot's stack ids (a replay, not a streamed reading's own numbering).
+    pub phases: Option<Arc<PhaseTable>>,
 }
 
 /// Events [`LiveAt`] holds before taking them, while their live-map slots are fetched.
@@ -170,6 +173,8 @@ struct LiveAlloc {
     extra: u32,
     /// The event that made it.
     index: u32,
+    /// Where it was made (when allocations are judged).
+    made: Place,
 }
 
 impl Default for LiveAlloc {
@@ -179,6 +184,7 @@ impl Default for LiveAlloc {
             stack: StackId::MISSING,
             extra: 0,
             index: 0,
+            made: Place::UNKNOWN,
         }
     }
 }
@@ -208,6 +214,8 @@ pub struct LiveAt {
     last_time: Option<i64>,
     finder: MomentFinder,
     tagger: Tagger,
+    /// Where the events ran (when allocations are judged).
+    walk: PhaseWalk,
 }
 
 /// Says, event by event, whether this event is (so far) the moment of a [`Capture`]: the
@@ -364,6 +372,7 @@ impl LiveAt {
                     stack: e.stack,
                     extra,
                     index: index as u32,
+                    made: self.place(e.stack),
                 };
                 // (an address allocated twice: the later allocation replaces the earlier)
                 if let Some(old) = self.live.insert(e.addr, a) {
@@ -371,15 +380,20 @@ impl LiveAt {
                 }
             }
             Action::FreeRequested => {
-                let by = self.config.freed_by.then_some(e.stack);
+                let freed = self.place(e.stack);
+                let judge = |made: Place| Judgement::new(made, Some(freed));
                 match self.live.remove(e.addr) {
-                    Some(a) => self.freed_now(a, by),
+                    Some(a) => {
+                        let judged = self.config.phases.as_ref().map(|_| judge(a.made));
+                        self.freed_now(a, judged)
+                    }
                     // allocated before the trace began: live at the moment if freed after it
                     None => {
                         let o = Origin {
                             stack: e.stack,
                             extra: 0,
-                            freed_by: by,
+                            judged: (self.config.phases.as_ref())
+                                .map(|_| judge(Place::BEFORE_TRACE)),
                         };
                         let f = self.freed.entry(o).or_default();
                         f.0 += e.size;
@@ -406,13 +420,21 @@ impl LiveAt {
         }
     }
 
+    /// Where an allocating or freeing event at `stack` ran, when allocations are judged.
+    fn place(&mut self, stack: StackId) -> Place {
+        match &self.config.phases {
+            Some(table) => self.walk.event(table, stack),
+            None => Place::UNKNOWN,
+        }
+    }
+
     /// An allocation stopped being live (freed, or its address allocated again).
-    fn freed_now(&mut self, a: LiveAlloc, by: Option<StackId>) {
+    fn freed_now(&mut self, a: LiveAlloc, judged: Option<Judgement>) {
         if self.moment.is_some_and(|m| a.index as usize <= m) {
             let o = Origin {
                 stack: a.stack,
                 extra: a.extra,
-                freed_by: by,
+                judged,
             };
             let f = self.freed.entry(o).or_default();
             f.0 += a.bytes;
@@ -438,18 +460,27 @@ impl LiveAt {
         };
         let renumber = |o: Origin| Origin {
             stack: id(o.stack),
-            extra: o.extra,
-            freed_by: o.freed_by.map(id),
+            ..o
+        };
+        let phases = self.config.phases.clone();
+        // what a block live at the end and never freed is: as the trace made it, or (made
+        // before the trace) as its own stack says
+        let live_judged = |a: Option<&LiveAlloc>, stack: StackId| {
+            (phases.as_deref()).map(|t| match a {
+                Some(a) => Judgement::new(a.made, None),
+                None => judge_block(t, stack),
+            })
         };
         let mut end = LiveSet::default();
         for s in snap.segments_on(device) {
             for b in s.blocks(&snap.blocks) {
                 if b.state.is_allocated() {
-                    let extra = self.live.get(b.address).map_or(0, |a| a.extra);
+                    let a = self.live.get(b.address);
+                    let stack = b.alloc_stack(&snap.history);
                     let o = Origin {
-                        stack: b.alloc_stack(&snap.history),
-                        extra,
-                        freed_by: None,
+                        stack,
+                        extra: a.map_or(0, |a| a.extra),
+                        judged: live_judged(a, stack),
                     };
                     end.add(o, b.requested(&snap.history));
                 }
@@ -465,7 +496,7 @@ impl LiveAt {
                     let o = Origin {
                         stack: a.stack,
                         extra: a.extra,
-                        freed_by: None,
+                        judged: live_judged(Some(a), a.stack),
                     };
                     set.add(renumber(o), a.bytes);
                 }
@@ -474,10 +505,12 @@ impl LiveAt {
             for s in snap.segments_on(device) {
                 for b in s.blocks(&snap.blocks) {
                     if b.state.is_allocated() && !self.live.contains_key(b.address) {
-                        set.add(
-                            Origin::of(b.alloc_stack(&snap.history)),
-                            b.requested(&snap.history),
-                        );
+                        let stack = b.alloc_stack(&snap.history);
+                        let o = Origin {
+                            judged: live_judged(None, stack),
+                            ..Origin::of(stack)
+                        };
+                        set.add(o, b.requested(&snap.history));
                     }
                 }
             }

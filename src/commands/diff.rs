@@ -2,10 +2,11 @@ use std::path::Path;
 
 use crate::analysis::diff::{snapshot_diff, snapshot_side, stats_diff, SnapshotSide};
 use crate::analysis::groups::GroupBy;
+use crate::analysis::moment::Moment;
 use crate::analysis::sites::{LiveAtMoments, LiveConfig};
 use crate::cli::DiffArgs;
 use crate::error::{Error, Result};
-use crate::formats::{self, Input};
+use crate::formats::{self, event_spool::EventSpool, Input};
 use crate::model::TrackerStats;
 use crate::{output, render};
 
@@ -25,21 +26,36 @@ type Reading = Result<(Option<String>, Result<Read>)>;
 
 /// Read `path` and keep what `diff` compares; a snapshot is let go of when that is taken,
 /// and its trace events as they are read (its totals and what was live at its peak are
-/// gathered from them as they go by).
+/// gathered from them as they go by; put aside and replayed when categories are judged).
 fn read_side(path: &Path, device: Option<u32>, by: &GroupBy, json: bool) -> Reading {
-    let mut peaks = LiveAtMoments::new(LiveConfig {
-        extra: by.extra(&[], 0),
-        freed_by: by.needs_lifetimes(),
-        ..LiveConfig::default()
+    let peaks = (!by.needs_replay()).then(|| {
+        LiveAtMoments::new(LiveConfig {
+            extra: by.extra(&[], 0),
+            ..LiveConfig::default()
+        })
     });
-    let input = formats::load_streaming(path, formats::SnapshotParts::All, &mut peaks)?;
+    let spool = match by.needs_replay() {
+        true => Some(EventSpool::new().map_err(super::aside_error(path))?),
+        false => None,
+    };
+    let mut sink = (peaks, spool);
+    let input = formats::load_streaming(path, formats::SnapshotParts::All, &mut sink)?;
+    let (mut peaks, mut spool) = sink;
     let kind = input.kind();
     Ok(match input {
         Input::Snapshot(s) => {
             let warning = super::inconsistency_warning(path, &s, json);
-            let side = super::snapshot_devices(path, &s, device).map(|devices| {
-                let side = snapshot_side(&s, &devices, &mut peaks, by);
-                (Side::Snapshot(side, devices), kind)
+            let side = super::snapshot_devices(path, &s, device).and_then(|devices| {
+                let gathered = match (&mut peaks, &mut spool) {
+                    (Some(peaks), _) => devices.iter().map(|&d| peaks.take(&s, d)).collect(),
+                    (None, Some(spool)) => {
+                        spool.finish().map_err(super::aside_error(path))?;
+                        super::replay(path, &s, &devices, spool, &Moment::Peak, by, false)?
+                    }
+                    (None, None) => unreachable!("one of them gathers"),
+                };
+                let side = snapshot_side(&s, &devices, gathered, by);
+                Ok((Side::Snapshot(side, devices), kind))
             });
             (warning, side)
         }

@@ -169,8 +169,9 @@ pub(crate) fn group_by(
 
 /// A snapshot, the devices asked for, and on each what was live at `moment` and at the end,
 /// with what `group` needs of each allocation. The events stream by, none kept; when finding
-/// the moment or the groups needs the annotations (the file holds them after its trace), the
-/// events are put aside in a temporary file and replayed. `required`: a moment no event of a
+/// the moment needs the annotations (the file holds them after its trace) or the groups need
+/// the whole file (annotations, categories judged with the snapshot's stacks), the events are
+/// put aside in a temporary file and replayed. `required`: a moment no event of a
 /// device's trace is, is an error (else that device's report has no moment).
 pub(crate) fn live_at(
     path: &std::path::Path,
@@ -183,29 +184,16 @@ pub(crate) fn live_at(
     Vec<u32>,
     Vec<crate::analysis::sites::LiveAtMoment>,
 )> {
-    use crate::analysis::sites::{gather, LiveAtMoments, LiveConfig};
+    use crate::analysis::sites::{LiveAtMoments, LiveConfig};
     use crate::error::Error;
     use crate::formats::{self, event_spool::EventSpool, SnapshotParts};
-    let io = |e: std::io::Error| Error::input(path, format!("putting trace events aside: {e}"));
-    let (snap, devices, gathered) = if moment.needs_annotations() || group.needs_annotations() {
+    let io = aside_error(path);
+    let (snap, devices, gathered) = if moment.needs_annotations() || group.needs_replay() {
         let mut spool = EventSpool::new().map_err(io)?;
         let snap = formats::load_snapshot_streaming(path, SnapshotParts::All, &mut spool)?;
         spool.finish().map_err(io)?;
         let devices = snapshot_devices(path, &snap, device)?;
-        let mut gathered = Vec::new();
-        for &d in &devices {
-            let capture = match moment.capture(&snap.annotations, d) {
-                Ok(c) => c,
-                Err(m) if required => return Err(Error::input(path, m)),
-                Err(_) => crate::analysis::sites::Capture::End,
-            };
-            let config = LiveConfig {
-                capture,
-                extra: group.extra(&snap.annotations, d),
-                freed_by: group.needs_lifetimes(),
-            };
-            gathered.push(gather(&mut spool, &snap, d, config).map_err(io)?);
-        }
+        let gathered = replay(path, &snap, &devices, &mut spool, moment, group, required)?;
         (snap, devices, gathered)
     } else {
         let config = LiveConfig {
@@ -213,7 +201,7 @@ pub(crate) fn live_at(
                 .capture(&[], 0)
                 .expect("a moment that needs no annotations"),
             extra: group.extra(&[], 0),
-            freed_by: group.needs_lifetimes(),
+            phases: None,
         };
         let mut sink = LiveAtMoments::new(config);
         let snap = formats::load_snapshot_streaming(path, SnapshotParts::All, &mut sink)?;
@@ -232,6 +220,46 @@ pub(crate) fn live_at(
         }
     }
     Ok((snap, devices, gathered))
+}
+
+/// The error of putting `path`'s trace events aside in a temporary file.
+pub(crate) fn aside_error(
+    path: &std::path::Path,
+) -> impl Fn(std::io::Error) -> crate::error::Error + Copy + '_ {
+    move |e| crate::error::Error::input(path, format!("putting trace events aside: {e}"))
+}
+
+/// What was live at `moment` and at the end on each of `devices`, from the events `spool` put
+/// aside (with the snapshot's stacks: the annotations and the stacks' phases are known).
+/// `required`: a moment the annotations cannot place is an error (else no moment).
+pub(crate) fn replay(
+    path: &std::path::Path,
+    snap: &crate::model::Snapshot,
+    devices: &[u32],
+    spool: &mut crate::formats::event_spool::EventSpool,
+    moment: &crate::analysis::moment::Moment,
+    group: &crate::analysis::groups::GroupBy,
+    required: bool,
+) -> Result<Vec<crate::analysis::sites::LiveAtMoment>> {
+    use crate::analysis::sites::{gather, Capture, LiveConfig};
+    use crate::error::Error;
+    let io = aside_error(path);
+    let phases = group.phases(snap);
+    let mut gathered = Vec::new();
+    for &d in devices {
+        let capture = match moment.capture(&snap.annotations, d) {
+            Ok(c) => c,
+            Err(m) if required => return Err(Error::input(path, m)),
+            Err(_) => Capture::End,
+        };
+        let config = LiveConfig {
+            capture,
+            extra: group.extra(&snap.annotations, d),
+            phases: phases.clone(),
+        };
+        gathered.push(gather(spool, snap, d, config).map_err(io)?);
+    }
+    Ok(gathered)
 }
 
 /// Say, once per file read, where a snapshot contradicts itself (`analysis::consistency`):

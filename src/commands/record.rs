@@ -5,7 +5,9 @@ use crate::record::{self, Options};
 /// Runs the program, writes the stats, then exits with the program's own exit code.
 pub fn run(a: RecordArgs) -> Result<()> {
     if let Some(dir) = &a.recover {
-        return record::recover(dir, a.output.as_deref());
+        // a journal `estimate` left has its device modelled as the estimate does
+        let model: &'static dyn record::DeviceModel = &crate::estimate::ALLOCATOR_MODEL;
+        return record::recover(dir, a.output.as_deref(), Some(model));
     }
     let code = record::run(&Options {
         output: a.output.unwrap_or_else(|| "memtrack.pkl".into()),
@@ -16,6 +18,7 @@ pub fn run(a: RecordArgs) -> Result<()> {
         cycles: a.cycles,
         device_interval: std::time::Duration::from_millis(a.device_interval),
         command: a.command,
+        device_model: None,
     })?;
     std::process::exit(code)
 }

@@ -50,17 +50,23 @@ pub fn run(a: ViewArgs) -> Result<()> {
                     "no ops recorded: nothing to show (the tracker saw no operator run)",
                 ));
             }
-            Content::Stats(stats)
+            // an estimate's verdict is the estimate's own (fits, where it runs out)
+            let verdict = crate::analysis::estimate_verdict::verdict(&stats)
+                .and_then(|v| serde_json::to_value(v).ok());
+            Content::Stats { stats, verdict }
         }
         formats::Input::Snapshot(snap) => {
             let (mut timelines, mut spool) = sink;
             spool.finish().map_err(super::spool_error("view"))?;
             let devices = super::devices_with_trace_events(&a.file, &snap, a.device)?;
-            let Some(&device) = devices.first() else {
-                return Err(super::no_trace_events(
-                    &a.file,
-                    "no trace events to show (`memtrack segments -o map.svg` draws the segments)",
-                ));
+            // without a trace (history off, or an older PyTorch) the page says so and shows
+            // the allocator's state at the dump
+            let device = match devices.first() {
+                Some(&d) => d,
+                None => super::snapshot_devices(&a.file, &snap, a.device)?
+                    .first()
+                    .copied()
+                    .unwrap_or(0),
             };
             let stage = crate::progress::Stage::new("indexing");
             let timeline = timelines.take(device).finish(&snap, device);

@@ -6,15 +6,7 @@
 use std::collections::HashMap;
 
 use crate::analysis::caching_allocator::{Allocator, BlockId, Settings};
-
-/// One storage of the estimated device appearing (`bytes` > 0, already rounded to 512 as
-/// the allocator's blocks are) or dying (`bytes` 0), before the sample of op `op`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeviceEvent {
-    pub op: u32,
-    pub key: i64,
-    pub bytes: u64,
-}
+pub use crate::record::DeviceEvent;
 
 /// The first request the device could not serve, even after giving back every cached block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +35,95 @@ pub struct DeviceMemory {
     pub oom: Option<OutOfMemory>,
 }
 
+/// The allocator model fed one storage event at a time: what the replay after the run and
+/// the live model beside it (`live`) both run.
+pub struct ModelledDevice {
+    allocator: Allocator,
+    live: HashMap<i64, BlockId>,
+    pub peak_allocated: u64,
+    pub peak_reserved: u64,
+    /// The peaks since the last `reset_peaks` (`torch.cuda.reset_peak_memory_stats()`).
+    pub peak_allocated_since_reset: u64,
+    pub peak_reserved_since_reset: u64,
+    /// Requests the device could not serve even after giving back its cache.
+    pub ooms: u64,
+}
+
+impl ModelledDevice {
+    pub fn new(settings: Settings, limit: Option<u64>) -> ModelledDevice {
+        ModelledDevice {
+            allocator: Allocator::new(settings, limit),
+            live: HashMap::new(),
+            peak_allocated: 0,
+            peak_reserved: 0,
+            peak_allocated_since_reset: 0,
+            peak_reserved_since_reset: 0,
+            ooms: 0,
+        }
+    }
+
+    pub fn allocated(&self) -> u64 {
+        self.allocator.allocated
+    }
+
+    pub fn reserved(&self) -> u64 {
+        self.allocator.reserved
+    }
+
+    pub fn retries(&self) -> u64 {
+        self.allocator.num_alloc_retries
+    }
+
+    /// What the allocator may use shrinks by `bytes` (NCCL's buffers of a process group that
+    /// began to communicate); a device already past its limit stays unlimited.
+    pub fn take_from_limit(&mut self, bytes: u64) {
+        if let Some(l) = self.allocator.limit.as_mut() {
+            *l = l.saturating_sub(bytes);
+        }
+    }
+
+    /// What the allocator may use now (None: unlimited, past running out).
+    pub fn limit(&self) -> Option<u64> {
+        self.allocator.limit
+    }
+
+    pub fn reset_peaks(&mut self) {
+        self.peak_allocated_since_reset = self.allocator.allocated;
+        self.peak_reserved_since_reset = self.allocator.reserved;
+    }
+
+    /// Storage `key` appears with `bytes` (> 0) or dies (0). Where the device cannot serve
+    /// the request (its first time), what was asked and what was allocated and reserved
+    /// just before; the model then goes on as on a device without a limit.
+    pub fn event(&mut self, key: i64, bytes: u64) -> Option<(u64, u64, u64)> {
+        let a = &mut self.allocator;
+        if let Some(id) = self.live.remove(&key) {
+            a.free_completed(id);
+        }
+        if bytes == 0 {
+            return None;
+        }
+        let (allocated, reserved) = (a.allocated, a.reserved);
+        let mut ran_out = None;
+        let id = match a.malloc(bytes, 0) {
+            Some(id) => id,
+            None => {
+                self.ooms += 1;
+                ran_out = Some((bytes, allocated, reserved));
+                a.limit = None;
+                a.malloc(bytes, 0)
+                    .expect("an unlimited allocator serves every request")
+            }
+        };
+        self.live.insert(key, id);
+        self.peak_allocated = self.peak_allocated.max(a.allocated);
+        self.peak_reserved = self.peak_reserved.max(a.reserved);
+        self.peak_allocated_since_reset = self.peak_allocated_since_reset.max(a.allocated);
+        self.peak_reserved_since_reset = self.peak_reserved_since_reset.max(a.reserved);
+        ran_out
+    }
+}
+
 /// Replay `events` (in order) for a run of `ops` ops under `settings`, on a device whose
 /// segments may hold at most `limit` bytes (`None`: unlimited).
 pub fn replay(
@@ -51,8 +132,7 @@ pub fn replay(
     settings: Settings,
     limit: Option<u64>,
 ) -> DeviceMemory {
-    let mut a = Allocator::new(settings, limit);
-    let mut live: HashMap<i64, BlockId> = HashMap::new();
+    let mut d = ModelledDevice::new(settings, limit);
     let mut out = DeviceMemory {
         allocated: Vec::with_capacity(ops),
         reserved: Vec::with_capacity(ops),
@@ -61,36 +141,23 @@ pub fn replay(
     let mut next = events.iter().peekable();
     for op in 0..ops {
         while let Some(e) = next.next_if(|e| (e.op as usize) <= op) {
-            if let Some(id) = live.remove(&e.key) {
-                a.free_completed(id);
+            if let Some((requested_bytes, allocated_bytes, reserved_bytes)) =
+                d.event(e.key, e.bytes)
+            {
+                out.oom.get_or_insert(OutOfMemory {
+                    op,
+                    requested_bytes,
+                    allocated_bytes,
+                    reserved_bytes,
+                });
             }
-            if e.bytes == 0 {
-                continue;
-            }
-            let (allocated, reserved) = (a.allocated, a.reserved);
-            let id = match a.malloc(e.bytes, 0) {
-                Some(id) => id,
-                None => {
-                    out.oom.get_or_insert(OutOfMemory {
-                        op,
-                        requested_bytes: e.bytes,
-                        allocated_bytes: allocated,
-                        reserved_bytes: reserved,
-                    });
-                    // the rest of the run as on a device without a limit
-                    a.limit = None;
-                    a.malloc(e.bytes, 0)
-                        .expect("an unlimited allocator serves every request")
-                }
-            };
-            live.insert(e.key, id);
-            out.peak_allocated = out.peak_allocated.max(a.allocated);
-            out.peak_reserved = out.peak_reserved.max(a.reserved);
         }
-        out.allocated.push(a.allocated as f64);
-        out.reserved.push(a.reserved as f64);
+        out.allocated.push(d.allocated() as f64);
+        out.reserved.push(d.reserved() as f64);
     }
-    out.num_alloc_retries = a.num_alloc_retries;
+    out.peak_allocated = d.peak_allocated;
+    out.peak_reserved = d.peak_reserved;
+    out.num_alloc_retries = d.retries();
     out
 }
 

@@ -1,40 +1,45 @@
 //! Running the program for an estimate: `record`'s collector with the agent's `estimate`
-//! backend, the device passed in the environment, and the values the program read.
+//! backend, the device passed in the environment, the allocator model live beside it
+//! (`live`) and after it (`ALLOCATOR_MODEL`); a distributed job once per rank estimated,
+//! with torchrun's environment for that rank (`launch`).
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use super::gpus::{self, Gpu};
+use super::launch::Job;
+use super::live::LiveModel;
 use crate::error::{Error, Result};
 use crate::record::{self, Backend, Observer, Options};
 
-/// A place where the program read a value a tensor does not have here (`.item()`, `bool()`,
-/// `print(loss)`, `.cpu()`): it got zeros instead, and what depends on it is not estimated.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ValueRead {
-    pub file: String,
-    pub line: u32,
-    pub what: String,
-    pub count: u64,
+/// How the run is done: the device, the job, and how often one unknown read deciding a
+/// branch may repeat before the program is stopped.
+pub struct Settings<'a> {
+    pub gpu: &'a Gpu,
+    /// A device of the table (its CUDA context is not the allocator's), not a bare size.
+    pub named: bool,
+    pub max_repeats: u64,
+    pub job: &'a Job,
+    /// The ranks to run (`[0]` for a program of one process).
+    pub ranks: &'a [u32],
+    /// For a distributed job: what NCCL's buffers are allowed on the device, for each
+    /// process group that communicates.
+    pub nccl_allowance: u64,
 }
 
-/// What running the program gave: its exit code, and the reads it made.
-pub struct Run {
+/// One rank's run: the program's exit code (128 + a signal that killed it) and the files
+/// written, the program's own first (none where the program did not start, or never
+/// imported torch).
+pub struct RankRun {
+    pub rank: Option<u32>,
     pub code: i32,
-    pub reads: Vec<ValueRead>,
+    pub files: Vec<PathBuf>,
 }
 
-/// Run `command` as if on `gpu` (`named`: a device of the table, whose CUDA context the
-/// allocator cannot use), writing the stats file to `output`.
-pub fn run(command: &[std::ffi::OsString], gpu: &Gpu, named: bool, output: &Path) -> Result<Run> {
-    let usable = gpus::usable_bytes(gpu, named);
-    let reads_file = tempfile::Builder::new()
-        .prefix("memtrack-estimate-reads")
-        .suffix(".json")
-        .tempfile()
-        .map_err(|e| Error::output(&std::env::temp_dir(), e))?;
-    let reads_path: PathBuf = reads_file.path().to_path_buf();
+/// Run the job as if on the settings' GPU, each rank once, writing the stats files after
+/// `output` (`NAME.rankR.pkl` for a distributed job).
+pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
+    let gpu = s.gpu;
+    let usable = gpus::usable_bytes(gpu, s.named);
     // the child inherits these; nothing else of memtrack reads them
     std::env::set_var(
         "MEMTRACK_ESTIMATE_GPU",
@@ -43,20 +48,49 @@ pub fn run(command: &[std::ffi::OsString], gpu: &Gpu, named: bool, output: &Path
             gpu.name, gpu.total_bytes, gpu.capability.0, gpu.capability.1
         ),
     );
-    std::env::set_var("MEMTRACK_ESTIMATE_READS", &reads_path);
-    let code = record::run(&Options {
-        output: output.to_path_buf(),
-        backend: Backend::Estimate,
-        observer: Observer::Python,
-        snapshot: false,
-        max_snapshot_entries: 0,
-        cycles: false,
-        device_interval: std::time::Duration::ZERO,
-        command: command.to_vec(),
-    })?;
-    let reads = std::fs::read(&reads_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    Ok(Run { code, reads })
+    std::env::set_var("MEMTRACK_ESTIMATE_MAX_REPEATS", s.max_repeats.to_string());
+    // a group of more than one rank takes it, also one a program starts itself (mp.spawn)
+    std::env::set_var(
+        "MEMTRACK_ESTIMATE_NCCL_ALLOWANCE",
+        s.nccl_allowance.to_string(),
+    );
+    if s.job.distributed() {
+        // the agent's fake process group, not whatever RANK a scheduler's environment has
+        std::env::set_var("MEMTRACK_ESTIMATE_WORLD", s.job.world_size.to_string());
+    } else {
+        std::env::remove_var("MEMTRACK_ESTIMATE_WORLD");
+    }
+    let mut runs = Vec::with_capacity(s.ranks.len());
+    for &rank in s.ranks {
+        // each rank's questions about memory get a model of its own
+        let model =
+            LiveModel::start(usable).map_err(|e| Error::output(&std::env::temp_dir(), e))?;
+        std::env::set_var("MEMTRACK_ESTIMATE_MODEL", model.socket());
+        if s.job.distributed() {
+            for (k, v) in s.job.env(rank) {
+                std::env::set_var(k, v);
+            }
+        }
+        let out = record::run_for_files(&Options {
+            output: output.to_path_buf(),
+            backend: Backend::Estimate,
+            observer: Observer::Python,
+            snapshot: false,
+            max_snapshot_entries: 0,
+            cycles: false,
+            device_interval: std::time::Duration::ZERO,
+            command: s.job.command.clone(),
+            device_model: Some(&super::ALLOCATOR_MODEL),
+        })?;
+        // the program's own file first (the process started), then the files of processes it
+        // started itself (mp.spawn's workers; DataLoader's workers write none)
+        let mut files = out.written;
+        files.sort_by_key(|p| Some(p) != out.program.as_ref());
+        runs.push(RankRun {
+            rank: s.job.distributed().then_some(rank),
+            code: out.code,
+            files,
+        });
+    }
+    Ok(runs)
 }

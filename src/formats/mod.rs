@@ -3,6 +3,7 @@
 //! `load` detects what a file is from its content, never from its name.
 
 pub mod error;
+pub mod estimate_ext;
 pub mod event_spool;
 pub mod json;
 pub mod kind;
@@ -33,13 +34,13 @@ impl Input {
     /// The name messages give its kind ("this file is an allocator snapshot").
     pub fn kind(&self) -> &'static str {
         match self {
-            Input::Tracker(_) => "tracker stats",
-            Input::Snapshot(_) => "allocator snapshot",
+            Input::Tracker(_) => "a `record` or MemoryTracker stats file",
+            Input::Snapshot(_) => "an allocator snapshot",
         }
     }
 }
 
-pub const READS: &str = "memtrack reads MemoryTracker stats (save_stats), memtrack record files and allocator snapshots (_dump_snapshot)";
+pub const READS: &str = "memtrack reads memtrack record files, MemoryTracker stats (save_stats), allocator snapshots (_dump_snapshot) and torch.profiler traces (.json, .json.gz)";
 
 fn map(path: &Path) -> Result<MappedFile> {
     let input = crate::inputs::open(path).map_err(|m| Error::input(path, m))?;
@@ -247,7 +248,7 @@ pub fn load_tracker(path: &Path) -> Result<TrackerStats> {
         other => Err(Error::input(
             path,
             format!(
-                "this command reads tracker stats, and this file is an {}",
+                "this command reads a `record` or MemoryTracker stats file, and this file is {}",
                 other.kind()
             ),
         )),

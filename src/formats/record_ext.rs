@@ -76,6 +76,9 @@ pub fn read(doc: &Document, d: &Dict, info: &mut RecordInfo) -> Parse<()> {
     if let Some(v) = d.get("threads") {
         info.threads = threads(doc, v)?;
     }
+    if let Some(v) = d.get("estimate").filter(|v| !doc.is_none(*v)) {
+        info.estimate = Some(super::estimate_ext::read(doc, v)?);
+    }
     if let Some(v) = d.get("thread_runs") {
         info.thread_runs = thread_runs(doc, v)?;
     }
@@ -373,6 +376,13 @@ fn read_exit(doc: &Document, exit: &Dict, e: &mut ExitInfo) {
         .get("ended")
         .and_then(|v| doc.as_str(v))
         .map(str::to_string);
+    e.exception_at = exit
+        .get("exception_at")
+        .and_then(|v| doc.as_seq(v))
+        .and_then(|t| match t {
+            [f, l] => Some((doc.as_str(*f)?.to_string(), doc.as_int(*l)?)),
+            _ => None,
+        });
     e.oom_op_index = exit.get("oom_op_index").and_then(|v| doc.as_int(v));
 }
 
@@ -542,6 +552,9 @@ pub fn write(w: &mut Writer, r: &RecordInfo) {
     w.entry("cycles", |w| {
         w.list(&r.cycles, cycle_value);
     });
+    if let Some(f) = &r.estimate {
+        w.entry("estimate", |w| super::estimate_ext::write(w, f));
+    }
     if let Some(ret) = &r.retained {
         w.entry("retained", |w| {
             w.begin_dict();
@@ -666,6 +679,13 @@ fn cycle_value(w: &mut Writer, c: &Cycle) {
 /// The exit keys beyond the first version's, as entries of the open `exit` dict.
 pub fn write_exit(w: &mut Writer, e: &ExitInfo) {
     w.entry("ended", |w| w.opt_str(e.ended.as_deref()));
+    if let Some((file, line)) = &e.exception_at {
+        w.entry("exception_at", |w| {
+            w.str(file);
+            w.int(*line);
+            w.tuple(2);
+        });
+    }
     w.entry("oom_op_index", |w| w.opt_int(e.oom_op_index));
 }
 

@@ -1,6 +1,7 @@
 //! Domain types, independent of any file format.
 
 pub mod cycles;
+pub mod estimate;
 pub mod gpu;
 pub mod modules;
 pub mod profile;
@@ -11,6 +12,7 @@ pub mod tracker;
 pub mod units;
 
 pub use cycles::{Cycle, CycleEdge, CycleNode, CycleTensor};
+pub use estimate::EstimateFacts;
 pub use modules::{
     DeviceBytes, IterationModules, ModState, ModuleSnapshot, ModuleStats, CATEGORIES,
 };

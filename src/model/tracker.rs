@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::cycles::Cycle;
+use super::estimate::EstimateFacts;
 use super::modules::{IterationModules, ModuleSnapshot};
 
 /// The three series MemoryTracker samples after every operator.
@@ -267,6 +268,8 @@ pub struct RecordInfo {
     /// Recorded by `memtrack attach` from the middle of a run: when, and what was held then.
     /// The ops before the first iteration start belong to an iteration already under way.
     pub attached: Option<Attached>,
+    /// `memtrack estimate`'s facts about the run (backend `estimate` only).
+    pub estimate: Option<EstimateFacts>,
 }
 
 /// One thread of a recorded process (docs/format.md, `threads`).
@@ -324,7 +327,8 @@ pub struct RetainedOp {
 /// Tensors of one kind and category that were not measured as one dense storage.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Unmeasured {
-    /// Why: `sparse`, `nested`, `meta`, `no_storage` or `error` ([`Unmeasured::REASONS`]).
+    /// Why: `sparse`, `nested`, `meta`, `no_storage`, `error` or `host`
+    /// ([`Unmeasured::REASONS`]).
     pub reason: String,
     /// The MemTracker category they had when last seen (`Gradient`, `Activation`, …).
     pub category: String,
@@ -334,7 +338,7 @@ pub struct Unmeasured {
 
 impl Unmeasured {
     /// Every reason, in the agent's code order (`WHY_*`), with what was measured for it.
-    pub const REASONS: [(&'static str, &'static str); 5] = [
+    pub const REASONS: [(&'static str, &'static str); 6] = [
         (
             "sparse",
             "of sparse layout: sized by their indices and values",
@@ -351,6 +355,10 @@ impl Unmeasured {
         (
             "error",
             "whose storages could not be read: not counted (see agent_errors)",
+        ),
+        (
+            "host",
+            "on the host (CPU tensors of an estimate): not the device's memory, not counted",
         ),
     ];
 
@@ -456,10 +464,14 @@ pub struct ExitInfo {
     pub oom: bool,
     /// The uncaught exception's traceback.
     pub exception: Option<String>,
+    /// Where it was raised: the innermost frame outside torch (the program's line, or its
+    /// library's), as (file, line).
+    pub exception_at: Option<(String, i64)>,
     /// `exit` (normal interpreter exit), `exception`, `signal` (SIGTERM, handled),
     /// `terminated` (its parent ended it, multiprocessing's `terminate()` or `kill()`: a
-    /// DataLoader's worker slow to leave, whose own SIGTERM handler leaves without a word) or
-    /// `disconnected` (the process vanished without a word: SIGKILL, a crash, the OOM killer).
+    /// DataLoader's worker slow to leave, whose own SIGTERM handler leaves without a word),
+    /// `stopped` (`memtrack estimate` stopped it: `RecordInfo::estimate`) or `disconnected`
+    /// (the process vanished without a word: SIGKILL, a crash, the OOM killer).
     pub ended: Option<String>,
     /// The op count when the CUDA allocator reported running out of memory.
     pub oom_op_index: Option<i64>,

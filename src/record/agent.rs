@@ -19,7 +19,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 33] = [
+pub const FILES: [(&str, &str); 39] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
@@ -34,6 +34,12 @@ pub const FILES: [(&str, &str); 33] = [
     agent_file!("fast_path.h"),
     agent_file!("fake_autocast.py"),
     agent_file!("fake_cuda.py"),
+    agent_file!("fake_dist.py"),
+    agent_file!("fake_files.py"),
+    agent_file!("fake_kernels.py"),
+    agent_file!("fake_memory.py"),
+    agent_file!("fake_mode.py"),
+    agent_file!("fake_values.py"),
     agent_file!("gradhooks.py"),
     agent_file!("importhook.py"),
     agent_file!("inprocess.py"),

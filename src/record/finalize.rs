@@ -17,6 +17,9 @@ pub struct Report {
     /// Processes that recorded something (whether or not their file could be written).
     pub recorded: usize,
     pub written: Vec<PathBuf>,
+    /// The file of the process `record` started (its last image), if it recorded and was
+    /// written; the others are of processes it started in turn.
+    pub program: Option<PathBuf>,
     /// The backend of each file written.
     pub backends: Vec<String>,
     pub notes: Vec<Note>,
@@ -77,6 +80,7 @@ pub fn finalize(
     child_pid: u32,
     status: Option<ExitStatus>,
     samples: Option<&Samples>,
+    device_model: Option<&dyn super::DeviceModel>,
 ) -> Result<Report> {
     let contents = journal.contents();
     let mut complete = true;
@@ -166,13 +170,22 @@ pub fn finalize(
             }
         }
     }
+    for s in &mut sessions {
+        if let (Some(model), Some(log)) = (device_model, s.device_log.take()) {
+            model.fill(&mut s.stats, &log);
+        }
+    }
     let paths = output_paths(output, &sessions, child_pid);
     let mut written = Vec::new();
+    let mut program = None;
     let mut backends = Vec::new();
     for (s, p) in sessions.iter().zip(&paths) {
         match tracker::write(&s.stats, p) {
             Ok(()) => {
                 eprintln!("memtrack: wrote {}", describe(p, s, sessions.len() > 1));
+                if s.pid == Some(child_pid as i64) && s.image == last_image[&s.pid] {
+                    program = Some(p.clone());
+                }
                 written.push(p.clone());
                 backends.push(
                     s.stats
@@ -190,6 +203,7 @@ pub fn finalize(
     Ok(Report {
         recorded: sessions.len(),
         written,
+        program,
         backends,
         notes,
         complete,
@@ -393,6 +407,7 @@ mod tests {
             damage: None,
             image: 0,
             terminated: Vec::new(),
+            device_log: None,
         }
     }
 

@@ -75,6 +75,14 @@ impl Observer {
     }
 }
 
+/// What turns an estimated run's device log into its allocated and reserved series (the
+/// estimate's allocator model, `estimate::AllocatorModel`): record itself models no device.
+pub trait DeviceModel: Sync {
+    fn fill(&self, stats: &mut crate::model::TrackerStats, log: &DeviceLog);
+}
+
+pub use replay::{DeviceEvent, DeviceLog};
+
 pub struct Options {
     pub output: PathBuf,
     pub backend: Backend,
@@ -86,12 +94,13 @@ pub struct Options {
     /// Between driver-level samples (NVML); zero: none.
     pub device_interval: Duration,
     pub command: Vec<OsString>,
+    /// For backend `estimate`: the model of the device the program runs as if on.
+    pub device_model: Option<&'static dyn DeviceModel>,
 }
 
 /// How long the collector waits for silent connections after the program ended.
 const QUIET: Duration = Duration::from_secs(2);
 
-/// Run the program, record it, write the stats; the exit code `record` should end with.
 /// A fresh journal beside `output` (`Journal::create`); the error names the folder.
 fn new_journal(output: &Path) -> Result<Arc<Journal>> {
     let journal = Journal::create(output).map_err(|e| {
@@ -104,7 +113,21 @@ fn new_journal(output: &Path) -> Result<Arc<Journal>> {
     Ok(Arc::new(journal))
 }
 
+/// What a run did: the exit code `record` should end with, and the files written.
+pub struct Outcome {
+    pub code: i32,
+    pub written: Vec<PathBuf>,
+    /// Which of them is the file of the process started (the others: processes it started).
+    pub program: Option<PathBuf>,
+}
+
+/// Run the program, record it, write the stats; the exit code `record` should end with.
 pub fn run(o: &Options) -> Result<i32> {
+    run_for_files(o).map(|out| out.code)
+}
+
+/// `run`, saying which files were written too.
+pub fn run_for_files(o: &Options) -> Result<Outcome> {
     let Some(program) = o.command.first() else {
         return Err(Error::Usage(
             "record: no command given; usage: memtrack record [-o run.pkl] -- python train.py"
@@ -156,10 +179,15 @@ pub fn run(o: &Options) -> Result<i32> {
         Err(e) => {
             journal.remove();
             eprintln!("memtrack: cannot run {}: {e}", Path::new(program).display());
-            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
                 126
+            };
+            return Ok(Outcome {
+                code,
+                written: Vec::new(),
+                program: None,
             });
         }
     };
@@ -213,7 +241,14 @@ pub fn run(o: &Options) -> Result<i32> {
         None => 130,
     };
     let samples = sampler.map(sampler::Sampler::finish);
-    let report = finalize::finalize(&journal, &o.output, pid, status, samples.as_ref())?;
+    let report = finalize::finalize(
+        &journal,
+        &o.output,
+        pid,
+        status,
+        samples.as_ref(),
+        o.device_model,
+    )?;
     let moved = journal.moved();
     if moved {
         eprintln!(
@@ -254,7 +289,11 @@ pub fn run(o: &Options) -> Result<i32> {
             code = 2; // the program succeeded, but there is no file: a script must not take it for one
         }
     }
-    Ok(code)
+    Ok(Outcome {
+        code,
+        written: report.written,
+        program: report.program,
+    })
 }
 
 /// Keep every file the command names (the program, found on `PATH` as the shell would, its
@@ -284,8 +323,12 @@ fn protect_command_line(command: &[OsString]) {
 
 /// `record --recover DIR [-o OUT]`: the stats files from a journal a `record` left behind
 /// (the agents' spools are complete up to their last op), named as that run would have, or
-/// after `output`.
-pub fn recover(dir: &Path, output: Option<&Path>) -> Result<()> {
+/// after `output`; an estimate's through `device_model`.
+pub fn recover(
+    dir: &Path,
+    output: Option<&Path>,
+    device_model: Option<&'static dyn DeviceModel>,
+) -> Result<()> {
     let Some(output) = output
         .map(Path::to_path_buf)
         .or_else(|| journal::output_of(dir))
@@ -296,7 +339,7 @@ pub fn recover(dir: &Path, output: Option<&Path>) -> Result<()> {
         ));
     };
     let journal = Journal::open(dir).map_err(|why| Error::input(dir, why))?;
-    let report = finalize::finalize(&journal, &output, 0, None, None)?;
+    let report = finalize::finalize(&journal, &output, 0, None, None, device_model)?;
     if report.recorded == 0 {
         return Err(Error::input(
             dir,

@@ -1,4 +1,4 @@
-//! The wire protocol between the agent and the collector (docs/record.md, "Wire format"): every
+//! The wire protocol between the agent and the collector (docs/architecture.md, "Wire format"): every
 //! constant both sides share. The agent's copy is `python/memtrack/_memtrack_agent/protocol.py`;
 //! the tests below read both files and fail when they differ.
 
@@ -40,6 +40,7 @@ pub const WHY_NESTED: i64 = 1;
 pub const WHY_META: i64 = 2;
 pub const WHY_NO_STORAGE: i64 = 3;
 pub const WHY_ERROR: i64 = 4;
+pub const WHY_HOST: i64 = 5;
 
 // ---- socket frame kinds: u32 little-endian payload length, u8 kind, payload
 pub const FRAME_ALIVE: u8 = 0;
@@ -66,6 +67,12 @@ pub const MSG_THREAD: &str = "thread";
 pub const MSG_THREADS_BEFORE: &str = "threads_before";
 /// pid, signal: the process ended a child of its (multiprocessing's `terminate()`, `kill()`).
 pub const MSG_TERMINATED: &str = "terminated";
+pub const MSG_ESTIMATE_READ: &str = "read";
+pub const MSG_ESTIMATE_BOUND: &str = "bound";
+pub const MSG_ESTIMATE_UNWRITTEN: &str = "unwritten";
+pub const MSG_ESTIMATE_STOPPED: &str = "stopped";
+pub const MSG_ESTIMATE_GROUP: &str = "group";
+pub const MSG_ESTIMATE_RANK: &str = "rank";
 
 /// The agent's pseudo-op sampled after each compiled graph call (its name in files).
 pub const COMPILED_GRAPH: &str = "compiled_graph";
@@ -170,7 +177,7 @@ mod tests {
     /// The reasons a NOTE carries are the model's, in code order.
     #[test]
     fn note_reasons_are_the_models() {
-        use super::{WHY_ERROR, WHY_META, WHY_NESTED, WHY_NO_STORAGE, WHY_SPARSE};
+        use super::{WHY_ERROR, WHY_HOST, WHY_META, WHY_NESTED, WHY_NO_STORAGE, WHY_SPARSE};
         use crate::model::Unmeasured;
         let reasons: Vec<&str> = Unmeasured::REASONS.iter().map(|(r, _)| *r).collect();
         for (code, name) in [
@@ -179,10 +186,11 @@ mod tests {
             (WHY_META, "meta"),
             (WHY_NO_STORAGE, "no_storage"),
             (WHY_ERROR, "error"),
+            (WHY_HOST, "host"),
         ] {
             assert_eq!(reasons[code as usize], name);
         }
-        assert_eq!(reasons.len(), 5);
+        assert_eq!(reasons.len(), 6);
     }
 
     /// Every message the agent sends names its kind through protocol.py, never a literal.

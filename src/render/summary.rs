@@ -218,6 +218,15 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
         s.top_ops.len()
     ));
     doc.table(&top_table(s, units, false));
+    // an attach counts what the process held then before its first op: in no op's line
+    let held = held_parts(s.record.as_ref().and_then(|r| r.attached.as_ref()));
+    if !held.is_empty() {
+        doc.gap();
+        doc.para(&format!(
+            "Held at the attach, counted before the first op and so in no op's line: {}",
+            held.join(", ")
+        ));
+    }
 }
 
 /// `The program raised RuntimeError: …, after op 89 (…) in Sequential.0's forward`.
@@ -495,10 +504,18 @@ pub fn cross_rank(
 
 /// ` (holding parameters 1 MiB, …)`: what `attach` found held, where it found any.
 fn attached_held(a: Option<&crate::model::Attached>) -> String {
-    let Some(a) = a else { return String::new() };
-    let parts: Vec<String> = a
-        .held
-        .iter()
+    let parts = held_parts(a);
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" (holding {} then)", parts.join(", "))
+    }
+}
+
+/// `parameters 1 MiB`, …: what `attach` found held, where it found any.
+fn held_parts(a: Option<&crate::model::Attached>) -> Vec<String> {
+    let Some(a) = a else { return Vec::new() };
+    (a.held.iter())
         .filter(|(_, &b)| b > 0)
         .map(|(k, &b)| {
             format!(
@@ -507,10 +524,5 @@ fn attached_held(a: Option<&crate::model::Attached>) -> String {
                 crate::model::format_bytes(b as f64, crate::model::Units::Auto)
             )
         })
-        .collect();
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!(" (holding {} then)", parts.join(", "))
-    }
+        .collect()
 }

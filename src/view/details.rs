@@ -8,11 +8,12 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-use crate::analysis::groups::{group_report, GroupBy, GroupReport, Grouper};
+use crate::analysis::categories::Judgement;
+use crate::analysis::groups::{group_report, GroupBy, GroupReport};
 use crate::analysis::moment::Moment;
 use crate::analysis::rewind::device_state_at;
 use crate::analysis::sites::{gather, Capture, Extra, LiveConfig, Sites};
-use crate::model::snapshot::{Snapshot, StackId};
+use crate::model::snapshot::{Block, HistoryEntry, Segment, Snapshot, StackId};
 use crate::model::trace::TraceEvents;
 
 use super::index::{AllocIndex, AllocSpan};
@@ -38,6 +39,8 @@ pub struct AllocDetail {
     pub freed_by: Vec<String>,
     /// `parameter`, `gradient`, `activation`, … (`top --group-by category`'s rules).
     pub category: &'static str,
+    /// The rule that decided it: the evidence (where it was made and freed) and its meaning.
+    pub rule: String,
     /// The annotation ranges open when it was allocated, outermost first.
     pub annotations: Vec<String>,
 }
@@ -68,8 +71,7 @@ pub fn alloc(snap: &Snapshot, index: &AllocIndex, id: usize) -> Option<AllocDeta
         Some(_) => split_frames(snap, StackId(a.free_origin)).0,
         None => Vec::new(),
     };
-    let mut grouper = Grouper::new(snap, index.device, GroupBy::Category, Vec::new());
-    let category = grouper.category(stack, a.end().map(|_| StackId(a.free_origin)));
+    let judged = Judgement::from_bytes(a.judged);
     let span = index.span(id)?;
     let start_x = span.start_x;
     Some(AllocDetail {
@@ -77,7 +79,8 @@ pub fn alloc(snap: &Snapshot, index: &AllocIndex, id: usize) -> Option<AllocDeta
         python,
         native,
         freed_by,
-        category,
+        category: judged.category().name(),
+        rule: judged.rule(),
         annotations: start_x
             .filter(|_| tl.x_is_time)
             .map_or_else(Vec::new, |x| open_annotations(index, x)),
@@ -107,7 +110,7 @@ pub fn live_at(
     let config = LiveConfig {
         capture: Capture::Event(event),
         extra: Extra::Nothing,
-        freed_by: false,
+        phases: None,
     };
     let gathered = gather(events, snap, device, config)?;
     Ok(group_report(
@@ -150,11 +153,11 @@ pub struct SegmentAt {
     pub blocks: Vec<BlockAt>,
 }
 
-/// The allocator's state right after an event: `segments --at EVENT`.
+/// The allocator's state right after an event (`segments --at EVENT`), or at the dump.
 #[derive(Debug, Serialize)]
 pub struct StateAt {
-    /// The event.
-    pub event: usize,
+    /// The event; None: the snapshot's own state, at the dump.
+    pub event: Option<usize>,
     /// Segments by address.
     pub segments: Vec<SegmentAt>,
     /// Bytes held in segments.
@@ -181,6 +184,26 @@ pub fn state_at(
         blocks,
         ..Snapshot::default()
     };
+    let segments: Vec<&Segment> = state.segments.iter().collect();
+    Ok(describe(snap, segments, &state.blocks, &[], Some(event)))
+}
+
+/// The segments and blocks of the device when the snapshot was taken (a capture without a
+/// trace has only these).
+pub fn state_at_end(snap: &Snapshot, device: u32) -> StateAt {
+    let segments = snap.segments_on(device).collect();
+    describe(snap, segments, &snap.blocks, &snap.history, None)
+}
+
+/// `segments` (their blocks in `blocks`; `history`: legacy blocks' stacks) of `snap` as the
+/// page draws them, after `event`.
+fn describe(
+    snap: &Snapshot,
+    mut segments: Vec<&Segment>,
+    blocks: &[Block],
+    history: &[HistoryEntry],
+    event: Option<usize>,
+) -> StateAt {
     let mut sites = Sites::new(snap);
     let mut site_label: FxHashMap<StackId, String> = FxHashMap::default();
     let mut out = StateAt {
@@ -191,13 +214,11 @@ pub fn state_at(
         blocks_left_out: 0,
     };
     let mut sent = 0;
-    let mut order: Vec<usize> = (0..state.segments.len()).collect();
-    order.sort_by_key(|&i| state.segments[i].address);
-    for i in order {
-        let s = &state.segments[i];
+    segments.sort_by_key(|s| s.address);
+    for s in segments {
         out.reserved += s.total_size;
-        let mut blocks = Vec::new();
-        for b in s.blocks(&state.blocks) {
+        let mut kept = Vec::new();
+        for b in s.blocks(blocks) {
             if b.state.is_allocated() {
                 out.allocated += b.size;
             }
@@ -207,12 +228,12 @@ pub fn state_at(
             }
             sent += 1;
             let used = b.state.is_active();
-            let stack = b.alloc_stack(&state.history);
-            blocks.push(BlockAt {
+            let stack = b.alloc_stack(history);
+            kept.push(BlockAt {
                 offset: b.address - s.address,
                 size: b.size,
                 state: b.state.name(),
-                requested: used.then(|| b.requested(&state.history)),
+                requested: used.then(|| b.requested(history)),
                 site: used.then(|| {
                     (site_label.entry(stack))
                         .or_insert_with(|| {
@@ -228,10 +249,10 @@ pub fn state_at(
             total_size: s.total_size,
             stream: s.stream,
             pool: s.size_class.name(),
-            blocks,
+            blocks: kept,
         });
     }
-    Ok(out)
+    out
 }
 
 /// The stacks with a frame whose file, function or `file:line:function` holds `query`
@@ -276,4 +297,71 @@ pub fn search(snap: &Snapshot, index: &AllocIndex, query: &str) -> SearchHits {
         .take(MAX_MATCHES)
         .collect();
     hits
+}
+
+/// Rows an event list sends at most.
+pub const MAX_EVENT_ROWS: usize = 500;
+
+/// One allocating or freeing event, as the event list shows it (PyTorch's memory viewer lists
+/// them so: each `alloc` and `free` in order, with its stack on click).
+#[derive(Debug, Serialize)]
+pub struct EventRow {
+    /// The event's index.
+    pub event: usize,
+    /// `alloc` or `free`.
+    pub action: &'static str,
+    /// The allocation it made or freed (`/api/alloc?id=`).
+    pub id: u32,
+    /// Bytes requested.
+    pub size: u64,
+    /// The allocation's site (for a trace: its op).
+    pub site: String,
+    /// Its category, for an input that has them.
+    pub category: Option<&'static str>,
+}
+
+/// The allocating and freeing events among events `from..to` of the trace.
+#[derive(Debug, Serialize)]
+pub struct EventList {
+    /// The first event asked for.
+    pub from: usize,
+    /// Past the last event asked for.
+    pub to: usize,
+    /// Events in the trace.
+    pub events: usize,
+    /// The allocs and frees among them, in order (segment events and the others are left
+    /// out), at most [`MAX_EVENT_ROWS`].
+    pub rows: Vec<EventRow>,
+}
+
+/// The allocs and frees among events `from..from + count` (one pass over the allocations).
+pub fn events(index: &AllocIndex, from: usize, count: usize) -> EventList {
+    let n = index.events();
+    let from = from.min(n);
+    let to = from.saturating_add(count.min(MAX_EVENT_ROWS)).min(n);
+    let mut rows: Vec<EventRow> = Vec::new();
+    let row = |event: usize, action, id: usize, a: &super::index::Alloc| EventRow {
+        event,
+        action,
+        id: id as u32,
+        size: a.size,
+        site: index.sites[a.site as usize].clone(),
+        category: (a.category != super::index::NO_CATEGORY)
+            .then(|| super::index::CATEGORIES[a.category as usize]),
+    };
+    for (id, a) in index.allocs.iter().enumerate() {
+        if let Some(e) = a.start().filter(|e| (from..to).contains(e)) {
+            rows.push(row(e, "alloc", id, a));
+        }
+        if let Some(e) = a.end().filter(|e| (from..to).contains(e)) {
+            rows.push(row(e, "free", id, a));
+        }
+    }
+    rows.sort_by_key(|r| (r.event, r.action == "alloc"));
+    EventList {
+        from,
+        to,
+        events: n,
+        rows,
+    }
 }

@@ -24,7 +24,7 @@ use serde::Serialize;
 use super::event_series::EventSeries;
 use super::ranges::{ranges, Range};
 use super::segment_index::{SegmentIndex, SegmentPairing};
-use crate::analysis::groups::{GroupBy, Grouper};
+use crate::analysis::categories::{Category, Judgement, PhaseTable, PhaseWalk, Place};
 use crate::analysis::sites::Sites;
 use crate::analysis::timeline::{AnnotationMark, OomMark, Point, Timeline};
 use crate::model::snapshot::{Action, Snapshot, StackId};
@@ -56,18 +56,21 @@ pub struct Alloc {
     /// Index into [`CATEGORIES`] (`top --group-by category`'s rules); [`NO_CATEGORY`] for an
     /// input without stacks (a profiler trace). Fits the struct's padding: still 32 bytes.
     pub category: u8,
+    /// How it was judged ([`Judgement::to_bytes`]: the rule the category came from); in the
+    /// padding too.
+    pub judged: [u8; 2],
 }
 
 /// The categories an allocation can have, in the order the page stacks its legend.
-pub const CATEGORIES: [&str; 7] = [
-    "parameter",
-    "optimizer state",
-    "gradient",
-    "activation",
-    "temporary",
-    "input",
-    "other",
-];
+pub const CATEGORIES: [&str; 7] = {
+    let mut names = [""; 7];
+    let mut i = 0;
+    while i < 7 {
+        names[i] = Category::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 /// An allocation of an input that has no categories.
 pub const NO_CATEGORY: u8 = u8::MAX;
@@ -175,17 +178,28 @@ pub struct Marks {
     pub annotations: Vec<AnnotationMark>,
 }
 
-/// Allocs and frees of one device, in event order, paired by address into [`Alloc`]s.
+/// Allocs and frees of one device, in event order, paired by address into [`Alloc`]s; when
+/// `judging`, each judged (its category) from where it was made and freed.
 #[derive(Default)]
 pub struct Pairing {
     allocs: Vec<Alloc>,
-    open: FxHashMap<u64, u32>,
+    /// The open allocations by address: id, and where it was made.
+    open: FxHashMap<u64, (u32, Place)>,
+    judging: bool,
 }
 
 impl Pairing {
-    /// Event `i` allocated `size` bytes at `addr`.
-    pub fn alloc(&mut self, i: usize, addr: u64, size: u64, origin: u32) {
-        self.open.insert(addr, self.allocs.len() as u32);
+    /// A pairing that judges each allocation.
+    pub fn judging() -> Pairing {
+        Pairing {
+            judging: true,
+            ..Pairing::default()
+        }
+    }
+
+    /// Event `i` allocated `size` bytes at `addr`, made at `made`.
+    pub fn alloc(&mut self, i: usize, addr: u64, size: u64, origin: u32, made: Place) {
+        self.open.insert(addr, (self.allocs.len() as u32, made));
         self.allocs.push(Alloc {
             start: i as u32,
             end: Alloc::NONE,
@@ -194,33 +208,54 @@ impl Pairing {
             free_origin: Alloc::NONE,
             site: 0,
             category: NO_CATEGORY,
+            judged: [0; 2],
         });
     }
 
-    /// Event `i` freed the `size` bytes at `addr`.
-    pub fn free(&mut self, i: usize, addr: u64, size: u64, origin: u32) {
-        match self.open.remove(&addr) {
-            Some(id) => {
+    /// Event `i`, at `freed`, freed the `size` bytes at `addr`.
+    pub fn free(&mut self, i: usize, addr: u64, size: u64, origin: u32, freed: Place) {
+        let (id, made) = match self.open.remove(&addr) {
+            Some((id, made)) => {
                 let a = &mut self.allocs[id as usize];
                 a.end = i as u32;
                 a.free_origin = origin;
+                (id, made)
             }
             // allocated before the trace began: its free says where, not what made it
-            None => self.allocs.push(Alloc {
-                start: Alloc::NONE,
-                end: i as u32,
-                size,
-                origin: Alloc::NONE,
-                free_origin: origin,
-                site: 0,
-                category: NO_CATEGORY,
-            }),
+            None => {
+                self.allocs.push(Alloc {
+                    start: Alloc::NONE,
+                    end: i as u32,
+                    size,
+                    origin: Alloc::NONE,
+                    free_origin: origin,
+                    site: 0,
+                    category: NO_CATEGORY,
+                    judged: [0; 2],
+                });
+                (self.allocs.len() as u32 - 1, Place::BEFORE_TRACE)
+            }
+        };
+        self.judge(id, made, Some(freed));
+    }
+
+    fn judge(&mut self, id: u32, made: Place, freed: Option<Place>) {
+        if self.judging {
+            let j = Judgement::new(made, freed);
+            let a = &mut self.allocs[id as usize];
+            a.category = j.category().index();
+            a.judged = j.to_bytes();
         }
     }
 
     /// The allocations in stacking order, each given the site `label` names for its origin
     /// (the freeing one for an allocation older than the trace, said so); the site labels.
-    pub fn finish(self, mut label: impl FnMut(u32) -> String) -> (Vec<Alloc>, Vec<String>) {
+    pub fn finish(mut self, mut label: impl FnMut(u32) -> String) -> (Vec<Alloc>, Vec<String>) {
+        // still live at the end
+        let open: Vec<(u32, Place)> = self.open.drain().map(|(_, v)| v).collect();
+        for (id, made) in open {
+            self.judge(id, made, None);
+        }
         let mut allocs = self.allocs;
         // older than the trace at the bottom, as `_memory_viz` stacks them; the sort is stable
         allocs.sort_by_key(|a| a.start().map_or(0, |s| s as u64 + 1));
@@ -269,13 +304,22 @@ pub fn build(
     // the timeline's own series goes before the pairing's table grows (what a pattern leaves
     // in `timeline` would live to the end of the function)
     drop(timeline_series);
-    let mut pairing = Pairing::default();
+    let mut pairing = Pairing::judging();
     let mut segments = SegmentPairing::default();
+    // where each allocating and freeing event ran: the categories' evidence
+    let phases = PhaseTable::new(snap);
+    let mut walk = PhaseWalk::default();
     events.visit(device, &mut |i, e, stream, _| {
         let stack = e.stack.0;
         match e.action {
-            Action::Alloc => pairing.alloc(i, e.addr, e.size, stack),
-            Action::FreeRequested => pairing.free(i, e.addr, e.size, stack),
+            Action::Alloc => {
+                let made = walk.event(&phases, e.stack);
+                pairing.alloc(i, e.addr, e.size, stack, made)
+            }
+            Action::FreeRequested => {
+                let freed = walk.event(&phases, e.stack);
+                pairing.free(i, e.addr, e.size, stack, freed)
+            }
             Action::SegmentAlloc => segments.made(i, e.addr, e.size, stream, stack, false),
             Action::SegmentMap => segments.made(i, e.addr, e.size, stream, stack, true),
             Action::SegmentFree | Action::SegmentUnmap => {
@@ -286,11 +330,10 @@ pub fn build(
         Ok(())
     })?;
     let mut sites = Sites::new(snap);
-    let (mut allocs, labels) = pairing.finish(|origin| {
+    let (allocs, labels) = pairing.finish(|origin| {
         let key = sites.site(StackId(origin));
         sites.label(key, false)
     });
-    set_categories(snap, device, &mut allocs);
     let segments = segments.finish(snap, device, &mut sites, reserved, x_is_time, peak_reserved);
     let index = AllocIndex {
         series,
@@ -306,19 +349,6 @@ pub fn build(
         },
     };
     Ok((index, segments))
-}
-
-/// Each allocation's category, by `top --group-by category`'s rules (its allocating stack and
-/// the one that freed it; one [`Grouper`] for all, so each pair is judged once).
-fn set_categories(snap: &Snapshot, device: u32, allocs: &mut [Alloc]) {
-    let mut grouper = Grouper::new(snap, device, GroupBy::Category, Vec::new());
-    for a in allocs {
-        // older than the trace: origin NONE, the missing stack
-        let stack = StackId(a.origin);
-        let freed = a.end().map(|_| StackId(a.free_origin));
-        let name = grouper.category(stack, freed);
-        a.category = CATEGORIES.iter().position(|&c| c == name).unwrap_or(6) as u8;
-    }
 }
 
 /// The samples of a tile: one event per pixel column that has any.

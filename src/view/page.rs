@@ -3,8 +3,8 @@
 //! build: what is in `page.html` and the `page_*.js` modules is what the browser runs. The
 //! modules share one scope, in this order: the core (state, routes, scales, the URL
 //! fragment), the timeline, stats files, what the user does, the overview strip and segment
-//! timeline under the chart, and the tests' probe (which
-//! starts the page).
+//! timeline under the chart, a view saved as one file, and the tests' probe (which starts the
+//! page).
 
 const HTML: &str = include_str!("page.html");
 const SCRIPT: &str = concat!(
@@ -13,6 +13,7 @@ const SCRIPT: &str = concat!(
     include_str!("page_stats.js"),
     include_str!("page_interact.js"),
     include_str!("page_overview.js"),
+    include_str!("page_save.js"),
     include_str!("page_probe.js"),
 );
 

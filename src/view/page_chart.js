@@ -30,8 +30,8 @@ function bandColor(b) {
   return "hsl(" + textHue(state.tile.sites[b.site] || "") + ", 45%, 74%)";
 }
 function legendColor(key) {
-  if (key === "(before the trace)") return UNTRACKED;
-  if (key === "(other small allocations)") return OTHER_BAND;
+  if (key === BEFORE) return UNTRACKED;
+  if (key === SMALL) return OTHER_BAND;
   if (state.colour === "category") { const [h, s] = CATEGORY_HUE[key] || [220, 8]; return "hsl(" + h + ", " + s + "%, 52%)"; }
   return "hsl(" + textHue(key) + ", 60%, 52%)";
 }
@@ -173,21 +173,24 @@ function drawRangeLabels(ctx) {
 }
 
 // ---- the peak, the OOMs and the moment: marks and labels kept inside the plot ----
-// labels placed so far in this draw, [x0, y0, x1, y1]: a new one moves down until it is clear
+// what is drawn so far in this draw, [x0, y0, x1, y1]: labels and the marks themselves (an OOM's
+// line, the peak's dot); a new label goes right of its mark, else left, else lower, clear of all
 let placed = [];
 function markLabel(ctx, text, x, y, color) {
-  const left = PAD_L + 2, right = chart.clientWidth - PAD_R - 2;
+  const left = PAD_L + 2, right = chart.clientWidth - PAD_R - 2, bottom = padTop() + plotHeight();
   const w = ctx.measureText(text).width;
-  // right of the mark, or left of it when that would leave the plot
-  let lx = x + 4;
-  if (lx + w > right) lx = x - 4 - w;
-  lx = Math.max(left, Math.min(lx, right - w));
-  const clash = (yy) => placed.some(([a, b, c, d]) => lx < c + 2 && lx + w > a - 2 && yy - 10 < d && yy + 3 > b);
-  for (let k = 0; k < 12 && clash(y); k++) y += 14;
-  placed.push([lx, y - 10, lx + w, y + 3]);
-  ctx.fillStyle = "rgba(255,255,255,0.85)"; ctx.fillRect(lx - 2, y - 10, w + 4, 13);
-  ctx.fillStyle = color; ctx.fillText(text, lx, y);
-  return [lx, lx + w];
+  const clash = (lx, yy) => placed.some(([a, b, c, d]) => lx < c + 2 && lx + w > a - 2 && yy - 10 < d && yy + 3 > b);
+  const sides = [x + 5, x - 5 - w].map((lx) => Math.max(left, Math.min(lx, right - w)));
+  let at = null;
+  for (let k = 0; k < 16 && !at && y + k * 14 < bottom; k++) {
+    const lx = sides.find((lx) => !clash(lx, y + k * 14));
+    if (lx !== undefined) at = [lx, y + k * 14];
+  }
+  const [lx, ly] = at || [sides[0], y];
+  placed.push([lx, ly - 10, lx + w, ly + 3]);
+  ctx.fillStyle = "rgba(255,255,255,0.85)"; ctx.fillRect(lx - 2, ly - 10, w + 4, 13);
+  ctx.fillStyle = color; ctx.fillText(text, lx, ly);
+  return [lx, lx + w, ly];
 }
 function markX(x) { return Math.max(PAD_L + 1, Math.min(chart.clientWidth - PAD_R - 1, xToPx(x))); }
 function inView(x) { return x >= state.view[0] && x <= state.view[1]; }
@@ -195,27 +198,38 @@ function drawMarks(ctx, top) {
   const t = state.overview.timeline;
   const bottom = padTop() + plotHeight();
   placed = [];
-  ctx.lineWidth = 1.5; ctx.font = "bold 11px system-ui, sans-serif";
+  // the marks first (each an obstacle for every label), then their labels
+  const ooms = [];
   t.ooms.forEach((o, k) => {
     const at = timed() ? o.x : o.index;
     if (!inView(at)) return;
     // two whole pixels wide: red on screen, never a blend of red and what is under it
     const x = Math.round(markX(at));
     ctx.fillStyle = "#d92d20"; ctx.fillRect(x - 1, padTop(), 2, bottom - padTop());
-    const text = "OOM" + (t.ooms.length > 1 ? " " + (k + 1) : "") + ": " + fmtBytes(o.requested_bytes) + " asked";
-    const [l0, l1] = markLabel(ctx, text, x, padTop() + 12, "#d92d20");
-    state.drawn.marks.push({ kind: "oom", x, label: text, l0, l1 });
+    placed.push([x - 1, padTop(), x + 1, bottom]);
+    ooms.push({ o, k, x });
   });
-  ctx.font = "11px system-ui, sans-serif";
+  let peak = null;
   if (t.peak) {
     const at = timed() ? t.peak.x : t.peak.index;
     if (inView(at)) {
       const x = markX(at), y = Math.max(padTop() + 4, yToPx(t.peak.bytes, top));
       ctx.fillStyle = "#1d2330"; ctx.beginPath(); ctx.arc(x, y, 3.5, 0, 7); ctx.fill();
-      const text = "peak " + fmtBytes(t.peak.bytes);
-      const [l0, l1] = markLabel(ctx, text, x, Math.max(padTop() + 12, y - 6), "#1d2330");
-      state.drawn.marks.push({ kind: "peak", x, y, label: text, l0, l1 });
+      placed.push([x - 4, y - 4, x + 4, y + 4]);
+      peak = { x, y };
     }
+  }
+  ctx.lineWidth = 1.5; ctx.font = "bold 11px system-ui, sans-serif";
+  for (const { o, k, x } of ooms) {
+    const text = "OOM" + (t.ooms.length > 1 ? " " + (k + 1) : "") + ": " + fmtBytes(o.requested_bytes) + " asked";
+    const [l0, l1, ly] = markLabel(ctx, text, x, padTop() + 12, "#d92d20");
+    state.drawn.marks.push({ kind: "oom", x, label: text, l0, l1, ly });
+  }
+  ctx.font = "11px system-ui, sans-serif";
+  if (peak) {
+    const text = "peak " + fmtBytes(t.peak.bytes);
+    const [l0, l1, ly] = markLabel(ctx, text, peak.x, Math.max(padTop() + 12, peak.y - 6), "#1d2330");
+    state.drawn.marks.push({ kind: "peak", x: peak.x, y: peak.y, label: text, l0, l1, ly });
   }
   if (state.moment !== null && inView(state.moment.x)) {
     const x = markX(state.moment.x);
@@ -264,12 +278,19 @@ function drawXAxis(ctx) {
     " · " + fmtSpan(b - a) + " shown";
 }
 
-// ---- the legend: what each colour holds at the sample under the cursor ----
+// ---- the legend: a fixed key of every colour in the window, with what each holds at one
+// sample (under the cursor, else the moment clicked when it is in the window, else the
+// window's peak) ----
+function momentInWindow() {
+  const ev = state.tile && state.tile.samples.event;
+  return state.moment !== null && ev && ev.length > 0 && inView(state.moment.x) &&
+    state.moment.event >= ev[0] && state.moment.event <= ev[ev.length - 1] + 1;
+}
 function legendSample() {
   const L = state.layout;
   if (!L || !L.n) return -1;
   if (state.cursor !== null && state.cursor < L.n) return state.cursor;
-  if (state.moment !== null) { const j = sampleOfEvent(state.moment.event); if (j >= 0) return j; }
+  if (momentInWindow()) { const j = sampleOfEvent(state.moment.event); if (j >= 0) return j; }
   let best = 0;
   for (let j = 1; j < L.n; j++) if (state.tile.samples.total[j] > state.tile.samples.total[best]) best = j;
   return best;
@@ -281,28 +302,50 @@ function sampleOfEvent(event) {
   while (lo < hi) { const mid = (lo + hi + 1) >> 1; if (ev[mid] <= event) lo = mid; else hi = mid - 1; }
   return lo;
 }
-// bytes by colour at sample j, largest first
+const BEFORE = "(before the trace)", SMALL = "(other small allocations)";
+// the colour key of an allocation drawn, and of a band
+function drawnKey(d) { return state.colour === "category" ? categoryName(d.category) || "other" : state.tile.sites[d.site]; }
+function bandKey(b) {
+  const k = state.colour === "category" ? categoryName(b.category) : b.site === null ? null : state.tile.sites[b.site];
+  return k === null || k === undefined ? SMALL : k;
+}
+// bytes by colour at sample j
 function holdings(j) {
   const tile = state.tile, by = new Map();
   const add = (k, v) => { if (v > 0) by.set(k, (by.get(k) || 0) + v); };
-  const cat = state.colour === "category";
-  for (const d of tile.drawn) if (d.j0 <= j && j < d.j1) add(cat ? categoryName(d.category) || "other" : tile.sites[d.site], d.size);
-  for (const b of tile.bands) {
-    const k = cat ? categoryName(b.category) : b.site === null ? null : tile.sites[b.site];
-    add(k === null ? "(other small allocations)" : k, b.bytes[j]);
+  for (const d of tile.drawn) if (d.j0 <= j && j < d.j1) add(drawnKey(d), d.size);
+  for (const b of tile.bands) add(bandKey(b), b.bytes[j]);
+  add(BEFORE, tile.untracked[j]);
+  return by;
+}
+// every colour the window shows, in a fixed order: the categories in theirs, sites by the most
+// they hold anywhere in the window (the first 8; the rest are summed)
+function legendKeys() {
+  const tile = state.tile, most = new Map();
+  const note = (k, v) => { if (v > 0 && v > (most.get(k) || 0)) most.set(k, v); };
+  for (const d of tile.drawn) note(drawnKey(d), d.size);
+  for (const b of tile.bands) { const k = bandKey(b); for (const v of b.bytes) note(k, v); }
+  for (const v of tile.untracked) note(BEFORE, v);
+  const tail = [SMALL, BEFORE].filter((k) => most.has(k));
+  if (state.colour === "category") {
+    return state.overview.timeline.categories.filter((c) => most.has(c)).concat(tail);
   }
-  add("(before the trace)", tile.untracked[j]);
-  return [...by.entries()].sort((p, q) => q[1] - p[1]);
+  const sites = [...most.keys()].filter((k) => k !== SMALL && k !== BEFORE).sort((a, b) => most.get(b) - most.get(a));
+  return sites.slice(0, 8).concat(tail);
 }
 function drawLegend() {
   const j = legendSample(), key = $("key");
   if (j < 0) { key.innerHTML = ""; return; }
-  const rows = holdings(j), tile = state.tile;
-  const shown = state.colour === "category" ? rows : rows.slice(0, 8);
-  const rest = rows.slice(shown.length);
-  const why = state.cursor !== null ? "under the cursor" : state.moment !== null ? "at the moment clicked" : "at the window's peak";
-  key.innerHTML = "<b>" + esc(fmtX(tile.samples.x[j])) + "</b> (" + why + "): " + fmtBytes(tile.samples.total[j]) + " allocated · " +
-    shown.map(([k, v]) => "<span class=\"entry\" data-key=\"" + esc(k) + "\" data-bytes=\"" + v + "\"><i style=\"background:" + legendColor(k) + "\"></i>" +
-      esc(k) + " <b>" + fmtBytes(v) + "</b></span>").join("") +
-    (rest.length ? "<span class=\"muted\">+" + rest.length + " more sites, " + fmtBytes(rest.reduce((s, r) => s + r[1], 0)) + "</span>" : "");
+  const tile = state.tile, at = holdings(j), keys = legendKeys();
+  const shown = new Set(keys);
+  const rest = [...at.entries()].filter(([k]) => !shown.has(k));
+  const why = state.cursor !== null ? "under the cursor" : momentInWindow() ? "at the moment clicked" :
+    "at the window's peak" + (state.moment !== null ? "; the moment clicked, event " + state.moment.event.toLocaleString() + ", is outside the window" : "");
+  key.innerHTML = "<b>" + esc(fmtX(tile.samples.x[j])) + "</b> (" + esc(why) + "): " + fmtBytes(tile.samples.total[j]) + " allocated · " +
+    keys.map((k) => {
+      const v = at.get(k) || 0;
+      return "<span class=\"entry" + (v ? "" : " muted") + "\" data-key=\"" + esc(k) + "\" data-bytes=\"" + v + "\"><i style=\"background:" + legendColor(k) + "\"></i>" +
+        esc(k) + " <b>" + fmtBytes(v) + "</b></span>";
+    }).join("") +
+    (rest.length ? "<span class=\"muted\" data-rest=\"" + rest.reduce((s, r) => s + r[1], 0) + "\">+" + rest.length + " more sites, " + fmtBytes(rest.reduce((s, r) => s + r[1], 0)) + "</span>" : "");
 }

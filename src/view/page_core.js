@@ -5,6 +5,8 @@
 
 const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const KIND = document.body.dataset.kind;
+// a saved view (page_save.js): the answers it was drawn from, in the file; no server
+const SAVED = (() => { const el = document.getElementById("memtrack-saved"); return el ? JSON.parse(el.textContent) : null; })();
 const $ = (id) => document.getElementById(id);
 const chart = $("chart");
 const tip = $("tip");
@@ -24,13 +26,19 @@ const state = {
 };
 
 function api(path, params) {
+  const key = answerKey(path, params);
+  state.requests++;
+  if (SAVED) {
+    return key in SAVED.answers ? Promise.resolve(SAVED.answers[key])
+      : Promise.reject(new Error("this saved view holds what it showed (not " + key.split("|")[0] + "): open the capture with memtrack view to zoom, search or click further"));
+  }
+  if (capturing && recent.has(key)) { remember(key, recent.get(key)); return Promise.resolve(recent.get(key)); }
   const q = new URLSearchParams(params || {});
   q.set("token", TOKEN);
-  state.requests++;
   return fetch(path + "?" + q.toString()).then((r) => {
     if (!r.ok) return r.text().then((t) => { throw new Error(path + ": " + r.status + " " + t); });
     return r.json();
-  });
+  }).then((answer) => { remember(key, answer); return answer; });
 }
 
 function fmtBytes(b) {
@@ -142,7 +150,9 @@ function yTicks(top) {
 // ---- the URL fragment: a link reproduces the view ----
 // #x=event&v=A,B&q=TEXT&sel=ID&at=EVENT&c=category&y=linear&seg=1
 function readFragment() {
-  const f = new URLSearchParams(location.hash.replace(/^#/, ""));
+  // a saved view opens as it was saved (what the link adds, a probe, goes on top)
+  const f = new URLSearchParams(SAVED ? SAVED.hash : "");
+  for (const [k, v] of new URLSearchParams(location.hash.replace(/^#/, ""))) f.set(k, v);
   const out = { probe: f.has("probe") ? f.get("probe") : null, selftest: f.has("selftest") };
   if (f.get("x") === "time" || f.get("x") === "event") state.axis = f.get("x");
   if (f.get("c") === "site" || f.get("c") === "category") state.colour = f.get("c");
@@ -175,6 +185,25 @@ function writeFragment() {
   history.replaceState(null, "", location.pathname + location.search + "#" + f.toString());
 }
 
+// ---- a capture without a trace: what the allocator held when it was taken ----
+function setupNoTrace(ov, wanted) {
+  const n = ov.segments.count;
+  $("facts").textContent = ov.timeline.device_label + " · no trace recorded · " + n.toLocaleString() + " segments";
+  $("notrace").innerHTML = "<b>No trace recorded.</b> This capture holds the allocator's state when it was taken, not the " +
+    "allocations over time: it was taken without memory history (or by an older PyTorch). Record one with " +
+    "<code>torch.cuda.memory._record_memory_history(max_entries=100000)</code> before the code to look at. " +
+    "The segments and blocks at the dump are below.";
+  for (const id of ["chart-wrap", "xlabel", "strip-wrap", "key", "hint", "controls", "jumps", "reset", "search", "detail", "moment", "events"]) $(id).style.display = "none";
+  $("status").textContent = "no trace recorded";
+  $("state").querySelector("h2").textContent = "Allocator state when the snapshot was taken";
+  restoring = false;
+  return api("/api/segments", { event: "end" }).then((s) => {
+    state.segments = s;
+    drawSegments();
+    if (wanted.probe !== null) runProbe(wanted.probe);
+  });
+}
+
 // ---- loading ----
 function fullRange() {
   if (KIND === "stats") return [0, Math.max(1, state.overview.series.ops - 1)];
@@ -189,11 +218,14 @@ function load() {
   const wanted = readFragment();
   api("/api/overview").then((ov) => {
     state.overview = ov;
+    if (SAVED) setupSaved();
+    if (KIND === "snapshot" && ov.trace === false) return setupNoTrace(ov, wanted);
     if (KIND === "stats") setupStats(ov); else setupTimeline(ov);
     state.full = fullRange();
     state.view = wanted.view ? clampView(wanted.view) : state.full.slice();
     syncControls();
     const steps = [refresh()];
+    if (KIND === "stats") steps.push(showModules());
     if (wanted.q) { $("search").value = wanted.q; steps.push(runSearch()); }
     if (KIND !== "stats" && wanted.sel !== undefined) steps.push(showDetail(wanted.sel));
     if (KIND !== "stats" && wanted.at !== undefined && wanted.at < ov.timeline.events) steps.push(momentAtEvent(wanted.at));

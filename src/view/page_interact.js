@@ -123,12 +123,16 @@ function showDetail(id) {
     const py = d.python.map((f) => "<li>" + esc(f) + "</li>").join("") || "<li class=\"muted\">no Python frame</li>";
     const cpp = d.native.map((f) => "<li>" + esc(f) + "</li>").join("");
     const freed = d.freed_by.slice(0, 4).map((f) => "<li>" + esc(f) + "</li>").join("");
+    // on the event axis the lifetime is in events; on the time axis in seconds, events beside
+    const span = timed() ? { t0: d.start_x, t1: d.end_x } : { t0: d.start_event, t1: d.end_event };
     sec.innerHTML = "<h2>Allocation #" + d.id + ": " + fmtBytes(d.size) + "</h2>" +
       "<div>" + esc(d.site) + "</div>" +
-      "<div class=\"muted\">" + esc(lifetime({ t0: d.start_x, t1: d.end_x }).replace(/event /g, "x ")) +
-      (d.start_event !== null ? " · event " + d.start_event : "") + (d.end_event !== null ? " → " + d.end_event : "") + "</div>" +
-      "<div>category: <b>" + esc(d.category) + "</b>" +
+      "<div class=\"muted\" id=\"alloc-life\">" + esc(lifetime(span)) +
+      (timed() ? (d.start_event !== null ? " · event " + d.start_event.toLocaleString() : "") +
+        (d.end_event !== null ? " → " + d.end_event.toLocaleString() : "") : "") + "</div>" +
+      "<div>category: <b id=\"alloc-category\">" + esc(d.category) + "</b>" +
       (d.annotations.length ? " · annotations: " + esc(d.annotations.join(" › ")) : "") + "</div>" +
+      (d.rule ? "<div class=\"muted\" id=\"alloc-rule\">rule: " + esc(d.rule) + "</div>" : "") +
       "<h2 style=\"margin-top:8px\">Python stack (innermost first)</h2><ol class=\"stack\" id=\"python-stack\">" + py + "</ol>" +
       (cpp ? "<details><summary>" + d.native.length + " C++ frames</summary><ol class=\"stack\">" + cpp + "</ol></details>" : "") +
       (freed ? "<details><summary>freed at</summary><ol class=\"stack\">" + freed + "</ol></details>" : "");
@@ -174,10 +178,34 @@ function setMoment(event, x) {
       rows + "</tbody></table>" + (r.groups > r.rows.length ? "<div class=\"muted\">" + (r.groups - r.rows.length) + " more sites</div>" : "");
     return r;
   }).catch(fail);
-  if (KIND === "profile") return live;
+  const list = showEvents(event);
+  if (KIND === "profile") return Promise.all([live, list]);
   const seg = api("/api/segments", { event }).then((s) => { if (seq === momentSeq) { state.segments = s; drawSegments(); } return s; }).catch(fail);
-  return Promise.all([live, seg]);
+  return Promise.all([live, seg, list]);
 }
+
+// ---- the event list: each alloc and free in order around the moment, its stack on click ----
+const EVENT_ROWS = 60;
+function showEvents(event) {
+  const sec = $("events");
+  const from = Math.max(0, event - EVENT_ROWS / 2);
+  return api("/api/events", { from, count: EVENT_ROWS }).then((r) => {
+    state.eventList = r;
+    const rows = r.rows.map((e) => "<tr data-id=\"" + e.id + "\" class=\"" + (e.event === event ? "now" : "") + "\"><td class=\"n\">" + e.event.toLocaleString() +
+      "</td><td>" + e.action + "</td><td class=\"n\">" + fmtBytes(e.size) + "</td><td>" + esc(e.site) +
+      "</td><td>" + (e.category ? esc(e.category) : "") + "</td></tr>").join("");
+    sec.innerHTML = "<h2>Events " + r.from.toLocaleString() + "–" + Math.max(r.from, r.to - 1).toLocaleString() + " of " + r.events.toLocaleString() +
+      " (allocs and frees; click one for its stack)</h2>" +
+      "<table><thead><tr><th class=\"n\">event</th><th>action</th><th class=\"n\">size</th><th>" + (KIND === "profile" ? "op" : "site") + "</th><th>" +
+      (state.overview.timeline.categories.length ? "category" : "") + "</th></tr></thead><tbody>" + rows + "</tbody></table>" +
+      (r.rows.length ? "" : "<div class=\"muted\">no alloc or free among these events</div>");
+    return r;
+  }).catch(fail);
+}
+$("events").addEventListener("click", (ev) => {
+  const tr = ev.target.closest("tr[data-id]");
+  if (tr) showDetail(Number(tr.dataset.id));
+});
 
 // the moment at an event known by its index only (a link, the arrow keys): its x first
 function momentAtEvent(event) {
@@ -210,7 +238,7 @@ function drawSegments() {
     state.segmentRows.push({ y, h: rowH, g, scale });
   });
   $("legend").innerHTML = "<span><i style=\"background:#2e90fa\"></i>allocated</span><span><i style=\"background:#f79009\"></i>awaiting free</span><span><i style=\"background:#eaecf0\"></i>free (cached)</span>";
-  $("state-note").textContent = rows + " segments after event " + s.event + ": " + fmtBytes(s.reserved) + " reserved, " +
+  $("state-note").textContent = rows + " segments " + (s.event === null ? "when the snapshot was taken" : "after event " + s.event) + ": " + fmtBytes(s.reserved) + " reserved, " +
     fmtBytes(s.allocated) + " in allocated blocks" + (s.blocks_left_out ? " (" + s.blocks_left_out + " blocks not drawn)" : "") +
     "; widths scaled to the largest segment";
 }
@@ -233,6 +261,7 @@ function onSegmentsHover(ev) {
 
 // ---- zoom, pan, reset, search, switches, keys ----
 function zoomAt(px, factor) {
+  if (SAVED) return Promise.resolve(null);
   const [a, b] = state.view, x = pxToX(px);
   const minSpan = timed() ? 1e-6 : 4;
   let span = Math.max(minSpan, (b - a) * factor);
@@ -250,7 +279,7 @@ chart.addEventListener("wheel", (ev) => {
   const rect = chart.getBoundingClientRect();
   zoomAt(ev.clientX - rect.left, Math.exp(ev.deltaY * 0.0015));
 }, { passive: false });
-chart.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, view: state.view.slice(), moved: false }; });
+chart.addEventListener("mousedown", (ev) => { if (!SAVED) drag = { x: ev.clientX, view: state.view.slice(), moved: false }; });
 window.addEventListener("mouseup", () => {
   if (drag && drag.moved) refresh();
   setTimeout(() => { drag = null; }, 0);
@@ -276,7 +305,7 @@ chart.addEventListener("click", (ev) => { if (!(drag && drag.moved)) onClick(ev)
 chart.addEventListener("dblclick", (ev) => ev.preventDefault());
 $("segments").addEventListener("mousemove", onSegmentsHover);
 $("segments").addEventListener("mouseleave", hideTip);
-$("reset").addEventListener("click", () => { state.view = state.full.slice(); refresh(); });
+$("reset").addEventListener("click", () => { if (!SAVED) { state.view = state.full.slice(); refresh(); } });
 window.addEventListener("resize", () => { if (state.tile) { refresh(); drawSegments(); } });
 $("colour").addEventListener("change", () => { state.colour = $("colour").value; refresh(); });
 $("yscale").addEventListener("change", () => { state.yscale = $("yscale").value; draw(); writeFragment(); });

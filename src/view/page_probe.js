@@ -42,6 +42,13 @@ function step(name, out) {
   if (what === "oom") { click("go-oom-" + (arg || 0)); return settle(); }
   if (what === "peak") { click("go-peak"); return settle(); }
   if (what === "reset") { click("reset"); return settle(); }
+  if (what === "save") return saveView().then((html) => { out.saved_html = html; });
+  if (what === "click") {
+    // a click on the middle of the tallest allocation drawn: its stack, the moment there
+    const at = hoverSomething(), rect = chart.getBoundingClientRect();
+    chart.dispatchEvent(new MouseEvent("click", { clientX: rect.left + at.px, clientY: rect.top + at.py, bubbles: true }));
+    return settle().then(() => new Promise((r) => setTimeout(r, 300)));
+  }
   if (what === "search") { $("search").value = decodeURIComponent(arg); return runSearch().then(settle); }
   if (what === "colour" || what === "xaxis" || what === "yscale") {
     $(what).value = arg; $(what).dispatchEvent(new Event("change")); return settle().then(settle);
@@ -121,6 +128,20 @@ function runProbe(steps) {
     out.segments = state.segments ? state.segments.event : null;
     out.x_is_time = t ? t.x_is_time : null;
     out.op_name = $("op-name") ? $("op-name").textContent : null;
+    out.file_kind = $("file-kind") ? $("file-kind").textContent : null;
+    out.verdict = $("verdict").textContent; out.verdict_more = $("verdict-more").textContent;
+    out.notrace = $("notrace").textContent; out.saved_note = $("saved-note").textContent;
+    out.state_note = $("state-note").textContent;
+    out.segtl_control = $("segtl-control").style.display !== "none";
+    out.modules = $("modules-table") ? [...$("modules-table").querySelectorAll("tbody tr")].map((tr) => [...tr.children].map((td) => td.textContent)) : null;
+    out.alloc = { life: $("alloc-life") ? $("alloc-life").textContent : null, category: $("alloc-category") ? $("alloc-category").textContent : null,
+      rule: $("alloc-rule") ? $("alloc-rule").textContent : null };
+    out.events = $("events").querySelectorAll("tr[data-id]").length;
+    out.samples = state.tile && state.tile.samples ? state.tile.samples.x.length : null;
+    // what the chart's canvas holds, as one number: two drawings of one view have the same
+    if (!image && chart.width) image = chart.getContext("2d").getImageData(0, 0, chart.width, chart.height);
+    out.chart_hash = image ? image.data.reduce((h, v) => (Math.imul(h, 31) + v) >>> 0, 7) : null;
+    out.drawn_count = state.tile && state.tile.drawn ? state.tile.drawn.length : null;
     // the colours drawn where the marks are
     out.pixels = (state.drawn && state.drawn.marks || []).map((m) => ({ kind: m.kind, rgb: pixel(m.x, padTop() + plotHeight() * 0.25) }));
     out.range_pixels = (state.drawn && state.drawn.ranges || []).slice(0, 3).map((r) => pixel((r.x0 + r.x1) / 2, 4 + r.depth * RANGE_ROW + 2));

@@ -9,6 +9,7 @@
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
+use crate::analysis::categories::Place;
 use crate::analysis::profile_summary::Indexed;
 use crate::analysis::timeline::{OomMark, Point};
 use crate::model::profile::{ProfileDevice, DEVICE_TYPE_CUDA};
@@ -99,8 +100,8 @@ pub fn build(ix: Indexed<'_>, cuda: Option<u32>) -> Result<ProfileView<'_>, Prof
         let i = events.len();
         let origin = ops[k].unwrap_or(NO_OP);
         match m.bytes {
-            b if b > 0 => pairing.alloc(i, m.addr, b as u64, origin),
-            b if b < 0 => pairing.free(i, m.addr, b.unsigned_abs(), origin),
+            b if b > 0 => pairing.alloc(i, m.addr, b as u64, origin, Place::UNKNOWN),
+            b if b < 0 => pairing.free(i, m.addr, b.unsigned_abs(), origin, Place::UNKNOWN),
             _ => {}
         }
         events.push(k as u32);

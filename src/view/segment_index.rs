@@ -100,6 +100,7 @@ impl SegmentPairing {
                 free_origin: Alloc::NONE,
                 site: 0,
                 category: NO_CATEGORY,
+                judged: [0; 2],
             },
             facts: SegmentFacts {
                 address: addr,
@@ -160,6 +161,7 @@ impl SegmentPairing {
                 free_origin: stack,
                 site: 0,
                 category: NO_CATEGORY,
+                judged: [0; 2],
             },
             facts: SegmentFacts {
                 address: addr,
@@ -194,6 +196,7 @@ impl SegmentPairing {
                         free_origin: Alloc::NONE,
                         site: 0,
                         category: NO_CATEGORY,
+                        judged: [0; 2],
                     },
                     facts: SegmentFacts {
                         address: s.address,

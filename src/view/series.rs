@@ -153,3 +153,46 @@ pub fn overview(stats: &TrackerStats) -> SeriesOverview {
         coinciding: coinciding(stats),
     }
 }
+
+/// What a `record` (or `estimate`) file says of its run, for the page's header: None for a
+/// MemoryTracker file.
+#[derive(Debug, Serialize)]
+pub struct RecordFacts {
+    /// `cuda`, `cpu` or `estimate`.
+    pub backend: String,
+    /// The device's name and size, when the file has them.
+    pub device_name: Option<String>,
+    pub device_total_bytes: Option<u64>,
+    /// Iterations with a module breakdown.
+    pub iterations: usize,
+    /// Memory by category at the run's highest total, by device (MemTracker's peak).
+    pub peak: Option<crate::model::ModuleSnapshot>,
+}
+
+/// The run's facts of a `record` file.
+pub fn record_facts(stats: &TrackerStats) -> Option<RecordFacts> {
+    let r = stats.record.as_ref()?;
+    Some(RecordFacts {
+        backend: r.backend.clone(),
+        device_name: r.device_name.clone(),
+        device_total_bytes: r.device_total_bytes,
+        iterations: r.modules.len(),
+        peak: r.peak.clone(),
+    })
+}
+
+/// One iteration's module × category breakdown (what `memtrack modules` prints, every depth
+/// and state): iteration `iteration` (1-based), else the last; None without a breakdown.
+pub fn modules(
+    stats: &TrackerStats,
+    iteration: Option<usize>,
+) -> Option<crate::analysis::modules::ModulesView> {
+    use crate::analysis::modules::{select, IterationSel, Query};
+    let r = stats.record.as_ref().filter(|r| !r.modules.is_empty())?;
+    let query = Query {
+        depth: usize::MAX,
+        states: Vec::new(),
+        iteration: iteration.map_or(IterationSel::Last, IterationSel::One),
+    };
+    select(r, &query).ok()
+}

@@ -46,8 +46,14 @@ pub enum Content<'a> {
         /// Devices with trace events (the one shown is `index.device`).
         devices: Vec<u32>,
     },
-    /// A stats file: series per op.
-    Stats(Box<TrackerStats>),
+    /// A stats file: series per op, and for an `estimate` file its verdict (the estimate's
+    /// own, `estimate::Verdict`, as JSON).
+    Stats {
+        /// The file.
+        stats: Box<TrackerStats>,
+        /// Fits or not, where it runs out: `analysis::estimate_verdict`'s answer, whatever its fields.
+        verdict: Option<serde_json::Value>,
+    },
     /// A torch.profiler trace: its memory events and ranges, one device's allocations indexed.
     Profile(Box<ProfileView<'a>>),
 }
@@ -163,7 +169,7 @@ fn answer(request: &Request, title: &str, content: &mut Content<'_>) -> Response
         "/" => {
             let kind = match content {
                 Content::Snapshot { .. } => "snapshot",
-                Content::Stats(_) => "stats",
+                Content::Stats { .. } => "stats",
                 Content::Profile(_) => "profile",
             };
             return Response {
@@ -218,6 +224,8 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
         ) => json(&serde_json::json!({
             "kind": "snapshot",
             "devices": devices,
+            // a capture recorded without history holds the allocator's state at the dump only
+            "trace": !index.allocs.is_empty(),
             "timeline": index.overview(),
             "stacks": snap.stacks.stack_count(),
             "segments": {
@@ -259,9 +267,14 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
                 ..
             },
         ) => {
+            if p.get("event") == Some("end") {
+                return json(&details::state_at_end(snap, index.device));
+            }
             let event = p.event(index)?;
             json(&details::state_at(snap, index.device, events.as_mut(), event).map_err(io)?)
         }
+        ("/api/events", Content::Snapshot { index, .. }) => event_list(index, p),
+        ("/api/events", Content::Profile(view)) => event_list(&view.index, p),
         ("/api/search", Content::Snapshot { snap, index, .. }) => {
             let q = p.get("q").unwrap_or("");
             if q.is_empty() || q.len() > MAX_QUERY {
@@ -298,22 +311,38 @@ fn route(path: &str, p: &Params, content: &mut Content<'_>) -> Result<Vec<u8>, F
             404,
             "a profiler trace has no segments: it records the allocator's totals only".into(),
         )),
-        ("/api/overview", Content::Stats(stats)) => json(&serde_json::json!({
+        ("/api/overview", Content::Stats { stats, verdict }) => json(&serde_json::json!({
             "kind": "stats",
             "series": series::overview(stats),
+            "record": series::record_facts(stats),
+            "verdict": verdict,
         })),
-        ("/api/series", Content::Stats(stats)) => {
+        ("/api/modules", Content::Stats { stats, .. }) => {
+            let iteration = match p.get("iteration") {
+                None => None,
+                Some(_) => Some(p.count("iteration", usize::MAX)?),
+            };
+            match series::modules(stats, iteration) {
+                Some(m) => json(&m),
+                None => Err(Failure(
+                    404,
+                    "no module breakdown: a MemoryTracker file has none (`memtrack record` writes one)"
+                        .into(),
+                )),
+            }
+        }
+        ("/api/series", Content::Stats { stats, .. }) => {
             let (x0, x1) = (p.number("x0")?, p.number("x1")?);
             json(&series::tile(stats, x0, x1, p.count("width", MAX_WIDTH)?))
         }
-        ("/api/search", Content::Stats(stats)) => {
+        ("/api/search", Content::Stats { stats, .. }) => {
             let q = p.get("q").unwrap_or("");
             if q.is_empty() || q.len() > MAX_QUERY {
                 return Err(bad(format!("q: 1 to {MAX_QUERY} characters")));
             }
             json(&series::search(stats, q))
         }
-        ("/api/op", Content::Stats(stats)) => {
+        ("/api/op", Content::Stats { stats, .. }) => {
             let i = p.count("i", usize::MAX)?;
             if i >= stats.op_count() {
                 return Err(Failure(404, format!("no op {i}")));
@@ -353,6 +382,13 @@ fn window(p: &Params) -> Result<(f64, f64, usize, usize, Axis), Failure> {
         Some(other) => return Err(bad(format!("axis: `event` or `time`, not {other:?}"))),
     };
     Ok((x0, x1, width, height, axis))
+}
+
+/// `/api/events?from=N&count=K`: the allocs and frees among K events from N.
+fn event_list(index: &AllocIndex, p: &Params) -> Result<Vec<u8>, Failure> {
+    let from = p.count("from", usize::MAX)?;
+    let count = p.count("count", details::MAX_EVENT_ROWS)?;
+    json(&details::events(index, from, count))
 }
 
 /// `/api/event?event=N`: the event's x on the timeline's own axis (seconds, or the index), and

@@ -22,6 +22,7 @@ import threading
 import time
 
 from . import inprocess, state, transport, versions
+from .protocol import GRAD, OPT, PARAM
 
 _package = __name__.rpartition(".")[0]
 _conn = [None]
@@ -79,11 +80,14 @@ def _refusal(config):
 
 def _held_bytes(torch):
     """What is allocated at the attach, where live objects still tell it: parameters,
-    their gradients, optimizer state (each storage counted once)."""
+    their gradients, optimizer state (each storage counted once); and those tensors, with
+    their category, to count from the attach on (_count_held)."""
     import gc
 
     seen = set()
     out = {"parameters": 0, "gradients": 0, "optimizer_state": 0}
+    tensors = []
+    category = {"parameters": PARAM, "gradients": GRAD, "optimizer_state": OPT}
 
     def count(t, key):
         try:
@@ -92,6 +96,7 @@ def _held_bytes(torch):
             if ptr not in seen:
                 seen.add(ptr)
                 out[key] += s.nbytes()
+                tensors.append((t, category[key]))
         except Exception:
             pass
 
@@ -108,7 +113,20 @@ def _held_bytes(torch):
                 for v in st.values() if isinstance(st, dict) else ():
                     if isinstance(v, torch.Tensor):
                         count(v, "optimizer_state")
-    return out
+    return out, tensors
+
+
+def _count_held(tensors):
+    """Count what was held at the attach from now, before the first op: else the first op that
+    touches a tensor made long before (an in-place op on Adam's state, a layer's weight) is
+    credited with it. Never raises."""
+    from . import ops
+
+    for t, cat in tensors:
+        try:
+            ops.track_as(t, cat)
+        except Exception as e:
+            transport.internal_error(e)
 
 
 def run(config_path, page):
@@ -175,10 +193,12 @@ def _start(config):
     for the stop; or say why not."""
     try:
         torch = sys.modules["torch"]
-        held = _held_bytes(torch)
+        held, tensors = _held_bytes(torch)
         state.attached = {"unix_time": time.time(), "held": held}
         state.snapshot = config.get("snapshot")
         inprocess.start(torch, config["spool"], config["backend"], config["observer"])
+        _count_held(tensors)
+        del tensors
     except BaseException as e:
         _refuse(f"starting the recording: {type(e).__name__}: {e}")
         return

@@ -186,19 +186,24 @@ def _build(torch, folder, so, failed):
         if os.path.exists(failed):
             return f"its build failed (see {failed})"
         sys.stderr.write(
-            f"memtrack: building the compiled observer for torch {torch.__version__} "
-            f"(once, about 30 s) in {folder}\n"
+            f"memtrack: building the compiled observer for torch {torch.__version__} in "
+            f"{folder} (once: about 20 s of compiler time; 30 s on an idle machine, minutes "
+            "on a busy one)\n"
         )
         tmp = f"{so}.{os.getpid()}.tmp"
         cmd = _command(torch, tmp)
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            code, output, seconds = _compile(cmd)
         except OSError as e:
-            r = None
+            code = None
             log = f"{' '.join(cmd)}\n{e}\n"
         else:
-            log = f"{' '.join(cmd)}\nexit {r.returncode}\n{r.stdout}{r.stderr}"
-        if r is None or r.returncode != 0:
+            log = f"{' '.join(cmd)}\nexit {code}\n{output}"
+            sys.stderr.write(
+                f"memtrack: the compiled observer's build {'took' if code == 0 else 'failed after'}"
+                f" {seconds:.0f} s\n"
+            )
+        if code != 0:
             with _private_file(failed) as f:
                 f.truncate()
                 f.write(log)
@@ -210,6 +215,27 @@ def _build(torch, folder, so, failed):
         os.chmod(tmp, 0o700)  # the linker's file is 0777 less the umask
         os.replace(tmp, so)
         return None
+
+
+def _compile(cmd):
+    """Run the compiler, saying every 15 s that it still runs (one call, no output of its own
+    until it ends): (exit code, its output, seconds)."""
+    import time
+
+    started = time.monotonic()
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+    )
+    while True:
+        try:
+            output, _ = p.communicate(timeout=15)
+            break
+        except subprocess.TimeoutExpired:  # retrying loses no output
+            sys.stderr.write(
+                f"memtrack: still building the compiled observer "
+                f"({time.monotonic() - started:.0f} s)\n"
+            )
+    return p.returncode, output, time.monotonic() - started
 
 
 def observe(torch, ext):

@@ -121,6 +121,12 @@ def _new_storage(st, k, t, bw, sample=None):
     return _new_dense(st, k, bw, dev, sample)
 
 
+def why_uncounted(st):
+    """Why a storage _new_part did not count is not counted (a NOTE's `why`): a meta one holds
+    no memory (under `memtrack estimate`, fake_memory.py says the host's CPU storages apart)."""
+    return WHY_META
+
+
 def _new_part(st, k, cat):
     """Start tracking a storage reached the slow way (parts() of an unusual tensor, track_as):
     its device is the storage's own. None for a meta storage (a fake or meta tensor's)."""
@@ -176,7 +182,7 @@ def track(t, code, bw):
         e = _known_get(k)
         if e is None:
             if _new_part(st, k, cat) is None:
-                note(t, WHY_META, cat)
+                note(t, why_uncounted(st), cat)
         elif code & 2:
             d = st.device
             _resized(st, k, e, -1 if d.type == "cpu" or d.index is None else d.index)
@@ -436,7 +442,7 @@ def track_as(t, cat):
         if e is None:
             e = _new_part(st, k, cat)
             if e is None:
-                note(t, WHY_META, cat)
+                note(t, why_uncounted(st), cat)
                 continue
         elif e[0] != cat:
             e[0] = cat
@@ -490,7 +496,7 @@ def _install_resize(torch):
             e = _known.get(id(st))
             if e is not None:
                 nb = st.nbytes()
-                if st.device.type == "cuda":
+                if st.device.type != "cpu":  # CUDA's, or the estimate's device (meta)
                     nb = -(-nb // min_alloc) * min_alloc
                 if nb != e[1]:
                     e[1] = nb

@@ -2,7 +2,7 @@
 
 The collector's copy is src/record/protocol.rs; its tests read this file and fail when the two
 differ (a name on one side only, or another value). Keep one `NAME = value` per line. The
-format itself is documented in docs/record.md ("Wire format").
+format itself is documented in docs/architecture.md ("Wire format").
 """
 
 # ---- record codes (int64 stream); an op is any value >= 0: (func id << 2) | mutable << 1 | bw
@@ -39,6 +39,7 @@ WHY_NESTED = 1  # a nested tensor: sized by its buffer
 WHY_META = 2  # on the meta device, or fake: it holds no memory
 WHY_NO_STORAGE = 3  # no storage reachable (a wrapper subclass without __tensor_flatten__)
 WHY_ERROR = 4  # reading its storages failed (the error is reported once as agent_error)
+WHY_HOST = 5  # `memtrack estimate`: on the host (a CPU tensor), not the device's memory
 
 # ---- MemTracker's categories (_MemRefType), in its order
 PARAM = 0
@@ -83,6 +84,14 @@ MSG_TORCH_UNSUPPORTED = "torch_unsupported"
 MSG_THREAD = "thread"
 MSG_THREADS_BEFORE = "threads_before"
 MSG_TERMINATED = "terminated"  # pid signal: this process ended a child of its (terminate, kill)
+# `memtrack estimate` (fake_values.py, fake_files.py): a value read, a data-dependent op sized
+# by its upper bound, a file not written, the program stopped on a read repeated too often
+MSG_ESTIMATE_READ = "read"
+MSG_ESTIMATE_BOUND = "bound"
+MSG_ESTIMATE_UNWRITTEN = "unwritten"
+MSG_ESTIMATE_STOPPED = "stopped"
+MSG_ESTIMATE_GROUP = "group"  # a process group of a distributed estimate ran its first collective
+MSG_ESTIMATE_RANK = "rank"  # the rank and world the program named in init_process_group (mp.spawn)
 
 # The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
 COMPILED_GRAPH = "compiled_graph"

@@ -29,6 +29,7 @@ mod columns;
 mod origins;
 
 use super::address_map::AddressMap;
+use super::categories::{Judgement, PhaseWalk, Place};
 use super::groups::{GroupBy, Grouper};
 use super::sites::{Capture, Extra, MomentFinder, Origin, Sites, Tagger};
 use super::timeline::{allocated_delta, AnnotationMark, Clock, OomMark, Point, Timeline};
@@ -169,6 +170,8 @@ struct Open {
     extra: u32,
     /// x of its `alloc`.
     x: f64,
+    /// Where it was made (when allocations are judged).
+    made: Place,
 }
 
 impl Default for Open {
@@ -180,6 +183,7 @@ impl Default for Open {
             stack: StackId::MISSING,
             extra: 0,
             x: 0.0,
+            made: Place::UNKNOWN,
         }
     }
 }
@@ -205,8 +209,8 @@ enum Paired {
 }
 
 impl Pairing {
-    /// Event `i`, `e`, at `x`; `extra` tags a new allocation.
-    fn event(&mut self, i: usize, e: &TraceEvent, x: f64, extra: u32) -> Paired {
+    /// Event `i`, `e`, at `x`; `extra` tags a new allocation, made at `made`.
+    fn event(&mut self, i: usize, e: &TraceEvent, x: f64, extra: u32, made: Place) -> Paired {
         match e.action {
             Action::Alloc => {
                 let id = self.next;
@@ -218,6 +222,7 @@ impl Pairing {
                     stack: e.stack,
                     extra,
                     x,
+                    made,
                 };
                 Paired::Alloc(self.open.insert(e.addr, open))
             }
@@ -327,9 +332,12 @@ pub fn stacked(
     let mut picks = ColumnPicks::new(x_range, columns.max(1));
     let mut origins = OriginIds::new(
         &grouping.extra,
-        grouping.by.needs_lifetimes(),
+        grouping.by.needs_judgements(),
         snap.stacks.stack_count(),
     );
+    // where each allocating and freeing event ran, when allocations are judged
+    let phases = grouping.by.phases(snap);
+    let mut phase_walk = PhaseWalk::default();
     // (the strings the grouping reads are known once the events are read)
     let mut grouper = Grouper::new(snap, device, grouping.by, Vec::new());
     let mut tagger = Tagger::new(grouping.extra);
@@ -362,8 +370,12 @@ pub fn stacked(
         size as f64 * span.max(f64::MIN_POSITIVE)
     };
     // allocation `id` (`open` unless from before the trace), `size` bytes, ends (freed by a
-    // stack at x, or still live at the end)
-    let mut close = |id: u32, open: Option<Open>, size: u64, free: Option<(StackId, f64)>| {
+    // stack at x, or still live at the end), judged so (when allocations are)
+    let mut close = |id: u32,
+                     open: Option<Open>,
+                     size: u64,
+                     free: Option<(StackId, f64)>,
+                     judged: Option<Judgement>| {
         let start_x = open.map(|o| o.x);
         match by {
             BandBy::Allocation => {
@@ -399,15 +411,9 @@ pub fn stacked(
                 }
             }
             BandBy::Site => {
-                let freed_by = free.map(|f| f.0);
                 let origin = match open {
-                    Some(o) => origins.id(o.stack, o.extra, freed_by, &mut grouper),
-                    None => origins.id(
-                        freed_by.unwrap_or(StackId::MISSING),
-                        0,
-                        freed_by,
-                        &mut grouper,
-                    ),
+                    Some(o) => origins.id(o.stack, o.extra, judged),
+                    None => origins.id(free.map_or(StackId::MISSING, |f| f.0), 0, judged),
                 };
                 if origin_of.len() <= id as usize {
                     origin_of.resize(id as usize + 1, u32::MAX);
@@ -446,10 +452,17 @@ pub fn stacked(
                 moment = Some((i, x, allocated));
             }
         }
-        match pairing.event(i, e, x, tag.unwrap_or(0)) {
+        let place = match (&phases, e.action) {
+            (Some(t), Action::Alloc | Action::FreeRequested) => phase_walk.event(t, e.stack),
+            _ => Place::UNKNOWN,
+        };
+        let judge = |made: Place, freed: Option<Place>| {
+            phases.as_ref().map(|_| Judgement::new(made, freed))
+        };
+        match pairing.event(i, e, x, tag.unwrap_or(0), place) {
             Paired::Alloc(displaced) => {
                 if let Some(o) = displaced {
-                    close(o.id, Some(o), o.size, None);
+                    close(o.id, Some(o), o.size, None, judge(o.made, None));
                 }
             }
             Paired::Free(id, open) => {
@@ -457,7 +470,8 @@ pub fn stacked(
                     unpaired_frees.push(i);
                 }
                 let size = open.map_or(e.size, |o| o.size);
-                close(id, open, size, Some((e.stack, x)));
+                let made = open.map_or(Place::BEFORE_TRACE, |o| o.made);
+                close(id, open, size, Some((e.stack, x)), judge(made, Some(place)));
             }
             Paired::Neither => {
                 if e.action == Action::Annotate {
@@ -494,7 +508,8 @@ pub fn stacked(
     let mut still_open: Vec<Open> = pairing.open.values().copied().collect();
     still_open.sort_unstable_by_key(|o| o.id);
     for o in still_open {
-        close(o.id, Some(o), o.size, None);
+        let judged = phases.as_ref().map(|_| Judgement::new(o.made, None));
+        close(o.id, Some(o), o.size, None, judged);
     }
     let intervals = pairing.next as usize;
     let picks = picks.finish();
@@ -528,11 +543,11 @@ pub fn stacked(
             let mut label_id: FxHashMap<String, u32> = FxHashMap::default();
             let origins = origins.origins;
             let site_of_origin: Vec<u32> = (origins.iter())
-                .map(|&(stack, extra, freed_by)| {
+                .map(|&(stack, extra, judged)| {
                     let origin = Origin {
                         stack,
                         extra,
-                        freed_by,
+                        judged,
                     };
                     let (key, site) = grouper.label(origin);
                     *label_id.entry(key).or_insert_with(|| {

@@ -222,7 +222,7 @@ pub fn run(o: &Options) -> Result<i32> {
     }
     drop(attached);
     journal.adopt();
-    let report = finalize::finalize(&journal, &o.output, o.pid, None, None)?;
+    let report = finalize::finalize(&journal, &o.output, o.pid, None, None, None)?;
     let mut code = if refusals.is_empty() { 0 } else { 2 };
     for note in &notes {
         eprintln!("memtrack: {note}");

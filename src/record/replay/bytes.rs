@@ -117,12 +117,8 @@ impl Replay {
 impl Replay {
     /// An estimated run's device allocation (`bytes` > 0) or free (0) of storage `key`.
     fn log_device(&mut self, dev: i32, key: i64, bytes: i64) {
-        if let Some(log) = self.device_events.as_mut().filter(|_| dev >= 0) {
-            log.push(crate::estimate::device_model::DeviceEvent {
-                op: self.ops.len() as u32,
-                key,
-                bytes: bytes.max(0) as u64,
-            });
+        if let Some(e) = self.estimated.as_mut().filter(|_| dev >= 0) {
+            e.event(self.ops.len(), key, bytes);
         }
     }
 }

@@ -69,6 +69,13 @@ impl Replay {
         let hello = self.hello.clone().unwrap_or(Json::Null);
         let int = |k: &str| hello[k].as_i64();
         let (threads, thread_runs) = self.threads.finish();
+        let (device_log, estimate) = match self.estimated.take() {
+            Some(e) => {
+                let (log, facts) = e.finish();
+                (Some(log), Some(facts))
+            }
+            None => (None, None),
+        };
         let record = RecordInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
             backend: hello["backend"].as_str().unwrap_or("cpu").to_string(),
@@ -87,6 +94,7 @@ impl Replay {
                 signal: None,
                 oom: self.oom,
                 exception: self.exception.clone(),
+                exception_at: self.exception_at.clone(),
                 ended: Some(
                     self.ended
                         .clone()
@@ -130,8 +138,9 @@ impl Replay {
             thread_runs,
             threads_unrecorded: std::mem::take(&mut self.threads.before),
             attached: attached(&hello["attached"]),
+            estimate,
         };
-        let mut stats = TrackerStats {
+        let stats = TrackerStats {
             names,
             allocated: std::mem::take(&mut self.allocated),
             active: std::mem::take(&mut self.active),
@@ -145,14 +154,6 @@ impl Replay {
             op_index: Some(n as i64),
             record: Some(record),
         };
-        if let Some(events) = self.device_events.take() {
-            crate::estimate::fill_device_memory(
-                &mut stats,
-                &events,
-                self.estimated_device["alloc_conf"].as_str().unwrap_or(""),
-                self.estimated_device["usable_bytes"].as_u64(),
-            );
-        }
         Session {
             recorded: self.hello.is_some(),
             pid: int("pid"),
@@ -166,6 +167,7 @@ impl Replay {
             damage: self.damage.take(),
             image: 0,
             terminated: std::mem::take(&mut self.terminated),
+            device_log,
         }
     }
 }

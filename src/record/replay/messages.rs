@@ -6,9 +6,10 @@ use serde_json::Value as Json;
 
 use crate::model::{Cycle, CycleEdge, CycleNode, CycleTensor};
 use crate::record::protocol::{
-    MSG_AGENT_ERROR, MSG_BYE, MSG_CUDA_UNAVAILABLE, MSG_CYCLES, MSG_DEVICE, MSG_EXCEPTION,
-    MSG_HELLO, MSG_NAME, MSG_NO_TORCH, MSG_OOM, MSG_OP, MSG_SIGNAL, MSG_SNAPSHOT, MSG_TERMINATED,
-    MSG_THREAD, MSG_THREADS_BEFORE, MSG_TORCH_NOT_IMPORTED, MSG_TORCH_UNSUPPORTED,
+    MSG_AGENT_ERROR, MSG_BYE, MSG_CUDA_UNAVAILABLE, MSG_CYCLES, MSG_DEVICE, MSG_ESTIMATE_RANK,
+    MSG_ESTIMATE_STOPPED, MSG_EXCEPTION, MSG_HELLO, MSG_NAME, MSG_NO_TORCH, MSG_OOM, MSG_OP,
+    MSG_SIGNAL, MSG_SNAPSHOT, MSG_TERMINATED, MSG_THREAD, MSG_THREADS_BEFORE,
+    MSG_TORCH_NOT_IMPORTED, MSG_TORCH_UNSUPPORTED,
 };
 
 use super::{Note, Replay};
@@ -35,9 +36,20 @@ impl Replay {
             MSG_HELLO => {
                 self.cuda = m["backend"].as_str() == Some("cuda");
                 if m["backend"].as_str() == Some("estimate") {
-                    self.device_events = Some(Vec::new());
+                    self.estimated = Some(Default::default());
                 }
                 self.hello = Some(m.clone());
+            }
+            MSG_ESTIMATE_RANK => {
+                // the program named its rank and world itself (mp.spawn's workers): the file
+                // is that rank's, whatever the environment said at the hello
+                if let Some(hello) = self.hello.as_mut().and_then(|h| h.as_object_mut()) {
+                    for key in ["rank", "world_size"] {
+                        if m[key].is_i64() {
+                            hello.insert(key.into(), m[key].clone());
+                        }
+                    }
+                }
             }
             MSG_OP => set_name(&mut self.op_names, &m["id"], &m["name"]),
             MSG_THREAD => {
@@ -68,8 +80,8 @@ impl Replay {
                 self.device_name = as_string(&m["name"]);
                 self.device_total = m["total_bytes"].as_u64();
                 self.device_index = m["index"].as_i64();
-                if self.device_events.is_some() {
-                    self.estimated_device = m.clone();
+                if let Some(e) = self.estimated.as_mut() {
+                    e.device(m);
                 }
                 if let Some(u) = as_string(&m["uuid"]) {
                     self.device_uuid = Some(u);
@@ -82,6 +94,9 @@ impl Replay {
             }
             MSG_EXCEPTION => {
                 self.exception = as_string(&m["text"]);
+                self.exception_at = m["file"]
+                    .as_str()
+                    .map(|f| (f.to_string(), m["line"].as_i64().unwrap_or(0)));
                 self.oom |= m["oom"].as_bool().unwrap_or(false);
                 self.ended = Some("exception".into());
             }
@@ -138,7 +153,13 @@ impl Replay {
                         .unwrap_or_default(),
                 })
             }
-            _ => {}
+            kind => {
+                if let Some(e) = self.estimated.as_mut() {
+                    if e.message(kind, m) && kind == MSG_ESTIMATE_STOPPED {
+                        self.ended = Some("stopped".into());
+                    }
+                }
+            }
         }
     }
 }

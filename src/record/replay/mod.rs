@@ -1,4 +1,4 @@
-//! The agent's stream (docs/record.md, "Wire format") → one recorded process's stats.
+//! The agent's stream (docs/architecture.md, "Wire format") → one recorded process's stats.
 //!
 //! The agent sends facts: ops (func id, backward flag, and on CUDA the allocator's counters),
 //! storages appearing, changing category or size and dying, module hook events. Everything
@@ -20,6 +20,7 @@ use crate::model::{Cycle, IterationModules, Marker, TrackerStats};
 use crate::record::protocol::{FRAME_JSON, FRAME_RECORDS};
 
 mod bytes;
+mod estimated;
 mod finish;
 mod messages;
 mod modules;
@@ -31,6 +32,7 @@ mod threads;
 
 pub use bytes::device_name;
 use bytes::{Snap, Storage};
+pub use estimated::{DeviceEvent, DeviceLog};
 use modules::Iter;
 use ops::{Op, Pushed};
 
@@ -70,6 +72,8 @@ pub struct Session {
     pub image: u32,
     /// (pid, signal) of each child this process ended (multiprocessing's `terminate()`).
     pub terminated: Vec<(i64, i64)>,
+    /// An estimated run's device allocations, for the device model (`record::DeviceModel`).
+    pub device_log: Option<DeviceLog>,
 }
 
 /// Decode one process's spool: its segment files in order (the agent's shared memory-mapped
@@ -170,6 +174,7 @@ struct Replay {
     device_name: Option<String>,
     device_total: Option<u64>,
     exception: Option<String>,
+    exception_at: Option<(String, i64)>,
     oom: bool,
     oom_op_index: Option<i64>,
     ended: Option<String>,
@@ -197,12 +202,8 @@ struct Replay {
     slot_base: usize,
     /// What stays alive across iterations (`retained`).
     retained: retained::Retaining,
-    /// `memtrack estimate`'s run (backend `estimate`): the device storages' allocations and
-    /// frees in order, for the caching-allocator model (`estimate::device_model`).
-    device_events: Option<Vec<crate::estimate::device_model::DeviceEvent>>,
-    /// An estimated run's device message: its size, what the allocator may use of it
-    /// (`usable_bytes`) and the program's `PYTORCH_CUDA_ALLOC_CONF` (`alloc_conf`).
-    estimated_device: Json,
+    /// `memtrack estimate`'s run (backend `estimate`): its device log and facts.
+    estimated: Option<estimated::Estimated>,
     /// The threads: whose records come now, the others' module stacks, each one's counts.
     threads: threads::Threads,
 }
