@@ -51,6 +51,10 @@ enum Handle {
 
 static OPENED: Mutex<Vec<Input>> = Mutex::new(Vec::new());
 
+/// Files named on a recorded program's command line (its script, its data), by (device, inode):
+/// never written over, as an input is not.
+static NAMED: Mutex<Vec<(PathBuf, (u64, u64))>> = Mutex::new(Vec::new());
+
 fn opened() -> std::sync::MutexGuard<'static, Vec<Input>> {
     OPENED.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -149,6 +153,29 @@ pub fn read_as(meta: &std::fs::Metadata) -> Option<PathBuf> {
         .iter()
         .find(|i| i.id == id && !matches!(i.handle, Handle::Folder))
         .map(|i| i.path.clone())
+}
+
+/// Keep `path`, a file the recorded program was given, from being written over (`named_as`).
+/// A path that names no file, or a folder, is not kept.
+pub fn protect(path: &Path) {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    if meta.is_dir() {
+        return;
+    }
+    let mut named = NAMED.lock().unwrap_or_else(|p| p.into_inner());
+    let id = id_of(&meta);
+    if !named.iter().any(|(_, i)| *i == id) {
+        named.push((path.to_path_buf(), id));
+    }
+}
+
+/// The file named on the program's command line that `meta` describes, if any (`protect`).
+pub fn named_as(meta: &std::fs::Metadata) -> Option<PathBuf> {
+    let id = id_of(meta);
+    let named = NAMED.lock().unwrap_or_else(|p| p.into_inner());
+    named.iter().find(|(_, i)| *i == id).map(|(p, _)| p.clone())
 }
 
 impl Input {

@@ -32,16 +32,9 @@ pub fn write_atomically_with(
     };
     if let Some(m) = &existing {
         // captures are often impossible to make again: an input is never written over, as
-        // `cp` refuses to copy a file onto itself
-        if let Some(input) = crate::inputs::read_as(m) {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!(
-                    "it is the input {} (the same file{}): memtrack does not write over what it reads; name another output",
-                    crate::quote::path(&input),
-                    if path.as_path() == input.as_path() { "" } else { ", through a link or another name" }
-                ),
-            ));
+        // `cp` refuses to copy a file onto itself, nor a file the program was given
+        if let Some(why) = held(&path, m) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, why));
         }
         let kind = m.file_type();
         if kind.is_dir() {
@@ -90,6 +83,44 @@ pub fn write_atomically_with(
     tmp.as_file().sync_all()?;
     tmp.persist(&path).map_err(|e| e.error)?;
     Ok(())
+}
+
+/// Why the existing file `path` (with metadata `m`, its links followed) is never written over:
+/// it is an input of this run (captures are often impossible to make again: as `cp` refuses to
+/// copy a file onto itself), or a file the recorded program was given (its own script).
+fn held(path: &Path, m: &std::fs::Metadata) -> Option<String> {
+    let other_name = |p: &Path| {
+        if path == p {
+            ""
+        } else {
+            ", through a link or another name"
+        }
+    };
+    if let Some(input) = crate::inputs::read_as(m) {
+        return Some(format!(
+            "it is the input {} (the same file{}): memtrack does not write over what it reads; name another output",
+            crate::quote::path(&input),
+            other_name(&input)
+        ));
+    }
+    let named = crate::inputs::named_as(m)?;
+    Some(format!(
+        "it is {}, named on the program's command line (the same file{}): memtrack does not write over the program's files; name another output",
+        crate::quote::path(&named),
+        other_name(&named)
+    ))
+}
+
+/// Refuse, before anything is run, an output that would be written over a file `held` keeps.
+pub fn check_not_held(path: &Path) -> io::Result<()> {
+    let path = follow_links(path)?;
+    match std::fs::metadata(&path) {
+        Ok(m) => match held(&path, &m) {
+            Some(why) => Err(io::Error::new(io::ErrorKind::AlreadyExists, why)),
+            None => Ok(()),
+        },
+        Err(_) => Ok(()),
+    }
 }
 
 /// The file a path names once its symlinks are followed, without requiring it to exist (a

@@ -3,8 +3,9 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{exit_code, export, memtrack_process as memtrack, python, script};
@@ -91,6 +92,27 @@ fn wait_for(files: &[PathBuf], what: &str) {
         assert!(start.elapsed() < Duration::from_secs(120), "{what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `attach`'s stderr read up to the line saying it records (no clock: the window has begun
+/// when it says so); the rest is read by `finish_attach`.
+fn until_recording(attach: &mut Child) -> (BufReader<ChildStderr>, String) {
+    let mut err = BufReader::new(attach.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("memtrack: recording process") {
+        let n = err.read_line(&mut seen).unwrap();
+        assert!(n > 0, "attach ended before it recorded: {seen}");
+    }
+    (err, seen)
+}
+
+/// The attach's exit code and its whole stderr, once it has ended.
+fn finish_attach(
+    mut attach: Child,
+    (mut err, mut seen): (BufReader<ChildStderr>, String),
+) -> (i32, String) {
+    err.read_to_string(&mut seen).unwrap();
+    (exit_code(attach.wait().unwrap()), seen)
 }
 
 fn attach(dir: &Path, pid: u32, extra: &[&str]) -> (i32, String) {
@@ -263,7 +285,7 @@ fn a_second_attach_at_once_is_refused_and_the_first_goes_on() {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (c, facts) = start_loop(&py, dir.path(), 400, 0);
-    let first = memtrack()
+    let mut first = memtrack()
         .current_dir(dir.path())
         .args([
             "attach",
@@ -276,12 +298,12 @@ fn a_second_attach_at_once_is_refused_and_the_first_goes_on() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    let read = until_recording(&mut first);
     let (code, err) = attach(dir.path(), c.id(), &["--duration", "1s"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("another `memtrack attach`"), "{err}");
-    let o = first.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (code, err) = finish_attach(first, read);
+    assert_eq!(code, 0, "{err}");
     let out = c.wait_with_output().unwrap();
     assert!(out.status.success());
     let f: serde_json::Value =
@@ -309,18 +331,17 @@ fn ctrl_c_ends_the_window_and_detaches() {
     let Some(py) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (c, facts) = start_loop(&py, dir.path(), 300, 0);
-    let m = memtrack()
+    let mut m = memtrack()
         .current_dir(dir.path())
         .args(["attach", &c.id().to_string(), "-o", "att.pkl"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let read = until_recording(&mut m);
     // SAFETY: a signal to the memtrack this test started
     unsafe { libc::kill(m.id() as i32, libc::SIGINT) };
-    let o = m.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
+    let (code, err) = finish_attach(m, read);
+    assert_eq!(code, 0, "{err}");
     assert!(
         err.contains("interrupted") && err.contains("detached"),
         "{err}"

@@ -296,3 +296,49 @@ fn an_output_that_is_an_input_is_refused_and_the_input_kept() {
     ]);
     assert_eq!(code, 0, "{stderr}");
 }
+
+/// `record` and `estimate` never write over a file the program was given (issue 62, item 10):
+/// `-o prog.py -- python prog.py`, through a link too, or a data file named by an option, is
+/// refused before the program runs (exit 2, the file as it was, nothing left behind).
+#[test]
+fn record_and_estimate_refuse_an_output_that_is_a_file_of_the_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("prog.py");
+    let text = b"raise SystemExit('the program must not run')\n";
+    std::fs::write(&script, text).unwrap();
+    std::fs::write(dir.path().join("data.bin"), b"data").unwrap();
+    std::os::unix::fs::symlink("prog.py", dir.path().join("link.pkl")).unwrap();
+    for (command, out, args) in [
+        ("record", "prog.py", vec!["python3", "prog.py"]),
+        ("estimate", "prog.py", vec!["python3", "prog.py"]),
+        ("record", "link.pkl", vec!["python3", "./prog.py"]),
+        (
+            "record",
+            "data.bin",
+            vec!["python3", "prog.py", "--data=data.bin"],
+        ),
+    ] {
+        let o = memtrack()
+            .current_dir(dir.path())
+            .args([command, "-o", out, "--"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{command} -o {out}: {stderr}");
+        assert!(
+            stderr.contains("named on the program's command line")
+                && stderr.contains("name another output"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("must not run"), "{stderr}");
+    }
+    assert_eq!(std::fs::read(&script).unwrap(), text);
+    assert_eq!(std::fs::read(dir.path().join("data.bin")).unwrap(), b"data");
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["data.bin", "link.pkl", "prog.py"]);
+}

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{example, exit_code, export, memtrack_process as memtrack, python, record, script};
 
@@ -104,17 +104,48 @@ fn summary_names_the_exception_and_where_it_came() {
     assert!(name.as_str().unwrap().starts_with("Sequential.0.forward."));
 }
 
+/// Ctrl-C goes to the program, which ends as it does alone on Ctrl-C: Python prints the
+/// KeyboardInterrupt and ends by SIGINT (130, as on this project's setup, Python 3.11 and
+/// torch 2.15); where a Python exits otherwise, `record` passes that through.
 #[test]
 fn interrupt_goes_to_the_program_and_the_file_is_written() {
-    let Some(j) = signal_memtrack(libc::SIGINT, 130) else {
+    let Some(py) = python() else { return };
+    let alone = interrupted_alone(&py);
+    let Some(j) = signal_memtrack(libc::SIGINT, alone) else {
         return;
     };
     let exit = &j["memtrack"]["exit"];
-    assert_eq!(exit["signal"], 2);
+    if alone == 130 {
+        assert_eq!(exit["signal"], 2);
+    }
     assert!(exit["exception"]
         .as_str()
         .unwrap_or("")
         .contains("KeyboardInterrupt"));
+}
+
+/// The exit code of `ending.py loop` run alone and sent SIGINT after its first step, as
+/// `signal_memtrack` does to `record` (SIGINT at its default, as a terminal's Ctrl-C finds it).
+fn interrupted_alone(py: &std::path::Path) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(py);
+    cmd.args([&script("ending.py"), "loop"])
+        .stdout(std::process::Stdio::piped());
+    // SAFETY: signal(2) in the child between fork and exec, nothing else
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let _out = wait_for_ready(&mut child);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on the process this test started
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    exit_code(child.wait().unwrap())
 }
 
 #[test]
@@ -288,17 +319,22 @@ fn record_loop(
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let out = wait_for_ready(&mut child);
+    (child, out)
+}
+
+/// Read the child's stdout until it says "ready" (its first step is done); its stdout, kept
+/// open so that the program never writes into a closed pipe.
+fn wait_for_ready(child: &mut std::process::Child) -> std::process::ChildStdout {
     let mut out = child.stdout.take().unwrap();
     let mut seen = Vec::new();
-    let start = Instant::now();
     while !String::from_utf8_lossy(&seen).contains("ready") {
         let mut b = [0u8; 256];
         let n = std::io::Read::read(&mut out, &mut b).unwrap();
         assert!(n > 0, "the program ended early");
         seen.extend_from_slice(&b[..n]);
-        assert!(start.elapsed() < Duration::from_secs(120));
     }
-    (child, out)
+    out
 }
 
 #[test]

@@ -230,6 +230,14 @@ fn one_model_after_another(extra: &[&str]) {
         );
     }
     phases_agree_with_op_names(&s, &names);
+    // B and its optimizer are new, not growth: each model is compared with itself, and
+    // nothing made once (B's parameters and Adam state, A's last gradients) is retained
+    // (issue 62, items 6 and 12)
+    let g = &s["growth"];
+    assert_eq!(g["new_models_at"], serde_json::json!([a + 1]), "{g}");
+    assert_eq!(g["verdict"], "flat", "{g}");
+    assert_eq!(g["warmup_iterations"], 2, "{g}");
+    assert!(g["ops"].is_null(), "{g}");
 }
 
 #[test]

@@ -376,3 +376,50 @@ fn backward_of_forwards_under_torch_func_transforms_belongs_to_their_modules() {
         }
     }
 }
+
+/// LBFGS's step(closure) runs the closure several times (its line search): the summary shows
+/// one optimizer step with its closure calls, not micro-batches each with a step (issue 62,
+/// item 5); the closures' ops are still their modules', and the program's own forward hook
+/// sees every call as alone.
+#[test]
+fn an_lbfgs_step_is_one_step_with_its_closure_calls() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, stderr) = record(
+        dir.path(),
+        "lbfgs.pkl",
+        &["--backend", "cpu"],
+        &py,
+        &[&script("lbfgs_hooks.py"), "3"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let file = dir.path().join("lbfgs.pkl");
+    let file = file.to_str().unwrap();
+    let s = json_out(&["summary", file, "--format", "json"]);
+    for it in 1..=3 {
+        let phases: Vec<&serde_json::Value> = (s["phases"].as_array().unwrap().iter())
+            .filter(|p| p["iteration"] == it)
+            .collect();
+        let names: Vec<&str> = phases
+            .iter()
+            .map(|p| p["phase"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["optimizer step", "after step"], "iteration {it}");
+        assert_eq!(phases[0]["calls"], 5, "iteration {it}");
+        assert!(phases.iter().all(|p| p["micro_batch"].is_null()));
+    }
+    let text = common::stdout(&["summary", file]);
+    assert!(text.contains("optimizer step (5 closure calls)"), "{text}");
+    assert!(!text.contains("micro-batch"), "{text}");
+    let j = export(std::path::Path::new(file));
+    let names = op_names(&j);
+    for expected in [
+        "Sequential.0.forward.addmm.default_",
+        "Sequential.0.backward.mm.default_",
+    ] {
+        assert!(
+            names.iter().any(|n| n.starts_with(expected)),
+            "no {expected}*"
+        );
+    }
+}

@@ -379,3 +379,47 @@ fn cpp_op_warnings_keep_the_programs_location() {
     assert!(recorded.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&recorded.stdout), alone, "{stderr}");
 }
+
+/// Nothing of the agent's reaches the program's streams, and a traceback through modules reads
+/// as alone (issue 62, items 1 and 2): tests/py/streams_alone.py makes modules under
+/// FakeTensorMode (torch warns when a fake storage's pointer is read), prints a traceback from
+/// a nested module's forward, then raises KeyboardInterrupt in one, uncaught. Under `record`
+/// its exit, stdout and stderr are alone's, memtrack's own lines aside.
+#[test]
+fn the_programs_streams_and_tracebacks_read_as_alone() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let program = script("streams_alone.py");
+    let alone = Command::new(&py).arg(&program).output().unwrap();
+    let recorded = common::memtrack_process()
+        .current_dir(dir.path())
+        .args(["record", "-o", "s.pkl", "--"])
+        .arg(&py)
+        .arg(&program)
+        .output()
+        .unwrap();
+    let alone_err = String::from_utf8_lossy(&alone.stderr);
+    // Python ends an uncaught KeyboardInterrupt by SIGINT, with its traceback printed
+    assert_eq!(common::exit_code(alone.status), 130, "{alone_err}");
+    assert!(alone_err.contains("in _call_impl\n    return forward_call(*args, **kwargs)"));
+    assert!(!alone_err.contains("in inner"), "{alone_err}");
+    assert_eq!(alone_err.matches("Traceback").count(), 2, "{alone_err}");
+    assert_eq!(
+        common::exit_code(recorded.status),
+        common::exit_code(alone.status)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&recorded.stdout),
+        String::from_utf8_lossy(&alone.stdout)
+    );
+    let recorded_err: String = String::from_utf8_lossy(&recorded.stderr)
+        .lines()
+        .filter(|l| !l.starts_with("memtrack: "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(recorded_err, alone_err);
+    let j = export(&dir.path().join("s.pkl"));
+    let exception = j["memtrack"]["exit"]["exception"].as_str().unwrap();
+    assert!(exception.ends_with("KeyboardInterrupt\n"), "{exception}");
+    assert!(!exception.contains("in inner"), "{exception}");
+}

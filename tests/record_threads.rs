@@ -127,6 +127,16 @@ fn two_threads_serving_two_models_are_recorded_with_their_calls_and_no_iteration
             "{line}"
         );
         assert!(s["iterations"].as_array().unwrap().is_empty());
+        // no iteration of the main thread's: the table is the other threads' calls
+        assert_eq!(
+            s["module_peaks"]["chosen"],
+            "the other threads' calls, outside any iteration"
+        );
+        let tables = common::stdout(&["modules", &file]);
+        assert!(
+            tables.starts_with("== The other threads' calls, outside any iteration"),
+            "{tables}"
+        );
         module_peaks_within_run_peak(&file);
         // op names carry each thread's own module
         let names = common::op_names(&j);
@@ -281,4 +291,36 @@ fn a_thread_running_before_an_in_process_recording_is_named_as_not_recorded() {
         lines[1],
         "1 thread was already running when recording began (early): its ops are not recorded"
     );
+}
+
+/// One naming rule whatever the thread (issue 62, item 8): two `Sequential`s the script made as
+/// `embedder` and `classifier`, first called in worker threads through a function whose
+/// parameter is `model`, are named as the script named them, in every thread; a thread that
+/// ran no op is not listed.
+#[test]
+fn models_are_named_where_the_program_made_them_whatever_the_thread() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (j, file) = recorded(&py, dir.path(), "thread_names.py", &[], "compiled");
+    let names = common::op_names(&j);
+    for expected in [
+        "embedder.0.forward.addmm",
+        "classifier.0.forward.addmm",
+        "classifier.0.backward.mm",
+    ] {
+        assert!(
+            names.iter().any(|n| n.starts_with(expected)),
+            "no {expected}* in {names:?}"
+        );
+    }
+    for n in &names {
+        assert!(
+            !n.starts_with("Sequential") && !n.starts_with("model."),
+            "{n}"
+        );
+    }
+    let s = summary(&file);
+    let line = s["threads"][0].as_str().unwrap();
+    assert!(line.starts_with("2 other threads ran"), "{line}");
+    assert!(!line.contains("logger"), "{line}");
 }

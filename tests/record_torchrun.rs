@@ -76,7 +76,7 @@ fn spawned_workers_write_their_own_files_and_the_program_writes_the_output() {
         "run.pkl",
         &["--backend", "cpu"],
         &py,
-        &[&script("spawn_workers.py")],
+        &[&script("spawn_workers.py"), "slow-exit"],
     );
     assert_eq!(code, 0, "{stderr}");
     // the program's own process: its four training steps are in -o
@@ -91,6 +91,16 @@ fn spawned_workers_write_their_own_files_and_the_program_writes_the_output() {
     let worker = export(&dir.path().join(&workers[0]));
     assert!(worker["op_count"].as_u64().unwrap() > 0);
     assert_ne!(worker["memtrack"]["pid"], main["memtrack"]["pid"]);
+    // slow to leave, the worker was sent SIGTERM by the DataLoader: said so, not "vanished"
+    // (issue 62, item 12)
+    let exit = &worker["memtrack"]["exit"];
+    assert_eq!(exit["ended"], "terminated", "{exit}");
+    assert_eq!(exit["signal"], 15, "{exit}");
+    assert!(
+        stderr.contains("ended by its parent with signal 15 (SIGTERM"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("vanished"), "{stderr}");
 }
 
 /// The `.pkl` files `record` wrote in `dir`, sorted.
@@ -199,5 +209,8 @@ fn a_process_whose_spool_cannot_be_written_does_not_end_with_a_silent_zero() {
         stderr.contains("a process stopped recording early"),
         "{stderr}"
     );
-    assert!(stderr.contains("/nonexistent/memtrack-spool"), "{stderr}");
+    assert!(
+        stderr.contains("(No such file or directory); recording stops here"),
+        "{stderr}"
+    );
 }

@@ -71,7 +71,8 @@ impl Probe {
             .arg(script("trust_probe.py"))
             .args(args)
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         // SAFETY: umask(2) in the child between fork and exec, nothing else
         unsafe {
             cmd.pre_exec(move || {
@@ -96,12 +97,21 @@ impl Probe {
     }
 
     /// Let the program go on; (record's exit code, the rest of the program's stdout).
-    fn finish(mut self) -> (i32, String) {
+    fn finish(self) -> (i32, String) {
+        let (code, rest, _) = self.finish_with_stderr();
+        (code, rest)
+    }
+
+    /// The same, and what memtrack and the program wrote on stderr (a few lines).
+    fn finish_with_stderr(mut self) -> (i32, String, String) {
         self.child.stdin.take().unwrap().write_all(b"go\n").unwrap();
         let mut rest = String::new();
         std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
+        let mut stderr = String::new();
+        let mut err = self.child.stderr.take().unwrap();
+        std::io::Read::read_to_string(&mut err, &mut stderr).unwrap();
         let status = self.child.wait().unwrap();
-        (status.code().unwrap_or(-1), rest)
+        (status.code().unwrap_or(-1), rest, stderr)
     }
 }
 
@@ -407,6 +417,31 @@ fn a_journal_removed_while_the_program_runs_still_gives_the_file() {
     assert!((1..201).contains(&steps), "{steps} steps");
 }
 
+/// Another user of a shared folder renames the journal before the program's first op: the
+/// program writes through the folder memtrack handed it on connecting, never its path, so the
+/// file is whole, and memtrack says what happened.
+#[test]
+fn a_journal_renamed_before_the_first_op_still_gives_the_whole_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.pkl");
+    let Some(probe) = Probe::start(&out, 0o022, &["3", "first"]) else {
+        return;
+    };
+    let taken = dir.path().join("taken");
+    std::fs::rename(probe.path("journal"), &taken).unwrap();
+    let (code, rest, stderr) = probe.finish_with_stderr();
+    assert_eq!((code, rest.as_str()), (0, "done\n"), "{stderr}");
+    let j = export(&out);
+    assert_eq!(j["memtrack"]["modules"].as_array().unwrap().len(), 4);
+    assert!(
+        stderr.contains("was renamed or removed while the program ran"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("python -E"), "{stderr}");
+    // its files were read, then removed through the handle; the folder stays where it went
+    assert_eq!(std::fs::read_dir(&taken).unwrap().count(), 0);
+}
+
 #[test]
 fn no_file_is_no_success() {
     let dir = tempfile::tempdir().unwrap();
@@ -476,4 +511,79 @@ fn walk(dir: &Path) -> impl Iterator<Item = PathBuf> {
         }
     }
     out.into_iter()
+}
+
+/// The compiled observer's cache under umask 000 (issue 62, item 11): a cache of this user's
+/// whose library and lock are open to all, as an older memtrack built them under umask 000, is
+/// made private again (its folder is 0700: nobody else could have reached the files), and the
+/// compiled observer is used, on that run and after.
+#[test]
+fn a_cache_of_this_users_built_under_umask_000_is_repaired_and_used() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    // a copy of the cache the test run built (scripts/test.sh builds it first); without one,
+    // the run below builds it, under umask 000 too
+    let own = std::env::var_os("MEMTRACK_OBSERVER_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/memtrack/observer")
+        });
+    std::fs::create_dir(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    if own.is_dir() {
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(own.join("."))
+            .arg(&cache)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+    }
+    for p in walk(&cache) {
+        match p.file_name().and_then(|n| n.to_str()) {
+            Some("memtrack_observer.so") => {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap()
+            }
+            Some("lock") => {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap()
+            }
+            _ => {}
+        }
+    }
+    for run in 0..2 {
+        let mut cmd = memtrack();
+        cmd.current_dir(dir.path())
+            .env("MEMTRACK_OBSERVER_CACHE", &cache)
+            .args(["record", "--observer", "compiled", "-o", "run.pkl", "--"])
+            .arg(&py)
+            .arg(script("full_disk_loop.py"))
+            .arg("2");
+        // SAFETY: umask(2) in the child between fork and exec, nothing else
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::umask(0);
+                Ok(())
+            });
+        }
+        let o = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "run {run}: {stderr}");
+        assert!(!stderr.contains("cannot be used"), "run {run}: {stderr}");
+        let j = export(&dir.path().join("run.pkl"));
+        assert_eq!(j["memtrack"]["observer"], "compiled", "run {run}");
+        let files: Vec<PathBuf> = walk(&cache).filter(|p| p.is_file()).collect();
+        assert!(
+            files.iter().any(|p| p.ends_with("memtrack_observer.so")),
+            "{files:?}"
+        );
+        for p in files {
+            let want = if p.extension().is_some_and(|e| e == "so") {
+                0o700
+            } else {
+                0o600
+            };
+            assert_eq!(mode(&p), want, "run {run}: {}", p.display());
+        }
+    }
 }

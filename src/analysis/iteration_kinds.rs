@@ -86,7 +86,8 @@ pub struct ModulePeaks {
     /// The 1-based number of the iteration shown: the training step with the highest peak
     /// where there are training steps, else the last iteration recorded.
     pub iteration: usize,
-    /// Why that one: `the training step with the highest peak` or `the last iteration`.
+    /// Why that one: `the training step with the highest peak`, `the last iteration`, or
+    /// [`OUTSIDE_ITERATIONS`].
     pub chosen: &'static str,
     /// How many iterations the record's module breakdown holds.
     pub iterations: usize,
@@ -111,6 +112,10 @@ pub struct ModulePeak {
     pub top_category: Option<(&'static str, i64)>,
 }
 
+/// [`ModulePeaks::chosen`] where the main thread ran no iteration: the module calls are other
+/// threads' (analysis::threads), in a table of their own.
+pub const OUTSIDE_ITERATIONS: &str = "the other threads' calls, outside any iteration";
+
 /// Modules down to this depth appear in the summary (`modules` shows any depth).
 pub const MODULE_PEAK_DEPTH: usize = 2;
 
@@ -133,6 +138,8 @@ pub(super) fn module_peaks(record: &RecordInfo, iterations: &[Iteration]) -> Opt
                 .find(|m| m.iteration == step.iteration)?,
             "the training step with the highest peak",
         ),
+        // other threads' calls, with no iteration of the main thread's: their own table
+        None if iterations.is_empty() => (record.modules.last()?, OUTSIDE_ITERATIONS),
         None => (record.modules.last()?, "the last iteration"),
     };
     let mut modules: Vec<&ModuleStats> = last

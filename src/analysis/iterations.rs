@@ -23,7 +23,8 @@ pub struct Phase {
     /// How many micro-batches the iteration has (1 without gradient accumulation).
     pub micro_batches: usize,
     /// Marked top-level calls (fw_start to fw_bw_boundary) in a `forward` phase (a cell
-    /// unrolled over time: many); 0 in other phases.
+    /// unrolled over time: many); in an `optimizer step` that ran its closure again after its
+    /// own ops (LBFGS), the closure's calls, each a forward and a backward; 0 in other phases.
     pub calls: usize,
     /// 0-based index of the phase's first op.
     pub first_op: usize,

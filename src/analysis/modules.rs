@@ -74,6 +74,9 @@ pub struct Query {
 pub struct ModulesView {
     /// How many iterations the file has.
     pub iterations_recorded: usize,
+    /// The modules were called outside any iteration (other threads' calls, where the main
+    /// thread ran none: analysis::threads).
+    pub outside_iterations: bool,
     /// The iterations picked, in file order.
     pub iterations: Vec<IterationView>,
     /// Memory by category at the run's highest total.
@@ -172,6 +175,7 @@ pub fn select(record: &RecordInfo, q: &Query) -> Result<ModulesView, QueryError>
         .collect();
     Ok(ModulesView {
         iterations_recorded: all.len(),
+        outside_iterations: super::threads::iteration_count(record) == 0,
         iterations,
         peak: record.peak.clone(),
     })

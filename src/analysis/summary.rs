@@ -460,6 +460,28 @@ fn phases(stats: &TrackerStats) -> Vec<Phase> {
         while k < fws.len() && fws[k].0 < s {
             k += 1;
         }
+        // step(closure) that runs its closure again after the optimizer's own ops (LBFGS's
+        // line search): one optimizer step, its closure's forwards and backwards inside it
+        let inside: Vec<usize> = (k..fws.len()).take_while(|&f| fws[f].0 < e).collect();
+        let opt_op = |from: usize, to: usize| (from..to).find(|&i| is_optimizer_op(name(i)));
+        if inside.len() > 1 {
+            let first_call = fws[inside[0]].0;
+            if opt_op(first_call, fws[inside[inside.len() - 1]].0).is_some() {
+                // from the step's first op (before the first call, or the call itself)
+                let a = opt_op(s, first_call).unwrap_or(first_call);
+                let last = (a..e)
+                    .rev()
+                    .find(|&i| is_optimizer_op(name(i)))
+                    .unwrap_or(a);
+                if a > s {
+                    rest(&mut spans, it, 0, s, a);
+                }
+                spans.push((it, "optimizer step", 0, inside.len(), a, last + 1));
+                spans.push((it, "after step", 0, 0, last + 1, e));
+                k += inside.len();
+                continue;
+            }
+        }
         let mut cursor = s;
         let mut mb = 0;
         while k < fws.len() && fws[k].0 < e {
@@ -718,24 +740,27 @@ pub(crate) mod tests {
 
     #[test]
     fn growth_compares_training_steps_and_inference_calls_are_their_own_part() {
-        // three training steps, each back at 10 when the next starts, then two evaluation
+        // four training steps, each back at 10 when the next starts, then two evaluation
         // calls that start higher (their inputs, a larger batch)
         let mut names = Vec::new();
-        for _ in 0..3 {
+        for _ in 0..4 {
             names.extend(["Net.forward.mm_0", "Net.backward.mm_0", "SGD.step.add_0"]);
         }
         for _ in 0..2 {
             names.extend(["Net.forward.mm_0", "Global.forward.argmax_0"]);
         }
         let alloc = [
-            5.0, 3.0, 10.0, 15.0, 12.0, 10.0, 15.0, 12.0, 10.0, 30.0, 20.0, 40.0, 5.0,
+            5.0, 3.0, 10.0, 15.0, 12.0, 10.0, 15.0, 12.0, 10.0, 15.0, 12.0, 10.0, 30.0, 20.0, 40.0,
+            5.0,
         ];
-        let s = recorded(&names, &alloc, &[0, 3, 6, 9, 11], &[0, 3, 6, 9, 11]);
+        let starts = [0, 3, 6, 9, 12, 14];
+        let s = recorded(&names, &alloc, &starts, &starts);
         let sum = tracker_summary(&s, 5);
         let kinds: Vec<&str> = sum.iterations.iter().map(|it| it.kind).collect();
         assert_eq!(
             kinds,
             [
+                "training step",
                 "training step",
                 "training step",
                 "training step",
@@ -748,24 +773,24 @@ pub(crate) mod tests {
             (g.compared, g.inference_calls_left_out),
             ("training steps", 2)
         );
-        assert_eq!(g.measured_iterations, [2, 3]);
-        assert_eq!(g.allocated_at_start_bytes, [10.0, 10.0]);
+        assert_eq!(g.measured_iterations, [2, 3, 4]);
+        assert_eq!(g.allocated_at_start_bytes, [10.0, 10.0, 10.0]);
         assert_eq!(
             g.verdict, "flat",
             "the evaluations' higher starts are not growth"
         );
         let calls = sum.inference_calls.as_ref().expect("inference calls");
-        assert_eq!((calls.calls, calls.iterations.as_slice()), (2, &[4, 5][..]));
+        assert_eq!((calls.calls, calls.iterations.as_slice()), (2, &[5, 6][..]));
         assert_eq!(
             (
                 calls.peak_iteration,
                 calls.peak_op_index,
                 calls.peak_allocated_bytes
             ),
-            (5, 11, 40.0)
+            (6, 14, 40.0)
         );
         // the same file without its training steps: all inference, compared as iterations
-        let s = recorded(&names[9..], &alloc[9..], &[0, 2], &[0, 2]);
+        let s = recorded(&names[12..], &alloc[12..], &[0, 2], &[0, 2]);
         let sum = tracker_summary(&s, 5);
         assert!(sum.inference_calls.is_none());
         assert_eq!(sum.growth.compared, "iterations");

@@ -8,7 +8,10 @@ use crate::model::RecordInfo;
 /// threads running before recording began. Empty for a single-threaded recording.
 pub fn thread_lines(r: &RecordInfo, ops: usize) -> Vec<String> {
     let mut out = Vec::new();
-    let others: Vec<_> = r.threads.iter().filter(|t| t.id != 0).collect();
+    // a thread that ran no op and no call is not worth a word
+    let others: Vec<_> = (r.threads.iter())
+        .filter(|t| t.id != 0 && (t.ops > 0 || t.forward_calls > 0))
+        .collect();
     if !others.is_empty() {
         let their_ops: i64 = others.iter().map(|t| t.ops).sum();
         let calls: i64 = others.iter().map(|t| t.forward_calls).sum();

@@ -130,13 +130,16 @@ pub struct Marker {
 
 /// The module an op ran in, from MemoryTracker's op names, `{module}.{forward|backward}.{op}_{n}`
 /// (`layers.0.attn.forward.view.default_1` → `layers.0.attn`); `memtrack record` names ops the
-/// same way, and an optimizer's ops `{optimizer}.step.{op}_{n}` (`Adam.step.add.Tensor_3` →
-/// `Adam`). The root module of PyTorch's tracker is named "" (`.forward.mm.default_0`). None
+/// same way, a forward recomputed in backward (activation checkpointing)
+/// `{module}.recompute.{op}_{n}`, and an optimizer's ops `{optimizer}.step.{op}_{n}`
+/// (`Adam.step.add.Tensor_3` → `Adam`). The root module of PyTorch's tracker is named ""
+/// (`.forward.mm.default_0`). None
 /// for an op recorded outside every module (`.mm.default_0`: no phase).
 pub fn op_module(name: &str) -> Option<&str> {
     let first = |phases: &[&str]| phases.iter().filter_map(|p| name.find(p)).min();
     // a submodule may be called `step` (`net.step.forward.mm_0`): forward/backward decide first
-    let phase = first(&[".forward.", ".backward."]).or_else(|| first(&[".step."]))?;
+    let phase =
+        first(&[".forward.", ".backward.", ".recompute."]).or_else(|| first(&[".step."]))?;
     Some(&name[..phase])
 }
 
@@ -299,7 +302,8 @@ pub struct Attached {
 pub struct Retained {
     /// Iterations checked.
     pub iterations: i64,
-    /// One entry per op (its name without the `_N` count), most bytes first.
+    /// One entry per op (its name without the `_N` count): those that retained in more than
+    /// one iteration checked first, then the others, each most bytes first.
     pub ops: Vec<RetainedOp>,
 }
 
@@ -453,7 +457,8 @@ impl RecordInfo {
 pub struct ExitInfo {
     /// The exit code, when memtrack started the process itself.
     pub code: Option<i64>,
-    /// The signal that killed it, when memtrack started the process itself.
+    /// The signal that killed it, when memtrack started the process itself; the signal its
+    /// parent sent it, where that ended it (`terminated`).
     pub signal: Option<i64>,
     /// The program ran out of memory.
     pub oom: bool,
@@ -463,6 +468,8 @@ pub struct ExitInfo {
     /// library's), as (file, line).
     pub exception_at: Option<(String, i64)>,
     /// `exit` (normal interpreter exit), `exception`, `signal` (SIGTERM, handled),
+    /// `terminated` (its parent ended it, multiprocessing's `terminate()` or `kill()`: a
+    /// DataLoader's worker slow to leave, whose own SIGTERM handler leaves without a word),
     /// `stopped` (`memtrack estimate` stopped it: `RecordInfo::estimate`) or `disconnected`
     /// (the process vanished without a word: SIGKILL, a crash, the OOM killer).
     pub ended: Option<String>,
@@ -481,6 +488,7 @@ mod tests {
             Some("layers.0.attn")
         );
         assert_eq!(op_module("Net.fc.backward.mm.default_3"), Some("Net.fc"));
+        assert_eq!(op_module("Net.b.recompute.tanh.default_7"), Some("Net.b"));
         assert_eq!(op_module(".forward.mm.default_0"), Some(""));
         assert_eq!(op_module(".mm.default_0"), None);
         // an op whose own name has a dot after the phase

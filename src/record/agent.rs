@@ -19,7 +19,7 @@ macro_rules! agent_file {
 }
 /// (path relative to the folder, contents): the folder that goes first on the child's
 /// `PYTHONPATH`. Every file of the package is listed (a test checks none is missing).
-pub const FILES: [(&str, &str); 38] = [
+pub const FILES: [(&str, &str); 39] = [
     (
         "sitecustomize.py",
         include_str!("../../python/memtrack/_bootstrap/sitecustomize.py"),
@@ -58,6 +58,7 @@ pub const FILES: [(&str, &str); 38] = [
     agent_file!("state.py"),
     agent_file!("subclass.py"),
     agent_file!("threads.py"),
+    agent_file!("tracebacks.py"),
     agent_file!("transport.py"),
     agent_file!("versions.py"),
     agent_file!("warnlocations.py"),

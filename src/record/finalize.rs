@@ -138,7 +138,18 @@ pub fn finalize(
         *e = (*e).max(s.image);
         m
     });
+    // a child its parent ended (a DataLoader worker slow to leave) left without a word
+    let ended_by_parent: HashMap<i64, i64> = (sessions.iter())
+        .flat_map(|s| s.terminated.iter().copied())
+        .collect();
     for s in &mut sessions {
+        let exit = s.stats.record.as_mut().and_then(|r| r.exit.as_mut());
+        if let (Some(exit), Some(&sig)) = (exit, s.pid.and_then(|p| ended_by_parent.get(&p))) {
+            if exit.ended.as_deref() == Some("disconnected") && exit.code.is_none() {
+                exit.signal = Some(sig);
+                exit.ended = Some("terminated".into());
+            }
+        }
         if let (Some(samples), Some(pid), Some(r)) = (samples, s.pid, s.stats.record.as_mut()) {
             r.device_memory = series_for(samples, pid, &s.time_marks);
         }
@@ -227,6 +238,14 @@ fn describe(p: &Path, s: &Session, several: bool) -> String {
             (Some(sig), Some("exception")) if sig == i64::from(libc::SIGINT) => {
                 line.push_str("; interrupted (KeyboardInterrupt)")
             }
+            (Some(sig), Some("terminated")) => line.push_str(&format!(
+                "; ended by its parent with signal {sig} ({})",
+                if sig == i64::from(libc::SIGTERM) {
+                    "SIGTERM: terminate(), as a DataLoader ends a worker slow to leave"
+                } else {
+                    "kill()"
+                }
+            )),
             (Some(sig), _) => line.push_str(&format!("; killed by signal {sig}")),
             (None, Some("exception")) => line.push_str("; the program raised"),
             // it exited (the code is known) but its last records never came
@@ -386,6 +405,7 @@ mod tests {
             time_marks: Vec::new(),
             damage: None,
             image: 0,
+            terminated: Vec::new(),
             device_log: None,
         }
     }

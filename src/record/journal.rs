@@ -111,6 +111,21 @@ impl Journal {
         &self.path
     }
 
+    /// The folder as this run holds it: what each recorded process is handed (server.rs), so
+    /// that none reaches the journal by its path.
+    pub fn folder(&self) -> &File {
+        &self.dir
+    }
+
+    /// Whether the folder's path no longer leads to the folder this run made (renamed or
+    /// removed while the program ran: by another user in a shared folder, a cleaner).
+    pub fn moved(&self) -> bool {
+        match (std::fs::symlink_metadata(&self.path), self.dir.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() != b.dev() || a.ino() != b.ino(),
+            _ => true,
+        }
+    }
+
     /// A new file `name` in the folder, for writing (0600, exclusive); a reading handle stays
     /// with the journal.
     pub fn create_file(&self, name: &str) -> io::Result<File> {
@@ -244,19 +259,19 @@ impl Journal {
         files
     }
 
-    /// Whether the path still names the folder this journal holds (`record` removes it once
-    /// its files are written).
-    pub fn still_there(&self) -> bool {
-        match (std::fs::symlink_metadata(&self.path), self.dir.metadata()) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-            _ => false,
-        }
-    }
-
     /// Remove the folder, if the path still names the folder this journal holds.
     pub fn remove(&self) {
-        if self.still_there() {
+        if !self.moved() {
             let _ = std::fs::remove_dir_all(&self.path);
+            return;
+        }
+        // moved: its files go through the handle (its path is another's now, or none); the
+        // empty folder stays wherever it was moved
+        for name in self.names() {
+            if let Ok(c) = CString::new(name) {
+                // SAFETY: unlinkat of a NUL-terminated name in a valid directory descriptor
+                unsafe { libc::unlinkat(self.dir.as_raw_fd(), c.as_ptr(), 0) };
+            }
         }
     }
 

@@ -151,6 +151,8 @@ pub fn run_for_files(o: &Options, mut companion: Option<&mut dyn Companion>) -> 
             "record: -o - is not possible: record writes one file per process (NAME.rank0.pkl, …); give a file name".into(),
         ));
     }
+    protect_command_line(&o.command);
+    crate::output::check_not_held(&o.output).map_err(|e| Error::output(&o.output, e))?;
     // the agent and the socket: whoever may change them runs code in the program
     let tmp =
         agent::private_dir("memtrack-").map_err(|e| Error::output(&std::env::temp_dir(), e))?;
@@ -277,6 +279,13 @@ pub fn run_for_files(o: &Options, mut companion: Option<&mut dyn Companion>) -> 
         samples.as_ref(),
         o.device_model,
     )?;
+    let moved = journal.moved();
+    if moved {
+        eprintln!(
+            "memtrack: {} was renamed or removed while the program ran (by another user of a shared folder, or a cleaner): memtrack and the program kept using the folder they held open",
+            journal.path().display()
+        );
+    }
     let mut code = code;
     if report.complete {
         journal.remove();
@@ -299,7 +308,13 @@ pub fn run_for_files(o: &Options, mut companion: Option<&mut dyn Companion>) -> 
         eprintln!("memtrack: --snapshot: the program ran on the CPU backend; allocator snapshots need CUDA");
     }
     if report.recorded == 0 {
-        eprintln!("memtrack: {}", report.nothing_recorded_reason(program));
+        if moved {
+            eprintln!(
+                "memtrack: nothing recorded: the journal was renamed or removed (said above)"
+            );
+        } else {
+            eprintln!("memtrack: {}", report.nothing_recorded_reason(program));
+        }
         if code == 0 {
             code = 2; // the program succeeded, but there is no file: a script must not take it for one
         }
@@ -309,6 +324,31 @@ pub fn run_for_files(o: &Options, mut companion: Option<&mut dyn Companion>) -> 
         written: report.written,
         program: report.program,
     })
+}
+
+/// Keep every file the command names (the program, found on `PATH` as the shell would, its
+/// script, an argument's or an `--option=value`'s file) from being written over by an output.
+fn protect_command_line(command: &[OsString]) {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(program) = command.first() else {
+        return;
+    };
+    if !program.as_bytes().contains(&b'/') {
+        for dir in std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()) {
+            let p = dir.join(program);
+            if p.is_file() {
+                crate::inputs::protect(&p);
+                break;
+            }
+        }
+    }
+    for arg in command {
+        crate::inputs::protect(Path::new(arg));
+        let bytes = arg.as_bytes();
+        if let Some(eq) = bytes.iter().position(|&b| b == b'=') {
+            crate::inputs::protect(Path::new(std::ffi::OsStr::from_bytes(&bytes[eq + 1..])));
+        }
+    }
 }
 
 /// `record --recover DIR [-o OUT]`: the stats files from a journal a `record` left behind

@@ -1,4 +1,4 @@
-//! The wire protocol between the agent and the collector (docs/record.md, "Wire format"): every
+//! The wire protocol between the agent and the collector (docs/architecture.md, "Wire format"): every
 //! constant both sides share. The agent's copy is `python/memtrack/_memtrack_agent/protocol.py`;
 //! the tests below read both files and fail when they differ.
 
@@ -30,6 +30,9 @@ pub const PUSH_BACKWARD: i64 = 1;
 /// Pushed in backward by a module whose outputs are its inputs (nn.Identity, Dropout(p=0)):
 /// active for MemTracker's peaks, but it runs no node, so no op is named after it.
 pub const PUSH_PASS_THROUGH: i64 = 2;
+/// Pushed by a module's forward run in backward: activation checkpointing recomputing it. Its
+/// ops are named `{module}.recompute.{op}`; each push is matched by its own POP.
+pub const PUSH_RECOMPUTE: i64 = 3;
 
 // ---- why a tensor was noted (NOTE's `why`): how its memory was measured, if at all
 pub const WHY_SPARSE: i64 = 0;
@@ -62,6 +65,8 @@ pub const MSG_CUDA_UNAVAILABLE: &str = "cuda_unavailable";
 pub const MSG_TORCH_UNSUPPORTED: &str = "torch_unsupported";
 pub const MSG_THREAD: &str = "thread";
 pub const MSG_THREADS_BEFORE: &str = "threads_before";
+/// pid, signal: the process ended a child of its (multiprocessing's `terminate()`, `kill()`).
+pub const MSG_TERMINATED: &str = "terminated";
 pub const MSG_ESTIMATE_READ: &str = "read";
 pub const MSG_ESTIMATE_BOUND: &str = "bound";
 pub const MSG_ESTIMATE_UNWRITTEN: &str = "unwritten";

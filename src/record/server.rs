@@ -114,7 +114,43 @@ fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
     }
 }
 
+/// Hand the process that connected the journal folder (SCM_RIGHTS, one byte `J` with it): it
+/// writes its spool there through that descriptor, never by the folder's path, which another
+/// user of a shared folder could rename or take over.
+fn send_journal(stream: &UnixStream, folder: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let byte = [b'J'];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_ptr() as *mut libc::c_void,
+        iov_len: 1,
+    };
+    let fd_len = std::mem::size_of::<libc::c_int>() as u32;
+    // SAFETY: CMSG_SPACE computes a size
+    let space = unsafe { libc::CMSG_SPACE(fd_len) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the sendmsg call, the
+    // control buffer is CMSG_SPACE bytes, so CMSG_FIRSTHDR is non-null and its data holds an int
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(fd_len) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut libc::c_int, folder.as_raw_fd());
+        if libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 fn take(stream: UnixStream, shared: &Arc<Shared>) {
+    // a process that left at once (or is not an agent) has nothing to write
+    let _ = send_journal(&stream, shared.journal.folder());
     let n = shared.connections.fetch_add(1, Ordering::SeqCst);
     shared.open.fetch_add(1, Ordering::SeqCst);
     let name = connection_name(n);

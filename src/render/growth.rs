@@ -1,7 +1,7 @@
 //! The growth line of a stats file's `summary`: what is retained per iteration, or that
 //! memory is flat.
 
-use crate::analysis::growth::Growth;
+use crate::analysis::growth::{Growth, MIN_STEPS};
 use crate::model::{format_bytes, Units};
 
 use super::document::Document;
@@ -31,15 +31,16 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
         }
         ("unknown", _) | (_, None) => format!(
             "Unknown: {} {} (the first is warm-up; at least {} are needed to \
-             compare the start of one {} with the next){}.",
+             compare the starts of {} {} after it){}.",
             g.iterations - g.inference_calls_left_out,
             if g.iterations - g.inference_calls_left_out == 1 {
                 what.0
             } else {
                 what.1
             },
-            g.warmup_iterations.max(1) + 2,
-            what.0,
+            g.warmup_iterations.max(1) + 1 + MIN_STEPS,
+            1 + MIN_STEPS,
+            what.1,
             if g.iterations <= 1 {
                 ". A MemoryTracker file keeps only the last iteration's markers; `memtrack \
                  record` keeps every iteration"
@@ -52,7 +53,10 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
              at {}.",
             what.0,
             measured(g),
-            format_bytes(g.allocated_at_start_bytes[0], units),
+            (part_starts(g).iter())
+                .map(|&b| format_bytes(b, units))
+                .collect::<Vec<_>>()
+                .join(", then at "),
         ),
         (verdict, Some(per)) => {
             let first = g.allocated_at_start_bytes[0];
@@ -62,15 +66,22 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
                 "shrinks" => format!("per {} after warm-up: memory is given back", what.0),
                 _ => format!("per {} after warm-up on average, up and down", what.0),
             };
+            // from the first start to the last, where one model is trained throughout
+            let span = if g.new_models_at.is_empty() {
+                format!(
+                    ", {} to {}",
+                    format_bytes(first, units),
+                    format_bytes(last, units)
+                )
+            } else {
+                String::new()
+            };
             let mut s = format!(
-                "{} {how} ({}: allocated at each start rose at {} of {} steps, {} to \
-                 {})",
+                "{} {how} ({}: allocated at each start rose at {} of {} steps{span})",
                 signed(per, units),
                 measured(g),
                 g.rising_steps,
                 g.steps,
-                format_bytes(first, units),
-                format_bytes(last, units),
             );
             if !g.categories.is_empty() {
                 let cats: Vec<String> = (g.categories.iter())
@@ -91,6 +102,17 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
         "Growth across iterations"
     });
     doc.para(&text);
+    if !g.new_models_at.is_empty() {
+        let n = g.new_models_at.len();
+        doc.para(&format!(
+            "Iteration{} {} start{} training a model or using an optimizer that none before \
+             did: each part is compared with itself, its first iteration its warm-up, as a new \
+             model's parameters and state are made once.",
+            if n == 1 { "" } else { "s" },
+            number_ranges(&g.new_models_at),
+            if n == 1 { "s" } else { "" },
+        ));
+    }
     if training {
         let n = g.inference_calls_left_out;
         doc.para(&format!(
@@ -129,6 +151,23 @@ pub(super) fn write(doc: &mut Document, g: &Growth, units: Units) {
             .collect();
         doc.para(&format!("By module: {}.", modules.join(", ")));
     }
+}
+
+/// Allocated at the first start measured of each part ([`Growth::new_models_at`]).
+fn part_starts(g: &Growth) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut before = 0;
+    for (&it, &bytes) in g
+        .measured_iterations
+        .iter()
+        .zip(&g.allocated_at_start_bytes)
+    {
+        if out.is_empty() || g.new_models_at.iter().any(|&m| before < m && m <= it) {
+            out.push(bytes);
+        }
+        before = it;
+    }
+    out
 }
 
 /// 1-based numbers as ranges: `2-4, 6, 8-9`.

@@ -20,10 +20,17 @@ pub fn modules(v: &ModulesView, title: &str, format: Format, units: Units) -> St
             }
             for it in &v.iterations {
                 // always say which iteration this is: by default the last of several
-                doc.heading(&format!(
-                    "Iteration {} of {} (from op {})",
-                    it.iteration, v.iterations_recorded, it.first_op
-                ));
+                doc.heading(&if v.outside_iterations {
+                    format!(
+                        "The other threads' calls, outside any iteration (from op {})",
+                        it.first_op
+                    )
+                } else {
+                    format!(
+                        "Iteration {} of {} (from op {})",
+                        it.iteration, v.iterations_recorded, it.first_op
+                    )
+                });
                 iteration(&mut doc, it, units);
             }
             if v.iterations.is_empty() {

@@ -2,6 +2,7 @@
 
 use crate::analysis::cross_rank::CrossRank;
 use crate::analysis::ending::Raised;
+use crate::analysis::iteration_kinds::OUTSIDE_ITERATIONS;
 use crate::analysis::summary::{Phase, TrackerSummary};
 use crate::model::{format_bytes, CompileInfo, Units};
 
@@ -180,9 +181,17 @@ fn write_tracker(doc: &mut Document, s: &TrackerSummary, title: &str, units: Uni
                 }),
             ]);
         }
+        let which = if mp.chosen == OUTSIDE_ITERATIONS {
+            mp.chosen.to_string()
+        } else {
+            format!(
+                "iteration {} of {}, {}",
+                mp.iteration, mp.iterations, mp.chosen
+            )
+        };
         doc.heading(&format!(
-            "Module peaks (iteration {} of {}, {}, depth <= {}): all memory in use while the module ran, its own or not, and the category with the most of it then; `memtrack modules --iteration N` for another iteration",
-            mp.iteration, mp.iterations, mp.chosen, mp.max_depth
+            "Module peaks ({which}, depth <= {}): all memory in use while the module ran, its own or not, and the category with the most of it then; `memtrack modules --iteration N` for another iteration",
+            mp.max_depth
         ));
         doc.table(&t);
     }
@@ -263,6 +272,9 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
         }
         if let Some(e) = &r.exit {
             match (e.code, e.signal) {
+                (_, Some(sig)) if e.ended.as_deref() == Some("terminated") => {
+                    line.push_str(&format!(", ended by its parent with signal {sig}"))
+                }
                 (_, Some(sig)) => line.push_str(&format!(", killed by signal {sig}")),
                 (Some(c), _) if c != 0 => line.push_str(&format!(", exited with code {c}")),
                 _ => {}
@@ -333,14 +345,20 @@ fn headline(s: &TrackerSummary, title: Option<&str>) -> String {
     line
 }
 
-/// `forward`, `forward (21 calls)`, `backward (micro-batch 2 of 4)`.
+/// `forward`, `forward (21 calls)`, `backward (micro-batch 2 of 4)`, `optimizer step (5
+/// closure calls)`.
 fn phase_label(p: &Phase) -> String {
     let mut extra = Vec::new();
     if let Some(mb) = p.micro_batch {
         extra.push(format!("micro-batch {mb} of {}", p.micro_batches));
     }
     if p.calls > 1 {
-        extra.push(format!("{} calls", thousands(p.calls)));
+        let what = if p.phase == "optimizer step" {
+            "closure calls"
+        } else {
+            "calls"
+        };
+        extra.push(format!("{} {what}", thousands(p.calls)));
     }
     if extra.is_empty() {
         p.phase.to_string()

@@ -263,7 +263,7 @@ impl StatsModel {
                 let starts: Vec<f64> = measured.iter().map(|r| r.start_allocated).collect();
                 let peak = measured.iter().map(|r| r.peak).fold(0.0, f64::max);
                 Some(GrowthLine {
-                    trend: trend(&starts, peak),
+                    trend: trend(&[starts], peak),
                     measured: measured.len(),
                 })
             }

@@ -211,7 +211,7 @@ impl Screen for StatsScreen {
         if ended.is_none() {
             let all_said = !follower.processes.is_empty()
                 && (follower.processes.iter()).all(|p| p.replay.now().ended.is_some());
-            if !follower.journal().still_there() {
+            if follower.journal().moved() {
                 *ended = Some("ended: the recording was written".into());
             } else if all_said {
                 let how = follower.processes[0].replay.now().ended.unwrap_or_default();

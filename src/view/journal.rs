@@ -114,7 +114,7 @@ impl JournalStats {
         });
         s.op_index = Some(s.names.len() as i64);
         let now = p.replay.now();
-        if now.ended.is_some() || !self.follower.journal().still_there() {
+        if now.ended.is_some() || self.follower.journal().moved() {
             self.ended = Some(now.ended.unwrap_or_else(|| "written".into()));
         }
     }

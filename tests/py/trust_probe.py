@@ -3,17 +3,36 @@ prints one JSON line saying where memtrack put its agent, socket and journal (as
 environment tells the program), waits for a line on stdin (the test plays the other user
 meanwhile), then trains on and prints "done".
 
-    trust_probe.py [STEPS_AFTER] [small-segments]
+    trust_probe.py [STEPS_AFTER] [small-segments] [first]
 
 small-segments: the agent's spool segments made small (its own constants) and the current
 one ended, so that steps after the pause need new segment files, as a long run does.
+first: the pause comes first, before torch is imported (the agent has not started).
 """
 
 import json
 import os
 import sys
 
-import torch
+
+def pause():
+    print(
+        json.dumps(
+            {
+                "agent": os.environ["PYTHONPATH"].split(os.pathsep)[0],
+                "socket": os.environ["MEMTRACK_SOCKET"],
+                "journal": os.environ["MEMTRACK_SPOOL"],
+            }
+        ),
+        flush=True,
+    )
+    sys.stdin.readline()
+
+
+if "first" in sys.argv:
+    pause()
+
+import torch  # noqa: E402
 
 steps_after = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 if "small-segments" in sys.argv:
@@ -35,17 +54,8 @@ def step():
 
 
 step()
-print(
-    json.dumps(
-        {
-            "agent": os.environ["PYTHONPATH"].split(os.pathsep)[0],
-            "socket": os.environ["MEMTRACK_SOCKET"],
-            "journal": os.environ["MEMTRACK_SPOOL"],
-        }
-    ),
-    flush=True,
-)
-sys.stdin.readline()
+if "first" not in sys.argv:
+    pause()
 for _ in range(steps_after):
     step()
 print("done", flush=True)

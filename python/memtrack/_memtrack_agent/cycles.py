@@ -191,7 +191,7 @@ def _tensor_facts(t, stacks):
     try:
         sts = ops.storages(t)  # a sparse tensor's indices and values, a subclass's parts
         nb = sum(st.nbytes() for st in sts)
-        ptr = sts[0].data_ptr() if len(sts) == 1 else 0
+        ptr = sts[0].data_ptr() if len(sts) == 1 and sts[0].device.type != "meta" else 0
     except Exception:
         nb, ptr = 0, 0
     if dev.type == "cuda":

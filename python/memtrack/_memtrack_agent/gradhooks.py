@@ -132,7 +132,8 @@ def on_grads(tracker, tensors, fn, mode, inputs_hook=None):
     machinery (handles, locks, a buffer of gradients): about a third of the module hooks'
     cost on a loop of small modules. Every hook on a non-leaf is a node pre-hook, so
     that those of different modules on one node keep the order they were registered in
-    (a node runs its tensor hooks before its pre-hooks).
+    (a node runs its tensor hooks before its pre-hooks), but the outputs' hook of a module
+    with forward hooks of its own (on_output_tensors).
 
     Where an "all" hook holds its nodes itself (they cannot be held weakly, _weakly), it
     returns a weak reference to that hook; the module's post-forward passes it on to its
@@ -176,6 +177,89 @@ def on_grads(tracker, tensors, fn, mode, inputs_hook=None):
     for n in nodes:
         n.register_prehook(hook)
     return handing
+
+
+def on_output_tensors(tracker, tensors, fn, inputs_hook=None):
+    """on_grads(..., "any") for the outputs of a module with forward hooks of its own: tensor
+    hooks on the outputs themselves, which autograd runs before every node pre-hook on their
+    node, in the order registered. The module's own forward hooks run after the agent's
+    (global ones), so its backward starts before any tensor hook they put on its outputs, as
+    ModTracker's (also a global module hook's tensor hooks) does: FSDP2's pre-backward
+    all-gathers the module's parameters there and queues its end-of-backward callback
+    (docs/record.md, "FSDP2"). The agent's pre-hooks already on those nodes (a submodule's
+    whose output it returns: the head of an LM) are moved in front of it, their order kept.
+    Outputs that are leaves, or tensors that take no hook, are on_grads's."""
+    outs = []
+    for t in tensors:
+        if t.grad_fn is None:
+            return on_grads(tracker, tensors, fn, "any", inputs_hook)
+        if all(t is not o for o in outs):
+            outs.append(t)
+    hook = _every(fn) if len(outs) == 1 else _first(fn, tracker.gtid)
+    handles = []
+    try:
+        nodes = []
+        for t in outs:
+            g = t.grad_fn
+            earlier = None
+            if all(g is not n for n in nodes):
+                nodes.append(g)
+                earlier = _take_own_prehooks(g)
+            handles.append(t.register_hook(_after(earlier, hook) if earlier else hook))
+    except Exception:
+        for h in handles:
+            h.remove()
+        return on_grads(tracker, tensors, fn, "any", inputs_hook)
+    if inputs_hook is not None:
+        inputs = inputs_hook()
+        if inputs is not None:
+            hook.keep = inputs.hand_over()  # held as long as the hook, by the outputs' nodes
+    return None
+
+
+def _after(earlier, hook):
+    def moved(grad):
+        for h in earlier:
+            h(None)
+        hook(grad)
+
+    return moved
+
+
+def _noop(grad_outputs):
+    pass
+
+
+def _own_codes():
+    """The code of the hooks _every, _first and _last make."""
+    return {
+        c
+        for f in (_every, _first, _last)
+        for c in f.__code__.co_consts
+        if getattr(c, "co_name", None) == "hook"
+    }
+
+
+_OWN = _own_codes()
+
+
+def _take_own_prehooks(node):
+    """The agent's pre-hooks on `node` (its own, or the compiled observer's ModHook), taken off
+    it, in the order they were registered; a node's Python pre-hooks share one dict, reached
+    through a handle."""
+    h = node.register_prehook(_noop)
+    d = h.hooks_dict_ref()
+    h.remove()
+    if d is None:
+        return None
+    taken = []
+    for k, v in list(d.items()):
+        c = getattr(v, "__code__", None)
+        own = c in _OWN if c is not None else type(v).__name__ == "ModHook"
+        if own:
+            taken.append(v)
+            del d[k]
+    return taken
 
 
 def on_leaf_grads(tracker, nodes, leaves, fn, mode):

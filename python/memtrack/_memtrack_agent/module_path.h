@@ -61,7 +61,8 @@ struct Mods {
   int64_t codes[N_CODES] = {};
   // interned attribute names
   PyObject *s_dict, *s_info, *s_obj_id, *s_seen, *s_mk, *s_name, *s_name_id, *s_wmod,
-      *s_fw_inputs, *s_active, *s_has_callback, *s_parameters, *s_buffers, *s_modules;
+      *s_fw_inputs, *s_active, *s_has_callback, *s_parameters, *s_buffers, *s_modules,
+      *s_forward_hooks;
   PyObject* s_methods[N_METHODS] = {};
 };
 Mods* mods = nullptr;  // set by bind_modules(); never freed (a late hook may still run)
@@ -351,6 +352,11 @@ int gather(PyObject* mod, PyObject* io, bool post, Call& c) {
   if (tracked < 0 || PyErr_Occurred()) return -1;
   c.first = !tracked;
   if (c.first && post) return 0;
+  if (post) {  // a module with forward hooks of its own: its outputs' hooks are tensor hooks
+    PyObject* hooks = own_attr(mod, m->s_forward_hooks);  // (ModuleTracker.post_forward)
+    if (!hooks && PyErr_Occurred()) return -1;
+    if (!hooks || !PyDict_Check(hooks) || PyDict_GET_SIZE(hooks) != 0) return 0;
+  }
   // not a top-level call (which may begin an iteration), nor a module running already
   PyObject* count = PyDict_GetItemWithError(m->parents, c.name);
   if (!count && PyErr_Occurred()) return -1;
@@ -694,15 +700,16 @@ PyObject* bind_modules(PyObject*, PyObject* const* args, Py_ssize_t n) {
   }
   PyObject* tracker = args[0];
   auto* m = new Mods();
-  const char* names[14] = {"__dict__", "_memtrack_info", "obj_id", "seen", "mk", "name",
+  const char* names[15] = {"__dict__", "_memtrack_info", "obj_id", "seen", "mk", "name",
                            "name_id", "wmod", "fw_inputs", "active", "has_callback",
-                           "_parameters", "_buffers", "_modules"};
-  PyObject** slots[14] = {&m->s_dict, &m->s_info, &m->s_obj_id, &m->s_seen,
+                           "_parameters", "_buffers", "_modules", "_forward_hooks"};
+  PyObject** slots[15] = {&m->s_dict, &m->s_info, &m->s_obj_id, &m->s_seen,
                           &m->s_mk, &m->s_name, &m->s_name_id, &m->s_wmod,
                           &m->s_fw_inputs, &m->s_active, &m->s_has_callback,
-                          &m->s_parameters, &m->s_buffers, &m->s_modules};
+                          &m->s_parameters, &m->s_buffers, &m->s_modules,
+                          &m->s_forward_hooks};
   bool ok = PyDict_Check(args[4]) && PyType_Check(args[5]);
-  for (int i = 0; ok && i < 14; ++i) ok = (*slots[i] = PyUnicode_InternFromString(names[i]));
+  for (int i = 0; ok && i < 15; ++i) ok = (*slots[i] = PyUnicode_InternFromString(names[i]));
   for (int i = 0; ok && i < N_METHODS; ++i) {
     ok = (m->s_methods[i] = PyUnicode_InternFromString(method_names[i]));
     // borrowed: nn.Module holds its methods

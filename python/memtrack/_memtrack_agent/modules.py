@@ -10,9 +10,9 @@ import functools
 import threading
 import weakref
 
-from . import gradhooks, modnames, ops, state, threads
+from . import gradhooks, modnames, ops, state, threads, tracebacks
 from .dynamo import is_compiling, skipper
-from .gradhooks import on_grads
+from .gradhooks import on_grads, on_output_tensors
 from .modnames import mod_info, wrapped
 from .params import Params
 from .protocol import (
@@ -35,6 +35,7 @@ from .protocol import (
     PUSH_BACKWARD,
     PUSH_FORWARD,
     PUSH_PASS_THROUGH,
+    PUSH_RECOMPUTE,
     REF,
     RESET,
     SNAP,
@@ -229,6 +230,25 @@ class ModuleTracker:
         else:
             parents[name] = c - 1
 
+    def push_recomputed(self, info):
+        """A module's forward runs in backward (activation checkpointing recomputes it): active
+        again, whether or not its backward made it active already; each such push has its own
+        POP (pop_recomputed), so its ops are named after it while it runs."""
+        parents = self.here().parents
+        parents[info.name] = parents.get(info.name, 0) + 1
+        ext((PUSH, info.name_id, PUSH_RECOMPUTE))
+
+    def pop_recomputed(self, info):
+        parents = self.here().parents
+        c = parents.get(info.name)
+        if c is None:
+            return  # the end of backward reset them
+        if c <= 1:
+            del parents[info.name]
+        else:
+            parents[info.name] = c - 1
+        ext((POP, info.name_id))
+
     def engine_callback(self):
         try:
             st = self.here()
@@ -414,7 +434,10 @@ class ModuleTracker:
                 self.enter_inner(w)
             info = mod_info(mod)
             bw = self.gtid() != -1
-            self.add_parent(info, PUSH_FORWARD)
+            if bw:
+                self.push_recomputed(info)
+            else:
+                self.add_parent(info, PUSH_FORWARD)
             leaves = self.flat(inputs)  # once for both uses
             self.mt_pre_fw(mod, info, leaves, bw)
             if not bw:
@@ -447,7 +470,10 @@ class ModuleTracker:
             bw = self.gtid() != -1
             leaves = () if bw else self.flat(output)  # read only outside backward
             self.mt_post_fw(mod, info, leaves, bw)
-            self.remove_parent(info)
+            if bw:
+                self.pop_recomputed(info)
+            else:
+                self.remove_parent(info)
             if not bw:
                 inputs_seen, inputs_hook = info.fw_inputs.pop() if info.fw_inputs else (None, None)
                 tensors = self.grad_tensors(leaves)
@@ -458,7 +484,10 @@ class ModuleTracker:
                         else PUSH_BACKWARD
                     )
                     starts = functools.partial(self.backward_starts, info.wmod, info, how)
-                    on_grads(self, tensors, starts, "any", inputs_hook)
+                    if mod._forward_hooks:
+                        on_output_tensors(self, tensors, starts, inputs_hook)
+                    else:
+                        on_grads(self, tensors, starts, "any", inputs_hook)
         except Exception as e:
             internal_error(e)
 
@@ -484,7 +513,11 @@ def fw_pre_hook(mod, inputs):
 
 def fw_post_hook(mod, inputs, output):
     """The global forward hook (always called, even when the forward raised)."""
-    if _is_compiling() or not state.active:
+    if _is_compiling():
+        return
+    if output is None:
+        tracebacks.mend_raising(mod)
+    if not state.active:
         return
     if tracker.params.lazy_pending and id(mod) in tracker.params.lazy_pending:
         tracker.params.materialized(mod)
@@ -530,10 +563,12 @@ def install(torch):
     if skip_code is not None:
         for f in (fw_pre_hook, fw_post_hook, ModuleTracker.pre_forward, ModuleTracker.post_forward):
             skip_code(f.__code__)
+    tracebacks.bind(torch)  # before any hook is registered
     handles = [
         register_module_forward_pre_hook(fw_pre_hook),
         register_module_forward_hook(fw_post_hook, always_call=True),
     ]
+    tracebacks.agent_hooks(handles)
 
     def undo():
         for h in handles:

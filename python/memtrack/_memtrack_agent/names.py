@@ -4,13 +4,15 @@ announced again when it changes (the collector renames it everywhere).
 Top-level modules and optimizers are named after their class, as ModTracker does, while they
 are the only live one of it. When a second live one appears (a GAN's generator and
 discriminator, both `Sequential`, each with its `Adam`), both are named by the program:
-the variable or attribute that holds each (`gen`, `disc`, a LightningModule's `generator`),
-found in the caller's frames, or else the class name with a suffix in order of first use
-(`Sequential#2`). This runs once per such object, never per op.
+the variable or attribute that holds each (`gen`, `disc`, a LightningModule's `generator`) in
+the outermost of the program's scopes that holds it (where it was made, whichever thread uses
+it), or else the class name with a suffix in order of first use (`Sequential#2`). This runs
+once per such object, never per op.
 """
 
 import os
 import sys
+import types
 import weakref
 
 from . import transport
@@ -42,13 +44,19 @@ def rename(old, new):
 
 
 def _library_dirs():
-    """Folders whose frames are not the program's: this agent, torch, Lightning."""
+    """Folders whose frames are not the program's: this agent, torch, Lightning, and Python's
+    own library (threading's frames hold a thread's target and arguments)."""
+    import sysconfig
+
     dirs = [os.path.dirname(os.path.abspath(__file__))]
     for lib in ("torch", "lightning", "pytorch_lightning", "lightning_fabric"):
         m = sys.modules.get(lib)
         f = getattr(m, "__file__", None)
         if f:
             dirs.append(os.path.dirname(os.path.abspath(f)))
+    stdlib = sysconfig.get_paths().get("stdlib")
+    if stdlib:
+        dirs.append(os.path.abspath(stdlib))
     return tuple(d + os.sep for d in dirs)
 
 
@@ -68,33 +76,64 @@ def _attributes(v):
     return items
 
 
-def program_names(targets, user_frames=4):
-    """{id(obj): name} for the objects in `targets` that the program's innermost frames hold:
-    a local variable (`gen`), else an attribute of one (`self.generator` gives `generator`; a
-    private one, as a wrapper's `_optimizer`, gives the variable's name)."""
+def _program_scopes():
+    """The program's variables where it could have named an object, outermost first: the main
+    script's globals, the main thread's frames, then this thread's (a worker thread's own
+    frames hold what it was given, under its parameters' names). Frames of libraries (this
+    agent, torch, Python's own) are not the program's."""
+    libs = _library_dirs()
+    scopes = []
+    main = sys.modules.get("__main__")
+    if main is not None:
+        scopes.append(vars(main))
+    import threading
+
+    stacks = []
+    main_ident = threading.main_thread().ident
+    if main_ident != threading.get_ident():
+        stacks.append(sys._current_frames().get(main_ident))
+    stacks.append(sys._getframe(1))
+    for f in stacks:
+        frames = []
+        while f is not None:
+            path = f.f_code.co_filename
+            if not (path.startswith(libs) or path.startswith("<")):
+                frames.append(f)
+            f = f.f_back
+        for f in reversed(frames):
+            try:
+                scopes.append(f.f_locals)
+            except Exception:
+                pass
+    return scopes
+
+
+def program_names(targets):
+    """{id(obj): name} for the objects in `targets` that the program holds: the name it gave
+    each where it was made, the outermost of its scopes (a model passed to a function keeps
+    its caller's name, whichever thread calls it): a variable (`gen`), else an attribute of one
+    (`self.generator` gives `generator`; a private one, as a wrapper's `_optimizer`, gives the
+    variable's name)."""
     found = {}
     want = {id(t): t for t in targets}
-    libs = _library_dirs()
-    f = sys._getframe(1)
-    seen = 0
-    while f is not None and seen < user_frames and len(found) < len(want):
-        path = f.f_code.co_filename
-        if not (path.startswith(libs) or path.startswith("<")):
-            seen += 1
-            try:
-                local = list(f.f_locals.items())
-            except Exception:
-                local = []
-            for k, v in local:
-                i = id(v)
-                if i in want and i not in found and k != "self" and want[i] is v:
-                    found[i] = k
-            for k, v in local:
-                for a, w in _attributes(v):
-                    i = id(w)
-                    if i in want and i not in found and want[i] is w and isinstance(a, str):
-                        found[i] = k if a.startswith("_") and k != "self" else a
-        f = f.f_back
+    for scope in _program_scopes():
+        if len(found) == len(want):
+            break
+        try:
+            local = list(scope.items())
+        except Exception:
+            continue
+        for k, v in local:
+            i = id(v)
+            if i in want and i not in found and k != "self" and want[i] is v:
+                found[i] = k
+        for k, v in local:
+            if isinstance(v, types.ModuleType):
+                continue
+            for a, w in _attributes(v):
+                i = id(w)
+                if i in want and i not in found and want[i] is w and isinstance(a, str):
+                    found[i] = k if a.startswith("_") and k != "self" else a
     return found
 
 

@@ -7,8 +7,9 @@ The cache is $MEMTRACK_OBSERVER_CACHE, else ~/.cache/memtrack/observer. Ranks of
 starting together build once (a lock file); a build that fails is remembered (its log beside
 it), so later processes fall back at once instead of compiling again.
 
-Whoever may change the library runs code in the program, so folders made here are 0700
-whatever the umask, and a library is loaded only from a path that no other user may change:
+Whoever may change the library runs code in the program, so folders made here are 0700 and
+files 0600 (the library 0700) whatever the umask (_repair mends a cache an older memtrack left
+open), and a library is loaded only from a path that no other user may change:
 each folder from the root down and the file itself belong to this user or root and are
 writable by nobody else (a sticky folder such as /tmp excepted, as ssh's StrictModes has it).
 """
@@ -66,6 +67,10 @@ def load(torch):
         folder = os.path.join(cache_folder(), _key(torch, source))
         so = os.path.join(folder, NAME + ".so")
         failed = os.path.join(folder, "failed.log")
+        try:
+            _repair(cache_folder())
+        except OSError:
+            pass  # another process repairs it now, or cannot: _unsafe says below
         if not os.path.exists(so):
             if os.path.exists(failed):
                 return None, f"its build failed before (see {failed})"
@@ -104,6 +109,46 @@ def _private_makedirs(folder):
     os.chmod(folder, 0o700)
 
 
+def _repair(cache):
+    """A cache of this user's with files open to others (an earlier memtrack built them under
+    umask 000: the library 0777, the lock 0666) is made private again, where that is safe: in a
+    build folder that is this user's, 0700 and on a safe path, no other user could open the
+    files whatever their modes, so they are made 0700 / 0600; in one others could reach, they
+    may have been changed, so they are removed (the library is built again)."""
+    import stat
+
+    try:
+        folders = [os.path.join(cache, k) for k in os.listdir(cache)]
+    except OSError:
+        return
+    me = os.geteuid()
+    for folder in folders:
+        s = os.lstat(folder)
+        if not stat.S_ISDIR(s.st_mode) or s.st_uid != me:
+            continue
+        private = None
+        for f in os.listdir(folder):
+            f = os.path.join(folder, f)
+            fs = os.lstat(f)
+            if not stat.S_ISREG(fs.st_mode) or fs.st_uid != me or not fs.st_mode & 0o077:
+                continue
+            if private is None:
+                private = stat.S_IMODE(s.st_mode) & 0o077 == 0 and _unsafe(folder) is None
+            if private:
+                os.chmod(f, 0o700 if f.endswith(".so") else 0o600)
+            else:
+                os.unlink(f)
+        if stat.S_IMODE(s.st_mode) & 0o077 and _unsafe(cache) is None:
+            os.chmod(folder, 0o700)
+
+
+def _private_file(path):
+    """Open `path` for writing, created 0600 whatever the umask, never through a link."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "w")
+
+
 def _unsafe(path):
     """Why `path` may have been changed by another user, or None: every folder above it, on
     its way as written and as links resolve, is checked."""
@@ -134,7 +179,7 @@ def _build(torch, folder, so, failed):
     """Compile under a lock (one build for every process waiting on it); None or why not."""
     import fcntl
 
-    with open(os.path.join(folder, "lock"), "w") as lock:
+    with _private_file(os.path.join(folder, "lock")) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.path.exists(so):
             return None  # another process built it while this one waited
@@ -159,13 +204,15 @@ def _build(torch, folder, so, failed):
                 f" {seconds:.0f} s\n"
             )
         if code != 0:
-            with open(failed, "w") as f:
+            with _private_file(failed) as f:
+                f.truncate()
                 f.write(log)
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
             return f"its build failed (see {failed})"
+        os.chmod(tmp, 0o700)  # the linker's file is 0777 less the umask
         os.replace(tmp, so)
         return None
 

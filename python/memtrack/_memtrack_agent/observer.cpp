@@ -84,6 +84,11 @@ std::atomic<int> paused{0};
 struct Ctx;
 thread_local Ctx* top = nullptr;      // the innermost call this thread is in (not null: nested)
 thread_local bool in_python = false;  // the agent's body is running on this thread
+// The callback was added on this thread (install, attach). It also reaches threads that
+// torch's own code starts with the caller's thread-local state (c10d gloo's workers, whose
+// copies, divisions and buffers a dispatch mode, MemTracker's or the python observer's, never
+// sees): their ops are left out, but those of a backward (autograd's device threads).
+thread_local bool own_thread = false;
 // fn.name() points into the op's schema (stable while the op is registered): a per-thread
 // cache from it to the op, so the common lookup takes no lock
 thread_local std::unordered_map<const char*, OpInfo>* by_ptr = nullptr;
@@ -302,6 +307,7 @@ bool made_by_autocast(Ctx* parent) {
 
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (in_python || paused.load(std::memory_order_relaxed) > 0) return nullptr;
+  if (!own_thread && torch::autograd::get_current_graph_task_id() == -1) return nullptr;
   Ctx* parent = top;
   if ((parent && !made_by_autocast(parent)) ||
       c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Python)) {
@@ -452,6 +458,7 @@ PyObject* install(PyObject*, PyObject* const* args, Py_ssize_t n) {
     cb.needsOutputs(true);
     cb.scopes({at::RecordScope::FUNCTION});
     handle = at::addThreadLocalCallback(cb);
+    own_thread = true;
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
@@ -470,6 +477,7 @@ PyObject* attach(PyObject*, PyObject*) {
     cb.needsOutputs(true);
     cb.scopes({at::RecordScope::FUNCTION});
     attached = at::addThreadLocalCallback(cb);
+    own_thread = true;
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;

@@ -77,7 +77,10 @@ def _unusual(t):
             continue
         try:
             st = x.untyped_storage()
-            st.data_ptr()  # a wrapper subclass's storage is a placeholder: it holds nothing
+            # a wrapper subclass's storage is a placeholder: it holds nothing, and reading its
+            # pointer raises; a fake tensor's is a meta storage, whose pointer torch warns about
+            if st.device.type != "meta":
+                st.data_ptr()
         except Exception:
             if x.is_nested:
                 with _no_dispatch():

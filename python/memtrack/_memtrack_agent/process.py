@@ -5,9 +5,9 @@ goodbye (`finish`), a forked child switching the agent off.
 import os
 import sys
 
-from . import compiled, cuda, cycles, ops, state, transport
+from . import compiled, cuda, cycles, ops, state, tracebacks, transport
 from .importhook import after_import
-from .protocol import MSG_BYE, MSG_EXCEPTION, MSG_SIGNAL
+from .protocol import MSG_BYE, MSG_EXCEPTION, MSG_SIGNAL, MSG_TERMINATED
 from .transport import message, time_mark
 
 _finished = [False]
@@ -21,6 +21,7 @@ def install():
     atexit.register(at_exit)
     chain_excepthook()
     install_sigterm()
+    watch_children_ended()
 
 
 def after_fork_in_child():
@@ -58,6 +59,8 @@ def chain_excepthook():
     prev = sys.excepthook
 
     def hook(tp, value, tb):
+        if value is not None and value.__traceback__ is tb:
+            tb = tracebacks.mend(value)
         _send_exception(tp, value, tb)
         prev(tp, value, tb)
 
@@ -97,6 +100,33 @@ def _raised_at(tb):
             at = (name, tb.tb_lineno)
         tb = tb.tb_next
     return at
+
+
+def watch_children_ended():
+    """Say when this process ends a child of its (multiprocessing's terminate() or kill(), as a
+    DataLoader shuts down a worker slow to leave): the collector has no other way to know how
+    that process ended, since a DataLoader worker's own SIGTERM handler leaves at once,
+    without a word."""
+    import functools
+    import signal
+    from multiprocessing.process import BaseProcess
+
+    for name, sig in (("terminate", signal.SIGTERM), ("kill", signal.SIGKILL)):
+        orig = getattr(BaseProcess, name, None)
+        if orig is None:
+            continue
+
+        @functools.wraps(orig)
+        def ends(self, _orig=orig, _sig=int(sig)):
+            try:
+                if state.active and self.pid is not None:
+                    message({"t": MSG_TERMINATED, "pid": self.pid, "signal": _sig})
+            except Exception:
+                pass
+            return _orig(self)
+
+        setattr(BaseProcess, name, ends)
+        state.undo.append(functools.partial(setattr, BaseProcess, name, orig))
 
 
 def install_sigterm():

@@ -2,7 +2,7 @@
 
 The collector's copy is src/record/protocol.rs; its tests read this file and fail when the two
 differ (a name on one side only, or another value). Keep one `NAME = value` per line. The
-format itself is documented in docs/record.md ("Wire format").
+format itself is documented in docs/architecture.md ("Wire format").
 """
 
 # ---- record codes (int64 stream); an op is any value >= 0: (func id << 2) | mutable << 1 | bw
@@ -31,6 +31,7 @@ THREAD = -20  # n: the records after it are thread n's (0: the main thread; `thr
 PUSH_FORWARD = 0  # its forward pre-hook
 PUSH_BACKWARD = 1  # a backward hook: the gradient of its output arrived
 PUSH_PASS_THROUGH = 2  # the same, for a module whose outputs are its inputs: it runs no node
+PUSH_RECOMPUTE = 3  # its forward runs in backward: recomputed (activation checkpointing)
 
 # ---- why a tensor was noted (NOTE's `why`): how its memory was measured, if at all
 WHY_SPARSE = 0  # a sparse layout: sized by the storages of its indices and values
@@ -82,6 +83,7 @@ MSG_CUDA_UNAVAILABLE = "cuda_unavailable"
 MSG_TORCH_UNSUPPORTED = "torch_unsupported"
 MSG_THREAD = "thread"
 MSG_THREADS_BEFORE = "threads_before"
+MSG_TERMINATED = "terminated"  # pid signal: this process ended a child of its (terminate, kill)
 # `memtrack estimate` (fake_values.py, fake_files.py): a value read, a data-dependent op sized
 # by its upper bound, a file not written, the program stopped on a read repeated too often
 MSG_ESTIMATE_READ = "read"

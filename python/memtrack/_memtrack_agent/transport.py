@@ -41,7 +41,9 @@ _spool_state = {
     "name": None,
     "segment": 0,
     "dir": None,
-    "dirfd": None,  # the folder, opened once and checked
+    "dirfd": None,  # the folder, opened once (or handed by the collector) and checked
+    "handed": None,  # the folder's descriptor the collector sent on connecting
+    "checked": False,  # whether dirfd was checked to be this user's alone
     "fd": None,  # the current segment's file, for reserving more of it
     "slots": 0,  # the current segment's size in slots
     "mm": [],
@@ -63,10 +65,39 @@ def connect():
 
 
 def open_socket():
-    """Connect this process to the collector; False where there is no collector to reach."""
+    """Connect this process to the collector; False where there is no collector to reach.
+    The collector hands each process the journal folder as it connects (receive_journal)."""
     global sock
     sock = connect()
+    if sock is not None:
+        _spool_state["handed"] = receive_journal(sock)
     return sock is not None
+
+
+def receive_journal(s):
+    """The journal folder's descriptor the collector sends on connecting (SCM_RIGHTS, with one
+    byte): the spool is written through it, never through the folder's path, which another
+    user could rename in a shared folder. None where none came."""
+    import array
+    import socket
+
+    fds = array.array("i")
+    try:
+        s.settimeout(10)
+        _, anc, _, _ = s.recvmsg(1, socket.CMSG_SPACE(fds.itemsize), socket.MSG_CMSG_CLOEXEC)
+    except (OSError, AttributeError):
+        return None
+    finally:
+        try:
+            s.settimeout(None)
+        except OSError:
+            pass
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    for extra in fds[1:]:
+        os.close(extra)
+    return fds[0] if fds else None
 
 
 def send_frame(kind, payload):
@@ -108,13 +139,26 @@ def open_spool(folder):
     st["dir"] = folder
     st["pid"] = pid
     st["name"] = f"spool-{pid}"
-    st["dirfd"] = None  # an exec'd image's descriptors are gone (close-on-exec)
+    # an exec'd image's descriptors are gone (close-on-exec): it was handed the folder anew
+    st["dirfd"], st["handed"] = st.get("handed"), None
+    st["checked"] = False
     st["fd"] = None
     if folder is not None:
         image = 0
-        while os.path.lexists(os.path.join(folder, f"{st['name']}-0000.bin")):
+        while _spool_exists(f"{st['name']}-0000.bin"):
             image += 1
             st["name"] = f"spool-{pid}.{image}"
+
+
+def _spool_exists(name):
+    st = _spool_state
+    try:
+        if st["dirfd"] is not None:
+            os.stat(name, dir_fd=st["dirfd"], follow_symlinks=False)
+            return True
+        return os.path.lexists(os.path.join(st["dir"], name))
+    except OSError:
+        return False
 
 
 def forget_spool():
@@ -148,12 +192,20 @@ def close_spool():
 def _private_folder(folder):
     """The spool folder, opened without following a link, refused unless it is this user's
     and nobody else may write into it (`memtrack record` makes it 0700)."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _check_private(fd, folder)
+    except OSError:
+        os.close(fd)
+        raise
+    _spool_state["checked"] = True
+    return fd
+
+
+def _check_private(fd, folder):
     s = os.fstat(fd)
     if s.st_uid != os.geteuid() or s.st_mode & 0o022:
-        os.close(fd)
         raise PermissionError(errno.EACCES, "not a folder of this user's alone", folder)
-    return fd
 
 
 def _reserve(fd, start, end):
@@ -222,6 +274,9 @@ def _open_segment(need):
     try:
         if st["dirfd"] is None:
             st["dirfd"] = _private_folder(st["dir"])
+        elif not st["checked"]:
+            _check_private(st["dirfd"], st["dir"])
+            st["checked"] = True
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
         fd = os.open(name, flags, 0o600, dir_fd=st["dirfd"])
         try:

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::model::{DeviceBytes, ModState, ModuleSnapshot, ThreadInfo};
-use crate::record::protocol::{PUSH_BACKWARD, PUSH_FORWARD, PUSH_PASS_THROUGH};
+use crate::record::protocol::{PUSH_BACKWARD, PUSH_FORWARD, PUSH_PASS_THROUGH, PUSH_RECOMPUTE};
 
 // ---- bytes by category (`bytes.rs`) ----
 
@@ -72,6 +72,8 @@ pub(super) struct Op {
 pub(super) enum Phase {
     Forward,
     Backward,
+    /// A forward run again in backward (activation checkpointing).
+    Recompute,
     Step,
 }
 
@@ -83,6 +85,8 @@ pub(super) enum Pushed {
     /// In backward, by a module whose outputs are its inputs: it runs no autograd node, so
     /// no op is named after it (it stays active for MemTracker's peaks).
     PassThrough,
+    /// Its forward, run in backward to recompute what activation checkpointing did not keep.
+    Recompute,
 }
 
 impl Pushed {
@@ -90,6 +94,7 @@ impl Pushed {
         match code {
             PUSH_BACKWARD => Pushed::Backward,
             PUSH_PASS_THROUGH => Pushed::PassThrough,
+            PUSH_RECOMPUTE => Pushed::Recompute,
             _ => Pushed::Forward,
         }
     }
@@ -100,6 +105,7 @@ impl Phase {
         match self {
             Phase::Forward => "forward",
             Phase::Backward => "backward",
+            Phase::Recompute => "recompute",
             Phase::Step => "step",
         }
     }

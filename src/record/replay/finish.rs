@@ -171,6 +171,7 @@ impl Replay {
             time_marks: std::mem::take(&mut self.time_marks),
             damage: self.damage.take(),
             image: 0,
+            terminated: std::mem::take(&mut self.terminated),
             device_log,
         }
     }

@@ -8,8 +8,8 @@ use crate::model::{Cycle, CycleEdge, CycleNode, CycleTensor};
 use crate::record::protocol::{
     MSG_AGENT_ERROR, MSG_BYE, MSG_CUDA_UNAVAILABLE, MSG_CYCLES, MSG_DEVICE, MSG_ESTIMATE_RANK,
     MSG_ESTIMATE_STOPPED, MSG_EXCEPTION, MSG_HELLO, MSG_NAME, MSG_NO_TORCH, MSG_OOM, MSG_OP,
-    MSG_SIGNAL, MSG_SNAPSHOT, MSG_THREAD, MSG_THREADS_BEFORE, MSG_TORCH_NOT_IMPORTED,
-    MSG_TORCH_UNSUPPORTED,
+    MSG_SIGNAL, MSG_SNAPSHOT, MSG_TERMINATED, MSG_THREAD, MSG_THREADS_BEFORE,
+    MSG_TORCH_NOT_IMPORTED, MSG_TORCH_UNSUPPORTED,
 };
 
 use super::state::{Note, Replay};
@@ -101,6 +101,11 @@ impl Replay {
                 self.ended = Some("exception".into());
             }
             MSG_SIGNAL => self.ended = Some("signal".into()),
+            MSG_TERMINATED => {
+                if let (Some(pid), Some(sig)) = (m["pid"].as_i64(), m["signal"].as_i64()) {
+                    self.terminated.push((pid, sig));
+                }
+            }
             MSG_OOM => {
                 self.oom = true;
                 self.oom_op_index.get_or_insert(self.op_count() as i64);

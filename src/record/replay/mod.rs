@@ -1,4 +1,4 @@
-//! The agent's stream (docs/record.md, "Wire format") → one recorded process's stats.
+//! The agent's stream (docs/architecture.md, "Wire format") → one recorded process's stats.
 //!
 //! The agent sends facts: ops (func id, backward flag, and on CUDA the allocator's counters),
 //! storages appearing, changing category or size and dying, module hook events. Everything
@@ -56,6 +56,8 @@ pub struct Session {
     pub damage: Option<String>,
     /// Which image of its process this was: 0, then 1, 2, … for what it `exec`ed into.
     pub image: u32,
+    /// (pid, signal) of each child this process ended (multiprocessing's `terminate()`).
+    pub terminated: Vec<(i64, i64)>,
     /// An estimated run's device allocations, for the device model (`record::DeviceModel`).
     pub device_log: Option<DeviceLog>,
 }

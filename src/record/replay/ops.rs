@@ -14,10 +14,10 @@ impl Replay {
             .rev()
             .find(|(_, how)| *how != Pushed::PassThrough)
         {
-            if how == Pushed::Backward {
-                (self.innermost_in_backward(name), Phase::Backward)
-            } else {
-                (name, Phase::Forward)
+            match how {
+                Pushed::Backward => (self.innermost_in_backward(name), Phase::Backward),
+                Pushed::Recompute => (name, Phase::Recompute),
+                _ => (name, Phase::Forward),
             }
         } else {
             (NO_NAME, if bw { Phase::Backward } else { Phase::Forward })

@@ -1,4 +1,4 @@
-//! The record stream (`i64` records, docs/record.md "Wire format") decoded into the replay's
+//! The record stream (`i64` records, docs/architecture.md "Wire format") decoded into the replay's
 //! steps.
 
 use serde_json::Value as Json;

@@ -77,7 +77,14 @@ impl Replay {
             }
         }
         let mut ops: Vec<RetainedOp> = ops.into_iter().map(|(o, _)| o).collect();
-        ops.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.op.cmp(&b.op)));
+        // what is retained once (a new optimizer's state) is meant to persist: what recurs is
+        // kept first, where the list is cut
+        ops.sort_by(|a, b| {
+            (b.iterations > 1)
+                .cmp(&(a.iterations > 1))
+                .then(b.bytes.cmp(&a.bytes))
+                .then_with(|| a.op.cmp(&b.op))
+        });
         ops.truncate(MAX_OPS);
         Retained {
             iterations: self.retained.checked,

@@ -59,6 +59,8 @@ pub(super) struct Replay {
     pub(super) oom_op_index: Option<i64>,
     pub(super) ended: Option<String>,
     pub(super) said_bye: bool,
+    /// (pid, signal) of the children this process ended.
+    pub(super) terminated: Vec<(i64, i64)>,
     pub(super) memory_stats: BTreeMap<String, i64>,
     pub(super) snapshot_paths: Vec<String>,
     pub(super) agent_errors: Vec<String>,
