@@ -51,8 +51,8 @@ pub fn run(a: ViewArgs) -> Result<()> {
                 ));
             }
             // an estimate's verdict is the estimate's own (fits, where it runs out)
-            let verdict =
-                crate::analysis::estimate_verdict::verdict(&stats).and_then(|v| serde_json::to_value(v).ok());
+            let verdict = crate::analysis::estimate_verdict::verdict(&stats)
+                .and_then(|v| serde_json::to_value(v).ok());
             Content::Stats { stats, verdict }
         }
         formats::Input::Snapshot(snap) => {
