@@ -6,11 +6,12 @@ on the same programs: a Llama-style model in bf16 with AdamW, FSDP2 over the wor
         [--cases 8b:8,70b:64:ac] [--no-memtracker]
 
 For each case (SIZE:WORLD[:ac]) it prints, for rank 0:
-- estimate: its peak allocated and reserved, its model states after the step (parameters,
-  gradients and AdamW's two states, from the file's module tables), and how long it took
-  (wall and CPU time) and the most memory it used (the estimate and the program together);
-- arithmetic: the model states by the sharding arithmetic: 4 x 2 bytes x the rank's local
-  (padded) parameters (bf16 parameters, gradients and two AdamW states);
+- estimate: its peak allocated and reserved, its parameters and gradients after backward (the
+  root module's Post-Backward, from the file's module tables), how long it took (wall and CPU
+  time) and the most memory it used (the estimate and the program together);
+- arithmetic: the same by the sharding arithmetic: 2 x 2 bytes x the rank's local parameters
+  (bf16 parameters and gradients; Llama's dimensions divide by these worlds, so FSDP2 adds no
+  padding);
 - FSDPMemTracker: its peak, under FakeTensorMode and a fake process group on the "cpu" device
   (as torchtitan estimates; on "cuda" it needs a GPU), and its time; the ratio estimate /
   FSDPMemTracker.
@@ -76,8 +77,10 @@ def main():
             text = r.stdout
             program = json.loads(text.splitlines()[0])
             verdict = json.loads(text[text.index("\n{") + 1:])["verdict"]
-            exp = json.loads(subprocess.run([MEMTRACK, "export", verdict and out.replace(
-                ".pkl", ".rank0.pkl")], capture_output=True, text=True).stdout)
+            rank0 = out.replace(".pkl", ".rank0.pkl")
+            exp = json.loads(
+                subprocess.run([MEMTRACK, "export", rank0], capture_output=True, text=True).stdout
+            )
         params, grads, _ = states(exp)
         arithmetic = 2 * 2 * program["local"]  # bf16 parameters and gradients
         line = (f"{case:<12} {verdict['peak_allocated_bytes'] / gib:>11.2f} GiB "

@@ -617,14 +617,22 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         (t, 1.0)
     };
     match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v * scale < 1e9 => {
+        Ok(v) if v > 0.0 && v * scale < MAX_DURATION_S => {
             Ok(std::time::Duration::from_secs_f64(v * scale))
         }
+        // 1e99, inf: a number, only too large to wait for
+        Ok(v) if v > 0.0 => Err(format!(
+            "{s:?}: longer than memtrack can wait (under 10^9 s, about 31 years)"
+        )),
         _ => Err(format!(
             "{s:?}: expected a time above zero such as 30s, 500ms, 2m or 1h"
         )),
     }
 }
+
+/// The longest `--duration` or `--start-timeout`, in seconds: a `Duration` holds far more,
+/// but a deadline that far off overflows the clock's `Instant`.
+const MAX_DURATION_S: f64 = 1e9;
 
 #[derive(Args, Debug)]
 #[command(
@@ -792,9 +800,11 @@ pub struct EstimateArgs {
     /// or `all`
     #[arg(long, default_value = "0", value_name = "LIST")]
     pub ranks: String,
-    /// Ranks on each node (LOCAL_WORLD_SIZE) with --world-size
-    #[arg(long, default_value_t = 8, value_name = "N")]
-    pub gpus_per_node: u32,
+    /// Devices on each node: with --world-size, the ranks a node (LOCAL_WORLD_SIZE; 8 if not
+    /// given); without, what torch.cuda.device_count() answers (1 if not given), for a
+    /// program that starts a process per device itself (mp.spawn)
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
     /// What NCCL's buffers may take of the device for each process group that communicates
     /// (not the allocator's memory, not measured: docs/estimate.md)
     #[arg(long, default_value = "1GiB", value_name = "SIZE")]

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An input file that cannot be read or is not what memtrack reads.
-    #[error("{}: {message}", path.display())]
+    #[error("{}: {message}", crate::quote::path(path))]
     Input { path: PathBuf, message: String },
     /// Writing an output failed.
-    #[error("{}: cannot write: {source}", path.display())]
+    #[error("{}: cannot write: {source}", crate::quote::path(path))]
     Output {
         path: PathBuf,
         source: std::io::Error,

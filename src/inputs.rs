@@ -35,6 +35,9 @@ pub struct Input {
     /// The first bytes (up to `HEAD`).
     head: Arc<Vec<u8>>,
     pub looks: Looks,
+    /// A pipe or a socket (`<(cat snap.pickle)`, `/dev/stdin` of `cat … |`): read once, it
+    /// cannot be named again to another command.
+    pub piped: bool,
 }
 
 #[derive(Clone)]
@@ -86,6 +89,7 @@ fn open_new(path: &Path) -> Result<Input, String> {
         handle,
         head: Arc::new(head),
         looks,
+        piped: kind.is_fifo() || kind.is_socket(),
     };
     if kind.is_dir() {
         return Ok(input(Handle::Folder, Vec::new(), Looks::Folder));
@@ -96,10 +100,7 @@ fn open_new(path: &Path) -> Result<Input, String> {
         } else {
             "a block device (a disk)"
         };
-        return Err(format!(
-            "is {what}, not a file or a pipe; {}",
-            crate::formats::READS
-        ));
+        return Err(format!("is {what}, not a file or a pipe; {}", kind::READS));
     }
     if kind.is_file() && meta.len() > 0 {
         let file = Arc::new(file);
@@ -193,7 +194,7 @@ impl Input {
         let mut aside = tempfile::tempfile().map_err(|e| {
             format!(
                 "cannot put the pipe's bytes aside in a temporary file ({}): {e}; set TMPDIR to a directory with room, or name a file",
-                std::env::temp_dir().display()
+                crate::quote::path(&std::env::temp_dir())
             )
         })?;
         // what is not a pickle of protocol 2 or later is read only so far
@@ -209,7 +210,7 @@ impl Input {
                 "a stream that does not start as a pickle memtrack reads (first byte 0x{:02x}, where a pickle of protocol 2 or later has 0x80) and runs past {} MiB: memtrack stopped reading it; {}",
                 self.head[0],
                 MAX_UNTYPED_STREAM >> 20,
-                crate::formats::READS
+                kind::READS
             ));
         }
         let aside = Arc::new(aside);

@@ -18,6 +18,7 @@ pub mod model;
 pub mod output;
 pub mod pickle;
 pub mod progress;
+pub mod quote;
 pub mod record;
 pub mod render;
 pub mod view;

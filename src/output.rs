@@ -38,7 +38,7 @@ pub fn write_atomically_with(
                 io::ErrorKind::AlreadyExists,
                 format!(
                     "it is the input {} (the same file{}): memtrack does not write over what it reads; name another output",
-                    input.display(),
+                    crate::quote::path(&input),
                     if path.as_path() == input.as_path() { "" } else { ", through a link or another name" }
                 ),
             ));

@@ -503,3 +503,155 @@ fn the_cuda_snapshot_options_on_a_cpu_process_say_there_is_no_allocator() {
     let j = export(&dir.path().join("att.pkl"));
     assert!(j["ops"].as_array().unwrap().len() > 10);
 }
+
+/// A call that lands inside the program's `import torch` (torch partly made: "no torch" or
+/// an AttributeError of a partially initialized module before) waits for the import to end,
+/// within --start-timeout, and records from there.
+#[test]
+fn an_attach_inside_import_torch_starts_once_the_import_is_done() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let child = Command::new(&py)
+        .arg(script("attach_during_import.py"))
+        .arg(&ready)
+        .arg("6")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(std::slice::from_ref(&ready), "the import never began");
+    // (the first steps after the import are slow: a window of 3 s holds later ones)
+    let (code, err) = attach(dir.path(), child.id(), &["--duration", "3s"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("torch is being imported; attach goes on when it is done")
+            && err.contains("recording process"),
+        "{err}"
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let j = export(&dir.path().join("att.pkl"));
+    let ops = j["ops"].as_array().unwrap();
+    assert!(ops.len() > 20, "{} ops", ops.len());
+    assert!(ops
+        .iter()
+        .any(|o| o["name"].as_str().unwrap().contains("backward")));
+}
+
+/// A stopped process runs no Python code to start the recording: said at once (before, the
+/// start timed out as if busy), the process left as it was. A `--duration` past any wait
+/// (1e99) is said to be one, not "expected a time above zero".
+#[test]
+fn a_stopped_process_and_a_duration_past_any_wait_are_refused_plainly() {
+    let o = memtrack()
+        .args(["attach", "1", "--duration", "1e99"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(exit_code(o.status), 2, "{err}");
+    assert!(
+        err.contains("\"1e99\": longer than memtrack can wait"),
+        "{err}"
+    );
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = start_sleeper(&py, dir.path(), "");
+    let pid = sleeper.id().to_string();
+    let signal = |sig: &str| {
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    signal("-STOP");
+    // (the kernel stops it at its next return to user space)
+    let state = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let since = Instant::now();
+    while !state()
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .trim_start()
+        .starts_with('T')
+    {
+        assert!(since.elapsed() < Duration::from_secs(10), "never stopped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (code, err) = attach(dir.path(), sleeper.id(), &["--duration", "1s"]);
+    signal("-CONT");
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("process {pid} (python")) && err.contains("is stopped"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("kill -CONT {pid}")), "{err}");
+    let out = sleeper.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+}
+
+/// The private folder of an attach that was killed (SIGKILL: no chance to remove it) stayed
+/// in TMPDIR for good; the next attach of the same user removes it.
+#[test]
+fn the_folder_a_killed_attach_left_goes_at_the_next_attach() {
+    use std::io::BufRead;
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let folders = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("memtrack-attach-"))
+            .collect();
+        names.sort();
+        names
+    };
+    let (c, _) = start_loop(&py, dir.path(), 600, 0);
+    let mut first = memtrack()
+        .current_dir(dir.path())
+        .env("TMPDIR", &tmp)
+        .args(["attach", &c.id().to_string(), "-o", "first.pkl"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufReader::new(first.stderr.take().unwrap()).lines();
+    let (said, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = said.send(line);
+        }
+    });
+    loop {
+        let line = heard
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the first attach never started recording");
+        if line.contains("recording process") {
+            break;
+        }
+    }
+    let left = folders();
+    assert_eq!(left.len(), 1, "{left:?}");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(folders(), left, "SIGKILL leaves the folder");
+    let o = memtrack()
+        .current_dir(dir.path())
+        .env("TMPDIR", &tmp)
+        .args(["attach", &c.id().to_string(), "-o", "second.pkl"])
+        .args(["--duration", "1s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(exit_code(o.status), 0, "{err}");
+    assert_eq!(folders(), Vec::<String>::new(), "{err}");
+    assert!(c.wait_with_output().unwrap().status.success());
+}

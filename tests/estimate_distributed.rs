@@ -190,6 +190,78 @@ fn ddp_is_the_single_gpu_estimate_plus_its_buckets() {
     assert_eq!(extra, round512(grads));
 }
 
+/// A program that starts its ranks itself (mp.spawn, one a device as `--gpus-per-node`
+/// says, rank and world named in `init_process_group`) under an `estimate` without a world:
+/// each worker is that rank of that world, in its own file, with DDP's figures of the
+/// torchrun run.
+#[test]
+fn spawned_workers_are_the_ranks_they_name() {
+    let Some(py) = python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (code, torchrun, _) = estimate(dir.path(), &py, &[], "ddp");
+    assert_eq!(code, 0, "{torchrun}");
+    let o = memtrack()
+        .current_dir(dir.path())
+        .args(["estimate", "--format", "json", "--gpus-per-node", "2"])
+        .args(["-o", "spawn.pkl", "--"])
+        .arg(&py)
+        .args([script("estimate_distributed.py").as_str(), "spawn"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(exit_code(o.status), 0, "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("done").count(), 2, "{stdout}");
+    let start = stdout.rfind("\n{\n").unwrap() + 1;
+    let j: Value = serde_json::from_str(&stdout[start..]).unwrap();
+    let ranks = files(&j);
+    assert_eq!(ranks.iter().map(|r| r.0).collect::<Vec<_>>(), [0, 1], "{j}");
+    let peak = |j: &Value| j["verdict"]["peak_allocated_bytes"].as_u64().unwrap();
+    for r in j["ranks"].as_array().unwrap() {
+        assert_eq!(r["verdict"]["world_size"], 2, "{r}");
+        assert_eq!(peak(r), peak(&torchrun), "{r}");
+        assert_eq!(r["verdict"]["nccl_bytes"], 1u64 << 30, "{r}");
+    }
+    for (rank, file) in ranks {
+        let file = dir.path().join(file);
+        assert_eq!(
+            export(&file)["memtrack"]["rank"],
+            rank,
+            "{}",
+            file.display()
+        );
+    }
+
+    // a worker that raises: the run did not finish, and that rank's verdict says where
+    let o = memtrack()
+        .current_dir(dir.path())
+        .args(["estimate", "--format", "json", "--gpus-per-node", "2"])
+        .args(["-o", "fail.pkl", "--"])
+        .arg(&py)
+        .args([script("estimate_distributed.py").as_str(), "spawnfail"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(exit_code(o.status), 5, "{stdout}");
+    let start = stdout.rfind("\n{\n").map_or(0, |i| i + 1);
+    let j: Value = serde_json::from_str(&stdout[start..]).unwrap();
+    let failed = j["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["verdict"]["rank"] == 1)
+        .unwrap_or_else(|| panic!("{j}"));
+    let ending = &failed["verdict"]["ending"];
+    assert_eq!(ending["exception"], "ValueError", "{ending}");
+    let text = std::fs::read_to_string(script("estimate_distributed.py")).unwrap();
+    let line = text
+        .lines()
+        .position(|l| l.contains("rank 1 fails"))
+        .unwrap()
+        + 1;
+    assert_eq!(ending["line"], line as u64, "{ending}");
+}
+
 #[test]
 fn a_two_dimensional_mesh_shards_by_both_and_a_bad_mesh_is_named_with_its_line() {
     let Some(py) = python() else { return };

@@ -131,7 +131,6 @@ fn generate_ends_at_max_new_tokens_and_hugging_face_checkpointing_lowers_the_pea
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let started = std::time::Instant::now();
     let e = estimate(dir.path(), &py, &[], &["estimate_hf.py", "generate"]);
     // four prompt tokens and five new ones: the length limit is known (the stopping criteria
     // are built from host values), the end-of-sequence test is not
@@ -141,7 +140,6 @@ fn generate_ends_at_max_new_tokens_and_hugging_face_checkpointing_lowers_the_pea
         e.program,
         e.stderr
     );
-    assert!(started.elapsed().as_secs() < 120);
     assert_eq!(e.v()["fits"], true);
     assert_eq!(e.v()["finished"], true);
     // whether a sequence ended early is a value the estimate does not have: said, with its line
@@ -327,6 +325,8 @@ fn the_devices_questions_get_the_allocator_models_answers() {
     assert_eq!(peaks[1], v["peak_reserved_bytes"].as_u64().unwrap());
     assert_eq!(peaks[1], 258 * mib);
     assert_eq!(v["peak_allocated_bytes"].as_u64().unwrap(), 256 * mib);
+    // a device tensor's `.device` is the device: the weight and the bias, on it
+    assert_eq!(line("moved to y.device"), vec![4 * mib + 4096]);
     // print(loss) prints as CUDA's tensor would, and is a value read
     assert!(
         e.program.contains("tensor(0., device='cuda:0')"),

@@ -128,3 +128,29 @@ fn an_endless_stream_of_nothing_memtrack_reads_is_read_only_so_far() {
     let written = writer.join().unwrap();
     assert!(written < 80 << 20, "read {written} bytes");
 }
+
+/// A snapshot read through a pipe suggested `memtrack simulate 63` (the descriptor's name
+/// under `<(…)`) or `memtrack simulate stdin`: a pipe is read once, so the suggestion says
+/// so instead of naming it.
+#[test]
+fn a_suggestion_to_replay_a_piped_snapshot_says_it_came_through_a_pipe() {
+    let file = fixture("snapshots/synthetic_no_stacks.pickle");
+    let text = common::stdout(&["summary", file.to_str().unwrap()]);
+    assert!(
+        text.contains("Try: memtrack simulate synthetic_no_stacks.pickle --set"),
+        "{text}"
+    );
+    let o = memtrack()
+        .args(["summary", "/dev/stdin"])
+        .write_stdin(std::fs::read(&file).unwrap())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(o.status.success());
+    assert!(
+        text.contains("Try: memtrack simulate SNAPSHOT --set")
+            && text.contains("the snapshot came through a pipe, which is read once"),
+        "{text}"
+    );
+    assert!(!text.contains("simulate stdin"), "{text}");
+}

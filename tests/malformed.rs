@@ -334,3 +334,147 @@ fn sizes_that_fit_in_64_bits_are_not_called_wider() {
     );
     memtrack().args(["summary"]).arg(&p).assert().success();
 }
+
+/// `segments` drew a character per 20 MiB of every segment: one segment stated as 2^52 bytes
+/// (a file of 300 bytes) took 24.7 s and 2.5 GB, and 2^56 or 2^62 aborted on a 27 GB
+/// allocation. A segment past 320 GiB is drawn in at most 16,384 characters, a coarser page.
+#[test]
+fn a_segment_stated_past_any_device_is_drawn_in_a_bounded_map() {
+    let dir = tempfile::tempdir().unwrap();
+    for shift in [52u32, 56, 62] {
+        let le = (1u64 << shift).to_le_bytes();
+        let p = write_temp(
+            dir.path(),
+            &format!("2_{shift}.pickle"),
+            &snapshot_with_size(&le),
+        );
+        let path = p.to_str().unwrap();
+        let text = common::stdout(&["segments", path]);
+        assert!(text.len() < 100_000, "2^{shift}: {} bytes", text.len());
+        assert!(text.contains("segment 0's map: 1 char = "), "{text}");
+        let j = common::json_out(&["segments", path, "--format", "json"]);
+        let row = &j["segments"][0];
+        let page = row["map_page_size"].as_u64().unwrap();
+        assert_eq!(page % (20 << 20), 0);
+        let chars = row["map"].as_str().unwrap().len() as u64;
+        assert!(chars <= 16_384 && chars * page >= 1 << shift, "{row}");
+        let csv = common::stdout(&["segments", path, "--format", "csv"]);
+        assert!(csv.lines().next().unwrap().ends_with(",map,map_page_size"));
+        assert!(csv.lines().nth(1).unwrap().ends_with(&format!(",{page}")));
+        let svg = dir.path().join(format!("2_{shift}.svg"));
+        memtrack()
+            .args(["segments", path, "-o"])
+            .arg(&svg)
+            .assert()
+            .success();
+        assert!(std::fs::metadata(&svg).unwrap().len() < 100_000);
+    }
+    // a real segment keeps the map of `_memory_viz`: 20 MiB a character, no page of its own
+    let j = common::json_out(&[
+        "segments",
+        fixture("snapshots/cs336_medium_512_training.pickle")
+            .to_str()
+            .unwrap(),
+        "--format",
+        "json",
+    ]);
+    let rows = j["segments"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r.get("map_page_size").is_none()));
+}
+
+/// MemoryTracker stats whose MiB figures no allocator reports: printed as a 300-digit GiB
+/// figure, `inf GiB` or `9007199254740992.00 GiB`, a NaN skipped and a negative accepted
+/// before. Refused by both readers (the stream reader leaves them to the generic one),
+/// naming the series, the op and the figure.
+#[test]
+fn stats_figures_no_allocator_reports_are_refused_naming_the_op() {
+    use memtrack::formats::{tracker, tracker_stream};
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(fixture("tracker/synthetic_2000_ops.pkl")).unwrap();
+    let good = tracker_stream::read(&bytes, &mut ()).unwrap();
+    let op = good.names.get(7).to_string();
+    let mib = 1024.0 * 1024.0;
+    for (name, value, says) in [
+        ("e300", 1e300 * mib, "1e300 MiB, which no allocator reports"),
+        ("inf", f64::INFINITY, "inf MiB, which no allocator reports"),
+        ("nan", f64::NAN, "NaN, not a number of MiB"),
+        ("negative", -5.0 * mib, "-5 MiB, which no allocator reports"),
+        (
+            "2_63",
+            2f64.powi(63) * mib,
+            "9.223372036854776e18 MiB, which no allocator reports",
+        ),
+    ] {
+        for series in ["memories_allocated", "memories_reserved"] {
+            let mut stats = tracker_stream::read(&bytes, &mut ()).unwrap();
+            match series {
+                "memories_allocated" => stats.allocated[7] = value,
+                _ => stats.reserved[7] = value,
+            }
+            let pickle = tracker::to_pickle_bytes(&stats);
+            assert!(tracker_stream::read(&pickle, &mut ()).is_none(), "{name}");
+            let path = write_temp(dir.path(), &format!("{name}_{series}.pkl"), &pickle);
+            for command in ["summary", "plot", "export", "diff"] {
+                let mut cmd = memtrack();
+                cmd.arg(command).arg(&path);
+                match command {
+                    "plot" => cmd.arg("-o").arg(dir.path().join("p.svg")),
+                    "diff" => cmd.arg(fixture("tracker/synthetic_2000_ops.pkl")),
+                    _ => &mut cmd,
+                };
+                cmd.assert()
+                    .code(2)
+                    .stderr(predicate::str::contains(format!("{name}_{series}.pkl")))
+                    .stderr(predicate::str::contains(format!(
+                        "{series}[7] (op \"{op}\"): {says}"
+                    )))
+                    .stderr(predicate::str::contains("panicked").not());
+            }
+        }
+    }
+    // the largest figure an allocator may report (1 PiB) is read, and -0.0 is 0
+    let mut stats = tracker_stream::read(&bytes, &mut ()).unwrap();
+    stats.allocated[7] = (1u64 << 50) as f64;
+    stats.allocated[8] = -0.0;
+    let path = write_temp(dir.path(), "pib.pkl", &tracker::to_pickle_bytes(&stats));
+    memtrack().arg("summary").arg(&path).assert().success();
+}
+
+/// A file named with a tab, an escape sequence and a newline was echoed raw: the escape
+/// recoloured the terminal and the newline forged a second `memtrack:` line. Names are
+/// quoted as coreutils quotes them, what a terminal acts on as `$'…'` escapes.
+#[test]
+fn names_in_messages_are_quoted_and_escaped() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let name = std::ffi::OsStr::from_bytes(b"bad\t\x1b[31m.pkl\nmemtrack: forged\xff");
+    let path = dir.path().join(name);
+    std::fs::write(&path, b"not a pickle").unwrap();
+    // the folder's name is quoted with it: `'/tmp/.tmpXXXX/bad'$'\t…`
+    let shown = r"/bad'$'\t\033''[31m.pkl'$'\n''memtrack: forged'$'\377'";
+    let out = memtrack().arg("summary").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains(shown), "{err}");
+    assert!(!err.contains('\x1b') && err.lines().count() == 1, "{err:?}");
+    // the output's name too, and a plain name stays as it is
+    let out = memtrack()
+        .arg("summary")
+        .arg(fixture("tracker/synthetic_2000_ops.pkl"))
+        .arg("-o")
+        .arg(dir.path().join(name).join("x.txt"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(&format!("{shown}'/x.txt': cannot write")),
+        "{err}"
+    );
+    assert!(!err.contains('\x1b') && err.lines().count() == 1, "{err:?}");
+    let out = memtrack()
+        .args(["summary", "/nonexistent/run.pkl"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.starts_with("memtrack: /nonexistent/run.pkl: "), "{err}");
+}

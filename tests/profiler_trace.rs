@@ -347,12 +347,20 @@ fn hostile_traces_are_refused_with_what_was_wrong() {
     long_name.extend_from_slice(br#"", "ts": 1, "dur": 1}]"#);
     let mut many = br#"{"traceEvents": ["#.to_vec();
     for _ in 0..(2 << 20) {
-        many.extend_from_slice(br#"{"name":"[memory]","args":{"Bytes":8}},"#);
+        many.extend_from_slice(br#"{"name":"[memory]","ts":1,"args":{"Bytes":8}},"#);
     }
-    many.extend_from_slice(br#"{"name":"[memory]"}]}"#);
+    many.extend_from_slice(br#"{"name":"[memory]","ts":1}]}"#);
     let memory = |args: &str| {
         format!(r#"{{"traceEvents": [{{"name": "[memory]", "ts": 1, "args": {{{args}}}}}]}}"#)
             .into_bytes()
+    };
+    // `ts` as it stands in the event's members (empty: none), before a valid `Bytes`
+    let timed = |ts: &str| {
+        format!(r#"{{"traceEvents": [{{"name": "[memory]", {ts}"args": {{"Bytes": 8}}}}]}}"#)
+            .into_bytes()
+    };
+    let range = |times: &str| {
+        format!(r#"[{{"ph": "X", "cat": "cpu_op", "name": "aten::mm", {times}}}]"#).into_bytes()
     };
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("name.json", long_name, "trace event 0 has more than 4 MiB"),
@@ -376,6 +384,40 @@ fn hostile_traces_are_refused_with_what_was_wrong() {
             "text.json",
             memory(r#""Bytes": "8 GB""#),
             "`Bytes` is `8 GB`, not a number of bytes",
+        ),
+        // a time read as 0 before: the event would have been placed at the trace's start
+        (
+            "ts_inf.json",
+            timed(r#""ts": 1e400, "#),
+            "trace event 0 (at byte 17) is a memory event memtrack cannot place in time: its `ts` is 1e400 microseconds, which no clock gives",
+        ),
+        (
+            "ts_minus_inf.json",
+            timed(r#""ts": -1e400, "#),
+            "its `ts` is -1e400 microseconds, which no clock gives",
+        ),
+        (
+            "ts_text.json",
+            timed(r#""ts": "abc", "#),
+            "its `ts` is `abc`, not a time in microseconds",
+        ),
+        ("ts_null.json", timed(r#""ts": null, "#), "it has no `ts`"),
+        // white space alone, gzip-compressed (called a gzip'd pickle before)
+        (
+            "white.json.gz",
+            gzip(b"  \n\n   "),
+            "gzip-compressed, and inflated the JSON is nothing but 7 bytes of white space",
+        ),
+        ("ts_missing.json", timed(""), "it has no `ts`"),
+        (
+            "range_ts.json",
+            range(r#""ts": 1e400, "dur": 1"#),
+            "is a `cpu_op` range memtrack cannot place in time: its `ts` is 1e400",
+        ),
+        (
+            "range_dur.json",
+            range(r#""ts": 1, "dur": "x""#),
+            "its `dur` is `x`, not a time in microseconds",
         ),
     ];
     for (name, bytes, says) in cases {

@@ -747,12 +747,17 @@ fn the_host_must_name_the_server_and_connections_are_kept_alive() {
         format!("evil.example:{port}"),
         format!("127.0.0.1:{}", port.parse::<u16>().unwrap() + 1),
         "127.0.0.1".into(),
+        // the port with a sign or a leading zero (taken by `u16::from_str` before)
+        format!("127.0.0.1:+{port}"),
+        format!("127.0.0.1:0{port}"),
     ] {
         let (status, answer) = ask(Some(&host));
         assert_eq!(status, 403, "{host}");
         assert!(answer.contains("the Host header must name"), "{answer}");
     }
     assert_eq!(ask(None).0, 400, "HTTP/1.1 without Host");
+    // an empty one (200 before)
+    assert_eq!(ask(Some("")).0, 400, "HTTP/1.1 with an empty Host");
     for host in [
         format!("127.0.0.1:{port}"),
         format!("localhost:{port}"),

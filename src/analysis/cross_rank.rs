@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use super::summary::{argmax, Peak};
+use super::iterations::argmax;
+use super::summary::Peak;
 use crate::model::{Series, TrackerStats};
 
 /// Several files of one job (`run.rank*.pkl`) side by side.

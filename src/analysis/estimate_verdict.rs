@@ -116,16 +116,7 @@ fn ending(stats: &TrackerStats) -> Option<Ending> {
     }
     let exit = r.exit.as_ref()?;
     if let Some(text) = &exit.exception {
-        // the traceback's last line: "Type: message"
-        let last = text
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
-        let (exception, message) = match last.split_once(": ") {
-            Some((t, m)) => (t.trim().to_string(), m.trim().to_string()),
-            None => (last.trim().to_string(), String::new()),
-        };
+        let (exception, message) = raised(text);
         return Some(Ending::Exception {
             exception,
             message,
@@ -145,6 +136,47 @@ fn ending(stats: &TrackerStats) -> Option<Ending> {
             Some("signal") => Some(Ending::Signal { signal: 15 }),
             _ => Some(Ending::Vanished),
         },
+    }
+}
+
+/// The exception and the first line of its message from a Python traceback. Read forwards:
+/// a traceback block (its header, then its frames: `  File …` and indented source lines) ends
+/// at `Type: message`, whose message may go on over more lines, even holding another
+/// traceback (mp.spawn's ProcessRaisedException holds the worker's); a chained exception's
+/// block follows a separator line. The last block's exception is the one that ended it.
+fn raised(traceback: &str) -> (String, String) {
+    const HEADER: &str = "Traceback (most recent call last):";
+    const CHAINED: [&str; 2] = [
+        "During handling of the above exception, another exception occurred:",
+        "The above exception was the direct cause of the following exception:",
+    ];
+    let mut lines = traceback.lines().peekable();
+    let mut last = "";
+    let mut expecting = true; // at the start, or after a chain's separator
+    while let Some(line) = lines.next() {
+        if CHAINED.contains(&line) {
+            expecting = true;
+        } else if expecting && line == HEADER {
+            expecting = false;
+            while lines
+                .peek()
+                .is_some_and(|l| l.starts_with(' ') || l.is_empty())
+            {
+                lines.next();
+            }
+            last = lines.next().unwrap_or("");
+        }
+    }
+    if last.is_empty() {
+        // no traceback (an exception raised without frames): its line alone
+        last = traceback
+            .lines()
+            .rfind(|l| !l.starts_with(' ') && !l.is_empty())
+            .unwrap_or("");
+    }
+    match last.split_once(": ") {
+        Some((t, m)) => (t.trim().to_string(), m.trim().to_string()),
+        None => (last.trim().trim_end_matches(':').to_string(), String::new()),
     }
 }
 
@@ -234,4 +266,30 @@ pub fn facts(stats: &TrackerStats) -> EstimateFacts {
         .as_ref()
         .and_then(|r| r.estimate.clone())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::raised;
+
+    #[test]
+    fn the_exception_is_the_line_after_the_last_frame() {
+        let t = "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n    raise ValueError(f\"got {a}\\n{b}\")\n    ^^^\nValueError: got [4, 9]\nand more\n";
+        assert_eq!(raised(t), ("ValueError".into(), "got [4, 9]".into()));
+        let chained = format!("{t}\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"y.py\", line 1, in f\n    g()\nKeyError: 'k'\n");
+        assert_eq!(raised(&chained), ("KeyError".into(), "'k'".into()));
+        // a message that holds another traceback (mp.spawn's) is the outer exception's
+        let spawned = "Traceback (most recent call last):\n  File \"p.py\", line 16, in <module>\n    mp.spawn(w, nprocs=2)\ntorch.multiprocessing.spawn.ProcessRaisedException: \n\n-- Process 1 terminated with the following error:\nTraceback (most recent call last):\n  File \"p.py\", line 12, in w\n    raise ValueError(\"x\")\nValueError: x\n";
+        assert_eq!(
+            raised(spawned),
+            (
+                "torch.multiprocessing.spawn.ProcessRaisedException".into(),
+                String::new()
+            )
+        );
+        assert_eq!(
+            raised("KeyboardInterrupt\n"),
+            ("KeyboardInterrupt".into(), String::new())
+        );
+    }
 }

@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::model::{ModState, Retained, TrackerStats, CATEGORIES};
 
 use super::iteration_kinds::growth_scope;
-use super::summary::Iteration;
+use super::iterations::Iteration;
 
 /// Iterations left out at the start before growth is measured.
 pub const WARMUP_ITERATIONS: usize = 1;

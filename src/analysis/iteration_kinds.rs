@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::analysis::modules::natural_cmp;
 use crate::model::{ModState, ModuleStats, RecordInfo, TrackerStats, CATEGORIES};
 
-use super::summary::{argmax, Iteration, Phase};
+use super::iterations::{argmax, Iteration, Phase};
 
 /// An iteration with a backward or an optimizer step.
 pub const TRAINING_STEP: &str = "training step";

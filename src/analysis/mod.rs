@@ -15,6 +15,7 @@ pub mod estimate_verdict;
 pub mod groups;
 pub mod growth;
 pub mod iteration_kinds;
+pub mod iterations;
 pub mod leaks;
 pub mod memviz;
 pub mod modules;

@@ -10,6 +10,12 @@ use crate::model::snapshot::{BlockState, Snapshot};
 /// One character of the map stands for this many bytes of a segment (20 MiB, as `_memory_viz`).
 pub const PAGE_SIZE: u64 = 20 << 20;
 
+/// A segment's map has at most this many characters: 320 GiB at [`PAGE_SIZE`], more than any
+/// device holds. A larger segment (only a damaged or hand-made file has one) is drawn with
+/// a coarser page, a whole number of [`PAGE_SIZE`]s, so the output is bounded by the file's
+/// segment count, never by a size it states (a 2^62-byte segment is 2^38 pages).
+pub const MAX_MAP_CHARS: u64 = 16_384;
+
 /// The per-segment map of `_memory_viz stats`: every segment with its blocks' totals.
 #[derive(Debug, Serialize)]
 pub struct SegmentMap {
@@ -115,6 +121,10 @@ pub struct SegmentRow {
     /// filled by one block, `0-9` partly filled by several (9 = 90%), `*` full with several,
     /// space free.
     pub map: String,
+    /// Bytes one character of `map` stands for, where it is more than the map's `page_size`:
+    /// a segment over 320 GiB is drawn in at most [`MAX_MAP_CHARS`] characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub map_page_size: Option<u64>,
 }
 
 fn pct(internal: u64, external: u64) -> Option<f64> {
@@ -151,25 +161,27 @@ pub fn segment_map(snap: &Snapshot, devices: &[u32]) -> SegmentMap {
         let mut largest_free = 0u64;
         let mut ranges: Vec<(u64, u64)> = Vec::new();
         let mut offset = 0u64;
+        // sums saturate: a hand-made file's sizes (each below 2^63) may add up past 2^64
         for b in seg.blocks(&snap.blocks) {
             if b.state == BlockState::ActiveAllocated {
                 let req = b.requested(&snap.history);
                 ranges.push((offset, req));
-                alloc += req;
-                int += b.size.saturating_sub(req);
+                alloc = alloc.saturating_add(req);
+                int = int.saturating_add(b.size.saturating_sub(req));
             } else {
-                ext += b.size;
+                ext = ext.saturating_add(b.size);
                 if b.state == BlockState::Inactive {
                     largest_free = largest_free.max(b.size);
                 }
             }
-            offset += b.size;
+            offset = offset.saturating_add(b.size);
         }
         totals.segments += 1;
-        totals.reserved_bytes += seg.total_size;
-        totals.allocated_bytes += alloc;
-        totals.free_external_bytes += ext;
-        totals.free_internal_bytes += int;
+        totals.reserved_bytes = totals.reserved_bytes.saturating_add(seg.total_size);
+        totals.allocated_bytes = totals.allocated_bytes.saturating_add(alloc);
+        totals.free_external_bytes = totals.free_external_bytes.saturating_add(ext);
+        totals.free_internal_bytes = totals.free_internal_bytes.saturating_add(int);
+        let page = map_page_size(seg.total_size);
         rows.push(SegmentRow {
             index: i,
             device: seg.device,
@@ -184,10 +196,11 @@ pub fn segment_map(snap: &Snapshot, devices: &[u32]) -> SegmentMap {
             free_internal_bytes: int,
             internal_percent: pct(int, ext),
             largest_free_block_bytes: largest_free,
-            map: page_map(seg.total_size, &ranges),
+            map: page_map(seg.total_size, page, &ranges),
+            map_page_size: (page != PAGE_SIZE).then_some(page),
         });
     }
-    totals.free_bytes = totals.free_external_bytes + totals.free_internal_bytes;
+    totals.free_bytes = (totals.free_external_bytes).saturating_add(totals.free_internal_bytes);
     totals.internal_percent = pct(totals.free_internal_bytes, totals.free_external_bytes);
     let a = &mut totals.allocator;
     for d in
@@ -209,26 +222,34 @@ pub fn segment_map(snap: &Snapshot, devices: &[u32]) -> SegmentMap {
     }
 }
 
-/// `segsum`'s picture: ranges are (offset, requested bytes) of the allocated blocks.
-fn page_map(total: u64, ranges: &[(u64, u64)]) -> String {
+/// The page a segment of `total` bytes is drawn with: [`PAGE_SIZE`], or the fewest whole
+/// [`PAGE_SIZE`]s that draw it in [`MAX_MAP_CHARS`] characters.
+fn map_page_size(total: u64) -> u64 {
+    let pages = total.div_ceil(PAGE_SIZE);
+    pages.div_ceil(MAX_MAP_CHARS).max(1) * PAGE_SIZE
+}
+
+/// `segsum`'s picture, a character per `page` bytes: ranges are (offset, requested bytes) of
+/// the allocated blocks, in offset order.
+fn page_map(total: u64, page: u64, ranges: &[(u64, u64)]) -> String {
     if total == 0 {
         return String::new();
     }
-    let pages = ((total - 1) / PAGE_SIZE + 1) as usize;
+    let pages = total.div_ceil(page) as usize;
     let mut occupied = vec![b' '; pages];
     let mut frac = vec![0.0f64; pages];
     for (i, &(start, size)) in ranges.iter().enumerate() {
-        if size == 0 {
+        if size == 0 || start >= total {
             continue;
         }
-        let finish = start + size;
-        let first = (start / PAGE_SIZE) as usize;
-        let last = ((finish - 1) / PAGE_SIZE + 1) as usize;
+        let finish = start.saturating_add(size).min(total);
+        let first = (start / page) as usize;
+        let last = finish.div_ceil(page) as usize;
         let m = b'a' + (i % 26) as u8;
         for j in first..last.min(pages) {
-            let s = start.max(j as u64 * PAGE_SIZE);
-            let e = finish.min((j as u64 + 1) * PAGE_SIZE);
-            frac[j] += (e - s) as f64 / PAGE_SIZE as f64;
+            let s = start.max(j as u64 * page);
+            let e = finish.min((j as u64 + 1).saturating_mul(page));
+            frac[j] += (e - s) as f64 / page as f64;
             if occupied[j] != b' ' {
                 let k = ((frac[j] * 10.0) as usize).min(10);
                 occupied[j] = b"0123456789*"[k];
@@ -248,9 +269,28 @@ mod tests {
     fn page_map_matches_segsum() {
         let p = PAGE_SIZE;
         // one block filling two pages and a half, then free
-        assert_eq!(page_map(4 * p, &[(0, 2 * p + p / 2)]), "aaa ");
+        assert_eq!(page_map(4 * p, p, &[(0, 2 * p + p / 2)]), "aaa ");
         // two blocks sharing a page: 0.5 + 0.25 → '7'
-        assert_eq!(page_map(p, &[(0, p / 2), (p / 2, p / 4)]), "7");
-        assert_eq!(page_map(p, &[(0, p / 2), (p / 2, p / 2)]), "*");
+        assert_eq!(page_map(p, p, &[(0, p / 2), (p / 2, p / 4)]), "7");
+        assert_eq!(page_map(p, p, &[(0, p / 2), (p / 2, p / 2)]), "*");
+    }
+
+    #[test]
+    fn a_segment_past_320_gib_is_drawn_in_a_bounded_map() {
+        let p = PAGE_SIZE;
+        assert_eq!(map_page_size(MAX_MAP_CHARS * p), p);
+        assert_eq!(map_page_size(MAX_MAP_CHARS * p + 1), 2 * p);
+        for total in [1u64 << 52, 1 << 62, (1 << 63) - 1, u64::MAX] {
+            let page = map_page_size(total);
+            assert_eq!(page % p, 0);
+            let map = page_map(total, page, &[(0, 1 << 20), (1 << 20, total)]);
+            assert_eq!(map.len() as u64, total.div_ceil(page));
+            assert!(map.len() as u64 <= MAX_MAP_CHARS, "{total}: {}", map.len());
+            // the two blocks fill the segment: every page full of one or both
+            assert!(
+                map.bytes().all(|c| c == b'*' || c == b'b'),
+                "{total}: {map}"
+            );
+        }
     }
 }

@@ -60,7 +60,7 @@ pub fn run(a: CyclesArgs) -> Result<()> {
         output::emit(&a.output, &drawing?)?;
         eprintln!(
             "memtrack: wrote {} ({} cycle{})",
-            a.output.display(),
+            crate::quote::path(&a.output),
             items.len(),
             if items.len() == 1 { "" } else { "s" }
         );

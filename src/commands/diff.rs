@@ -148,9 +148,9 @@ pub fn run(a: DiffArgs) -> Result<()> {
         _ => {
             return Err(Error::Usage(format!(
                 "diff compares two files of one kind: {} is {}, {} is {}",
-                a.before.display(),
+                crate::quote::path(&a.before),
                 before_kind,
-                a.after.display(),
+                crate::quote::path(&a.after),
                 after_kind
             )))
         }

@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use crate::analysis::estimate_verdict::{self, Verdict};
+use crate::analysis::estimate_verdict::{self, Ending, Verdict};
 use crate::cli::EstimateArgs;
 use crate::error::{Error, Result};
 use crate::estimate::{gpus, launch, program};
@@ -22,7 +22,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
             "estimate: --max-repeats must be at least 1".into(),
         ));
     }
-    if a.world_size == Some(0) || a.gpus_per_node == 0 {
+    if a.world_size == Some(0) || a.gpus_per_node == Some(0) {
         return Err(Error::Usage(
             "estimate: --world-size and --gpus-per-node must be at least 1".into(),
         ));
@@ -33,7 +33,7 @@ pub fn run(a: EstimateArgs) -> Result<()> {
             a.nccl_allowance
         ))
     })?;
-    let job = launch::job(&a.command, a.world_size, a.gpus_per_node)
+    let job = launch::job(&a.command, a.world_size, a.gpus_per_node.unwrap_or(8))
         .map_err(|e| Error::Usage(format!("estimate: {e}")))?;
     let ranks = launch::ranks(&a.ranks, job.world_size)
         .map_err(|e| Error::Usage(format!("estimate: {e}")))?;
@@ -44,30 +44,47 @@ pub fn run(a: EstimateArgs) -> Result<()> {
         job: &job,
         ranks: &ranks,
         nccl_allowance,
+        devices: a.gpus_per_node.filter(|_| !job.distributed()),
     };
     let runs = program::run(&settings, &a.output)?;
     let mut reports = Vec::new();
     let mut code = 0;
     for run in &runs {
-        // no file written (the program did not start, or never imported torch): record said why
-        let Some(file) = &run.file else {
-            code = worst(code, if run.code == 0 { 2 } else { run.code });
+        // no file written (the program did not start, or never imported torch): record said
+        // why; the program's own exit code is in its message
+        if run.files.is_empty() {
+            code = worst(code, 2);
             continue;
-        };
-        let stats = formats::load_tracker(file)?;
-        let verdict = estimate_verdict::verdict(&stats).ok_or_else(|| {
-            Error::input(
-                file,
-                "not an estimate's file (its backend is not `estimate`)",
-            )
-        })?;
-        code = worst(code, exit_code(&verdict));
-        reports.push((
-            file.clone(),
-            run.code,
-            verdict,
-            estimate_verdict::facts(&stats),
-        ));
+        }
+        let mut verdicts = Vec::new();
+        for file in &run.files {
+            let stats = formats::load_tracker(file)?;
+            let verdict = estimate_verdict::verdict(&stats).ok_or_else(|| {
+                Error::input(
+                    file,
+                    "not an estimate's file (its backend is not `estimate`)",
+                )
+            })?;
+            verdicts.push((file.clone(), verdict, estimate_verdict::facts(&stats)));
+        }
+        // the program's own file, then its own processes' that used the device (mp.spawn's
+        // workers) or raised; its own, where it used none and they did, is a verdict of the
+        // run only if it did not finish
+        let used = |v: &Verdict| v.peak_allocated_bytes > 0;
+        let raised = |v: &Verdict| matches!(v.ending, Some(Ending::Exception { .. }));
+        let others_used = verdicts[1..].iter().any(|(_, v, _)| used(v));
+        for (k, (file, verdict, facts)) in verdicts.into_iter().enumerate() {
+            let shown = if k == 0 {
+                used(&verdict) || !others_used || !verdict.finished
+            } else {
+                used(&verdict) || raised(&verdict)
+            };
+            if !shown {
+                continue;
+            }
+            code = worst(code, exit_code(&verdict));
+            reports.push((file, run.code, verdict, facts));
+        }
     }
     let text = match a.format {
         Format::Json => {

@@ -22,7 +22,7 @@ pub fn run(a: ManArgs) -> Result<()> {
             clap_mangen::Man::new(sub).render(&mut out).map_err(fail)?;
             output::emit(&dir.join(format!("{name}.1")), &out)?;
         }
-        eprintln!("memtrack: wrote man pages into {}", dir.display());
+        eprintln!("memtrack: wrote man pages into {}", crate::quote::path(dir));
         return Ok(());
     }
     output::emit(std::path::Path::new("-"), &page)

@@ -28,7 +28,7 @@ pub fn run(a: PlotArgs) -> Result<()> {
     {
         return Err(Error::Usage(format!(
             "{}: the HTML page (hover, zoom) is drawn for `plot --stacked` of an allocator snapshot; write .svg or .png here",
-            out.display()
+            crate::quote::path(&out)
         )));
     } else {
         picture::kind_of(&out, &[PictureKind::Svg, PictureKind::Png])?
@@ -134,7 +134,7 @@ fn stacked(
             let list: Vec<String> = several.iter().map(|d| d.to_string()).collect();
             return Err(Error::Usage(format!(
                 "{}: --stacked draws one device and this snapshot has trace events on {}: pick one with --device N",
-                a.file.display(),
+                crate::quote::path(&a.file),
                 list.join(", ")
             )));
         }

@@ -79,12 +79,13 @@ pub fn summary(a: SummaryArgs) -> Result<()> {
 
 pub fn top(a: TopArgs) -> Result<()> {
     no_device(a.device)?;
-    if a.folded || a.at.is_some() || a.rules.is_some() || a.group_by != GroupByArg::Site {
-        return Err(Error::Usage(
-            "--folded, --at, --group-by and --rules apply to allocator snapshots; `top` of a torch.profiler trace lists bytes by op, Python function and annotation".into(),
-        ));
-    }
     let file = one(&a.file, "top")?;
+    if a.folded || a.at.is_some() || a.rules.is_some() || a.group_by != GroupByArg::Site {
+        return Err(Error::Usage(format!(
+            "{}: --folded, --at, --group-by and --rules apply to allocator snapshots; `top` of a torch.profiler trace lists bytes by op, Python function and annotation",
+            crate::quote::path(&file)
+        )));
+    }
     let trace = profiler_trace::load(&file)?;
     let ix = Indexed::new(&trace);
     let keep = |mut rows: Vec<_>| {
@@ -120,8 +121,8 @@ pub fn diff(a: DiffArgs) -> Result<()> {
         if !profiler_trace::sniff(p) {
             return Err(Error::Usage(format!(
                 "diff compares two files of one kind: {} is a torch.profiler trace, {} is not",
-                if p == &a.before { &a.after } else { &a.before }.display(),
-                p.display()
+                crate::quote::path(if p == &a.before { &a.after } else { &a.before }),
+                crate::quote::path(p)
             )));
         }
     }
@@ -149,13 +150,14 @@ pub fn diff(a: DiffArgs) -> Result<()> {
 
 pub fn plot(a: PlotArgs, out: PathBuf) -> Result<()> {
     no_device(a.device)?;
+    let file = one(&a.file, "plot")?;
     if a.stacked || a.split || !a.series.is_empty() {
-        return Err(Error::Usage(
-            "--stacked, --split and --series apply to snapshots and stats files; a torch.profiler trace is drawn as allocated and reserved bytes per device".into(),
-        ));
+        return Err(Error::Usage(format!(
+            "{}: --stacked, --split and --series apply to snapshots and stats files; a torch.profiler trace is drawn as allocated and reserved bytes per device",
+            crate::quote::path(&file)
+        )));
     }
     let kind = picture::kind_of(&out, &[PictureKind::Svg, PictureKind::Png])?;
-    let file = one(&a.file, "plot")?;
     let trace = profiler_trace::load(&file)?;
     let ix = Indexed::new(&trace);
     let title = a

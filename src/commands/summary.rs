@@ -91,7 +91,10 @@ pub fn run(a: SummaryArgs) -> Result<()> {
                     add_simulate_suggestions(&mut s, &snap);
                 }
                 s.figures = Some(figures(&s, &file.display().to_string()));
-                render::snapshot_summary::summary(&s, &title, format, units)
+                // what `simulate` is told to replay: the file's name; a pipe is read once
+                let piped = crate::inputs::open(file).is_ok_and(|i| i.piped);
+                let replay = (!piped).then_some(title.as_str());
+                render::snapshot_summary::summary(&s, &title, replay, format, units)
             }
         }
     } else {

@@ -70,8 +70,9 @@ pub fn run(a: ViewArgs) -> Result<()> {
             };
             let stage = crate::progress::Stage::new("indexing");
             let timeline = timelines.take(device).finish(&snap, device);
-            let (index, segments) = crate::view::index::build(&snap, device, timeline, &mut spool)
-                .map_err(super::spool_error("view"))?;
+            let (index, segments) =
+                crate::view::snapshot_index::build(&snap, device, timeline, &mut spool)
+                    .map_err(super::spool_error("view"))?;
             drop(stage);
             Content::Snapshot {
                 snap,
@@ -96,7 +97,7 @@ fn serve(a: &ViewArgs, server: Server, content: Content<'_>) -> Result<()> {
     let _ = std::io::stdout().flush();
     eprintln!(
         "memtrack: serving {} at {url} (Ctrl-C stops)",
-        a.file.display()
+        crate::quote::path(&a.file)
     );
     // held until the server stops: dropping it removes the file
     let _start_file = if a.no_browser {

@@ -74,6 +74,19 @@ impl ModelledDevice {
         self.allocator.num_alloc_retries
     }
 
+    /// What the allocator may use shrinks by `bytes` (NCCL's buffers of a process group that
+    /// began to communicate); a device already past its limit stays unlimited.
+    pub fn take_from_limit(&mut self, bytes: u64) {
+        if let Some(l) = self.allocator.limit.as_mut() {
+            *l = l.saturating_sub(bytes);
+        }
+    }
+
+    /// What the allocator may use now (None: unlimited, past running out).
+    pub fn limit(&self) -> Option<u64> {
+        self.allocator.limit
+    }
+
     pub fn reset_peaks(&mut self) {
         self.peak_allocated_since_reset = self.allocator.allocated;
         self.peak_reserved_since_reset = self.allocator.reserved;

@@ -76,6 +76,7 @@ const WITH_VALUE: &[&str] = &[
 ];
 const FLAGS: &[&str] = &[
     "standalone",
+    "use-env",
     "no-python",
     "module",
     "m",
@@ -99,7 +100,9 @@ fn torchrun_at(command: &[OsString]) -> Option<usize> {
     .then_some(m + 2)
 }
 
-/// The Python that runs torchrun's script: its `#!` line (a console script's interpreter).
+/// The Python that runs torchrun's script: its `#!` line (a console script's interpreter):
+/// `#!/venv/bin/python`, `#!/usr/bin/env python3`, or pip's `#!/bin/sh` then `'''exec'
+/// /long/path/python` for a path too long for a `#!` line.
 fn torchrun_python(torchrun: &OsStr) -> Result<OsString, String> {
     let path: PathBuf = if Path::new(torchrun).components().count() > 1 {
         PathBuf::from(torchrun)
@@ -109,22 +112,31 @@ fn torchrun_python(torchrun: &OsStr) -> Result<OsString, String> {
             .flat_map(std::env::split_paths)
             .map(|d| d.join(torchrun))
             .find(|p| p.is_file())
-            .ok_or_else(|| format!("{}: not found on PATH", torchrun.to_string_lossy()))?
+            .ok_or_else(|| format!("{}: not found on PATH", crate::quote::quote(torchrun)))?
     };
-    let head = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(first);
-    let interpreter = line
-        .strip_prefix("#!")
-        .map(str::trim)
-        .and_then(|l| l.split_whitespace().next())
-        .ok_or_else(|| {
-            format!(
-                "{}: not a Python script with a #! line; run `python -m torch.distributed.run …` instead",
-                path.display()
-            )
-        })?;
-    Ok(OsString::from(interpreter))
+    let head = std::fs::read(&path).map_err(|e| format!("{}: {e}", crate::quote::path(&path)))?;
+    let head = String::from_utf8_lossy(&head[..head.len().min(4096)]).into_owned();
+    let mut lines = head.lines();
+    let words: Vec<&str> = lines
+        .next()
+        .and_then(|l| l.strip_prefix("#!"))
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    let interpreter = match words.as_slice() {
+        [env, python, ..] if env.ends_with("/env") => Some(python.to_string()),
+        [sh] if sh.ends_with("/sh") => lines
+            .find_map(|l| l.strip_prefix("'''exec' "))
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_string),
+        [python, ..] => Some(python.to_string()),
+        [] => None,
+    };
+    interpreter.map(OsString::from).ok_or_else(|| {
+        format!(
+            "{}: not a Python script with a #! line; run `python -m torch.distributed.run …` instead",
+            crate::quote::path(&path)
+        )
+    })
 }
 
 fn count(what: &str, v: &str) -> Result<u32, String> {
@@ -153,7 +165,8 @@ pub fn job(
         });
     };
     let (mut nnodes, mut nproc) = (1, 1);
-    let (mut module, mut no_python) = (false, false);
+    let (mut module, mut no_python, mut use_env) = (false, false, false);
+    let launch = start > 1 && command[start - 1] == "torch.distributed.launch";
     let mut i = start;
     while i < command.len() {
         let a = command[i].to_string_lossy().into_owned();
@@ -173,6 +186,7 @@ pub fn job(
             match canonical.as_str() {
                 "module" | "m" => module = true,
                 "no-python" => no_python = true,
+                "use-env" => use_env = true,
                 _ => {}
             }
             i += 1;
@@ -207,14 +221,20 @@ pub fn job(
     let Some(script) = command.get(i) else {
         return Err("torchrun: no script to run".into());
     };
+    if launch && !use_env {
+        return Err(
+            "python -m torch.distributed.launch without --use-env passes --local-rank to the script: run it with torchrun (or --use-env), whose ranks read LOCAL_RANK"
+                .into(),
+        );
+    }
     let mut rank_command = Vec::new();
     if !no_python {
-        let python = if start == 1 {
-            torchrun_python(&command[0])?
+        if start == 1 {
+            rank_command.push(torchrun_python(&command[0])?);
         } else {
-            command[0].clone()
-        };
-        rank_command.push(python);
+            // the Python and its own options (`python -u -m torch.distributed.run`)
+            rank_command.extend(command[..start - 2].iter().cloned());
+        }
         if module {
             rank_command.push("-m".into());
         }
@@ -339,6 +359,41 @@ mod tests {
     }
 
     #[test]
+    fn the_pythons_own_options_and_a_torchrun_scripts_interpreter_are_kept() {
+        let cmd = [
+            "python",
+            "-u",
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "t.py",
+        ];
+        let j = job(&os(&cmd), None, 8).unwrap();
+        assert_eq!(j.command, os(&["python", "-u", "t.py"]));
+        let dir = tempfile::tempdir().unwrap();
+        for (head, python) in [
+            ("#!/venv/bin/python3.11\n", "/venv/bin/python3.11"),
+            ("#!/usr/bin/env python3\n", "python3"),
+            (
+                "#!/bin/sh\n'''exec' /a/long/venv/bin/python \"$0\" \"$@\"\n' '''\n",
+                "/a/long/venv/bin/python",
+            ),
+        ] {
+            let torchrun = dir.path().join("torchrun");
+            std::fs::write(&torchrun, head).unwrap();
+            let cmd = [torchrun.to_str().unwrap(), "--nproc-per-node", "2", "t.py"];
+            assert_eq!(
+                job(&os(&cmd), None, 8).unwrap().command,
+                os(&[python, "t.py"])
+            );
+        }
+        let cmd = ["python", "-m", "torch.distributed.launch", "t.py"];
+        let e = job(&os(&cmd), None, 8).unwrap_err();
+        assert!(e.contains("--use-env"), "{e}");
+    }
+
+    #[test]
     fn without_torchrun_the_world_is_given() {
         let j = job(&os(&["python", "t.py"]), Some(64), 8).unwrap();
         assert_eq!((j.world_size, j.local_world_size), (64, 8));
@@ -348,33 +403,20 @@ mod tests {
 
     #[test]
     fn bad_worlds_and_ranks_are_named() {
-        let e = job(
-            &os(&[
+        let torchrun = |nproc: &str, world: Option<u32>| {
+            let cmd = [
                 "python",
                 "-m",
                 "torch.distributed.run",
                 "--nproc-per-node",
-                "gpu",
+                nproc,
                 "t.py",
-            ]),
-            None,
-            8,
-        )
-        .unwrap_err();
+            ];
+            job(&os(&cmd), world, 8).unwrap_err()
+        };
+        let e = torchrun("gpu", None);
         assert!(e.contains("--nproc-per-node gpu"), "{e}");
-        let e = job(
-            &os(&[
-                "python",
-                "-m",
-                "torch.distributed.run",
-                "--nproc-per-node",
-                "2",
-                "t.py",
-            ]),
-            Some(4),
-            8,
-        )
-        .unwrap_err();
+        let e = torchrun("2", Some(4));
         assert!(e.contains("make 2 ranks"), "{e}");
         assert_eq!(ranks("0,7", 8).unwrap(), vec![0, 7]);
         assert_eq!(ranks("2-4,0", 8).unwrap(), vec![2, 3, 4, 0]);

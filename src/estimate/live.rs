@@ -7,8 +7,10 @@
 //! - 1, n: n storage events, each a key and a byte count (0: the storage died), two i64s;
 //! - 2, 0: a question, answered with seven u64s: allocated, reserved, peak allocated and
 //!   peak reserved since the last reset, allocation retries, out-of-memory errors, and the
-//!   bytes the allocator may use;
-//! - 3, 0: reset the peaks.
+//!   bytes the allocator may use (its limit now);
+//! - 3, 0: reset the peaks;
+//! - 4, 1: what the allocator may use shrinks by a u64 (NCCL's buffers of a process group
+//!   that began to communicate).
 //!
 //! The events are the ones the file's series are replayed from, in the same order, through
 //! the same model ([`ModelledDevice`]): what the program is told is what the file says.
@@ -39,7 +41,7 @@ pub struct LiveModel {
 impl LiveModel {
     /// Serve a device whose allocator may use `usable` bytes.
     pub fn start(usable: u64) -> std::io::Result<LiveModel> {
-        let dir = crate::record::agent::private_dir()?;
+        let dir = crate::record::agent::private_dir("memtrack-model-")?;
         let path = dir.path().join("model");
         let listener = UnixListener::bind(&path)?;
         listener.set_nonblocking(true)?;
@@ -129,12 +131,17 @@ fn serve(mut stream: UnixStream, usable: u64) -> std::io::Result<()> {
                     d.peak_reserved_since_reset,
                     d.retries(),
                     d.ooms,
-                    usable,
+                    d.limit().unwrap_or(usable),
                 ];
                 let bytes: Vec<u8> = answer.iter().flat_map(|v| v.to_le_bytes()).collect();
                 stream.write_all(&bytes)?;
             }
             3 => d.reset_peaks(),
+            4 if n == 1 => {
+                let mut b = [0u8; 8];
+                stream.read_exact(&mut b)?;
+                d.take_from_limit(u64::from_le_bytes(b));
+            }
             _ => return Ok(()),
         }
     }

@@ -24,14 +24,17 @@ pub struct Settings<'a> {
     /// For a distributed job: what NCCL's buffers are allowed on the device, for each
     /// process group that communicates.
     pub nccl_allowance: u64,
+    /// What `torch.cuda.device_count()` answers in a program of one process (None: 1).
+    pub devices: Option<u32>,
 }
 
-/// One rank's run: the program's exit code (128 + a signal that killed it) and the file
-/// written (None where none was: the program did not start, or never imported torch).
+/// One rank's run: the program's exit code (128 + a signal that killed it) and the files
+/// written, the program's own first (none where the program did not start, or never
+/// imported torch).
 pub struct RankRun {
     pub rank: Option<u32>,
     pub code: i32,
-    pub file: Option<PathBuf>,
+    pub files: Vec<PathBuf>,
 }
 
 /// Run the job as if on the settings' GPU, each rank once, writing the stats files after
@@ -48,11 +51,20 @@ pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
         ),
     );
     std::env::set_var("MEMTRACK_ESTIMATE_MAX_REPEATS", s.max_repeats.to_string());
+    // a group of more than one rank takes it, also one a program starts itself (mp.spawn)
+    std::env::set_var(
+        "MEMTRACK_ESTIMATE_NCCL_ALLOWANCE",
+        s.nccl_allowance.to_string(),
+    );
+    match s.devices {
+        Some(n) => std::env::set_var("MEMTRACK_ESTIMATE_DEVICES", n.to_string()),
+        None => std::env::remove_var("MEMTRACK_ESTIMATE_DEVICES"),
+    }
     if s.job.distributed() {
-        std::env::set_var(
-            "MEMTRACK_ESTIMATE_NCCL_ALLOWANCE",
-            s.nccl_allowance.to_string(),
-        );
+        // the agent's fake process group, not whatever RANK a scheduler's environment has
+        std::env::set_var("MEMTRACK_ESTIMATE_WORLD", s.job.world_size.to_string());
+    } else {
+        std::env::remove_var("MEMTRACK_ESTIMATE_WORLD");
     }
     let mut runs = Vec::with_capacity(s.ranks.len());
     for &rank in s.ranks {
@@ -76,17 +88,14 @@ pub fn run(s: &Settings, output: &Path) -> Result<Vec<RankRun>> {
             command: s.job.command.clone(),
             device_model: Some(&super::ALLOCATOR_MODEL),
         })?;
-        // the program's own file: its rank's (a world of one: the output as given), not a
-        // worker's
-        let own = |p: &PathBuf| {
-            p == output
-                || p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().contains(&format!(".rank{rank}.")))
-        };
+        // the program's own file first (the process started), then the files of processes it
+        // started itself (mp.spawn's workers; DataLoader's workers write none)
+        let mut files = out.written;
+        files.sort_by_key(|p| Some(p) != out.program.as_ref());
         runs.push(RankRun {
             rank: s.job.distributed().then_some(rank),
             code: out.code,
-            file: out.written.iter().find(|p| own(p)).cloned(),
+            files,
         });
     }
     Ok(runs)

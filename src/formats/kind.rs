@@ -4,6 +4,9 @@
 
 use crate::pickle::{Document, Value, View};
 
+/// The kinds of file memtrack reads, as messages about a file it cannot read name them.
+pub const READS: &str = "memtrack reads memtrack record files, MemoryTracker stats (save_stats), allocator snapshots (_dump_snapshot) and torch.profiler traces (.json, .json.gz)";
+
 /// The kinds of file memtrack reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -73,7 +76,17 @@ impl Looks {
 /// `head` is gzip's.
 pub fn of_head(head: &[u8], inflated: impl FnOnce() -> Vec<u8>) -> Looks {
     if crate::formats::profiler_trace::source::is_gzip(head) {
-        return match json_start(&inflated()) {
+        let text = inflated();
+        // nothing but white space so far: only the trace's reader, which reads on, can say
+        // what the whole is (JSON further on, or white space to the end)
+        if text.iter().all(u8::is_ascii_whitespace) {
+            return Looks::Json {
+                gzip: true,
+                trace: true,
+                object: false,
+            };
+        }
+        return match json_start(&text) {
             Some((trace, object)) => Looks::Json {
                 gzip: true,
                 trace,

@@ -40,7 +40,7 @@ impl Input {
     }
 }
 
-pub const READS: &str = "memtrack reads memtrack record files, MemoryTracker stats (save_stats), allocator snapshots (_dump_snapshot) and torch.profiler traces (.json, .json.gz)";
+pub use kind::READS;
 
 fn map(path: &Path) -> Result<MappedFile> {
     let input = crate::inputs::open(path).map_err(|m| Error::input(path, m))?;
@@ -62,10 +62,7 @@ fn parse(path: &Path, file: &MappedFile) -> Result<Document> {
 
 /// Progress for reading `path` (on a terminal, after a second).
 fn bar(path: &Path, file: &MappedFile) -> crate::progress::Bar {
-    let name = path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let name = crate::quote::quote(path.file_name().unwrap_or(path.as_os_str())).into_owned();
     crate::progress::Bar::bytes(file.bytes().len() as u64, format!("reading {name}"))
 }
 

@@ -10,7 +10,7 @@ use std::path::Path;
 use super::record_ext;
 use crate::error::{Error, Result};
 use crate::model::tracker::ExitInfo;
-use crate::model::units::MIB;
+use crate::model::units::{MAX_BYTES, MIB};
 use crate::model::{Marker, OpNames, RecordInfo, Series, TrackerStats};
 use crate::pickle::writer::Writer;
 use crate::pickle::{Dict, Document, Value, View};
@@ -126,10 +126,41 @@ fn series_dict<'d>(doc: &'d Document, root: &Dict<'d>, s: Series) -> Parse<Dict<
 fn entry(doc: &Document, s: Series, k: Value, v: Value) -> Parse<(i64, Value, f64)> {
     if let (Some(key), Some(&[name, mib])) = (doc.as_int(k), doc.as_seq(v)) {
         if let (true, Some(mib)) = (doc.is_str(name), doc.as_f64(mib)) {
+            if !plausible_mib(mib) {
+                let op = doc.as_str(name).unwrap_or_default();
+                return Err(implausible(s, key, op, mib));
+            }
             return Ok((key, name, mib));
         }
     }
     Err(entry_error(doc, s, k, v))
+}
+
+/// Whether a series' MiB figure is one an allocator can report: a number from 0 to
+/// [`MAX_BYTES`] bytes (NaN, infinities and negatives are not). `tracker_stream` leaves a
+/// file with any other to this reader, which names it.
+#[inline]
+pub(super) fn plausible_mib(mib: f64) -> bool {
+    (0.0..=MAX_BYTES as f64 / MIB).contains(&mib)
+}
+
+#[cold]
+fn implausible(s: Series, key: i64, op: &str, mib: f64) -> LayoutError {
+    // 1e300 as 1e300, not 301 digits
+    let shown = if mib.abs() >= 1e15 {
+        format!("{mib:e}")
+    } else {
+        format!("{mib}")
+    };
+    let what = if mib.is_nan() {
+        "NaN, not a number of MiB".to_string()
+    } else {
+        format!("{shown} MiB, which no allocator reports")
+    };
+    LayoutError(format!(
+        "{}[{key}] (op {op:?}): {what} (a damaged or hand-made file?)",
+        s.stats_key()
+    ))
 }
 
 #[cold]

@@ -387,7 +387,7 @@ impl<'a> Stream<'a, '_> {
                 Some((key, name, mib))
             },
             |(key, name, mib)| {
-                if key != d.values.len() as i64 {
+                if key != d.values.len() as i64 || !super::tracker::plausible_mib(mib) {
                     return None;
                 }
                 d.values.push(mib * MIB);

@@ -2,6 +2,7 @@
 
 pub mod cycles;
 pub mod estimate;
+pub mod frames;
 pub mod gpu;
 pub mod modules;
 pub mod profile;
@@ -13,6 +14,7 @@ pub mod units;
 
 pub use cycles::{Cycle, CycleEdge, CycleNode, CycleTensor};
 pub use estimate::EstimateFacts;
+pub use frames::{is_agent_file, is_hooks_inner_frame, path_ends_with, AGENT_PACKAGE};
 pub use modules::{
     DeviceBytes, IterationModules, ModState, ModuleSnapshot, ModuleStats, CATEGORIES,
 };
@@ -21,65 +23,4 @@ pub use tracker::{
     op_module, Attached, CompileInfo, CompiledRegion, DeviceSample, DeviceSeries, ExitInfo, Marker,
     OpNames, RecordInfo, Retained, RetainedOp, Series, ThreadInfo, TrackerStats, Unmeasured,
 };
-pub use units::{format_bytes, Units};
-
-/// The name of `memtrack record`'s Python agent package: written so by `record`, seen so in
-/// the stacks of snapshots taken under it (`.../_memtrack_agent/ops.py`).
-pub const AGENT_PACKAGE: &str = "_memtrack_agent";
-
-/// Whether a frame's file is the agent's: any file of its package, or the single
-/// `_memtrack_agent.py` the agent was before it became a package (older recordings).
-pub fn is_agent_file(filename: &str) -> bool {
-    if filename.ends_with("_memtrack_agent.py") {
-        return true;
-    }
-    let mut parts = filename.rsplit(['/', '\\']);
-    parts.next(); // the file's own name
-    parts.next() == Some(AGENT_PACKAGE)
-}
-
-/// Whether a frame is the `inner` function of torch's `Module._call_impl`: the path a module
-/// call takes where hooks are registered, as `memtrack record`'s global module hooks are (in a
-/// file the agent shows in, left out with its frames).
-pub fn is_hooks_inner_frame(filename: &str, function: &str) -> bool {
-    function == "inner" && path_ends_with(filename, "torch/nn/modules/module.py")
-}
-
-/// Whether `filename`'s last components are those of `tail` (`/`-separated), whichever
-/// separator the file uses.
-pub fn path_ends_with(filename: &str, tail: &str) -> bool {
-    let mut parts = filename.rsplit(['/', '\\']);
-    tail.rsplit('/').all(|part| parts.next() == Some(part))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{is_agent_file, path_ends_with};
-
-    #[test]
-    fn a_path_ends_with_whole_components_on_either_separator() {
-        assert!(path_ends_with(
-            "/venv/site-packages/torch/_ops.py",
-            "torch/_ops.py"
-        ));
-        assert!(path_ends_with(r"C:\venv\torch\_ops.py", "torch/_ops.py"));
-        assert!(path_ends_with("torch/_ops.py", "torch/_ops.py"));
-        assert!(!path_ends_with("/src/mytorch/_ops.py", "torch/_ops.py"));
-        assert!(!path_ends_with("_ops.py", "torch/_ops.py"));
-    }
-
-    #[test]
-    fn agent_files_are_the_package_and_the_old_single_file() {
-        assert!(is_agent_file(
-            "/tmp/memtrack-agent-1/_memtrack_agent/ops.py"
-        ));
-        assert!(is_agent_file(
-            "/tmp/memtrack-agent-1/_memtrack_agent/__init__.py"
-        ));
-        assert!(is_agent_file("/tmp/memtrack-agent-1/_memtrack_agent.py"));
-        assert!(is_agent_file("_memtrack_agent.py"));
-        assert!(!is_agent_file("/home/u/train.py"));
-        assert!(!is_agent_file("/home/u/_memtrack_agent/sub/x.py"));
-        assert!(!is_agent_file("ops.py"));
-    }
-}
+pub use units::{format_bytes, thousands, Units};

@@ -6,6 +6,11 @@ use std::str::FromStr;
 /// Bytes in a MiB, as a float (MemoryTracker's numbers are MiB floats).
 pub const MIB: f64 = 1024.0 * 1024.0;
 
+/// The most bytes one allocator figure of a stats file or a profiler trace may be: 1 PiB,
+/// past any device's memory (an H200 has 141 GB) by far, and within f64's exact integers.
+/// A larger one is refused as no allocator's ("a damaged or hand-made file?").
+pub const MAX_BYTES: u64 = 1 << 50;
+
 /// The unit byte amounts are shown in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Units {
@@ -149,6 +154,19 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
         return Err(SizeError::Unusable(s.into()));
     }
     Ok(bytes.round() as u64)
+}
+
+/// `1,234,567`
+pub fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]

@@ -11,11 +11,15 @@ pub struct PickleError {
     pub cut_short: bool,
 }
 
+/// Containers nested deeper than this are refused: Python's own pickler cannot write them
+/// (it recurses), and every consumer may then walk a document without exhausting its stack.
+pub const MAX_DEPTH: u16 = 1000;
+
 /// A document grown past one of the reader's limits; the reader places it at the opcode's byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LimitError {
     /// Containers nested deeper than Python's pickler can write (`MAX_DEPTH`).
-    #[error("containers nested more than {} deep", super::MAX_DEPTH)]
+    #[error("containers nested more than {MAX_DEPTH} deep")]
     TooDeep,
     /// More values than the document's 32-bit indices hold.
     #[error("more than 4 billion values: the file is too large to read")]

@@ -13,11 +13,11 @@ mod reader;
 mod value;
 pub mod writer;
 
-pub use error::PickleError;
+pub use error::{PickleError, MAX_DEPTH};
 pub use ops::Op;
 pub use reader::{
     parse, parse_opcode_by_opcode, parse_with_divert, parse_with_progress, Divert, Diverted,
-    IntOrRef, Progress, MAX_DEPTH, RECENT_HANDLES,
+    IntOrRef, Progress, RECENT_HANDLES,
 };
 pub use value::{
     big_int_to_f64, big_int_to_u64, Dict, DictIter, Document, Object, ObjectKind, Value, View,

@@ -63,11 +63,11 @@ pub const FILES: [(&str, &str); 38] = [
     agent_file!("warnlocations.py"),
 ];
 
-/// A fresh temporary folder only this user may enter (0700 whatever the umask): what is in
-/// it runs inside the recorded program.
-pub fn private_dir() -> std::io::Result<tempfile::TempDir> {
+/// A fresh temporary folder only this user may enter (0700 whatever the umask), its name
+/// `prefix` and random letters: what is in it runs inside the recorded program.
+pub fn private_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
     let dir = tempfile::Builder::new()
-        .prefix("memtrack-")
+        .prefix(prefix)
         .permissions(Permissions::from_mode(0o700))
         .tempdir()?;
     std::fs::set_permissions(dir.path(), Permissions::from_mode(0o700))?;
@@ -137,7 +137,7 @@ mod tests {
     fn writes_the_package_folder_for_this_user_alone() {
         use std::os::unix::fs::MetadataExt;
         // (under umask 000 too: tests/record_trust.rs, in a process of its own)
-        let tmp = private_dir().unwrap();
+        let tmp = private_dir("memtrack-").unwrap();
         let dir = tmp.path().join("agent");
         write_to(&dir).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;

@@ -10,13 +10,15 @@ use super::replay::{replay, replay_spool, Note, Session};
 use super::sampler::{series_for, Samples};
 use crate::error::Result;
 use crate::formats::tracker;
-use crate::model::{format_bytes, Units};
-use crate::render::thousands;
+use crate::model::{format_bytes, thousands, Units};
 
 pub struct Report {
     /// Processes that recorded something (whether or not their file could be written).
     pub recorded: usize,
     pub written: Vec<PathBuf>,
+    /// The file of the process `record` started (its last image), if it recorded and was
+    /// written; the others are of processes it started in turn.
+    pub program: Option<PathBuf>,
     /// The backend of each file written.
     pub backends: Vec<String>,
     pub notes: Vec<Note>,
@@ -66,7 +68,7 @@ impl Report {
             "nothing recorded: no Python process of `{}` connected. memtrack records Python \
              programs that import torch; the agent comes in through PYTHONPATH and \
              sitecustomize, which `python -E`, `-I` and `-S` switch off",
-            program.to_string_lossy()
+            crate::quote::quote(program)
         )
     }
 }
@@ -77,7 +79,7 @@ pub fn finalize(
     child_pid: u32,
     status: Option<ExitStatus>,
     samples: Option<&Samples>,
-    device_model: Option<&dyn super::DeviceModel>,
+    device_model: Option<&dyn super::replay::DeviceModel>,
 ) -> Result<Report> {
     let contents = journal.contents();
     let mut complete = true;
@@ -89,7 +91,7 @@ pub fn finalize(
         let bytes = match bytes {
             Ok(b) => b,
             Err(e) => {
-                eprintln!("memtrack: {}: {e}", f.display());
+                eprintln!("memtrack: {}: {e}", crate::quote::path(f));
                 complete = false;
                 continue;
             }
@@ -114,7 +116,7 @@ pub fn finalize(
             match b {
                 Ok(b) => bytes.push(b),
                 Err(e) => {
-                    eprintln!("memtrack: {}: {e}", f.display());
+                    eprintln!("memtrack: {}: {e}", crate::quote::path(&f));
                     complete = false;
                 }
             }
@@ -123,7 +125,7 @@ pub fn finalize(
         s.image = spool.image;
         if let Some(d) = &s.damage {
             let first = first.as_deref().unwrap_or(journal.path());
-            eprintln!("memtrack: {}: damaged: {d}", first.display());
+            eprintln!("memtrack: {}: damaged: {d}", crate::quote::path(first));
             complete = false;
         }
         if s.recorded {
@@ -163,11 +165,15 @@ pub fn finalize(
     }
     let paths = output_paths(output, &sessions, child_pid);
     let mut written = Vec::new();
+    let mut program = None;
     let mut backends = Vec::new();
     for (s, p) in sessions.iter().zip(&paths) {
         match tracker::write(&s.stats, p) {
             Ok(()) => {
                 eprintln!("memtrack: wrote {}", describe(p, s, sessions.len() > 1));
+                if s.pid == Some(child_pid as i64) && s.image == last_image[&s.pid] {
+                    program = Some(p.clone());
+                }
                 written.push(p.clone());
                 backends.push(
                     s.stats
@@ -185,6 +191,7 @@ pub fn finalize(
     Ok(Report {
         recorded: sessions.len(),
         written,
+        program,
         backends,
         notes,
         complete,
@@ -206,7 +213,7 @@ fn describe(p: &Path, s: &Session, several: bool) -> String {
     let iterations = r.map_or(0, crate::analysis::threads::iteration_count);
     let mut line = format!(
         "{}: {} ops, {} iteration{}, peak allocated {} ({})",
-        p.display(),
+        crate::quote::path(p),
         thousands(t.op_count()),
         iterations,
         if iterations == 1 { "" } else { "s" },

@@ -75,13 +75,7 @@ impl Observer {
     }
 }
 
-/// What turns an estimated run's device log into its allocated and reserved series (the
-/// estimate's allocator model, `estimate::AllocatorModel`): record itself models no device.
-pub trait DeviceModel: Sync {
-    fn fill(&self, stats: &mut crate::model::TrackerStats, log: &DeviceLog);
-}
-
-pub use replay::{DeviceEvent, DeviceLog};
+pub use replay::{DeviceEvent, DeviceLog, DeviceModel};
 
 pub struct Options {
     pub output: PathBuf,
@@ -117,6 +111,8 @@ fn new_journal(output: &Path) -> Result<Arc<Journal>> {
 pub struct Outcome {
     pub code: i32,
     pub written: Vec<PathBuf>,
+    /// Which of them is the file of the process started (the others: processes it started).
+    pub program: Option<PathBuf>,
 }
 
 /// Run the program, record it, write the stats; the exit code `record` should end with.
@@ -138,7 +134,8 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
         ));
     }
     // the agent and the socket: whoever may change them runs code in the program
-    let tmp = agent::private_dir().map_err(|e| Error::output(&std::env::temp_dir(), e))?;
+    let tmp =
+        agent::private_dir("memtrack-").map_err(|e| Error::output(&std::env::temp_dir(), e))?;
     let agent_dir = tmp.path().join("agent");
     agent::write_to(&agent_dir).map_err(|e| Error::output(&agent_dir, e))?;
     let socket = tmp.path().join("sock");
@@ -174,7 +171,10 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
         Ok(c) => c,
         Err(e) => {
             journal.remove();
-            eprintln!("memtrack: cannot run {}: {e}", Path::new(program).display());
+            eprintln!(
+                "memtrack: cannot run {}: {e}",
+                crate::quote::path(Path::new(program))
+            );
             let code = if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
@@ -183,6 +183,7 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
             return Ok(Outcome {
                 code,
                 written: Vec::new(),
+                program: None,
             });
         }
     };
@@ -251,8 +252,8 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
         if journal.path().is_dir() {
             eprintln!(
                 "memtrack: the recording is kept in {}; `memtrack record --recover {} [-o ELSEWHERE]` writes the stats files from it",
-                journal.path().display(),
-                journal.path().display()
+                crate::quote::path(journal.path()),
+                crate::quote::path(journal.path())
             );
         }
         if report.written.len() < report.recorded && code == 0 {
@@ -274,6 +275,7 @@ pub fn run_for_files(o: &Options) -> Result<Outcome> {
     Ok(Outcome {
         code,
         written: report.written,
+        program: report.program,
     })
 }
 

@@ -67,6 +67,7 @@ pub const MSG_ESTIMATE_BOUND: &str = "bound";
 pub const MSG_ESTIMATE_UNWRITTEN: &str = "unwritten";
 pub const MSG_ESTIMATE_STOPPED: &str = "stopped";
 pub const MSG_ESTIMATE_GROUP: &str = "group";
+pub const MSG_ESTIMATE_RANK: &str = "rank";
 
 /// The agent's pseudo-op sampled after each compiled graph call (its name in files).
 pub const COMPILED_GRAPH: &str = "compiled_graph";

@@ -127,7 +127,7 @@ fn take(stream: UnixStream, shared: &Arc<Shared>) {
                 s.errors
                     .lock()
                     .unwrap()
-                    .push(format!("{}: {e}", path.display()));
+                    .push(format!("{}: {e}", crate::quote::path(&path)));
             }
             s.open.fetch_sub(1, Ordering::SeqCst);
         });

@@ -52,7 +52,7 @@ pub fn ranks_table(reports: &[(PathBuf, i32, Verdict, EstimateFacts)]) -> String
             b(v.peak_allocated_bytes),
             b(v.peak_reserved_bytes),
             verdict,
-            file.display().to_string(),
+            crate::quote::title(file.as_os_str()).into_owned(),
         ]);
     }
     format!("Ranks:\n{}", t.text())
@@ -63,7 +63,8 @@ fn b(x: u64) -> String {
 }
 
 fn at(file: &str, line: u32) -> String {
-    format!("{file}:{line}")
+    // a program's path, as the program's files are named: shown, never acted on
+    format!("{}:{line}", crate::quote::visible(file))
 }
 
 fn place(p: &Place) -> String {
@@ -152,7 +153,7 @@ pub fn text(file: &Path, v: &Verdict, facts: &EstimateFacts) -> String {
     };
     s.push_str(&format!(
         "{}: {what}{rank} for {}, {usable}\n",
-        file.display(),
+        crate::quote::path(file),
         v.device
     ));
     if v.nccl_bytes > 0 {

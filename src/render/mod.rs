@@ -29,6 +29,7 @@ pub mod trace;
 
 use clap::ValueEnum;
 
+pub use crate::model::thousands;
 use crate::model::{format_bytes, Units};
 
 /// How a command prints its data (`--format`). JSON is the stable contract for scripts.
@@ -54,19 +55,6 @@ pub fn xml_escape(s: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-/// `1,234,567`
-pub fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Bytes with a `+` when they grew: `+1.50 MiB`, `-2.00 KiB`, `0 B`.

@@ -49,7 +49,7 @@ pub fn kind_of(path: &Path, allowed: &[PictureKind]) -> Result<PictureKind> {
             let names: Vec<&str> = allowed.iter().map(|k| k.name()).collect();
             Err(Error::Usage(format!(
                 "{}: cannot tell what to draw from the name; this command writes {} (or `-` for SVG on stdout)",
-                path.display(),
+                crate::quote::path(path),
                 names.join(", ")
             )))
         }

@@ -231,7 +231,11 @@ fn draw_panel(
                 });
         }
     }
-    let all_markers: Vec<&VLine> = chart.markers.iter().chain(panel.markers.iter()).collect();
+    // a marker outside the axis is drawn nowhere: a file's marker at op 2^62 of three ops would
+    // map far past any pixel (plotters' coordinates are i32)
+    let all_markers: Vec<&VLine> = (chart.markers.iter().chain(panel.markers.iter()))
+        .filter(|m| (x0..=x1).contains(&m.x))
+        .collect();
     let mut labelled: Vec<String> = Vec::new();
     for m in all_markers.iter().copied() {
         let style = ShapeStyle {

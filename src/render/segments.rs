@@ -2,7 +2,7 @@
 //! orders them, and the totals; as text, Markdown, CSV or JSON. (The picture is
 //! `segments_svg.rs`.)
 
-use crate::analysis::segments::SegmentMap;
+use crate::analysis::segments::{SegmentMap, MAX_MAP_CHARS};
 use crate::model::{format_bytes, Units};
 
 use super::document::Document;
@@ -30,6 +30,7 @@ pub fn segments(m: &SegmentMap, title: &str, format: Format, units: Units) -> St
             "free_internal_bytes",
             "largest_free_block_bytes",
             "map",
+            "map_page_size",
         ])
     } else {
         Table::new(&[
@@ -63,6 +64,7 @@ pub fn segments(m: &SegmentMap, title: &str, format: Format, units: Units) -> St
                 r.free_internal_bytes.to_string(),
                 r.largest_free_block_bytes.to_string(),
                 r.map.clone(),
+                r.map_page_size.unwrap_or(m.page_size).to_string(),
             ]);
         } else {
             t.row(vec![
@@ -145,5 +147,15 @@ pub fn segments(m: &SegmentMap, title: &str, format: Format, units: Units) -> St
         "map: a-z a 20 MiB page filled by one block; 0-9 partly filled by several (9 = 90%); \
              * full with several; space free",
     );
+    for r in &m.segments {
+        if let Some(page) = r.map_page_size {
+            doc.para(&format!(
+                "segment {}'s map: 1 char = {} (a segment over 320 GiB is drawn in at most {} characters)",
+                r.index,
+                format_bytes(page as f64, Units::Auto),
+                thousands(MAX_MAP_CHARS as usize)
+            ));
+        }
+    }
     doc.finish()
 }

@@ -77,7 +77,15 @@ fn short_setting(key: &str, value: String) -> String {
 // ---- summary ----
 
 /// An allocator snapshot's `summary` in `format` (`title`: the file's name).
-pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -> String {
+/// `replay`: the snapshot as `memtrack simulate` is told to read it in a suggestion; None
+/// when it came through a pipe, which cannot be read again.
+pub fn summary(
+    s: &SnapshotSummary,
+    title: &str,
+    replay: Option<&str>,
+    format: Format,
+    units: Units,
+) -> String {
     match format {
         Format::Json => return json(s),
         Format::Csv => {
@@ -426,9 +434,17 @@ pub fn summary(s: &SnapshotSummary, title: &str, format: Format, units: Units) -
             )
         };
         doc.heading(&format!(
-            "Try: memtrack simulate {title} --set {}   (device {}, replayed: {change})",
-            g.settings, g.device
+            "Try: memtrack simulate {} --set {}   (device {}, replayed: {change})",
+            replay.unwrap_or("SNAPSHOT"),
+            g.settings,
+            g.device
         ));
+    }
+    if replay.is_none() && !s.simulate_suggestions.is_empty() {
+        doc.para(
+            "(the snapshot came through a pipe, which is read once: save it to a file, and \
+             simulate that)",
+        );
     }
     doc.finish()
 }

@@ -457,6 +457,9 @@ fn parse_head(bytes: &[u8]) -> Result<Head, Response> {
     if host.is_none() && !http11 {
         // HTTP/1.0 may leave it out (no browser does: rebinding needs a browser)
         host = Some(String::new());
+    } else if http11 && host.as_deref() == Some("") {
+        // HTTP/1.1 sends an empty Host only for a target with no authority, never ours
+        return Err(bad("an empty Host header"));
     }
     Ok(Head {
         request: Request {
@@ -490,8 +493,14 @@ fn host_allowed(host: &str, local: SocketAddr) -> bool {
             None => (host, None),
         },
     };
+    // the port as a browser writes it: digits, no sign, no leading zero (`u16::from_str`
+    // would take `+8123` and `08123`)
     let port_matches = match port {
-        Some(p) => p.parse::<u16>().is_ok_and(|p| p == local.port()),
+        Some(p) => {
+            p.bytes().all(|b| b.is_ascii_digit())
+                && !p.starts_with('0')
+                && p.parse::<u16>().is_ok_and(|p| p == local.port())
+        }
         None => local.port() == 80,
     };
     let ours = local.ip().to_canonical();
@@ -615,6 +624,8 @@ mod tests {
             (b"GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost:\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost:  \r\n\r\n", 400),
             (
                 b"GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
                 400,
@@ -649,6 +660,10 @@ mod tests {
             ("localhost.:8123", v4, false),
             ("[::1]8123", v6, false),
             ("[::1", v6, false),
+            ("127.0.0.1:+8123", v4, false),
+            ("127.0.0.1:08123", v4, false),
+            ("[::1]:+8123", v6, false),
+            ("127.0.0.1: 8123", v4, false),
         ] {
             assert_eq!(host_allowed(host, local), ok, "{host} at {local}");
         }

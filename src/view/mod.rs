@@ -28,3 +28,4 @@ pub mod ranges;
 pub mod segment_index;
 pub mod series;
 pub mod server;
+pub mod snapshot_index;

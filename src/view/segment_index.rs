@@ -1,7 +1,8 @@
 //! The segment timeline: reserved memory by segment over time, one band per segment from the
 //! event that cudaMalloc'd (or mapped) it to the one that freed (or unmapped) it, stacked.
 //!
-//! Built in the same pass over the events as the allocation index ([`super::index::build`])
+//! Built in the same pass over the events as the allocation index
+//! ([`super::snapshot_index::build`])
 //! and tiled by the same code: each segment is an [`Alloc`] of an [`AllocIndex`] whose series
 //! is the reserved bytes after each event, so a tile of it is bounded as the allocation tiles
 //! are (a sample per pixel column, at most `MAX_DRAWN` segments one by one, the rest summed
@@ -243,61 +244,6 @@ impl SegmentPairing {
                 },
             },
             facts,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::analysis::timeline::timeline;
-    use crate::formats::snapshot_fixture as fixture;
-    use crate::view::index::{build, Axis, Tile};
-
-    /// Reserved bytes at each sample: the segments drawn, the bands and what no segment holds.
-    fn parts(t: &Tile, j: usize) -> (i64, i64, i64) {
-        let drawn: i64 = (t.drawn.iter())
-            .filter(|d| (d.j0 as usize..d.j1 as usize).contains(&j))
-            .map(|d| d.size as i64)
-            .sum();
-        let banded: i64 = t.bands.iter().map(|b| b.bytes[j]).sum();
-        (drawn, banded, t.untracked[j])
-    }
-
-    /// Every reserved byte is in a segment the index knows, at every sample: segments made
-    /// and freed in the trace (`empty_cache`), mapped and unmapped in pieces (expandable
-    /// segments), made before it; and the hover's facts are the segment's.
-    #[test]
-    fn every_reserved_byte_is_in_a_segment_at_every_sample() {
-        for (name, device) in [
-            ("cs336_medium_512_training.pickle", 0),
-            ("cs336_ctx256_forward_empty_cache_start.pickle", 0),
-            ("reference_expandable.pickle", 0),
-            ("code_location_expandable_oom_device1.pickle", 1),
-            ("h100_gpt2_train_exit.pickle", 0),
-        ] {
-            let snap = fixture(name);
-            let (index, segments) =
-                build(&snap, device, timeline(&snap, device, true), &mut &snap).unwrap();
-            assert_eq!(segments.index.events(), index.events(), "{name}");
-            assert_eq!(segments.facts.len(), segments.index.allocs.len());
-            let n = index.events() as f64;
-            let t = segments.tile(0.0, n - 1.0, 900, 400, Axis::Event);
-            assert!(!t.tile.samples.total.is_empty(), "{name}");
-            for j in 0..t.tile.samples.total.len() {
-                let (drawn, banded, untracked) = parts(&t.tile, j);
-                assert_eq!(untracked, 0, "{name}: sample {j} has bytes in no segment");
-                assert_eq!(
-                    drawn + banded,
-                    t.tile.samples.total[j],
-                    "{name}: sample {j}"
-                );
-            }
-            // the last sample: the snapshot's own segments, by bytes
-            let end: u64 = snap.segments_on(device).map(|s| s.total_size).sum();
-            assert_eq!(*t.tile.samples.total.last().unwrap() as u64, end, "{name}");
-            for (d, f) in t.tile.drawn.iter().zip(&t.facts) {
-                assert_eq!(segments.facts[d.id as usize].address, f.address);
-            }
         }
     }
 }

@@ -6,6 +6,8 @@
 #   tp2d      a 2-D mesh (data parallel x 4-way tensor parallel): Colwise/Rowwise on each
 #             block, then FSDP2 over the data-parallel dimension
 #   badmesh   a mesh of 3 x 4 ranks in a world of 8
+#   spawn     without torchrun: mp.spawn's workers, one a device, each run "ddp" as the rank it
+#             names in init_process_group; "spawnfail" the same, where rank 1 raises
 # Prints the parameters' local elements and "done".
 import os
 import sys
@@ -42,43 +44,61 @@ def steps(net, opt):
         opt.zero_grad(set_to_none=True)
 
 
-if what != "single":
-    dist.init_process_group("nccl")
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-if what in ("fsdp", "offload"):
-    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+def main(what, local_rank, init):
+    if what != "single":
+        init()
+        torch.cuda.set_device(local_rank)
+    if what in ("fsdp", "offload"):
+        from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
-    kw = {"offload_policy": CPUOffloadPolicy()} if what == "offload" else {}
-    if what == "offload":
-        with torch.device("meta"):
-            net = model()
-    else:
+        kw = {"offload_policy": CPUOffloadPolicy()} if what == "offload" else {}
+        if what == "offload":
+            with torch.device("meta"):
+                net = model()
+        else:
+            net = model().cuda()
+        for blk in net:
+            fully_shard(blk, **kw)
+        fully_shard(net, **kw)
+        if what == "offload":
+            net.to_empty(device="cpu")
+    elif what == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(model().cuda(), device_ids=[local_rank])
+    elif what == "single":
         net = model().cuda()
-    for blk in net:
-        fully_shard(blk, **kw)
-    fully_shard(net, **kw)
-    if what == "offload":
-        net.to_empty(device="cpu")
-elif what == "ddp":
-    from torch.nn.parallel import DistributedDataParallel
+    elif what in ("tp2d", "badmesh"):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    net = DistributedDataParallel(model().cuda(), device_ids=[int(os.environ["LOCAL_RANK"])])
-elif what == "single":
-    net = model().cuda()
-elif what in ("tp2d", "badmesh"):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+        world = dist.get_world_size()
+        shape = (3, 4) if what == "badmesh" else (world // 4, 4)
+        mesh = init_device_mesh("cuda", shape, mesh_dim_names=("dp", "tp"))
+        net = model().cuda()
+        for blk in net:
+            parallelize_module(blk, mesh["tp"], {"up": ColwiseParallel(), "mid": RowwiseParallel()})
+            fully_shard(blk, mesh=mesh["dp"])
+        fully_shard(net, mesh=mesh["dp"])
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    steps(net, opt)
+    local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in net.parameters())
+    print("local parameters", local, "done")
 
-    world = dist.get_world_size()
-    shape = (3, 4) if what == "badmesh" else (world // 4, 4)
-    mesh = init_device_mesh("cuda", shape, mesh_dim_names=("dp", "tp"))
-    net = model().cuda()
-    for blk in net:
-        parallelize_module(blk, mesh["tp"], {"up": ColwiseParallel(), "mid": RowwiseParallel()})
-        fully_shard(blk, mesh=mesh["dp"])
-    fully_shard(net, mesh=mesh["dp"])
-opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
-steps(net, opt)
-local = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in net.parameters())
-print("local parameters", local, "done")
+
+def spawned(rank, world):
+    init = lambda: dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29533", rank=rank,
+                                           world_size=world)
+    init()
+    if what == "spawnfail" and rank == 1:
+        raise ValueError("rank 1 fails")
+    main("ddp", rank, lambda: None)
+
+
+if __name__ == "__main__":
+    if what in ("spawn", "spawnfail"):
+        n = torch.cuda.device_count()  # (the DDP tutorial's form)
+        torch.multiprocessing.spawn(spawned, args=(n,), nprocs=n)
+    else:
+        main(what, int(os.environ.get("LOCAL_RANK", "0")), lambda: dist.init_process_group("nccl"))

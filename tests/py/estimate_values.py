@@ -1,6 +1,7 @@
 # `memtrack estimate`'s program for values a device tensor does not have, and the device's own
 # questions; argv[1] says what it does:
-#   device     torch.cuda's memory questions (mem_get_info, the peaks, a reset), print(loss)
+#   device     torch.cuda's memory questions (mem_get_info, the peaks, a reset), print(loss),
+#              a module made on the CPU moved with .to(y.device)
 #   raise      a linear layer, then an error raised by the program (it does not finish)
 #   select     nonzero, masked_select, boolean-mask indexing, torch.where(cond), unique;
 #              then a convolution
@@ -30,6 +31,10 @@ if what == "device":
     loss = y.sum()  # a small block: the small pool's first 2 MiB segment
     print(loss)
     print("peaks", torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
+    host = torch.nn.Linear(1024, 1024)  # made on the CPU, moved to a device tensor's device
+    before = torch.cuda.memory_allocated()
+    host.to(y.device)
+    print("moved to y.device", torch.cuda.memory_allocated() - before)
 elif what == "raise":
     m = torch.nn.Linear(100, 100).cuda()
     y = m(torch.randn(8, 100, device="cuda"))

@@ -11,7 +11,9 @@ its exit handler and forgets the agent's modules. A program that exits during th
 ends the recording in its exit handler. Nothing here raises into the program.
 
 Each line sent on the socket is one JSON object: {"error": why} (nothing was installed),
-{"started": facts}, then {"stopped": how}; with `--dump`, {"dumped": facts} alone.
+{"started": facts}, then {"stopped": how}; with `--dump`, {"dumped": facts} alone. A call
+that runs while `import torch` is under way first says {"waiting": what} and starts once the
+import is done (within the command's --start-timeout).
 """
 
 import json
@@ -142,6 +144,34 @@ def run(config_path, page):
     except Exception:
         return  # the command gave up waiting and removed its socket: nothing to do
     _conn[0] = conn
+    if _torch_importing():
+        # the call ran inside `import torch` (between two of its bytecodes): start once the
+        # import is done, within the command's start timeout
+        patience = float(config.get("start_timeout") or 10.0)
+        _send({"waiting": "torch is being imported"})
+        call = _OnMainThread(
+            lambda: not _torch_importing(),
+            lambda: _begin(config),
+            lambda: _refuse(
+                f"torch was still being imported {patience:g} s later (--start-timeout)"
+            ),
+            patience=patience,
+        )
+        transport.start_own_thread(call.wait, "memtrack-attach")
+        return
+    _begin(config)
+
+
+def _torch_importing():
+    """Whether `import torch` is under way: the module is in sys.modules, its code running
+    (importlib marks its spec while it does)."""
+    torch = sys.modules.get("torch")
+    spec = getattr(torch, "__spec__", None)
+    return torch is not None and bool(getattr(spec, "_initializing", False))
+
+
+def _begin(config):
+    """Start recording or dump (outside backward), or say why not, on the main thread."""
     why = _refusal(config)
     if why is not None:
         _refuse(why)

@@ -71,24 +71,21 @@ def _copy_to_host(torch, func, args, kwargs):
     a read. None for any other copy."""
     if func is torch.ops.aten.copy_.default:
         dst, src = args[0], args[1]
-        if dst.is_meta or not src.is_meta or fake_memory.uncounted_kind(src) is not None:
+        if dst.is_meta:
             return None
-        v = fake_values.value(src)
-        if v is None:
-            fake_values.note_read("copied to the CPU (inside torch)")
-            v = fake_values.placeholder(src)
-        with torch._C.DisableTorchFunction():
-            return dst.copy_(v)
-    src, device = args[0], kwargs.get("device")
-    if getattr(device, "type", device) != "cpu" or not src.is_meta:
-        return None
-    if fake_memory.uncounted_kind(src) is not None:
+    else:
+        dst, src = None, args[0]
+        if getattr(kwargs.get("device"), "type", kwargs.get("device")) != "cpu":
+            return None
+    if not src.is_meta or fake_memory.uncounted_kind(src) is not None:
         return None
     v = fake_values.value(src)
     if v is None:
         fake_values.note_read("copied to the CPU (inside torch)")
         v = fake_values.placeholder(src)
     with torch._C.DisableTorchFunction():
+        if dst is not None:
+            return dst.copy_(v)
         return v.to(dtype=kwargs.get("dtype") or src.dtype, copy=True)
 
 
@@ -111,8 +108,8 @@ class _Event:
         pass
 
     def elapsed_time(self, end_event):
-        fake_values.note_read("torch.cuda.Event.elapsed_time()")
-        return 0.0
+        # no time passes on a device that does not run: an unknown, as a value read is
+        return fake_values.unknown(0.0, "torch.cuda.Event.elapsed_time()")
 
 
 class _Stream:
@@ -144,6 +141,10 @@ class _Stream:
 
     def __exit__(self, *exc):
         return False
+
+
+def _free(f, total):
+    return (max(0, f["limit"] - f["reserved"]), total)
 
 
 def _memory_functions(torch, total, usable):
@@ -192,13 +193,21 @@ def _memory_functions(torch, total, usable):
         "max_memory_reserved": lambda device=None: figures()["peak_reserved"],
         "memory_cached": lambda device=None: figures()["reserved"],
         "max_memory_cached": lambda device=None: figures()["peak_reserved"],
-        "mem_get_info": lambda device=None: (max(0, usable - figures()["reserved"]), total),
+        # free: what the allocator may still take (less NCCL's allowance once a group talks)
+        "mem_get_info": lambda device=None: _free(figures(), total),
         "memory_stats": stats,
         "memory_summary": summary,
         "reset_peak_memory_stats": reset,
         "reset_max_memory_allocated": reset,
         "reset_max_memory_cached": reset,
     }
+
+
+def _device_count():
+    """1, or the devices `--gpus-per-node` gives a program of one process (one that starts a
+    process per device itself); a distributed estimate answers LOCAL_WORLD_SIZE (fake_dist)."""
+    n = os.environ.get("MEMTRACK_ESTIMATE_DEVICES", "")
+    return int(n) if n.isdigit() and int(n) > 0 else 1
 
 
 def _patch_cuda(torch, name, total, capability, usable):
@@ -217,7 +226,7 @@ def _patch_cuda(torch, name, total, capability, usable):
         "is_available": lambda: True,
         "is_initialized": lambda: True,
         "init": lambda: None,
-        "device_count": lambda: 1,
+        "device_count": _device_count,
         "current_device": lambda: 0,
         "set_device": lambda device: None,
         "synchronize": lambda device=None: None,
@@ -271,10 +280,8 @@ def _patch_cuda(torch, name, total, capability, usable):
     empty = {"segments": [], "device_traces": [[]]}
 
     def dump_snapshot(filename="dump_snapshot.pickle"):
-        import pickle
-
-        with open(filename, "wb") as f:
-            pickle.dump(empty, f)
+        # an empty snapshot would replace a real one the user keeps: written nowhere, said
+        fake_files.unwritten("torch.cuda.memory._dump_snapshot", filename)
 
     memory = getattr(cuda, "memory", None)
     if memory is not None:

@@ -5,7 +5,10 @@ torch's fake process group whatever backend it asks for: collectives complete at
 communicate nothing, and on the meta tensors that stand for the device their outputs are a
 shape question. Nothing is spawned per rank.
 
-- `init_process_group` (any backend, any init method) makes the fake group of the world.
+- `init_process_group` (any backend, any init method) makes the fake group of the world; a
+  program that names its rank and world there (mp.spawn's workers, each estimated as its own
+  process) is that rank of that world, and its file says so. Without `--world-size` only that
+  is done: no real group could carry the fake device's tensors.
 - The functional collectives (DTensor's, FSDP2's) get meta kernels: output shapes only.
 - Collectives of Python objects give each rank its own object (the others' are not known).
 - `torch.cuda.device_count()` is LOCAL_WORLD_SIZE.
@@ -18,9 +21,9 @@ shape question. Nothing is spawned per rank.
 import os
 import sys
 
-from . import fake_memory, transport
+from . import fake_memory, fake_values, state, transport
 from .importhook import after_import
-from .protocol import MSG_ESTIMATE_GROUP
+from .protocol import MSG_ESTIMATE_GROUP, MSG_ESTIMATE_RANK
 
 _torch = None
 _library = []
@@ -28,6 +31,11 @@ _groups = {}  # name of each process group that ran a collective -> its size
 
 
 def rank_and_world():
+    """This rank and its world, under a distributed estimate (`estimate` sets
+    MEMTRACK_ESTIMATE_WORLD beside torchrun's variables); None otherwise, whatever RANK the
+    environment has (a scheduler's)."""
+    if not os.environ.get("MEMTRACK_ESTIMATE_WORLD"):
+        return None
     try:
         return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     except (KeyError, ValueError):
@@ -35,16 +43,23 @@ def rank_and_world():
 
 
 def _init_process_group(dist, init):
-    me, world = rank_and_world()
-
     def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1,
                            store=None, group_name="", pg_options=None, device_id=None, **kw):
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
+        # the environment as env:// reads it, at the call (a worker may set it just before)
+        me, world = rank_and_world() or (state.int_env("RANK") or 0,
+                                         state.int_env("WORLD_SIZE") or 1)
         kwargs = {"group_name": group_name}
         if timeout is not None:
             kwargs["timeout"] = timeout
-        return init("fake", store=FakeStore(), rank=me, world_size=world, **kwargs)
+        # a program that names its rank and world (mp.spawn's workers) is that rank of that
+        # world; otherwise torchrun's environment says
+        r = rank if rank is not None and rank >= 0 else me
+        w = world_size if world_size is not None and world_size > 0 else world
+        if (r, w) != (me, world) or rank_and_world() is None:
+            transport.message({"t": MSG_ESTIMATE_RANK, "rank": r, "world_size": w})
+        return init("fake", store=FakeStore(), rank=r, world_size=w, **kwargs)
 
     init_process_group.__doc__ = init.__doc__
     init_process_group.__wrapped__ = init
@@ -53,13 +68,19 @@ def _init_process_group(dist, init):
 
 def _object_collectives(dist):
     """Each rank's objects are its own: the others' are not known here."""
-    me = rank_and_world()[0]
+
+    def me():
+        return dist.get_rank() if dist.is_initialized() else 0
 
     def all_gather_object(object_list, obj, group=None):
         for i in range(len(object_list)):
             object_list[i] = obj
 
     def broadcast_object_list(object_list, src=None, group=None, device=None, group_src=None):
+        source = group_src if group_src is not None else (src or 0)
+        if source != me():
+            # the source's objects are not known here: this rank keeps its own list
+            fake_values.note_read(f"objects broadcast from rank {source} (broadcast_object_list)")
         return None
 
     def gather_object(obj, object_gather_list=None, dst=None, group=None, group_dst=None):
@@ -70,7 +91,7 @@ def _object_collectives(dist):
     def scatter_object_list(scatter_object_output_list, scatter_object_input_list=None, src=None,
                             group=None, group_src=None):
         if scatter_object_input_list:
-            k = me if me < len(scatter_object_input_list) else 0
+            k = me() if me() < len(scatter_object_input_list) else 0
             scatter_object_output_list[0] = scatter_object_input_list[k]
 
     for f in (all_gather_object, broadcast_object_list, gather_object, scatter_object_list):
@@ -228,6 +249,7 @@ def _fsdp_init(module):
 
     def _move_states_to_device(params, buffers, device):
         # the host's stand-ins are CPU tensors to FSDP: moved, as it moves CPU tensors
+        params, buffers = list(params), list(buffers)
         for t in itertools.chain(params, buffers):
             if fake_memory.is_host(t):
                 t.data = t.to(device)
@@ -247,13 +269,16 @@ def _fsdp_param(module):
 
     def _init_sharded_param(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        data = self._sharded_param_data
-        if not (self.offload_to_cpu and data.is_meta and fake_memory.uncounted_kind(data) is None):
-            return
-        padded = fake_mode.to_meta(data.view(self.padded_sharded_param_size), host=True)
-        dim = self.fsdp_placement.dim
-        self._sharded_param_data = padded.view(-1)
-        self.sharded_param._local_tensor = padded.narrow(dim, 0, self.sharded_size[dim])
+        try:  # FSDP's own attributes: another torch may name them otherwise
+            data = self._sharded_param_data
+            if not (self.offload_to_cpu and data.is_meta and fake_memory.uncounted_kind(data) is None):
+                return
+            padded = fake_mode.to_meta(data.view(self.padded_sharded_param_size), host=True)
+            dim = self.fsdp_placement.dim
+            self._sharded_param_data = padded.view(-1)
+            self.sharded_param._local_tensor = padded.narrow(dim, 0, self.sharded_size[dim])
+        except Exception as e:
+            transport.internal_error(e)
 
     cls._init_sharded_param = _init_sharded_param
 
@@ -283,14 +308,13 @@ def _fsdp_param_group(module):
         module.foreach_reduce = collectives.foreach_reduce  # the one _fsdp_collectives wraps
 
     def _validate_no_meta_params(self):
-        left = [
-            p._param_fqn
-            for p in self.fsdp_params
-            if fake_memory.is_user_meta(getattr(p.sharded_param, "_local_tensor", p.sharded_param))
-        ]
-        if left:
+        try:
+            local = lambda p: getattr(p.sharded_param, "_local_tensor", p.sharded_param)  # noqa: E731
+            left = any(fake_memory.is_user_meta(local(p)) for p in self.fsdp_params)
+        except Exception as e:
+            transport.internal_error(e)
             return validate(self)
-        return None
+        return validate(self) if left else None
 
     group._validate_no_meta_params = _validate_no_meta_params
     validate_cpu = getattr(group, "_validate_cpu_offload_params", None)
@@ -298,9 +322,12 @@ def _fsdp_param_group(module):
 
         def _validate_cpu_offload_params(self):
             # the host's stand-ins are the CPU tensors it asks for
-            local = lambda p: getattr(p.sharded_param, "_local_tensor", p.sharded_param)  # noqa: E731
-            if all(fake_memory.is_host(local(p)) for p in self.fsdp_params):
-                return None
+            try:
+                local = lambda p: getattr(p.sharded_param, "_local_tensor", p.sharded_param)  # noqa: E731
+                if all(fake_memory.is_host(local(p)) for p in self.fsdp_params):
+                    return None
+            except Exception as e:
+                transport.internal_error(e)
             return validate_cpu(self)
 
         group._validate_cpu_offload_params = _validate_cpu_offload_params
@@ -331,7 +358,7 @@ def saw_collective(func, args):
     """A collective ran: a process group of more than one rank that communicates is NCCL
     communicators and their buffers on the device, the first time (a `group` message; the
     estimate's allowance per group: docs/estimate.md)."""
-    if func.namespace not in ("c10d", "_c10d_functional") or rank_and_world() is None:
+    if func.namespace not in ("c10d", "_c10d_functional") or _torch is None:
         return
     try:
         pg = _group_of(func, args)
@@ -343,27 +370,30 @@ def saw_collective(func, args):
         _groups[name] = size
         if size > 1:
             transport.message({"t": MSG_ESTIMATE_GROUP, "name": name, "size": size})
+            allowance = int(os.environ.get("MEMTRACK_ESTIMATE_NCCL_ALLOWANCE", "0") or 0)
+            if allowance:
+                fake_memory.take_from_limit(allowance)
     except Exception as e:
         transport.internal_error(e)
 
 
 def install(torch):
-    """Under a distributed estimate (RANK and WORLD_SIZE set): the fake group and the rest."""
+    """The fake group and the rest, under every estimate; under a distributed one (`--world-size`
+    or torchrun) also torchrun's count of the node's devices."""
     global _torch
-    _torch = torch
-    if rank_and_world() is None:
-        return
     import torch.distributed as dist
 
     if not dist.is_available():
         return
+    _torch = torch
     dist.init_process_group = _init_process_group(dist, dist.init_process_group)
     dist.is_nccl_available = lambda: True
     _object_collectives(dist)
     _completed_works(dist)
     _meta_kernels(torch)
-    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    torch.cuda.device_count = lambda: int(local) if local.isdigit() else 1
+    if rank_and_world() is not None:
+        local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        torch.cuda.device_count = lambda: int(local) if local.isdigit() else 1
     after_import("torch.distributed.utils", _ddp_checks)
     after_import("torch.nn.parallel.distributed", _ddp_checks)
     after_import("torch.nn.parallel.distributed", _ddp)

@@ -4,9 +4,10 @@ allocations, the CUDA one; and sizes for the ops whose output size depends on va
 - dropout keeps a 1-byte mask (CUDA's fused native_dropout); the meta device's composite
   dropout keeps a mask of the input's dtype.
 - scaled_dot_product_attention runs flash attention (fp16/bf16 without a mask, head size up
-  to 256; grouped query heads as they are) or memory-efficient attention (it takes a mask as
-  bias; grouped heads repeated), saving the output and a log-sum-exp rather than the math
-  path's whole attention matrix.
+  to 256, compute capability 8.0 on; grouped query heads as they are) or memory-efficient
+  attention (it takes a mask as bias; grouped heads repeated), saving the output and a
+  log-sum-exp rather than the math path's whole attention matrix; the math path where the
+  program turned both off (`sdpa_kernel`).
 - `nonzero`, `masked_select`, `unique` and boolean-mask indexing have no meta kernel that
   knows their size: where the input's values are known (fake_values), the exact size; else
   the upper bound, every element selected (each such op is said, with the program's line).
@@ -14,7 +15,7 @@ allocations, the CUDA one; and sizes for the ops whose output size depends on va
   `.item()` reached inside torch (a C++ op reading a scalar) is a read like the program's.
 """
 
-from . import fake_values, transport
+from . import fake_memory, fake_values, transport
 
 _torch = None
 _library = []  # the torch.library.Library holding the meta kernels (kept alive)
@@ -49,8 +50,15 @@ def sdpa(func, args, kwargs):
     scale = a.get("scale")
     aten = _torch.ops.aten
     grad = _torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    backends = _torch.backends.cuda
+    # flash attention needs compute capability 8.0 (not a V100's or a T4's); a program's
+    # sdpa_kernel(...) choice turns backends off, as CUDA would follow it
+    flash = fake_memory.capability[0] >= (8, 0) and backends.flash_sdp_enabled()
+    if not (flash or backends.mem_efficient_sdp_enabled()):
+        return func(*args, **kwargs)  # the math path, whose meta kernel is CUDA's too
     try:
-        if q.dtype in (_torch.float16, _torch.bfloat16) and mask is None and q.shape[-1] <= 256:
+        low = q.dtype in (_torch.float16, _torch.bfloat16)
+        if flash and low and mask is None and q.shape[-1] <= 256:
             # flash attention takes grouped query heads as they are (enable_gqa)
             return aten._scaled_dot_product_flash_attention(q, k, v, p, causal, False, scale=scale)[0]
         if a.get("enable_gqa") and k.shape[1] != q.shape[1]:

@@ -15,6 +15,7 @@ told when it asks about that memory.
 
 import os
 import struct
+import threading
 import weakref
 from array import array
 
@@ -29,11 +30,14 @@ HOST, META = "host", "meta"
 _uncounted = {}  # id(storage) -> (weakref, HOST or META)
 _making = [None]  # HOST or META while making such storages
 
-# the live allocator model: (key, bytes) pairs not yet sent, bytes 0 for a free
+# the live allocator model: (key, bytes) pairs not yet sent, bytes 0 for a free; appended
+# from any thread (deaths come where the last reference goes), sent under _lock
 _events = array("q")
 _FLUSH_PAIRS = 1 << 15
 _model = {"sock": None, "failed": False, "path": None, "conf": ""}
-_EVENTS, _QUERY, _RESET = 1, 2, 3
+# reentrant: a storage's death (a collection) may come while this thread holds it (_sending)
+_lock = threading.RLock()
+_EVENTS, _QUERY, _RESET, _LIMIT = 1, 2, 3, 4
 # the model's answer: allocated, reserved, peak allocated, peak reserved (since the last
 # reset), allocation retries, out-of-memory errors, the bytes it may reserve
 _ANSWER = struct.Struct("<7Q")
@@ -72,10 +76,6 @@ def _mark(st, kind):
     _uncounted[k] = (weakref.ref(st, lambda w, k=k: _uncounted.pop(k, None)), kind)
 
 
-def mark_host(st):
-    _mark(st, HOST)
-
-
 class making:
     """Storages made inside are not the device's: `kind` (HOST or META)."""
 
@@ -90,14 +90,11 @@ class making:
         _making[0] = self.was
 
 
-def making_host():
-    return making(HOST)
-
 def _log(k, nbytes):
-    _events.append(k)
-    _events.append(nbytes)
-    if len(_events) >= 2 * _FLUSH_PAIRS:
-        _send_events()
+    _events.extend((k, nbytes))  # one call: another thread never sees half a pair
+    # (not from inside a send: the events would go out before older ones)
+    if len(_events) >= 2 * _FLUSH_PAIRS and not _sending[0]:
+        _flush()
 
 
 def _on_death(k, w=None):
@@ -232,21 +229,38 @@ def _connect():
     return m["sock"]
 
 
+_sending = [False]  # this thread, holding _lock, is sending: a death inside waits its turn
+
+
 def _send_events():
+    """Send the events not yet sent (under _lock); False where the model is out of reach."""
+    _sending[0] = True
+    try:
+        return _send_pending()
+    finally:
+        _sending[0] = False
+
+
+def _send_pending():
     s = _connect() if _model["path"] else None
     if s is None:
         del _events[:]
         return False
     try:
-        n = len(_events) // 2
-        payload = _events.tobytes()
-        del _events[:]
-        s.sendall(struct.pack("<BI", _EVENTS, n) + payload)
+        n = len(_events) // 2  # whole pairs (what another thread appends meanwhile stays)
+        payload = _events[: 2 * n].tobytes()
+        del _events[: 2 * n]
+        s.sendall(struct.pack("<BI", _EVENTS, len(payload) // 16) + payload)
         return True
     except Exception as e:
         _model["failed"], _model["sock"] = True, None
         transport.internal_error(RuntimeError(f"the estimate's allocator model: {e}"))
         return False
+
+
+def _flush():
+    with _lock:
+        _send_events()
 
 
 def _recv(s, n):
@@ -262,27 +276,47 @@ def _recv(s, n):
 def figures():
     """The model's figures now: {allocated, reserved, peak_allocated, peak_reserved,
     retries, ooms, limit}; None where the model cannot be reached."""
-    if not _send_events():
-        return None
-    s = _model["sock"]
-    try:
-        s.sendall(struct.pack("<BI", _QUERY, 0))
-        values = _ANSWER.unpack(_recv(s, _ANSWER.size))
-    except Exception as e:
-        _model["failed"], _model["sock"] = True, None
-        transport.internal_error(RuntimeError(f"the estimate's allocator model: {e}"))
-        return None
+    with _lock:
+        if not _send_events():
+            return None
+        s = _model["sock"]
+        try:
+            s.sendall(struct.pack("<BI", _QUERY, 0))
+            values = _ANSWER.unpack(_recv(s, _ANSWER.size))
+        except Exception as e:
+            _model["failed"], _model["sock"] = True, None
+            transport.internal_error(RuntimeError(f"the estimate's allocator model: {e}"))
+            return None
     keys = ("allocated", "reserved", "peak_allocated", "peak_reserved", "retries", "ooms", "limit")
     return dict(zip(keys, values))
 
 
+def _command(kind, payload=b"", n=0):
+    with _lock:
+        if _send_events():
+            try:
+                _model["sock"].sendall(struct.pack("<BI", kind, n) + payload)
+            except Exception as e:
+                _model["failed"], _model["sock"] = True, None
+                transport.internal_error(e)
+
+
 def reset_peaks():
-    if _send_events():
-        try:
-            _model["sock"].sendall(struct.pack("<BI", _RESET, 0))
-        except Exception as e:
-            _model["failed"], _model["sock"] = True, None
-            transport.internal_error(e)
+    _command(_RESET)
+
+
+def take_from_limit(nbytes):
+    """What the allocator may use shrinks by `nbytes` from now on (NCCL's buffers of a process
+    group that began to communicate), as in the file's replay."""
+    _command(_LIMIT, struct.pack("<Q", nbytes), 1)
+
+
+def _after_fork_in_child():
+    """A forked child (a DataLoader worker) must not write into its parent's connection."""
+    global _lock
+    _model["sock"], _model["failed"] = None, True
+    del _events[:]
+    _lock = threading.RLock()  # another thread of the parent's may have held it at the fork
 
 
 def live_bytes():
@@ -302,3 +336,4 @@ def install(torch):
     _install_resize(torch)
     _model["path"] = os.environ.get("MEMTRACK_ESTIMATE_MODEL") or None
     _model["conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -14,9 +14,12 @@
   and nn.MultiheadAttention's forward (its projections and attention are inside one call).
 """
 
+import contextlib
+import functools
 import types
 
 from . import fake_autocast, fake_kernels, fake_memory, fake_values
+from .importhook import after_import
 
 _torch = None
 
@@ -84,6 +87,42 @@ def watch_device_context(torch):
             _in_meta_context[0] -= 1
 
     cls.__torch_function__ = __torch_function__
+    after_import("accelerate.big_modeling", _watch_accelerate)
+
+    # `module.to("meta")` hands its tensors a torch.device, as a device tensor's `.device`
+    # is one: the string the program wrote says which
+    module_to = torch.nn.Module.to
+
+    def to(self, *args, **kwargs):
+        d = kwargs.get("device", args[0] if args else None)
+        meta = isinstance(d, str) and d.split(":")[0] == "meta"
+        _in_meta_context[0] += meta
+        try:
+            return module_to(self, *args, **kwargs)
+        finally:
+            _in_meta_context[0] -= meta
+
+    torch.nn.Module.to = functools.wraps(module_to)(to)
+
+
+def _watch_accelerate(big_modeling):
+    """accelerate's `init_on_device(meta)` (`init_empty_weights`) moves each parameter made
+    inside it with `.to(torch.device("meta"))`: the program's own meta device, for the block."""
+    inner = getattr(big_modeling, "init_on_device", None)
+    if inner is None:
+        return
+
+    @contextlib.contextmanager
+    def init_on_device(device, *args, **kwargs):
+        meta = getattr(device, "type", device) == "meta"
+        with inner(device, *args, **kwargs):
+            _in_meta_context[0] += meta
+            try:
+                yield
+            finally:
+                _in_meta_context[0] -= meta
+
+    big_modeling.init_on_device = functools.wraps(inner)(init_on_device)
 
 
 def to_meta(t, dtype=None, host=False, kind=None):
@@ -106,19 +145,20 @@ def to_meta(t, dtype=None, host=False, kind=None):
     return out
 
 
-# a device tensor copied to the CPU from this size on is kept as a host stand-in (a meta
-# tensor, no memory of this machine's) rather than zeros: a checkpoint's tensors, an
-# offload; smaller ones (metrics) are read as zeros. Inside an offload (`offloading`, FSDP's
-# gradients to the CPU), whatever their size.
-HOST_COPY_BYTES = 1 << 20
+# inside an offload (FSDP's gradients to the CPU), a device tensor copied to the CPU is a
+# host stand-in: a meta tensor, no memory of this machine's, as the offload's copies are
+# not the device's memory either
 offloading = [0]
 
 
 def _to_cpu(t, what, dtype=None):
+    """A device tensor copied to the CPU: its values where known, else zeros (a read); a host
+    stand-in inside an offload, or where this machine's memory for zeros is spent
+    (fake_values.placeholder)."""
     v = fake_values.value(t)
     if v is not None:
         v = v.clone()
-    elif offloading[0] or t.numel() * t.element_size() >= HOST_COPY_BYTES:
+    elif offloading[0] or not fake_values.placeholder_fits(t):
         return to_meta(t, dtype, host=True)
     else:
         fake_values.note_read(what)
@@ -126,23 +166,41 @@ def _to_cpu(t, what, dtype=None):
     return v if dtype in (None, v.dtype) else v.to(dtype)
 
 
+def _raw_device(args, kwargs):
+    """The device argument of a `.to(...)` call as the program wrote it (a string, a
+    torch.device, an int, or the tensor it names the device of), or None."""
+    if "device" in kwargs:
+        return kwargs["device"]
+    if "other" in kwargs:
+        return kwargs["other"]
+    if len(args) > 1 and not isinstance(args[1], _torch.dtype):
+        return args[1]
+    return None
+
+
 def _to(func, args, kwargs):
     t = args[0]
+    kwargs = dict(kwargs)
+    copy = bool(kwargs.pop("copy", False))  # (_parse_to does not take it)
     try:
         device, dtype, _non_blocking, _fmt = _torch._C._nn._parse_to(*args[1:], **kwargs)
     except Exception:
-        return func(*args, **kwargs)
+        return func(*args, copy=copy, **kwargs) if copy else func(*args, **kwargs)
     kind = fake_memory.uncounted_kind(t)
-    same = dtype is None or dtype == t.dtype
+    same = (dtype is None or dtype == t.dtype) and not copy
+    if device is not None and device.type == "meta":
+        # the program's own meta device (deferred initialisation, accelerate's
+        # init_empty_weights), or a device tensor's `.device` (`x.to(model.device)`,
+        # `x.to(y)`, a host module's `.to(other.device)`): the device
+        if _made_on_meta(_raw_device(args, kwargs)):
+            if kind == fake_memory.META and same:
+                return t
+            return to_meta(t, dtype, kind=fake_memory.META)
+        device = _torch.device("cuda", 0)
     if device is not None and _is_cuda(device):
         if t.is_meta and kind is None:
-            return t if same else func(t, dtype=dtype)
+            return t if same else to_meta(t, dtype)
         return to_meta(t, dtype)
-    if device is not None and device.type == "meta" and (kind is not None or not t.is_meta):
-        # a CPU tensor to the meta device: memory nowhere (accelerate's init_empty_weights)
-        if kind == fake_memory.META:
-            return t if same else to_meta(t, dtype, kind=kind)
-        return to_meta(t, dtype, kind=fake_memory.META)
     if device is not None and _is_cpu(device) and t.is_meta:
         if kind == fake_memory.HOST:
             return t if same else to_meta(t, dtype, host=True)
@@ -150,7 +208,7 @@ def _to(func, args, kwargs):
             return _to_cpu(t, "copied to the CPU (.to)", dtype)
     if kind is not None:
         return to_meta(t, dtype, kind=kind) if not same else t
-    return func(*args, **kwargs)
+    return func(*args, copy=copy, **kwargs) if copy else func(*args, **kwargs)
 
 
 def _cuda(func, args, kwargs):
@@ -171,16 +229,29 @@ def _cpu(func, args, kwargs):
 
 def _from_data(func, args, kwargs):
     """torch.tensor(data, device="cuda") and the like: made on the CPU from the host's data,
-    then copied to the device, its values known."""
+    then copied to the device, its values known (unless the data holds values read that the
+    estimate does not have)."""
+    import torch.utils._device as device_context
+
     d = kwargs.get("device")
-    # a device tensor's `.device` says meta here: data made for it keeps its values too
-    device = d is not None and (_is_cuda(d) or _is_meta(d))
-    if not device or (args and isinstance(args[0], _torch.Tensor)):
-        if d is not None and _is_cuda(d):
+    if d is None:
+        d = _default_device(device_context)  # set_default_device("cuda"), below this mode
+    # a device tensor's `.device` says meta here: data made for it is the device's too
+    meta = d is not None and _is_meta(d)
+    if meta and _made_on_meta(d):
+        with fake_memory.making(fake_memory.META):
+            return func(*args, **dict(kwargs, device="meta"))
+    if d is None or not (_is_cuda(d) or meta) or (args and isinstance(args[0], _torch.Tensor)):
+        if d is not None and (_is_cuda(d) or meta):
             kwargs = dict(kwargs, device="meta")
         return func(*args, **kwargs)
+    before = fake_values.reads()
     t = func(*args, **dict(kwargs, device="cpu"))
-    return to_meta(t)
+    out = to_meta(t)
+    # data holding values read, or device tensors torch read inside (their zeros)
+    if (args and fake_values.holds_unknown(args[0])) or fake_values.reads() != before:
+        fake_values.forget(out)
+    return out
 
 
 def _device_read(t):

@@ -26,19 +26,23 @@ import os
 import sys
 import weakref
 
-from . import transport
+from . import state, transport
 from .protocol import MSG_ESTIMATE_BOUND, MSG_ESTIMATE_READ, MSG_ESTIMATE_STOPPED
 
 SHADOW_BYTES = 4 << 20
 SHADOW_BUDGET = 256 << 20
+# the zeros unknown reads of whole tensors get (`.cpu()`, `.numpy()`) live at once, at most;
+# past it a copy to the CPU is a host stand-in (a meta tensor): a 70B model's state dict
+# copied to the CPU must not take this machine's memory
+PLACEHOLDER_BUDGET = 1 << 30
 MAX_REPEATS = 10_000
 STOPPED_EXIT = 3
 
 _torch = None
-_agent_dir = os.path.dirname(os.path.abspath(__file__))
 _shadows = {}  # id(meta storage) -> [weakref to it, its values: a CPU UntypedStorage]
 _shadow_bytes = [0]
-_placeholders = {}  # id(CPU storage) -> weakref: zeros handed out for unknown values
+_placeholders = {}  # id(CPU storage) -> (weakref, bytes): zeros handed out for unknown values
+_placeholder_bytes = [0]
 _branches = {}  # (file, line, what) -> times read
 _max_repeats = [MAX_REPEATS]
 _info = {}  # id(OpOverload) -> (kind, written argument positions, written names)
@@ -58,13 +62,8 @@ def site():
     """The program's line that asked: the first frame outside torch and the agent."""
     f = sys._getframe(1)
     while f is not None:
-        name = f.f_code.co_filename
-        if not (
-            name.startswith(_agent_dir)
-            or f"{os.sep}torch{os.sep}" in name
-            or name.startswith("<frozen")
-        ):
-            return name, f.f_lineno
+        if state.program_file(f.f_code.co_filename):
+            return f.f_code.co_filename, f.f_lineno
         f = f.f_back
     return "?", 0
 
@@ -75,8 +74,16 @@ def _message(kind, what, where, **more):
     transport.message(msg)
 
 
+_reads = [0]  # unknown reads so far: what a computation read is told by the count moving
+
+
+def reads():
+    return _reads[0]
+
+
 def note_read(what, branch=False, where=None):
     """An unknown value was read (zeros given); a branch read counts towards the limit."""
+    _reads[0] += 1
     where = where or site()
     _message(MSG_ESTIMATE_READ, what, where, branch=branch)
     if branch:
@@ -142,7 +149,10 @@ def _tainting(base):
         return method
 
     ns = {"__hash__": base.__hash__}
-    arith = "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod pow rpow neg pos abs"
+    arith = (
+        "add radd sub rsub mul rmul truediv rtruediv floordiv rfloordiv mod rmod pow rpow neg pos "
+        "abs round trunc floor ceil"
+    )
     for n in arith.split():
         ns[f"__{n}__"] = wrap(f"__{n}__")
     for n in "lt le gt ge eq ne".split():
@@ -167,6 +177,24 @@ def _taint(value, origin):
     return v
 
 
+def unknown(value, what):
+    """`value` (an int or float the program gets for something not known: a timing) as a
+    read: it remembers where, as reads of device values do."""
+    where = site()
+    note_read(what, False, where)
+    return _taint(value, (where[0], where[1], what))
+
+
+def holds_unknown(data, depth=3):
+    """Whether `data` (a scalar, or lists and tuples of them) holds a value read that the
+    estimate does not have."""
+    if isinstance(data, (UnknownFloat, UnknownInt)):
+        return True
+    if depth and isinstance(data, (list, tuple)):
+        return any(holds_unknown(x, depth - 1) for x in data[:1024])
+    return False
+
+
 def unknown_scalar(t, what):
     """A zero of t's kind for an unknown read of t; bool is a branch read."""
     if t.dtype == _torch.bool:
@@ -178,13 +206,25 @@ def unknown_scalar(t, what):
     return _taint(zero, (where[0], where[1], what))
 
 
+def placeholder_fits(t):
+    """Whether zeros for all of t fit what placeholders may take of this machine's memory."""
+    return _placeholder_bytes[0] + t.numel() * t.element_size() <= PLACEHOLDER_BUDGET
+
+
+def _drop_placeholder(k):
+    e = _placeholders.pop(k, None)
+    if e is not None:
+        _placeholder_bytes[0] -= e[1]
+
+
 def placeholder(t):
     """Zeros on the CPU in t's shape and dtype (what an unknown read of a whole tensor gets),
     marked as such so that copying them back to the device knows nothing."""
     p = _torch.zeros(tuple(t.shape), dtype=t.dtype)
     st = p.untyped_storage()
     k = id(st)
-    _placeholders[k] = weakref.ref(st, lambda w, k=k: _placeholders.pop(k, None))
+    _placeholders[k] = (weakref.ref(st, lambda w, k=k: _drop_placeholder(k)), st.nbytes())
+    _placeholder_bytes[0] += st.nbytes()
     return p
 
 
@@ -238,6 +278,20 @@ def _forget(k):
         _shadow_bytes[0] -= e[1].nbytes()
 
 
+def forget(t):
+    """t's values are not known (after all)."""
+    _forget(_key(t))
+
+
+def _fits(t):
+    """Whether t's storage may keep its values (asked before any is computed)."""
+    try:
+        nb = t.untyped_storage().nbytes()
+    except Exception:
+        return False
+    return nb <= SHADOW_BYTES and _shadow_bytes[0] + nb <= SHADOW_BUDGET
+
+
 def remember(t, values):
     """Keep `values` (a CPU tensor of t's shape) as the values of meta tensor t; nothing where
     t's storage is over the limits."""
@@ -263,7 +317,7 @@ def remember(t, values):
 def from_host(t, host):
     """A device copy `t` of the real CPU tensor `host` (not zeros an unknown read gave)."""
     try:
-        if host.device.type != "cpu" or host.is_meta:
+        if host.device.type != "cpu" or host.is_meta or not _fits(t):
             return
         if _key(host) in _placeholders:
             return
@@ -367,7 +421,10 @@ def propagate(func, args, kwargs, out):
                 for t in dest:
                     _forget(_key(t))
             return
-    if not outs:
+    # what is computed on the host is the outputs' size: only where they may keep values
+    if not outs or not all(_fits(o) for o in outs):
+        for t in dest:
+            _forget(_key(t))
         return
     if overwrite and not known(dest[0]):
         d = dest[0]
@@ -401,6 +458,8 @@ def _partly_known(func, args, outs):
     """Outputs known from partly unknown inputs: `x | True` is True, `x & False` and `x * 0`
     (integers) are zero, `where` with a known condition takes one side. True if it gave them."""
     name = func._opname
+    if not outs or not _fits(outs[0]):
+        return False
     out = outs[0]
     ts = [a for a in args[:2] if isinstance(a, _torch.Tensor)]
     if len(ts) != 2 or len(outs) != 1:

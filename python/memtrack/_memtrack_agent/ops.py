@@ -123,7 +123,7 @@ def _new_storage(st, k, t, bw, sample=None):
 
 def why_uncounted(st):
     """Why a storage _new_part did not count is not counted (a NOTE's `why`): a meta one holds
-    no memory (estimate.py's fake_memory says the host's CPU storages apart)."""
+    no memory (under `memtrack estimate`, fake_memory.py says the host's CPU storages apart)."""
     return WHY_META
 
 

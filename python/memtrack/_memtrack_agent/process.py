@@ -6,6 +6,7 @@ import os
 import sys
 
 from . import compiled, cuda, cycles, ops, state, transport
+from .importhook import after_import
 from .protocol import MSG_BYE, MSG_EXCEPTION, MSG_SIGNAL
 from .transport import message, time_mark
 
@@ -37,36 +38,62 @@ def after_fork_in_child():
     transport.forget_spool()
 
 
+def _send_exception(tp, value, tb):
+    """The program's uncaught exception, for its file."""
+    try:
+        import traceback
+
+        text = "".join(traceback.format_exception(tp, value, tb))
+        oom = tp.__name__ == "OutOfMemoryError" or isinstance(value, MemoryError)
+        msg = {"t": MSG_EXCEPTION, "type": tp.__name__, "text": text, "oom": oom}
+        where = _raised_at(tb)
+        if where is not None:
+            msg["file"], msg["line"] = where
+        message(msg)
+    except Exception:
+        pass
+
+
 def chain_excepthook():
     prev = sys.excepthook
 
     def hook(tp, value, tb):
-        try:
-            import traceback
-
-            text = "".join(traceback.format_exception(tp, value, tb))
-            oom = tp.__name__ == "OutOfMemoryError" or isinstance(value, MemoryError)
-            msg = {"t": MSG_EXCEPTION, "type": tp.__name__, "text": text, "oom": oom}
-            where = _raised_at(tb)
-            if where is not None:
-                msg["file"], msg["line"] = where
-            message(msg)
-        except Exception:
-            pass
+        _send_exception(tp, value, tb)
         prev(tp, value, tb)
 
     sys.excepthook = hook
+    after_import("torch.multiprocessing.spawn", _watch_spawned)
+
+
+def _watch_spawned(spawn):
+    """An mp.spawn worker's exception never reaches the excepthook: torch's `_wrap` catches it,
+    hands its text to the parent and exits 1, raising SystemExit inside its `except`. Read it
+    from there (outside `_wrap`, so the traceback torch prints has no frame of the agent's)."""
+    inner = getattr(spawn, "_wrap", None)
+    if inner is None:
+        return
+
+    def _wrap(*args, **kwargs):
+        try:
+            return inner(*args, **kwargs)
+        except SystemExit as e:
+            cause = e.__context__
+            if e.code and isinstance(cause, Exception):
+                _send_exception(type(cause), cause, cause.__traceback__)
+            raise
+
+    # pickled by name for the workers: the name of the function it stands for
+    _wrap.__module__, _wrap.__qualname__, _wrap.__wrapped__ = spawn.__name__, "_wrap", inner
+    spawn._wrap = _wrap
 
 
 def _raised_at(tb):
     """(file, line) of the innermost frame outside torch and the agent: the program's line
     (or its library's) that raised."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    torch_dir = f"{os.sep}torch{os.sep}"
     at = None
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
-        if not (name.startswith(here) or torch_dir in name or name.startswith("<frozen")):
+        if state.program_file(name):
             at = (name, tb.tb_lineno)
         tb = tb.tb_next
     return at

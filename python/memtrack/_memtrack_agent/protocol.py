@@ -89,6 +89,7 @@ MSG_ESTIMATE_BOUND = "bound"
 MSG_ESTIMATE_UNWRITTEN = "unwritten"
 MSG_ESTIMATE_STOPPED = "stopped"
 MSG_ESTIMATE_GROUP = "group"  # a process group of a distributed estimate ran its first collective
+MSG_ESTIMATE_RANK = "rank"  # the rank and world the program named in init_process_group (mp.spawn)
 
 # The pseudo-op sampled after each call of a graph torch.compile compiled (its name in files)
 COMPILED_GRAPH = "compiled_graph"

@@ -22,6 +22,18 @@ snapshot = None
 undo = []
 
 
+_agent_dir = os.path.dirname(os.path.abspath(__file__))
+_torch_dir = f"{os.sep}torch{os.sep}"
+
+
+def program_file(name):
+    """Whether a frame's file is the program's (or its libraries'): not torch's, the agent's or
+    Python's frozen modules. Where the program asked or raised is its innermost such frame."""
+    return not (
+        name.startswith(_agent_dir) or _torch_dir in name or name.startswith("<frozen")
+    )
+
+
 def int_env(name):
     try:
         return int(os.environ[name])

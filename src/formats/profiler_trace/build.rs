@@ -253,11 +253,21 @@ impl Builder {
         if name == MEMORY || name == OOM {
             let device = self.device(int(&f.device_type, 1), int(&f.device_id, 1));
             let thread = self.thread(s, f);
-            let ts_ns = int(&f.ts, 1000);
+            let what = if name == MEMORY {
+                "a memory event"
+            } else {
+                "an out-of-memory event"
+            };
+            let ts_ns = time_ns(s, &f.ts, "ts", true)
+                .map_err(|e| format!("{what} memtrack cannot place in time: {e}"))?;
+            let counted = |t: &Option<Token>, field: &str, signed: bool| {
+                byte_count(s, t, field, signed)
+                    .map_err(|e| format!("{what} memtrack cannot count: {e}"))
+            };
             let (bytes, total_allocated, total_reserved) = (
-                byte_count(s, &f.bytes, "Bytes", true)?,
-                byte_count(s, &f.total_allocated, "Total Allocated", false)?,
-                byte_count(s, &f.total_reserved, "Total Reserved", false)?,
+                counted(&f.bytes, "Bytes", true)?,
+                counted(&f.total_allocated, "Total Allocated", false)?,
+                counted(&f.total_reserved, "Total Reserved", false)?,
             );
             if name == MEMORY {
                 self.trace.memory.push(MemoryEvent {
@@ -305,9 +315,15 @@ impl Builder {
             kind
         };
         let thread = self.thread(s, f);
+        let place = |t: &Option<Token>, field: &str, required: bool| {
+            time_ns(s, t, field, required).map_err(|e| {
+                let cat = String::from_utf8_lossy(&cat[..cat.len().min(40)]);
+                format!("a `{cat}` range memtrack cannot place in time: {e}")
+            })
+        };
         self.trace.ranges.push(Range {
-            start_ns: int(&f.ts, 1000),
-            dur_ns: int(&f.dur, 1000).max(0),
+            start_ns: place(&f.ts, "ts", true)?,
+            dur_ns: place(&f.dur, "dur", false)?.max(0),
             name: id,
             thread,
             kind,
@@ -316,9 +332,8 @@ impl Builder {
     }
 }
 
-/// The most bytes one allocator figure may be: 1 PiB, past any device's memory (an H200 has
-/// 141 GB) by far, and within f64's exact integers.
-pub const MAX_BYTES: i64 = 1 << 50;
+/// The most bytes one allocator figure may be ([`crate::model::units::MAX_BYTES`]).
+const MAX_BYTES: i64 = crate::model::units::MAX_BYTES as i64;
 
 /// A byte count of a memory event (0 when absent, as older traces lack some): an integer
 /// (written as one, or as a float with no fraction), at most `MAX_BYTES` in size, and not
@@ -351,6 +366,34 @@ fn byte_count(s: &[u8], t: &Option<Token>, what: &str, signed: bool) -> Result<i
         return Err(no_allocator());
     }
     Ok(value)
+}
+
+/// A time field (`ts`, `dur`: microseconds) in nanoseconds: a number within ±292 years of
+/// nanoseconds (i64), read exactly to the nanosecond. Absent (or null, or not a scalar) is an
+/// error where `required`, else 0.
+fn time_ns(s: &[u8], t: &Option<Token>, what: &str, required: bool) -> Result<i64, String> {
+    let Some(t) = t else {
+        if required {
+            return Err(format!(
+                "it has no `{what}` (its time in microseconds, a number)"
+            ));
+        }
+        return Ok(0);
+    };
+    let text = t.bytes(s);
+    if let Some(ns) = scaled_int(text, 1000) {
+        return Ok(ns);
+    }
+    let shown = String::from_utf8_lossy(&text[..text.len().min(40)]).into_owned();
+    let parsed = std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok());
+    Err(match parsed {
+        Some(_) => format!(
+            "its `{what}` is {shown} microseconds, which no clock gives (a damaged or hand-made trace?)"
+        ),
+        None => format!("its `{what}` is `{shown}`, not a time in microseconds"),
+    })
 }
 
 /// Whether a number's text with a decimal point is a whole number (`1024.0`, `1.5e3`).

@@ -3,6 +3,7 @@
 //! a folder of them (one per rank or worker). Read as a stream (`scan`), never whole.
 
 mod build;
+pub mod error;
 mod fast;
 pub mod json;
 pub mod scan;
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::formats::kind::Looks;
 use crate::model::profile::ProfileTrace;
-pub use scan::ScanError;
+pub use error::ScanError;
 use source::Source;
 use text::Budget;
 
@@ -81,10 +82,7 @@ pub fn load_any(path: &Path) -> Result<ProfileTrace> {
         .stream()
         .map_err(|e| Error::input(path, format!("cannot read: {e}")))?;
     let mut source = Source::new(bytes, gzip);
-    let name = path.file_name().map_or_else(
-        || path.display().to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
+    let name = crate::quote::quote(path.file_name().unwrap_or(path.as_os_str())).into_owned();
     let mut bar =
         crate::progress::Bar::bytes(input.file_size().unwrap_or(0), format!("reading {name}"));
     let mut progress = |read: u64| {
@@ -120,7 +118,8 @@ fn describe(e: &ScanError, gzip: bool) -> String {
             super::READS.trim_start_matches("memtrack reads ")
         ),
         ScanError::NotObject { found } => format!(
-            "not a Chrome trace: the JSON is {found}, where a trace is an object with `traceEvents` or an array of events"
+            "not a Chrome trace: {}the JSON is {found}, where a trace is an object with `traceEvents` or an array of events",
+            if gzip { "gzip-compressed, and inflated " } else { "" }
         ),
         ScanError::EventNotObject { index, found } => format!(
             "not a Chrome trace: trace event {index} is {found}, not an object"
@@ -149,7 +148,7 @@ fn describe(e: &ScanError, gzip: bool) -> String {
             index,
             message,
         } => format!(
-            "trace event {index} (at byte {offset}{text}) is a memory event memtrack cannot count: {message}"
+            "trace event {index} (at byte {offset}{text}) is {message}"
         ),
         ScanError::Io(e) if gzip => format!(
             "the gzip data is damaged or cut short ({e}): a trace whose writing did not finish? Profile again or copy it whole"

@@ -7,71 +7,10 @@
 //! whatever their size. A gzip trace is read within a `Budget` of its compressed size.
 
 use super::build::{Builder, Fields, Token};
+use super::error::ScanError;
 use super::source::Source;
 use super::text::{Budget, Text, MAX_KEPT_PER_EVENT};
 use crate::model::profile::ProfileTrace;
-
-/// What went wrong, with the byte offset (of the text, inflated) where it did.
-#[derive(Debug)]
-pub enum ScanError {
-    /// The text ends before the JSON does.
-    CutShort {
-        offset: u64,
-        events: u64,
-    },
-    /// Not JSON at `offset`.
-    Syntax {
-        offset: u64,
-        expected: &'static str,
-        found: String,
-    },
-    /// JSON, but its top-level value has no `traceEvents` (`keys`: the first few it has).
-    NoTraceEvents {
-        keys: Vec<String>,
-    },
-    /// JSON whose top-level value is not an object or array.
-    NotObject {
-        found: String,
-    },
-    /// A trace event that is not an object.
-    EventNotObject {
-        index: u64,
-        found: String,
-    },
-    /// One event whose fields memtrack keeps run past `limit` bytes.
-    ItemTooLarge {
-        offset: u64,
-        index: u64,
-        limit: u64,
-    },
-    /// A gzip trace that inflates past its budget: `text` bytes or events (`what`) from
-    /// `compressed` bytes of the file.
-    Expansion {
-        text: u64,
-        compressed: u64,
-        what: &'static str,
-    },
-    /// A memory event with a figure no allocator reports.
-    BadEvent {
-        offset: u64,
-        index: u64,
-        message: String,
-    },
-    Io(std::io::Error),
-}
-
-impl ScanError {
-    /// Where in the text it went wrong, where it says.
-    pub fn offset(&self) -> Option<u64> {
-        match self {
-            ScanError::CutShort { offset, .. }
-            | ScanError::Syntax { offset, .. }
-            | ScanError::ItemTooLarge { offset, .. }
-            | ScanError::BadEvent { offset, .. } => Some(*offset),
-            _ => None,
-        }
-    }
-}
 
 /// Reads a whole trace from `source`. `progress` gets the file bytes read so far; `budget`
 /// bounds what a compressed file may expand to.
@@ -95,9 +34,11 @@ pub fn read(
     // the top-level value: an object with `traceEvents`, or the bare array of events
     match text.skip_ws()? {
         None => {
-            return Err(ScanError::NotObject {
-                found: "nothing (an empty file)".into(),
-            })
+            let found = match text.offset() {
+                0 => "nothing (an empty file)".to_string(),
+                n => format!("nothing but {n} bytes of white space"),
+            };
+            return Err(ScanError::NotObject { found });
         }
         Some(b'[') => {
             text.pos += 1;
@@ -455,7 +396,7 @@ mod tests {
     #[test]
     fn skipped_values_of_any_size_pass_and_kept_ones_are_bounded() {
         // a 9 MiB string and a 9 MiB array inside an event memtrack keeps: skipped
-        let mut t = br#"[{"name": "[memory]", "args": {"Bytes": 8, "s": ""#.to_vec();
+        let mut t = br#"[{"name": "[memory]", "ts": 1, "args": {"Bytes": 8, "s": ""#.to_vec();
         t.extend(std::iter::repeat_n(b'a', 9 << 20));
         t.extend_from_slice(br#"", "a": ["#);
         t.extend(std::iter::repeat_n(b'[', 9 << 20));
@@ -494,7 +435,7 @@ mod tests {
             ("1.5", "not a whole number"),
             ("\"many\"", "not a number of bytes"),
         ] {
-            let t = format!(r#"[{{"name": "[memory]", "args": {{"Bytes": {bytes}}}}}]"#);
+            let t = format!(r#"[{{"name": "[memory]", "ts": 1, "args": {{"Bytes": {bytes}}}}}]"#);
             match read_in_chunks(t.as_bytes(), 1 << 20) {
                 Err(ScanError::BadEvent {
                     index: 0, message, ..
@@ -504,13 +445,13 @@ mod tests {
                 other => panic!("{bytes}: {other:?}"),
             }
         }
-        let t = br#"[{"name": "[memory]", "args": {"Total Allocated": -8589934592}}]"#;
+        let t = br#"[{"name": "[memory]", "ts": 1, "args": {"Total Allocated": -8589934592}}]"#;
         assert!(matches!(
             read_in_chunks(t, 5),
             Err(ScanError::BadEvent { .. })
         ));
         let t =
-            br#"[{"name": "[memory]", "args": {"Bytes": -8589934592, "Total Reserved": 1024.0}}]"#;
+            br#"[{"name": "[memory]", "ts": 1, "args": {"Bytes": -8589934592, "Total Reserved": 1024.0}}]"#;
         assert_eq!(read_in_chunks(t, 5).unwrap().memory[0].bytes, -8589934592);
     }
 

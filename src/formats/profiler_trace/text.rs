@@ -3,8 +3,8 @@
 //! keeps of a value (a name, a number) is copied out as it passes; what it skips costs no
 //! memory, however long (a 4 GB string, a 400 MB array).
 
+use super::error::ScanError;
 use super::source::Source;
-use super::ScanError;
 
 /// What may be read of a gzip trace: inflated bytes and kept events in proportion to the
 /// compressed bytes read (real traces inflate about 9 to 13 times and keep an event for every

@@ -17,9 +17,6 @@ use super::memo::{HandleWindow, Lookup, EVICTED_HANDLE};
 use super::ops::{Cursor, Op};
 use super::value::{int_from_le_prefix, ContainerKind, Document, ObjectKind, Value};
 
-/// Containers nested deeper than this are refused: Python's own pickler cannot write them
-/// (it recurses), and every consumer may then walk a document without exhausting its stack.
-pub const MAX_DEPTH: u16 = 1000;
 /// The memo is indexed by the ids a file declares; ids far beyond what was stored go to a map
 /// so that one `LONG_BINPUT 0xFFFFFFFF` cannot allocate gigabytes.
 const MEMO_DENSE_SLACK: u64 = 1 << 16;

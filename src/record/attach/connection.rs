@@ -19,6 +19,15 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// The process at the other end: the one attached to (`pids` of one), or one of the
+    /// ranks (0 where the kernel cannot say).
+    pub fn process(&self, pids: &[u32]) -> u32 {
+        match pids {
+            [only] => *only,
+            _ => self.peer_pid().unwrap_or(0),
+        }
+    }
+
     pub fn new(stream: UnixStream) -> Connection {
         let _ = stream.set_nonblocking(false);
         Connection {
@@ -84,6 +93,23 @@ impl Connection {
             }
         }
         None
+    }
+
+    /// The agent's answer to the attach (`started`, `dumped` or `error`) from process `pid`,
+    /// within `limit` and while it lives. A note that it waits first (for `import torch` to
+    /// end) is said on stderr, and the wait goes on.
+    pub fn first_answer(&mut self, pid: u32, limit: Duration) -> Option<serde_json::Value> {
+        let start = Instant::now();
+        loop {
+            let left = limit.saturating_sub(start.elapsed());
+            let m = self.next_message(left, || !super::target::alive(pid))?;
+            match m["waiting"].as_str() {
+                Some(what) => {
+                    eprintln!("memtrack: process {pid}: {what}; attach goes on when it is done")
+                }
+                None => return Some(m),
+            }
+        }
     }
 
     pub fn say_stop(&mut self) {

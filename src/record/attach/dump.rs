@@ -16,8 +16,8 @@ const DUMP_TIMEOUT: Duration = Duration::from_secs(300);
 pub fn report(pids: &[u32], conns: Vec<Connection>) -> i32 {
     let mut code = 0;
     for mut conn in conns {
-        let pid = super::peer(pids, &conn);
-        let m = conn.next_message(DUMP_TIMEOUT, || !super::alive(pid));
+        let pid = conn.process(pids);
+        let m = conn.first_answer(pid, DUMP_TIMEOUT);
         match m.as_ref().map(|m| (&m["dumped"], &m["error"])) {
             Some((d, _)) if d.is_object() => {
                 if let Err(why) = write_stats(pid, d) {
@@ -48,7 +48,7 @@ fn write_stats(pid: u32, d: &serde_json::Value) -> Result<(), String> {
     let stats = &d["memory_stats"];
     let path = snapshot.with_extension("memory_stats.json");
     let text = serde_json::to_string_pretty(stats).unwrap_or_default() + "\n";
-    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", crate::quote::path(&path)))?;
     let figure = |key: &str| match stats[key].as_f64() {
         Some(v) => format_bytes(v, Units::Auto),
         None => "?".into(),
@@ -60,13 +60,13 @@ fn write_stats(pid: u32, d: &serde_json::Value) -> Result<(), String> {
         figure("allocated_bytes.all.peak"),
         figure("reserved_bytes.all.current"),
         figure("reserved_bytes.all.peak"),
-        snapshot.display(),
+        crate::quote::path(&snapshot),
         if d["history"] == true {
             " (with the history the program was recording)"
         } else {
             " (segments and blocks; no history: the program did not record one)"
         },
-        path.display()
+        crate::quote::path(&path)
     );
     Ok(())
 }

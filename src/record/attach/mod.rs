@@ -14,6 +14,7 @@
 pub mod connection;
 mod dump;
 pub mod inject;
+mod leftovers;
 pub mod target;
 
 use std::io::{ErrorKind, Write};
@@ -26,6 +27,7 @@ use super::journal::Journal;
 use super::{agent, finalize, signals, Backend, Observer};
 use crate::error::{Error, Result};
 use connection::{Connection, Poll};
+use target::alive;
 
 pub struct Options {
     pub pid: u32,
@@ -73,7 +75,7 @@ fn utf8<'a>(path: &'a Path, output: &Path) -> Result<&'a str> {
             "attach: -o {}: the process is told the paths beside the output as UTF-8 text, \
              and this one's folder name is not UTF-8: write the output into a folder named in \
              UTF-8",
-            output.display()
+            crate::quote::path(output)
         ))
     })
 }
@@ -100,12 +102,15 @@ pub fn run(o: &Options) -> Result<i32> {
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(refused)?;
     signals::install();
+    leftovers::sweep(&std::env::temp_dir());
     let prefix = super::snapshot_prefix(&o.output);
     let prefix = utf8(&prefix, &o.output)?;
     let mut settings = serde_json::json!({
         "backend": o.backend.name(),
         "observer": o.observer.name(),
         "any_torch": std::env::var("MEMTRACK_ANY_TORCH").ok(),
+        // how long a call that lands inside `import torch` waits for its end
+        "start_timeout": o.start_timeout.as_secs_f64(),
         "snapshot": o.snapshot.then(|| serde_json::json!({
             "prefix": prefix,
             "entries": o.max_snapshot_entries,
@@ -137,9 +142,9 @@ pub fn run(o: &Options) -> Result<i32> {
     let mut attached: Vec<Attached> = Vec::new();
     let mut refusals: Vec<String> = Vec::new();
     for mut conn in conns {
-        let pid = peer(&pids, &conn);
+        let pid = conn.process(&pids);
         // taking stock of parameters and optimizer state walks the heap: allow it time
-        match conn.next_message(Duration::from_secs(120), || !alive(pid)) {
+        match conn.first_answer(pid, Duration::from_secs(120)) {
             Some(m) if m.get("started").is_some() => {
                 let started = &m["started"];
                 let exe = targets.iter().find(|t| t.pid == pid).map(|t| &t.exe);
@@ -149,7 +154,7 @@ pub fn run(o: &Options) -> Result<i32> {
                 };
                 eprintln!(
                     "memtrack: recording process {pid} ({}, torch {}, {} backend) {window}; iterations under way at the attach are partial",
-                    exe.map_or_else(|| "?".into(), |e| e.display().to_string()),
+                    exe.map_or_else(|| "?".into(), |e| crate::quote::path(e).into_owned()),
                     started["torch"].as_str().unwrap_or("?"),
                     started["backend"].as_str().unwrap_or("?"),
                 );
@@ -237,8 +242,8 @@ pub fn run(o: &Options) -> Result<i32> {
     } else {
         eprintln!(
             "memtrack: the recording is kept in {}; `memtrack record --recover {}` writes the stats file from it",
-            journal.path().display(),
-            journal.path().display()
+            crate::quote::path(journal.path()),
+            crate::quote::path(journal.path())
         );
         code = 2;
     }
@@ -257,8 +262,8 @@ fn connect(
     targets: &[target::Target],
     mut settings: serde_json::Value,
 ) -> std::result::Result<(tempfile::TempDir, Vec<Connection>), String> {
-    let io = |path: &Path, e: std::io::Error| format!("{}: {e}", path.display());
-    let tmp = agent::private_dir().map_err(|e| io(&std::env::temp_dir(), e))?;
+    let io = |path: &Path, e: std::io::Error| format!("{}: {e}", crate::quote::path(path));
+    let tmp = leftovers::private_dir().map_err(|e| io(&std::env::temp_dir(), e))?;
     let agent_dir = tmp.path().join("agent");
     agent::write_to(&agent_dir).map_err(|e| io(&agent_dir, e))?;
     let boot = tmp.path().join("boot.py");
@@ -316,15 +321,6 @@ fn connect(
     Ok((tmp, conns))
 }
 
-/// The process at the other end of `conn`: the one attached to, or one of the ranks (0 where
-/// the kernel cannot say).
-fn peer(pids: &[u32], conn: &Connection) -> u32 {
-    match pids {
-        [only] => *only,
-        _ => conn.peer_pid().unwrap_or(0),
-    }
-}
-
 /// Why the processes' pending calls did not all connect within the start timeout.
 fn not_started(o: &Options, pids: &[u32], waited: Waited) -> String {
     let list = |pids: &mut dyn Iterator<Item = &u32>| {
@@ -344,8 +340,12 @@ fn not_started(o: &Options, pids: &[u32], waited: Waited) -> String {
             )
         }
     };
+    let stopped: Vec<&u32> = pids.iter().filter(|&&p| target::stopped(p)).collect();
     if !gone.is_empty() {
         format!("process {gone} ended before recording began")
+    } else if let [&pid, ..] = stopped[..] {
+        // stopped after it was looked at
+        target::stopped_refusal(pid, &target::comm(pid))
     } else if waited == Waited::Interrupted {
         format!("interrupted before recording began; {which} as it was")
     } else {
@@ -389,17 +389,6 @@ fn wait_window(
         }
         // hold each new spool file open: what the process wrote is read even if it is removed
         journal.adopt();
-    }
-}
-
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // "PID (comm) STATE …": a zombie has ended
-        Ok(s) => s
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
     }
 }
 

@@ -36,7 +36,8 @@ fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| format!("uid {uid}"))
 }
 
-fn comm(pid: u32) -> String {
+/// A process's command name (`/proc/PID/comm`), `?` when it cannot be read.
+pub fn comm(pid: u32) -> String {
     fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "?".into())
@@ -99,8 +100,11 @@ pub fn inspect(pid: u32) -> Result<Target, Refusal> {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|_| format!("no process {pid} (nothing in /proc/{pid})"))?;
     let name = comm(pid);
-    if status_field(&status, "State:").is_some_and(|s| s.starts_with('Z')) {
-        return Err(format!("process {pid} ({name}) has exited (a zombie)"));
+    // (`t`, stopped by a tracer, is said below with the tracer)
+    match state(pid) {
+        Some('Z' | 'X') => return Err(format!("process {pid} ({name}) has exited (a zombie)")),
+        Some('T') => return Err(stopped_refusal(pid, &name)),
+        _ => {}
     }
     let uid: u32 = status_field(&status, "Uid:")
         .and_then(|u| u.split_whitespace().next()?.parse().ok())
@@ -155,7 +159,7 @@ pub fn inspect(pid: u32) -> Result<Target, Refusal> {
         return Err(format!(
             "process {pid} ({}) is not a Python process: neither its program nor a libpython \
              it loaded has Py_AddPendingCall and PyRun_SimpleString",
-            exe.display()
+            crate::quote::path(&exe)
         ));
     };
     let has_torch = files.iter().any(|f| {
@@ -166,7 +170,7 @@ pub fn inspect(pid: u32) -> Result<Target, Refusal> {
         return Err(format!(
             "process {pid} ({}) is Python without torch: it has not imported torch (no \
              libtorch in its memory maps); attach records a program that uses torch",
-            exe.display()
+            crate::quote::path(&exe)
         ));
     }
     let libc_files: Vec<PathBuf> = files
@@ -234,4 +238,36 @@ fn denied(what: &str, e: &std::io::Error) -> String {
         why.push_str("memtrack has CAP_SYS_PTRACE; a security module (SELinux, AppArmor, seccomp) may forbid ptrace here");
     }
     why
+}
+
+/// A process's state (`R` running, `S` sleeping, `T` stopped, `t` stopped by its tracer,
+/// `Z` a zombie, …); None when there is no such process.
+fn state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (comm) STATE …": comm may hold spaces and parentheses
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// Whether process `pid` runs on: not ended, not a zombie.
+pub fn alive(pid: u32) -> bool {
+    state(pid).is_some_and(|s| s != 'Z' && s != 'X')
+}
+
+/// Whether process `pid` is stopped (SIGSTOP, Ctrl-Z), so runs no code until continued.
+pub fn stopped(pid: u32) -> bool {
+    state(pid) == Some('T')
+}
+
+/// What attach says of a stopped process.
+pub fn stopped_refusal(pid: u32, name: &str) -> String {
+    format!(
+        "process {pid} ({name}) is stopped (SIGSTOP, or Ctrl-Z in its shell): it runs no \
+         Python code to start the recording; continue it first (`kill -CONT {pid}`, or `fg` \
+         in its shell)"
+    )
 }

@@ -1,23 +1,8 @@
 //! Bytes by category per device: the storages the agent reported (appeared, changed category
 //! or size, died) and the current totals they add up to (MemTracker's `_update_snap`).
 
-use crate::model::{DeviceBytes, ModuleSnapshot};
-
-use super::Replay;
-
-/// Bytes by category (7) and total, on one device; devices are -1 (CPU) or a CUDA index.
-pub(super) type Row = [i64; 8];
-pub(super) const TOTAL: usize = 7;
-/// MemTracker's `Dict[device, Dict[str, int]]`, devices in order.
-pub(super) type Snap = Vec<(i32, Row)>;
-
-pub(super) struct Storage {
-    pub(super) cat: usize,
-    pub(super) dev: i32,
-    pub(super) bytes: i64,
-    /// The op that made it: the ops recorded before its ADD (the op's sample follows it).
-    pub(super) op: u32,
-}
+use super::fields::{Row, Storage, TOTAL};
+use super::state::Replay;
 
 impl Replay {
     pub(super) fn row(&mut self, dev: i32) -> &mut Row {
@@ -121,35 +106,4 @@ impl Replay {
             e.event(self.ops.len(), key, bytes);
         }
     }
-}
-
-pub(super) fn set_dev(s: &mut Snap, dev: i32, row: Row) {
-    match s.binary_search_by_key(&dev, |(d, _)| *d) {
-        Ok(k) => s[k].1 = row,
-        Err(k) => s.insert(k, (dev, row)),
-    }
-}
-
-pub fn device_name(dev: i32) -> String {
-    if dev < 0 {
-        "cpu".to_string()
-    } else {
-        format!("cuda:{dev}")
-    }
-}
-
-pub(super) fn snapshot(s: &Snap) -> ModuleSnapshot {
-    ModuleSnapshot(
-        s.iter()
-            .map(|(dev, row)| {
-                let mut by_category = [0i64; 7];
-                by_category.copy_from_slice(&row[..7]);
-                DeviceBytes {
-                    device: device_name(*dev),
-                    by_category,
-                    total: row[TOTAL],
-                }
-            })
-            .collect(),
-    )
 }

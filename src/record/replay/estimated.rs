@@ -37,9 +37,36 @@ pub struct DeviceLog {
     pub nccl_bytes: u64,
 }
 
+/// What turns an estimated run's device log into its allocated and reserved series (the
+/// estimate's allocator model, `estimate::AllocatorModel`): record itself models no device.
+/// Defined here, beside the log, so that `finalize.rs` and `record/mod.rs` both take it from
+/// below them.
+pub trait DeviceModel: Sync {
+    fn fill(&self, stats: &mut crate::model::TrackerStats, log: &DeviceLog);
+}
+
 /// Distinct places kept of each kind: a program reading at more places than this is still
 /// said to have read, at the places first met.
 const MAX_PLACES: usize = 10_000;
+
+/// One more of `key` in `list` (indexed by `index`): its count up, or a new entry `made`
+/// while fewer than MAX_PLACES are kept.
+fn count<K: std::hash::Hash + Eq, T>(
+    index: &mut HashMap<K, usize>,
+    list: &mut Vec<T>,
+    key: K,
+    counter: impl Fn(&mut T) -> &mut u64,
+    made: impl FnOnce() -> T,
+) {
+    match index.get(&key) {
+        Some(&i) => *counter(&mut list[i]) += 1,
+        None if list.len() < MAX_PLACES => {
+            index.insert(key, list.len());
+            list.push(made());
+        }
+        None => {}
+    }
+}
 
 /// The estimate's facts as the messages come: each place once, with its count.
 #[derive(Default)]
@@ -68,54 +95,51 @@ impl Estimated {
             MSG_ESTIMATE_READ => {
                 let branch = m["branch"].as_bool().unwrap_or(false);
                 let key = (file.clone(), line, what.clone(), branch);
-                match self.reads.get(&key) {
-                    Some(&i) => f.reads[i].count += 1,
-                    None if f.reads.len() < MAX_PLACES => {
-                        self.reads.insert(key, f.reads.len());
-                        f.reads.push(ValueRead {
-                            file,
-                            line,
-                            what,
-                            count: 1,
-                            branch,
-                        });
-                    }
-                    None => {}
-                }
+                count(
+                    &mut self.reads,
+                    &mut f.reads,
+                    key,
+                    |r| &mut r.count,
+                    || ValueRead {
+                        file,
+                        line,
+                        what,
+                        count: 1,
+                        branch,
+                    },
+                );
             }
             MSG_ESTIMATE_BOUND => {
                 let key = (file.clone(), line, what.clone());
-                match self.bounds.get(&key) {
-                    Some(&i) => f.upper_bounds[i].count += 1,
-                    None if f.upper_bounds.len() < MAX_PLACES => {
-                        self.bounds.insert(key, f.upper_bounds.len());
-                        f.upper_bounds.push(UpperBound {
-                            file,
-                            line,
-                            op: what,
-                            count: 1,
-                        });
-                    }
-                    None => {}
-                }
+                count(
+                    &mut self.bounds,
+                    &mut f.upper_bounds,
+                    key,
+                    |u| &mut u.count,
+                    || UpperBound {
+                        file,
+                        line,
+                        op: what,
+                        count: 1,
+                    },
+                );
             }
             MSG_ESTIMATE_UNWRITTEN => {
                 let path = m["path"].as_str().unwrap_or("?").to_string();
                 let key = (file.clone(), line, what.clone(), path.clone());
-                match self.unwritten.get(&key) {
-                    Some(&i) => f.unwritten[i].count += 1,
-                    None if f.unwritten.len() < MAX_PLACES => {
-                        self.unwritten.insert(key, f.unwritten.len());
-                        f.unwritten.push(Unwritten {
-                            file,
-                            line,
-                            what,
-                            path,
-                            count: 1,
-                        });
-                    }
-                    None => {}
-                }
+                count(
+                    &mut self.unwritten,
+                    &mut f.unwritten,
+                    key,
+                    |u| &mut u.count,
+                    || Unwritten {
+                        file,
+                        line,
+                        what,
+                        path,
+                        count: 1,
+                    },
+                );
             }
             MSG_ESTIMATE_GROUP => {
                 if f.process_groups.len() < MAX_PLACES {

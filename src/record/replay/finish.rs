@@ -12,10 +12,10 @@ use crate::model::{
 };
 use crate::record::protocol::COMPILED_GRAPH;
 
-use super::bytes::snapshot;
+use super::fields::{snapshot, NO_NAME};
 use super::messages::as_string;
-use super::ops::NO_NAME;
-use super::{Replay, Session};
+use super::state::Replay;
+use super::Session;
 
 impl Replay {
     pub(super) fn finish(mut self) -> Session {

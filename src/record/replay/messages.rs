@@ -6,12 +6,13 @@ use serde_json::Value as Json;
 
 use crate::model::{Cycle, CycleEdge, CycleNode, CycleTensor};
 use crate::record::protocol::{
-    MSG_AGENT_ERROR, MSG_BYE, MSG_CUDA_UNAVAILABLE, MSG_CYCLES, MSG_DEVICE, MSG_ESTIMATE_STOPPED,
-    MSG_EXCEPTION, MSG_HELLO, MSG_NAME, MSG_NO_TORCH, MSG_OOM, MSG_OP, MSG_SIGNAL, MSG_SNAPSHOT,
-    MSG_THREAD, MSG_THREADS_BEFORE, MSG_TORCH_NOT_IMPORTED, MSG_TORCH_UNSUPPORTED,
+    MSG_AGENT_ERROR, MSG_BYE, MSG_CUDA_UNAVAILABLE, MSG_CYCLES, MSG_DEVICE, MSG_ESTIMATE_RANK,
+    MSG_ESTIMATE_STOPPED, MSG_EXCEPTION, MSG_HELLO, MSG_NAME, MSG_NO_TORCH, MSG_OOM, MSG_OP,
+    MSG_SIGNAL, MSG_SNAPSHOT, MSG_THREAD, MSG_THREADS_BEFORE, MSG_TORCH_NOT_IMPORTED,
+    MSG_TORCH_UNSUPPORTED,
 };
 
-use super::{Note, Replay};
+use super::state::{Note, Replay};
 
 pub(super) fn as_string(v: &Json) -> Option<String> {
     v.as_str().map(str::to_string)
@@ -38,6 +39,17 @@ impl Replay {
                     self.estimated = Some(Default::default());
                 }
                 self.hello = Some(m.clone());
+            }
+            MSG_ESTIMATE_RANK => {
+                // the program named its rank and world itself (mp.spawn's workers): the file
+                // is that rank's, whatever the environment said at the hello
+                if let Some(hello) = self.hello.as_mut().and_then(|h| h.as_object_mut()) {
+                    for key in ["rank", "world_size"] {
+                        if m[key].is_i64() {
+                            hello.insert(key.into(), m[key].clone());
+                        }
+                    }
+                }
             }
             MSG_OP => set_name(&mut self.op_names, &m["id"], &m["name"]),
             MSG_THREAD => {

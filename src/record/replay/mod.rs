@@ -12,15 +12,14 @@
 //! `modules` (the per-iteration module tables), `peaks`; `finish` turns it all into the
 //! model. The wire's constants are `record::protocol`'s.
 
-use std::collections::{BTreeMap, HashMap};
-
 use serde_json::Value as Json;
 
-use crate::model::{Cycle, IterationModules, Marker, TrackerStats};
+use crate::model::TrackerStats;
 use crate::record::protocol::{FRAME_JSON, FRAME_RECORDS};
 
 mod bytes;
 mod estimated;
+mod fields;
 mod finish;
 mod messages;
 mod modules;
@@ -28,27 +27,13 @@ mod ops;
 mod peaks;
 mod records;
 mod retained;
+mod state;
 mod threads;
 
-pub use bytes::device_name;
-use bytes::{Snap, Storage};
-pub use estimated::{DeviceEvent, DeviceLog};
-use modules::Iter;
-use ops::{Op, Pushed};
-
-/// Something a process said that is not a recording: why it did not record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Note {
-    /// The interpreter has no torch to import.
-    NoTorch { python: String },
-    /// torch is installed but the program never imported it.
-    TorchNotImported { argv: Vec<String> },
-    /// `--backend cuda` where torch sees no CUDA: the agent stopped the program (exit 2).
-    CudaUnavailable,
-    /// A torch outside the versions the agent supports: the agent stopped the program
-    /// (exit 2). `supported` is the agent's range, as it says it.
-    TorchUnsupported { torch: String, supported: String },
-}
+pub use estimated::{DeviceEvent, DeviceLog, DeviceModel};
+pub use fields::device_name;
+pub use state::Note;
+use state::Replay;
 
 /// One process's recording, decoded.
 pub struct Session {
@@ -144,64 +129,6 @@ pub fn replay(bytes: &[u8]) -> Session {
         }
     }
     r.finish()
-}
-
-#[derive(Default)]
-struct Replay {
-    hello: Option<Json>,
-    cuda: bool,
-    op_names: Vec<Option<String>>,
-    names: Vec<Option<String>>,
-    ops: Vec<Op>,
-    allocated: Vec<f64>,
-    active: Vec<f64>,
-    reserved: Vec<f64>,
-    storages: HashMap<i64, Storage>,
-    curr: Snap,
-    /// A total grew since the last op: peaks may need updating.
-    dirty: bool,
-    /// ModTracker's `parents` (without "Global"): name id, and which hook pushed it.
-    parents: Vec<(u32, Pushed)>,
-    optimizer: Option<u32>,
-    iter: Option<Iter>,
-    iterations: Vec<IterationModules>,
-    peak: Snap,
-    markers: Vec<Marker>,
-    /// The op index where each iteration began: the first fw_start, then each ITER.
-    iteration_starts: Vec<i64>,
-    device_name: Option<String>,
-    device_total: Option<u64>,
-    exception: Option<String>,
-    exception_at: Option<(String, i64)>,
-    oom: bool,
-    oom_op_index: Option<i64>,
-    ended: Option<String>,
-    said_bye: bool,
-    memory_stats: BTreeMap<String, i64>,
-    snapshot_paths: Vec<String>,
-    agent_errors: Vec<String>,
-    note: Option<Note>,
-    device_index: Option<i64>,
-    device_uuid: Option<String>,
-    memory_stats_oom: BTreeMap<String, i64>,
-    /// Collections that found cycles, by the agent's id: (ops when reported, the graph).
-    cycles: Vec<(i64, usize, Cycle)>,
-    time_marks: Vec<(u64, usize)>,
-    /// The `compile` part of `bye`: dynamo's counters.
-    compile: Option<Json>,
-    /// Tensors noted (NOTE): (why, category) -> how many, each in its latest category.
-    unmeasured: BTreeMap<(usize, usize), i64>,
-    /// Where the records stopped making sense (a damaged spool): what was found, at which
-    /// slot; everything before it is kept.
-    damage: Option<String>,
-    /// The spool slot the current batch of records starts at (to say where damage was found).
-    slot_base: usize,
-    /// What stays alive across iterations (`retained`).
-    retained: retained::Retaining,
-    /// `memtrack estimate`'s run (backend `estimate`): its device log and facts.
-    estimated: Option<estimated::Estimated>,
-    /// The threads: whose records come now, the others' module stacks, each one's counts.
-    threads: threads::Threads,
 }
 
 impl Replay {

@@ -2,52 +2,11 @@
 //! outputs) and its snapshots per MemTracker state; iterations closed into the model's
 //! `IterationModules`.
 
-use std::collections::HashMap;
-
 use crate::model::modules::StateSnapshots;
 use crate::model::{IterationModules, ModState, ModuleStats};
 
-use super::bytes::{snapshot, Snap, TOTAL};
-use super::Replay;
-
-pub(super) struct ModB {
-    pub(super) fqn: u32,
-    pub(super) parameter_bytes: i64,
-    pub(super) buffer_bytes: i64,
-    pub(super) input_bytes: i64,
-    pub(super) output_bytes: i64,
-    pub(super) states: Vec<(ModState, Vec<Snap>)>,
-    pub(super) local_peak: Vec<(i32, i64)>,
-}
-
-impl ModB {
-    pub(super) fn push(&mut self, state: ModState, snap: Snap) {
-        match self.states.iter_mut().find(|(s, _)| *s == state) {
-            Some((_, calls)) => calls.push(snap),
-            None => self.states.push((state, vec![snap])),
-        }
-    }
-}
-
-pub(super) struct Iter {
-    pub(super) first_op: usize,
-    pub(super) modules: Vec<ModB>,
-    pub(super) by_mk: HashMap<i64, usize>,
-    pub(super) by_name: HashMap<u32, Vec<usize>>,
-    pub(super) peak: Snap,
-}
-
-impl Iter {
-    pub(super) fn new(first_op: usize, curr: &Snap) -> Iter {
-        Iter {
-            first_op,
-            modules: Vec::new(),
-            by_mk: HashMap::new(),
-            by_name: HashMap::new(),
-            peak: curr.clone(),
-        }
-    }
-}
+use super::fields::{snapshot, Iter, ModB, TOTAL};
+use super::state::Replay;
 
 impl Replay {
     pub(super) fn iter_mut(&mut self) -> &mut Iter {

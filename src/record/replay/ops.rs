@@ -1,56 +1,8 @@
 //! Ops: each sample placed in its context (the optimizer's step, the innermost running
 //! module, forward or backward) with its allocated / active / reserved bytes.
 
-use crate::record::protocol::{PUSH_BACKWARD, PUSH_PASS_THROUGH};
-
-use super::bytes::TOTAL;
-use super::Replay;
-
-pub(super) const NO_NAME: u32 = u32::MAX;
-
-#[derive(Clone, Copy)]
-pub(super) struct Op {
-    pub(super) fid: u32,
-    pub(super) ctx: u32,
-    pub(super) phase: Phase,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
-    Forward,
-    Backward,
-    Step,
-}
-
-/// Which hook made a module active (PUSH's `how`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Pushed {
-    Forward,
-    Backward,
-    /// In backward, by a module whose outputs are its inputs: it runs no autograd node, so
-    /// no op is named after it (it stays active for MemTracker's peaks).
-    PassThrough,
-}
-
-impl Pushed {
-    pub(super) fn from_code(code: i64) -> Pushed {
-        match code {
-            PUSH_BACKWARD => Pushed::Backward,
-            PUSH_PASS_THROUGH => Pushed::PassThrough,
-            _ => Pushed::Forward,
-        }
-    }
-}
-
-impl Phase {
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Phase::Forward => "forward",
-            Phase::Backward => "backward",
-            Phase::Step => "step",
-        }
-    }
-}
+use super::fields::{Op, Phase, Pushed, NO_NAME, TOTAL};
+use super::state::Replay;
 
 impl Replay {
     pub(super) fn op(&mut self, fid: u32, bw: bool, cuda: Option<[i64; 3]>) {

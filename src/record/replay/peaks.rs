@@ -3,8 +3,8 @@
 
 use crate::model::ModState;
 
-use super::bytes::{set_dev, Snap, TOTAL};
-use super::Replay;
+use super::fields::{set_dev, Snap, TOTAL};
+use super::state::Replay;
 
 impl Replay {
     /// MemTracker's `_update_peak_stats`, run after each op (only when a total grew: otherwise

@@ -9,7 +9,8 @@ use crate::record::protocol::{
     REF, RESET, SIZE, SNAP, THREAD, TIME,
 };
 
-use super::{Pushed, Replay};
+use super::fields::Pushed;
+use super::state::Replay;
 
 impl Replay {
     /// A tensor not measured as one dense storage (`why`, a `WHY_*` code), now in category

@@ -6,23 +6,13 @@
 
 use crate::model::{op_module, OpNames, Retained, RetainedOp, CATEGORIES};
 
-use super::Replay;
+use super::state::Replay;
 
 /// Iterations left out at the start (as `analysis::growth`).
 const WARMUP_ITERATIONS: usize = 1;
 
 /// At most this many ops are kept, those that retained the most bytes.
 const MAX_OPS: usize = 50;
-
-#[derive(Default)]
-pub(super) struct Retaining {
-    /// The op index where iteration 1, 2, … started.
-    starts: Vec<usize>,
-    /// Iterations checked.
-    checked: i64,
-    /// (iteration, op index, category, bytes) of each storage found alive.
-    found: Vec<(u32, u32, usize, i64)>,
-}
 
 impl Replay {
     /// An iteration starts: check the one two before it.
