@@ -3,7 +3,7 @@
 MemTracker, under PyTorch's profiler with profile_memory=True, under a do-nothing
 TorchDispatchMode (the floor any dispatch-mode tool pays) and under `memtrack record` (a
 release build) with each of its observers (`--observer python`, and
-`--observer compiled`, `auto`'s choice on the CPU, built by its first cell); then the start-up cost per process
+`--observer compiled`, `auto`'s choice on the CPU, built before the first cell); then the start-up cost per process
 (`python -c "import torch"` plain and under `memtrack record`). `lstmcell` is a loop of
 small ops (an LSTMCell unrolled 16 steps, about 1,000 ops a step); `conv` a small conv net. `conv-compiled` is the conv model under
 torch.compile: its slowdown is reported separately, against the compiled model run plain
@@ -16,8 +16,17 @@ A cell that cannot run (MemTracker on the LSTMCell loop) prints "-" and why.
 
 Each cell runs in a fresh process: build the model, 3 warm-up steps, then timed blocks of
 steps; a cell's figure is the fastest block's time per step (CPU time of the process, which
-other load on the machine disturbs least; wall time is printed too). Rounds are interleaved
-and the minimum over rounds kept, so a noisy neighbour inflates nothing systematically.
+other load on the machine disturbs least; wall time is printed too). Rounds are interleaved:
+each mode's slowdown is taken against plain in the same round, and the floors are judged on
+the median round (the minimum printed beside it); the table keeps each cell's fastest round.
+
+What the figures depend on is printed with them: the CPU, the load average, the Python build,
+torch's CPU kernels, and which path the agent's work took in each recorded cell, a step
+(counted in the program, after the timing: the same on any machine): ops accounted in C by
+the compiled observer or handed to the agent's Python, module calls done in C or through the
+tracker's Python, records written in place or through the agent's Python writers, and the
+calls of the agent's Python functions one more step makes (docs/record.md, Overhead). A
+compiled observer that could not be built or loaded shows there as the python observer.
 """
 
 import argparse
@@ -36,14 +45,25 @@ COMPILED_MODES = ["plain", "profiler", "memtrack", "memtrack-compiled"]
 RECORD_MODES = {"memtrack": "python", "memtrack-compiled": "compiled"}
 
 
-def under_record(args, mode, cmd, name):
-    """cmd as `memtrack record` runs it with the observer `mode` names (cmd itself for any
-    other mode)."""
+def under_record(args, mode, cmd, folder):
+    """cmd as `memtrack record` runs it with the observer `mode` names, its file in `folder`
+    (cmd itself for any other mode)."""
     if mode not in RECORD_MODES:
         return cmd
-    out = os.path.join(tempfile.mkdtemp(prefix="memtrack-bench-"), name)
     return [args.memtrack, "record", "--backend", "cpu", "--observer", RECORD_MODES[mode],
-            "-o", out, "--"] + cmd
+            "-o", os.path.join(folder, "bench.pkl"), "--"] + cmd
+
+
+def run_recorded(args, mode, cmd):
+    """Run cmd (under record where `mode` says), its file in a temporary folder removed after:
+    the finished process, and wall seconds."""
+    with tempfile.TemporaryDirectory(prefix="memtrack-bench-") as folder:
+        cmd = under_record(args, mode, cmd, folder)
+        env = dict(os.environ)
+        env.pop("MEMTRACK_SOCKET", None)
+        w = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        return p, time.perf_counter() - w
 
 
 def modes_for(model_name):
@@ -143,6 +163,7 @@ def worker(model_name, mode, steps, threads):
     if mode == "plain" and not model_name.endswith("-compiled"):
         with Count():
             step()
+    before = agent_paths()
     blocks, per = 5, max(1, steps // 5)
     best_cpu = best_wall = float("inf")
     walls, cpus = [], []  # every step's own time: a stall shows as one slow step
@@ -155,32 +176,70 @@ def worker(model_name, mode, steps, threads):
             cpus.append(time.process_time() - sc)
         best_cpu = min(best_cpu, (time.process_time() - c) / per)
         best_wall = min(best_wall, (time.perf_counter() - w) / per)
+    paths = None
+    if before is not None:  # recorded: what the agent did a step, read after the timing
+        after = agent_paths()
+        paths = {k: (v - before[k]) / len(walls) if type(v) is int else v
+                 for k, v in after.items()}
+        paths["agent_python_calls"], paths["agent_python_top"] = agent_python_calls(step)
     med_wall = sorted(walls)[len(walls) // 2]
     med_cpu = sorted(cpus)[len(cpus) // 2]
     print(
         "MEMTRACK_BENCH "
         + json.dumps({"cpu_s": best_cpu, "wall_s": best_wall, "ops_per_step": Count.n or None,
                       "median_wall_s": med_wall, "median_cpu_s": med_cpu,
-                      "max_wall_s": max(walls), "max_step": walls.index(max(walls))})
+                      "max_wall_s": max(walls), "max_step": walls.index(max(walls)),
+                      "paths": paths, "torch": torch.__version__,
+                      "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                      "torch_threads": torch.get_num_threads()})
     )
+
+
+def agent_paths():
+    """Which path memtrack's agent took so far in this process (its native.paths(): the
+    compiled observer's counts, kept in C), or None where the process is not recorded."""
+    agent = sys.modules.get("_memtrack_agent")
+    native = getattr(agent, "native", None)
+    return native.paths() if native is not None else None
+
+
+def agent_python_calls(step):
+    """How many calls of the agent's Python functions one more step makes (sys.setprofile sees
+    one called from C too), and the five commonest: counted after the timed steps, which it
+    would slow."""
+    calls = {}
+    folder = os.sep + "_memtrack_agent" + os.sep
+
+    def profile(frame, event, arg):
+        if event == "call" and folder in frame.f_code.co_filename:
+            key = os.path.basename(frame.f_code.co_filename)[:-3] + "." + frame.f_code.co_name
+            calls[key] = calls.get(key, 0) + 1
+
+    sys.setprofile(profile)
+    try:
+        step()
+    finally:
+        sys.setprofile(None)
+    top = sorted(calls.items(), key=lambda kv: -kv[1])[:5]
+    return sum(calls.values()), dict(top)
 
 
 def run_cell(args, model_name, mode):
     cmd = [args.python, os.path.abspath(__file__), "--worker", model_name,
            "plain" if mode in RECORD_MODES else mode,
            "--steps", str(args.steps), "--threads", str(args.threads)]
-    cmd = under_record(args, mode, cmd, "bench.pkl")
-    env = dict(os.environ)
-    env.pop("MEMTRACK_SOCKET", None)
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    p, _ = run_recorded(args, mode, cmd)
     for line in p.stdout.splitlines():
         if line.startswith("MEMTRACK_BENCH "):
-            return json.loads(line[len("MEMTRACK_BENCH "):])
+            res = json.loads(line[len("MEMTRACK_BENCH "):])
+            # what record said (a fallback to the python observer, a build)
+            res["said"] = [x for x in p.stderr.splitlines() if x.startswith("memtrack:")]
+            return res
     if mode == "memtracker":  # MemTracker cannot run every model: say why, go on
         last = (p.stderr.strip().splitlines() or ["no output"])[-1]
         print(f"{model_name} under MemTracker failed: {last[:160]}", file=sys.stderr)
         return None
-    raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    raise SystemExit(f"{' '.join(p.args)} failed:\n{p.stdout}\n{p.stderr}")
 
 
 IMPORT_TORCH = (
@@ -192,23 +251,102 @@ IMPORT_TORCH = (
 def run_startup(args, mode):
     """One start of `python -c "import torch"`: (seconds the import took inside the process,
     including the agent's activation; wall seconds of the whole command, collector included)."""
-    cmd = under_record(args, mode, [args.python, "-c", IMPORT_TORCH], "start.pkl")
-    env = dict(os.environ)
-    env.pop("MEMTRACK_SOCKET", None)
-    w = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - w
+    p, wall = run_recorded(args, mode, [args.python, "-c", IMPORT_TORCH])
     for line in p.stdout.splitlines():
         if line.startswith("MEMTRACK_IMPORT "):
             return float(line.split()[1]), wall
-    raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    raise SystemExit(f"{' '.join(p.args)} failed:\n{p.stdout}\n{p.stderr}")
 
 
-# The floors: slowdown of memtrack record per model (CPU time per step), no step
-# above STALL_FLOOR times the median step (wall); start-up seconds added.
+# The floors: slowdown of memtrack record per model (CPU time per step, against plain in the
+# same round: the median of the rounds), the compiled observer below a do-nothing dispatch
+# mode; no step above STALL_FLOOR times the median step (wall); start-up seconds added.
 FLOORS = {"lstmcell": 2.0, "conv": 1.25}
 STALL_FLOOR = 5.0
 STARTUP_FLOOR_S = 0.4
+
+
+def machine(args):
+    """What the figures depend on, in words: the CPU, its load, the Python build, torch."""
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(x.split(":", 1)[1].strip() for x in f if x.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    probe = (
+        "import sys, sysconfig, torch; c = sysconfig.get_config_var('CONFIG_ARGS') or ''; "
+        "print(sys.version.split()[0], 'pgo' if '--enable-optimizations' in c else 'no-pgo', "
+        "torch.__version__, torch.backends.cpu.get_cpu_capability())"
+    )
+    out = subprocess.run([args.python, "-c", probe], capture_output=True, text=True).stdout
+    py, pgo, torch_version, capability = (out.split() + ["?"] * 4)[:4]
+    pgo = "built with PGO" if pgo == "pgo" else "built without --enable-optimizations (no PGO)"
+    return (f"{cpu}, {os.cpu_count()} cores; Python {py} {pgo}; torch {torch_version} "
+            f"(CPU kernels {capability}), {args.threads} torch thread(s)")
+
+
+def build_observer(args):
+    """Build the compiled observer (if its cache has none for this torch) before any cell is
+    timed; say so, and say where it cannot be used."""
+    p, wall = run_recorded(args, "memtrack-compiled", [args.python, "-c", "import torch"])
+    said = [x for x in p.stderr.splitlines() if x.startswith("memtrack:")]
+    if any("building the compiled observer" in x for x in said):
+        print(f"the compiled observer was built first ({wall:.0f} s)", file=sys.stderr)
+    for x in said:
+        if "cannot be used" in x:
+            print(f"WARNING, the compiled observer's cells are the python observer's: {x}",
+                  file=sys.stderr)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return (xs[(n - 1) // 2] + xs[n // 2]) / 2
+
+
+def summarise(results):
+    """A cell's figures over its rounds: the fastest block and median step (least over rounds),
+    the worst stall, and the last round's paths (the same in every round)."""
+    rs = [r for r in results if r]
+    return {
+        "cpu_s": min(r["cpu_s"] for r in rs),
+        "wall_s": min(r["wall_s"] for r in rs),
+        "stall": max(r["max_wall_s"] / r["median_wall_s"] for r in rs),
+        "median_wall_s": min(r["median_wall_s"] for r in rs),
+        "median_cpu_s": min(r["median_cpu_s"] for r in rs),
+        "paths": rs[-1].get("paths"),
+        "said": sorted({x for r in rs for x in r.get("said", [])}),
+    }
+
+
+def paired(runs, m, mode):
+    """Each round's slowdown of `mode` against plain in the same round (CPU time): plain and
+    recorded run back to back, so the machine's load moves both."""
+    return [r["cpu_s"] / p["cpu_s"]
+            for r, p in zip(runs.get((m, mode), []), runs[(m, "plain")]) if r and p]
+
+
+def describe_paths(paths):
+    """One line: which path the agent's work took a step."""
+    if paths["observer"] != "compiled":
+        return (f"every op through the dispatch mode's Python; "
+                f"{paths['agent_python_calls']:,.0f} calls of the agent's Python")
+    f = lambda k: f"{paths.get(k, 0):,.0f}"  # noqa: E731
+    mods_c, mods_py = paths["module_pre_in_c"], paths["module_pre_to_python"]
+    parts = [
+        f"ops {f('ops_in_c')} accounted in C, {f('ops_to_python')} handed to Python",
+        f"module calls {mods_c:,.0f} in C, {mods_py:,.0f} through the tracker's Python"
+        if paths["module_path"] else "module path not bound: every module call in Python",
+        f"backward marks {f('backward_in_c')} in C, {f('backward_to_python')} in Python",
+        f"records {f('records_in_place')} in place, {f('records_to_python')} through Python "
+        "writers" + (" (several threads: locked)" if paths["threaded"] else ""),
+        f"storage deaths {f('deaths_in_c')} in C",
+        f"{paths['agent_python_calls']:,.0f} calls of the agent's Python",
+    ]
+    if not paths["fast_path"]:
+        parts.insert(0, "NO CPU FAST PATH")
+    return "; ".join(parts)
 
 
 def main():
@@ -229,35 +367,27 @@ def main():
     if not os.path.exists(args.memtrack):
         raise SystemExit(f"{args.memtrack} not found: run `cargo build --release` first")
     models = args.models.split(",")
-    best = {}
-    ops = {}
+    load_before = os.getloadavg()[0]
+    build_observer(args)
+    runs = {}  # (model, mode) -> each round's result (None: the cell could not run)
     for r in range(args.rounds):
         for m in models:
             for mode in modes_for(m):
                 res = run_cell(args, m, mode)
+                runs.setdefault((m, mode), []).append(res)
                 if res is None:
                     continue
-                k = (m, mode)
-                if res.get("ops_per_step"):
-                    ops[m] = res["ops_per_step"]
-                old = best.get(k)
-                best[k] = {
-                    "cpu_s": min(res["cpu_s"], old["cpu_s"]) if old else res["cpu_s"],
-                    "wall_s": min(res["wall_s"], old["wall_s"]) if old else res["wall_s"],
-                    # the worst step over max-step/median of every round
-                    "stall": max(res["max_wall_s"] / res["median_wall_s"],
-                                 old["stall"] if old else 0.0),
-                    "median_wall_s": min(res["median_wall_s"], old["median_wall_s"])
-                    if old else res["median_wall_s"],
-                    "median_cpu_s": min(res["median_cpu_s"], old["median_cpu_s"])
-                    if old else res["median_cpu_s"],
-                }
                 print(f"round {r + 1}: {m:5} {mode:13} {res['cpu_s'] * 1e3:8.2f} ms cpu "
                       f"{res['wall_s'] * 1e3:8.2f} ms wall; median step "
                       f"{res['median_cpu_s'] * 1e3:.2f} ms cpu {res['median_wall_s'] * 1e3:.2f} ms "
                       f"wall, slowest {res['max_wall_s'] * 1e3:.1f} ms wall (step "
                       f"{res['max_step']}, {res['max_wall_s'] / res['median_wall_s']:.1f}x the "
                       "median)", file=sys.stderr)
+    best = {k: summarise(v) for k, v in runs.items() if any(v)}
+    ops = {m: next((r["ops_per_step"] for r in runs[(m, "plain")] if r and r["ops_per_step"]), 0)
+           for m in models}
+    print(f"\nmachine: {machine(args)}; load average {load_before:.1f} at the start, "
+          f"{os.getloadavg()[0]:.1f} at the end of the timed rounds")
     print(f"\nstep time, fastest of {args.rounds} rounds x 5 blocks "
           f"(torch threads {args.threads}; CPU time, wall in brackets)\n")
     print(f"{'model':13} {'ops/step':>8} " + " ".join(f"{m:>22}" for m in MODES) + f" {'memtrack/MemTracker':>20} {'memtrack/profiler':>18}")
@@ -273,23 +403,52 @@ def main():
                 if b else "-"
             )
         us = best[(m, "memtrack")]["cpu_s"] / base
-        if m in FLOORS:
-            for mode, observer in RECORD_MODES.items():
-                floors.append((f"{m} slowdown under record, {observer} observer",
-                               best[(m, mode)]["cpu_s"] / base, FLOORS[m], "x"))
-                floors.append((f"{m} slowest step / median, {observer} observer",
-                               best[(m, mode)]["stall"], STALL_FLOOR, "x"))
         mt = best[(m, "memtracker")]["cpu_s"] / base if (m, "memtracker") in best else None
         ratio = f"{us / mt:20.2f}" if mt else f"{'-':>20}"
         pr = best[(m, "profiler")]["cpu_s"] / base
         print(f"{m:13} {ops.get(m, 0):8} " + " ".join(f"{c:>22}" for c in cells)
               + f" {ratio} {us / pr:18.2f}")
         report[m] = {mode: best[(m, mode)] for mode in modes_for(m) if (m, mode) in best}
+        report[m]["rounds"] = {mode: paired(runs, m, mode) for mode in modes_for(m)}
         report[m]["slowdown_memtracker"] = mt
         report[m]["slowdown_memtrack"] = us
         report[m]["slowdown_memtrack_compiled"] = best[(m, "memtrack-compiled")]["cpu_s"] / base
-        report[m]["slowdown_profiler"] = best[(m, "profiler")]["cpu_s"] / base
+        report[m]["slowdown_profiler"] = pr
     print("\nslowdown = step time / plain step time")
+
+    print(f"\nslowdown against plain in the same round (CPU time), minimum and median of "
+          f"{args.rounds} rounds:")
+    for m in models:
+        cells = []
+        for mode in modes_for(m)[1:]:
+            xs = paired(runs, m, mode)
+            if xs:
+                cells.append(f"{mode} {min(xs):.2f}x / {median(xs):.2f}x")
+        print(f"  {m:13} " + "   ".join(cells))
+        nop = paired(runs, m, "dispatch-nop")
+        for mode, observer in RECORD_MODES.items():
+            xs = paired(runs, m, mode)
+            seen = describe_paths(best[(m, mode)]["paths"])
+            if m in FLOORS:
+                floors.append((f"{m} slowdown under record, {observer} observer", median(xs),
+                               FLOORS[m], "x", f"min {min(xs):.3f}x; {seen}"))
+                floors.append((f"{m} slowest step / median, {observer} observer",
+                               best[(m, mode)]["stall"], STALL_FLOOR, "x", ""))
+            if m in FLOORS and nop and observer == "compiled":
+                floors.append((f"{m} compiled observer / do-nothing dispatch mode",
+                               median(xs) / median(nop), 1.0, "x", ""))
+
+    print("\npaths a step under record (counted in the program, the same on any machine):")
+    for m in models:
+        for mode, observer in RECORD_MODES.items():
+            b = best.get((m, mode))
+            if b and b["paths"]:
+                print(f"  {m:13} {observer:8} observer: {describe_paths(b['paths'])}")
+                top = ", ".join(f"{k} {v:,.0f}" for k, v in b["paths"]["agent_python_top"].items())
+                print(f"  {'':13} {'':8}           the agent's commonest Python calls: {top}")
+            for said in b["said"] if b else []:
+                print(f"  {m:13} {observer:8} observer: {said}")
+
     print(f"\nmedian step (CPU / wall) and slowest step over the median (wall, worst round):")
     for m in models:
         for mode in modes_for(m):
@@ -304,22 +463,29 @@ def main():
             starts[mode].append(run_startup(args, mode))
     imp = {m: min(r[0] for r in v) for m, v in starts.items()}
     wall = {m: min(r[1] for r in v) for m, v in starts.items()}
+    imp_med = {m: median([r[0] for r in v]) for m, v in starts.items()}
     print(f"\nstart-up, fastest of {args.starts}: `import torch` inside the process "
           f"{imp['plain']:.3f} s plain, {imp['memtrack']:.3f} s under record "
           f"(+{imp['memtrack'] - imp['plain']:.3f} s); the whole command "
           f"{wall['plain']:.3f} s plain, {wall['memtrack']:.3f} s under record "
           f"(+{wall['memtrack'] - wall['plain']:.3f} s); with the compiled observer (built "
           f"before) +{imp['memtrack-compiled'] - imp['plain']:.3f} s, "
-          f"+{wall['memtrack-compiled'] - wall['plain']:.3f} s")
-    report["startup"] = {"import_s": imp, "command_s": wall}
+          f"+{wall['memtrack-compiled'] - wall['plain']:.3f} s; medians: "
+          f"+{imp_med['memtrack'] - imp_med['plain']:.3f} s python observer, "
+          f"+{imp_med['memtrack-compiled'] - imp_med['plain']:.3f} s compiled")
+    report["startup"] = {"import_s": imp, "command_s": wall, "import_median_s": imp_med}
     for mode, observer in RECORD_MODES.items():
         floors.append((f"start-up added per process, {observer} observer",
-                       imp[mode] - imp["plain"], STARTUP_FLOOR_S, "s"))
+                       imp[mode] - imp["plain"], STARTUP_FLOOR_S, "s",
+                       f"median {imp_med[mode] - imp_med['plain']:+.3f} s"))
 
-    print("\nfloors:")
-    for what, got, limit, unit in floors:
+    print("\nfloors (slowdowns: the median round; load average "
+          f"{os.getloadavg()[0]:.1f} now):")
+    for what, got, limit, unit, why in floors:
         verdict = "ok" if got <= limit else "OVER"
-        print(f"  {what:45} {got:7.3f}{unit}  (at most {limit}{unit})  {verdict}")
+        print(f"  {what:50} {got:7.3f}{unit}  (at most {limit}{unit})  {verdict}"
+              + (f"  [{why}]" if why else ""))
+    report["machine"] = machine(args)
     print("MEMTRACK_BENCH_REPORT " + json.dumps(report))
 
 

@@ -7,7 +7,8 @@ Prints one line: `calls {"ops": N, "observed": N, "on_del": N, "module_calls": N
 N}`: the calls of the agent's per-op entry (ops.observed), of its per-storage death callback
 (ops._on_del), of the module tracker's per-call methods (modules.py: pre_forward,
 post_forward, backward_starts, backward_ends; 4 per module call without the fast path), and
-of all its functions."""
+of all its functions. Then `paths {...}`: what the agent says took which path in those
+steps (its native.paths(), the compiled observer's counts kept in C)."""
 
 import json
 import sys
@@ -74,8 +75,12 @@ def profile(frame, event, arg):
         calls["module_calls"] += 1
 
 
+agent = sys.modules["_memtrack_agent"].native
+before = agent.paths()
 sys.setprofile(profile)
 for _ in range(5):
     step()
 sys.setprofile(None)
+after = agent.paths()
 print("calls " + json.dumps({"ops": 5 * Count.n, **calls}))
+print("paths " + json.dumps({k: v - before[k] if type(v) is int else v for k, v in after.items()}))

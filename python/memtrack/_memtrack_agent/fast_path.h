@@ -38,6 +38,24 @@ Hot* hot = nullptr;  // set by install() on the CPU backend; never freed (callba
 
 enum { IN_OPT, IN_AC, DEATH_CALLBACK, AP, EXT, EXT2, EXT6 };
 
+// Which path each op, record, module call and storage death took (counts(), for the
+// benchmark and the tests: a figure that says how it was reached). Plain integers, each
+// changed with the GIL held: an add where the work is done, nothing else.
+struct PathCounts {
+  uint64_t ops_in_c = 0;             // ops accounted here (observe_fast)
+  uint64_t ops_to_python = 0;        // ops handed to ops.observed
+  uint64_t records_in_place = 0;     // records stored straight into the spool
+  uint64_t records_to_python = 0;    // records written by the agent's Python writers
+  uint64_t deaths_in_c = 0;          // storage deaths reported here (Death)
+  uint64_t module_pre_in_c = 0;      // module calls begun here (module_path.h)
+  uint64_t module_pre_to_python = 0;   // ... and by the tracker's Python
+  uint64_t module_post_in_c = 0;       // module calls ended here
+  uint64_t module_post_to_python = 0;  // ... and by the tracker's Python
+  uint64_t backward_in_c = 0;        // a module's backward start or end marked here
+  uint64_t backward_to_python = 0;   // ... and by the tracker's Python
+};
+PathCounts path_counts;
+
 PyObject* global(int name) { return PyDict_GetItemWithError(hot->globals, hot->names[name]); }
 
 // Append a record of n slots: into the reserved slots of the current segment when the agent's
@@ -62,10 +80,12 @@ int emit(const int64_t* rec, int n) {
       for (int i = 0; i < n; ++i) slots[p + i] = rec[i];
       std::atomic_thread_fence(std::memory_order_release);
       slots[0] = p + n;  // published after the record: the reader never sees half of one
+      ++path_counts.records_in_place;
       return 0;
     }
   }
   // the writer's own way: it finds room (or drops the record where there is none) and locks
+  ++path_counts.records_to_python;
   PyObject* args[6];
   int made = 0, ok = 0;
   for (; made < n && made < 6; ++made) {
@@ -243,6 +263,7 @@ struct Death {
 PyObject* death_call(PyObject* self, PyObject* const*, size_t, PyObject*) {
   PyObject* k = reinterpret_cast<Death*>(self)->key;
   if (!hot) Py_RETURN_NONE;
+  ++path_counts.deaths_in_c;
   PyObject* e = PyDict_GetItemWithError(hot->known, k);
   if (e) {
     int64_t rec[2] = {DEL, (int64_t)PyLong_AsLongLong(k)};

@@ -509,6 +509,7 @@ PyObject* hook_call(PyObject* self, PyObject* const*, size_t, PyObject*) {
     s.left.erase(k);
   }
   int done = h->mods == mods ? backward_fast(h->nargs == 3, h->args) : 0;
+  ++(done != 0 ? path_counts.backward_in_c : path_counts.backward_to_python);
   if (done < 0) report_own_failure();
   if (done != 0) {
     if (PyErr_Occurred()) return nullptr;  // a signal handler's exception: the program's
@@ -671,6 +672,9 @@ PyObject* module_hook(PyObject* const* args, Py_ssize_t n, bool post) {
   }
   Call c;
   int g = gather(args[0], args[1], post, c);
+  auto& count = post ? (g > 0 ? path_counts.module_post_in_c : path_counts.module_post_to_python)
+                     : (g > 0 ? path_counts.module_pre_in_c : path_counts.module_pre_to_python);
+  ++count;
   if (g <= 0) {
     PyErr_Clear();
     Py_RETURN_FALSE;

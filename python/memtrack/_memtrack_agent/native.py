@@ -29,6 +29,12 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observer.cpp"
 HEADERS = [os.path.join(os.path.dirname(SOURCE), h) for h in ("fast_path.h", "module_path.h")]
 
 
+# set by load(): the library loaded, and the seconds its build took in this process (None:
+# built before)
+loaded_from = None
+built_in_seconds = None
+
+
 def cache_folder():
     return os.environ.get("MEMTRACK_OBSERVER_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "memtrack", "observer"
@@ -59,6 +65,7 @@ def _command(torch, out):
 
 def load(torch):
     """(module, None), or (None, why) where it cannot be had. Never raises."""
+    global loaded_from
     try:
         source = b""
         for path in [SOURCE] + HEADERS:
@@ -91,6 +98,7 @@ def load(torch):
         # program's modules stay as they were (an attach's detach leaves none behind)
         if sys.modules.get(NAME) is mod:
             del sys.modules[NAME]
+        loaded_from = so
         return mod, None
     except Exception as e:
         return None, f"{type(e).__name__}: {e}"
@@ -177,6 +185,7 @@ def _unsafe(path):
 
 def _build(torch, folder, so, failed):
     """Compile under a lock (one build for every process waiting on it); None or why not."""
+    global built_in_seconds
     import fcntl
 
     with _private_file(os.path.join(folder, "lock")) as lock:
@@ -214,6 +223,7 @@ def _build(torch, folder, so, failed):
             return f"its build failed (see {failed})"
         os.chmod(tmp, 0o700)  # the linker's file is 0777 less the umask
         os.replace(tmp, so)
+        built_in_seconds = seconds
         return None
 
 
@@ -274,6 +284,25 @@ def observe(torch, ext):
     if waiting is not None:
         state.undo.append(lambda: waiting in sys.meta_path and sys.meta_path.remove(waiting))
     return None
+
+
+def paths():
+    """Which path the agent's work has taken so far in this process: the observer, whether the
+    compiled one accounts ops in C (the CPU fast path) and does module calls in C (the module
+    path), whether the writers lock (a second thread recorded), where the observer was loaded
+    from and whether it was built here, and its counts (observer.cpp's counts()).
+    bench/record_overhead.py and the tests read it from the program, through
+    sys.modules["_memtrack_agent"] (docs/record.md, Overhead)."""
+    ext = ops._native
+    return {
+        "observer": "python" if ext is None else "compiled",
+        "fast_path": ext is not None and not ops._cuda,
+        "module_path": modules._native_pre is not None,
+        "threaded": transport.threaded,
+        "loaded_from": loaded_from,
+        "built_in_seconds": built_in_seconds,
+        **(ext.counts() if ext is not None else {}),
+    }
 
 
 def _pause_while_compiling(callback):

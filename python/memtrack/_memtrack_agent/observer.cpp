@@ -254,12 +254,14 @@ void hand_over(int32_t id, const std::vector<c10::IValue>* outs) {
     PyErr_Fetch(&type, &value, &traceback);
     std::vector<at::Tensor> ts;
     if (fast_outputs(outs, ts) && observe_fast(id, *outs, ts)) {
+      ++path_counts.ops_in_c;
       defer_if_the_programs();
       PyErr_Restore(type, value, traceback);
       in_python = false;
       PyGILState_Release(gil);
       return;
     }
+    ++path_counts.ops_to_python;
     PyObject* out;
     if (!outs || outs->empty()) {
       out = Py_None;
@@ -434,8 +436,9 @@ PyObject* live_nodes(PyObject*, PyObject* capsule) {
 namespace {
 
 // ---- the module: install(on_op, fast), death(key), attach(), uninstall(),
-// op(id) -> (name, mutable), pause(), resume(), guarded(fn, *args), weak_nodes(nodes),
-// live_nodes(capsule), bind_modules(...), module_pre(mod, inputs), module_post(mod, output)
+// op(id) -> (name, mutable), pause(), resume(), counts(), guarded(fn, *args),
+// weak_nodes(nodes), live_nodes(capsule), bind_modules(...), module_pre(mod, inputs),
+// module_post(mod, output)
 
 PyObject* install(PyObject*, PyObject* const* args, Py_ssize_t n) {
   if (n < 1 || n > 2) {
@@ -518,6 +521,18 @@ PyObject* resume(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// counts() -> {path: how many}: what took which path so far (fast_path.h's PathCounts)
+PyObject* counts(PyObject*, PyObject*) {
+  const PathCounts& c = path_counts;
+  return Py_BuildValue(
+      "{sKsKsKsKsKsKsKsKsKsKsK}", "ops_in_c", c.ops_in_c, "ops_to_python", c.ops_to_python,
+      "records_in_place", c.records_in_place, "records_to_python", c.records_to_python,
+      "deaths_in_c", c.deaths_in_c, "module_pre_in_c", c.module_pre_in_c,
+      "module_pre_to_python", c.module_pre_to_python, "module_post_in_c", c.module_post_in_c,
+      "module_post_to_python", c.module_post_to_python, "backward_in_c", c.backward_in_c,
+      "backward_to_python", c.backward_to_python);
+}
+
 PyMethodDef methods[] = {
     {"install", (PyCFunction)(void (*)(void))install, METH_FASTCALL,
      "Start handing every op of this thread to the callable (the CPU's commonest in C)."},
@@ -527,6 +542,7 @@ PyMethodDef methods[] = {
     {"op", op, METH_O, "(name, mutable) of an op id handed over."},
     {"pause", pause, METH_NOARGS, "Hand over no op until resume() (nested: counted)."},
     {"resume", resume, METH_NOARGS, "Undo one pause()."},
+    {"counts", counts, METH_NOARGS, "What took which path so far: {path: how many}."},
     {"guarded", (PyCFunction)(void (*)(void))guarded, METH_FASTCALL,
      "fn(*args), a signal's exception in it raised again in the program's code."},
     {"weak_nodes", weak_nodes, METH_O, "A capsule of weak references to C++ autograd nodes."},
