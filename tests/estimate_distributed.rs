@@ -52,7 +52,7 @@ fn estimate(dir: &Path, py: &Path, extra: &[&str], mode: &str) -> (i32, Value, S
 }
 
 /// The root module's bytes by category in `state` of the file's second iteration (after one
-/// optimizer step).
+/// optimizer step; its Pre-Forward: nothing in flight, the gradients set to None).
 fn root_state(file: &Path, state: &str) -> Value {
     let j = export(file);
     let it = &j["memtrack"]["modules"][1];
@@ -111,10 +111,20 @@ fn fsdp2_per_rank_model_states_are_the_sharding_arithmetic_with_its_padding() {
                 .map(|&(r, e)| round512(local(r) * e * 4))
                 .sum::<u64>()
             * BLOCKS as u64;
+        // before the second step's forward: the sharded parameters and the optimizer's states
+        let before = root_state(&file, "Pre-Forward");
+        assert_eq!(before["Parameter"], params, "rank {rank}: {before}");
+        assert_eq!(before["Optstate"], states, "rank {rank}: {before}");
+        // when the root's backward ends (as MemTracker sees it), the later blocks' gradients
+        // are reduce-scattered; the first block's are still whole, one storage a parameter:
+        // its inputs need no gradient, so FSDP2 reduces them in its final callback, after
         let after = root_state(&file, "Post-Backward");
-        assert_eq!(after["Parameter"], params, "rank {rank}: {after}");
-        assert_eq!(after["Gradient"], grads, "rank {rank}: {after}");
-        assert_eq!(after["Optstate"], states, "rank {rank}: {after}");
+        let first_block: u64 = block_params()
+            .iter()
+            .map(|&(r, e)| round512(r * e * 4))
+            .sum();
+        let expected = grads / BLOCKS as u64 * (BLOCKS as u64 - 1) + first_block;
+        assert_eq!(after["Gradient"], expected, "rank {rank}: {after}");
         // in flight: a block's forward holds its unsharded (all-gathered) parameters too
         let it = &export(&file)["memtrack"]["modules"][1];
         let block = (it["modules"].as_array().unwrap().iter())
@@ -145,13 +155,20 @@ fn cpu_offload_keeps_the_model_states_off_the_device() {
     let dir = tempfile::tempdir().unwrap();
     let (code, j, program) = estimate(dir.path(), &py, &[], "offload");
     assert_eq!(code, 0, "{program}\n{j}");
-    let after = root_state(
-        &dir.path().join(j["file"].as_str().unwrap()),
-        "Post-Backward",
-    );
+    let file = dir.path().join(j["file"].as_str().unwrap());
+    let before = root_state(&file, "Pre-Forward");
     for cat in ["Parameter", "Gradient", "Optstate"] {
-        assert_eq!(after[cat], 0, "{cat}: {after}");
+        assert_eq!(before[cat], 0, "{cat}: {before}");
     }
+    // when the root's backward ends, only the first block's whole gradients are on the
+    // device: FSDP2 reduces and offloads them in its final callback, after
+    let after = root_state(&file, "Post-Backward");
+    let first_block: u64 = block_params()
+        .iter()
+        .map(|&(r, e)| round512(r * e * 4))
+        .sum();
+    assert_eq!(after["Gradient"], first_block, "{after}");
+    assert_eq!(after["Optstate"], 0, "{after}");
     // no value was read to offload it
     assert_eq!(j["values_read"].as_array().unwrap().len(), 0, "{j}");
 }
@@ -283,11 +300,8 @@ fn a_two_dimensional_mesh_shards_by_both_and_a_bad_mesh_is_named_with_its_line()
         .map(|&(r, e): &(u64, u64)| round512(r.div_ceil(dp) * e * 4))
         .sum::<u64>()
         * BLOCKS as u64;
-    let after = root_state(
-        &dir.path().join(j["file"].as_str().unwrap()),
-        "Post-Backward",
-    );
-    assert_eq!(after["Parameter"], params, "{after}");
+    let before = root_state(&dir.path().join(j["file"].as_str().unwrap()), "Pre-Forward");
+    assert_eq!(before["Parameter"], params, "{before}");
     // two groups communicated: the tensor-parallel and the data-parallel one
     assert_eq!(j["verdict"]["nccl_bytes"], 2u64 << 30);
 
