@@ -251,6 +251,52 @@ fn record_watch_leaves_redirected_output_alone_and_closes_at_the_end() {
     assert_eq!(iterations_in(&dir.path().join("run.pkl")), steps as u64);
 }
 
+/// The terminal goes away under the UI (an SSH session that drops): the UI closes, the
+/// recording goes on to its file, and memtrack ends with the program, never spinning on a
+/// terminal that is gone.
+#[test]
+fn record_watch_whose_terminal_goes_away_ends_with_its_file() {
+    let (Some(py), true) = (python(), tmux_or_skip("record --watch")) else {
+        return;
+    };
+    let _one = one_program();
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tmux::start(
+        "hangup",
+        dir.path(),
+        &format!(
+            "echo $$ > memtrack.pid; exec {} record --watch -o run.pkl -- {} {} 600 0.05 2> err.txt",
+            bin(),
+            py.display(),
+            script("watch_loop.py")
+        ),
+    );
+    t.wait("iteration 3", Duration::from_secs(30), |s| {
+        iteration(s).is_some_and(|i| i >= 3)
+    });
+    let pid: i32 = std::fs::read_to_string(dir.path().join("memtrack.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    drop(t); // the terminal and everything in it: as a dropped connection hangs up
+    let err = dir.path().join("err.txt");
+    let start = Instant::now();
+    // memtrack writes the file and ends: a process that spun on the dead terminal would not
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "memtrack {pid} still runs after its terminal went away: {}",
+            std::fs::read_to_string(&err).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let said = std::fs::read_to_string(&err).unwrap();
+    assert!(said.contains("the terminal went away"), "{said}");
+    assert!(said.contains("wrote run.pkl"), "{said}");
+    assert!(iterations_in(&dir.path().join("run.pkl")) > 0);
+}
+
 #[test]
 fn watch_follows_a_journal_another_shell_is_writing() {
     let (Some(py), true) = (python(), tmux_or_skip("watch JOURNAL")) else {

@@ -6,9 +6,10 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Frame;
 
+use super::keys::Input;
 use super::terminal::Tty;
 
 /// What a screen does with a key.
@@ -38,6 +39,8 @@ pub enum Closed {
     Stopped,
     /// Ctrl-C, which the caller's `interrupt` said ends the UI.
     Interrupted,
+    /// The terminal went away (an SSH session dropped, the window closed).
+    Gone,
 }
 
 const REFRESH: Duration = Duration::from_millis(500);
@@ -57,6 +60,7 @@ pub fn run(
     screen.refresh();
     tty.terminal.draw(|f| screen.draw(f))?;
     let (mut refreshed, mut drawn) = (Instant::now(), Instant::now());
+    let mut size = tty.terminal.size()?;
     loop {
         if stop.load(Ordering::SeqCst) {
             // what came last is drawn before the UI closes
@@ -65,26 +69,27 @@ pub fn run(
             return Ok(Closed::Stopped);
         }
         let mut dirty = false;
-        if event::poll(Duration::from_millis(100))? {
-            match event::read()? {
-                Event::Key(k) if k.kind != KeyEventKind::Release => {
-                    let ctrl_c =
-                        k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
-                    if ctrl_c {
-                        if interrupt() {
-                            return Ok(Closed::Interrupted);
-                        }
-                    } else if let Step::Quit = screen.key(k) {
-                        return Ok(Closed::Quit);
+        match tty.keys.next(Duration::from_millis(100))? {
+            Input::Key(k) => {
+                let ctrl_c =
+                    k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
+                if ctrl_c {
+                    if interrupt() {
+                        return Ok(Closed::Interrupted);
                     }
-                    dirty = true;
+                } else if let Step::Quit = screen.key(k) {
+                    return Ok(Closed::Quit);
                 }
-                Event::Resize(..) => {
-                    tty.terminal.autoresize()?;
-                    dirty = true;
-                }
-                _ => {}
+                dirty = true;
             }
+            Input::Gone => return Ok(Closed::Gone),
+            Input::Nothing => {}
+        }
+        // a resize: drawn at once (draw fits the new size)
+        let now = tty.terminal.size()?;
+        if now != size {
+            size = now;
+            dirty = true;
         }
         if refreshed.elapsed() >= REFRESH {
             dirty |= screen.refresh();

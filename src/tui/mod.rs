@@ -9,6 +9,7 @@
 pub mod app;
 pub mod chart;
 pub mod envelope;
+pub mod keys;
 pub mod output;
 pub mod pty;
 pub mod snapshot_draw;
@@ -27,7 +28,10 @@ pub fn show(screen: &mut dyn app::Screen) -> std::io::Result<()> {
     let mut tty = terminal::Tty::open()?;
     let never = AtomicBool::new(false);
     let closed = app::run(&mut tty, screen, &never, &mut || true);
-    tty.close();
+    match closed {
+        Ok(app::Closed::Gone) => tty.abandon(),
+        _ => tty.close(),
+    }
     closed.map(|_| ())
 }
 

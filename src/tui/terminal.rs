@@ -11,10 +11,14 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::{cursor, execute, terminal};
 use ratatui::Terminal;
 
+use super::keys::Keys;
+
 /// The UI's terminal, in use.
 pub struct Tty {
     /// Drawn on.
     pub terminal: Terminal<CrosstermBackend<File>>,
+    /// Read from.
+    pub keys: Keys,
 }
 
 /// Whether the terminal is the UI's now (raw, alternate screen): a panic puts it back.
@@ -43,13 +47,21 @@ impl Tty {
         IN_USE.store(true, Ordering::SeqCst);
         install_panic_hook();
         execute!(tty, terminal::EnterAlternateScreen, cursor::Hide)?;
+        let keys = Keys::new(tty.try_clone()?);
         let terminal = Terminal::new(CrosstermBackend::new(tty))?;
-        Ok(Tty { terminal })
+        Ok(Tty { terminal, keys })
     }
 
     /// Give the terminal back as it was.
     pub fn close(self) {
         drop(self);
+    }
+
+    /// Let go of a terminal that is gone: nothing to give back, nothing to write there (every
+    /// write would fail, and ratatui would say so on stderr).
+    pub fn abandon(self) {
+        IN_USE.store(false, Ordering::SeqCst);
+        std::mem::forget(self);
     }
 }
 

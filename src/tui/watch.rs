@@ -96,13 +96,21 @@ impl Companion for Watch {
                 match Tty::open() {
                     Ok(mut tty) => {
                         let closed = app::run(&mut tty, &mut screen, &stop, &mut interrupt);
-                        tty.close();
-                        if let Err(e) = closed {
-                            eprintln!(
+                        match closed {
+                            Ok(Closed::Gone) => tty.abandon(),
+                            _ => tty.close(),
+                        }
+                        match closed {
+                            Err(e) => eprintln!(
                                 "memtrack: watch: the terminal failed ({e}); the recording goes on"
-                            );
-                        } else if closed.is_ok_and(|c| c == Closed::Quit) {
-                            eprintln!("memtrack: watch closed; the recording goes on to its file");
+                            ),
+                            Ok(Closed::Quit) => eprintln!(
+                                "memtrack: watch closed; the recording goes on to its file"
+                            ),
+                            Ok(Closed::Gone) => eprintln!(
+                                "memtrack: watch: the terminal went away; the recording goes on to its file"
+                            ),
+                            Ok(_) => {}
                         }
                     }
                     Err(e) => eprintln!(
