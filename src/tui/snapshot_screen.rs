@@ -6,7 +6,7 @@
 //! The moment starts at the first OOM (what held the memory when it ran out), else at the
 //! peak. Keys: ←/→ a column, `,`/`.` an event, `p` the peak, `x` the next OOM, `+`/`-` zoom
 //! around the moment, `0` the whole trace, ↑/↓ a row, `/` search, `q` quit
-//! ([`super::snapshot_keys`]); drawn by [`super::snapshot_draw`].
+//! (`snapshot_keys.rs`); drawn by `snapshot_draw.rs`.
 
 use crate::analysis::categories::is_user_file;
 use crate::model::snapshot::{FrameId, Snapshot, StackId};

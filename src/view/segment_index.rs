@@ -2,7 +2,7 @@
 //! event that cudaMalloc'd (or mapped) it to the one that freed (or unmapped) it, stacked.
 //!
 //! Built in the same pass over the events as the allocation index
-//! ([`super::snapshot_index::build`])
+//! (`snapshot_index.rs`)
 //! and tiled by the same code: each segment is an [`Alloc`] of an [`AllocIndex`] whose series
 //! is the reserved bytes after each event, so a tile of it is bounded as the allocation tiles
 //! are (a sample per pixel column, at most `MAX_DRAWN` segments one by one, the rest summed

@@ -1,4 +1,4 @@
-//! The types of [`Replay`](super::state::Replay)'s fields: byte rows by category and the
+//! The types of `Replay`'s fields (`state.rs`): byte rows by category and the
 //! storages behind them, ops and the hooks that made modules active, the module tables of an
 //! iteration, what is retained across iterations, the threads. They sit below both
 //! `state.rs`, which holds them in `Replay`, and the files whose `impl Replay` works on them
