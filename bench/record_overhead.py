@@ -13,6 +13,7 @@ A cell that cannot run (MemTracker on the LSTMCell loop) prints "-" and why.
     cargo build --release
     python bench/record_overhead.py                      # 3 interleaved rounds, min per cell
     python bench/record_overhead.py --rounds 5 --steps 40 --models mlp8,conv-compiled
+    python bench/record_overhead.py --instructions       # instructions a step (valgrind)
 
 Each cell runs in a fresh process: build the model, 3 warm-up steps, then timed blocks of
 steps; a cell's figure is the fastest block's time per step (CPU time of the process, which
@@ -27,11 +28,17 @@ the compiled observer or handed to the agent's Python, module calls done in C or
 tracker's Python, records written in place or through the agent's Python writers, and the
 calls of the agent's Python functions one more step makes (docs/record.md, Overhead). A
 compiled observer that could not be built or loaded shows there as the python observer.
+Beside them, the process's user and system time, page faults and context switches a step: the
+machine's kernel and hypervisor, which the paths do not count. `--instructions` counts the
+instructions a step under valgrind's callgrind instead (plain and each observer, by where they
+ran): a figure that is the same on any machine running the same binaries.
 """
 
 import argparse
 import json
 import os
+import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -54,12 +61,12 @@ def under_record(args, mode, cmd, folder):
             "-o", os.path.join(folder, "bench.pkl"), "--"] + cmd
 
 
-def run_recorded(args, mode, cmd):
+def run_recorded(args, mode, cmd, extra_env=None):
     """Run cmd (under record where `mode` says), its file in a temporary folder removed after:
     the finished process, and wall seconds."""
     with tempfile.TemporaryDirectory(prefix="memtrack-bench-") as folder:
         cmd = under_record(args, mode, cmd, folder)
-        env = dict(os.environ)
+        env = dict(os.environ, **(extra_env or {}))
         env.pop("MEMTRACK_SOCKET", None)
         w = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -164,6 +171,7 @@ def worker(model_name, mode, steps, threads):
         with Count():
             step()
     before = agent_paths()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     blocks, per = 5, max(1, steps // 5)
     best_cpu = best_wall = float("inf")
     walls, cpus = [], []  # every step's own time: a stall shows as one slow step
@@ -176,6 +184,13 @@ def worker(model_name, mode, steps, threads):
             cpus.append(time.process_time() - sc)
         best_cpu = min(best_cpu, (time.process_time() - c) / per)
         best_wall = min(best_wall, (time.perf_counter() - w) / per)
+    # the timed steps' kernel time, page faults and context switches (all threads): what a
+    # machine's kernel or hypervisor adds, beside the user time the paths explain
+    after_usage = resource.getrusage(resource.RUSAGE_SELF)
+    kernel = {k: (getattr(after_usage, f) - getattr(usage, f)) / (blocks * per)
+              for k, f in [("sys_s", "ru_stime"), ("user_s", "ru_utime"), ("faults", "ru_minflt"),
+                           ("major_faults", "ru_majflt"), ("switches", "ru_nvcsw"),
+                           ("preempted", "ru_nivcsw")]}
     paths = None
     if before is not None:  # recorded: what the agent did a step, read after the timing
         after = agent_paths()
@@ -189,7 +204,7 @@ def worker(model_name, mode, steps, threads):
         + json.dumps({"cpu_s": best_cpu, "wall_s": best_wall, "ops_per_step": Count.n or None,
                       "median_wall_s": med_wall, "median_cpu_s": med_cpu,
                       "max_wall_s": max(walls), "max_step": walls.index(max(walls)),
-                      "paths": paths, "torch": torch.__version__,
+                      "paths": paths, "kernel": kernel, "torch": torch.__version__,
                       "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                       "torch_threads": torch.get_num_threads()})
     )
@@ -299,6 +314,86 @@ def build_observer(args):
                   file=sys.stderr)
 
 
+# callgrind_annotate's lines: "1,234 (12.3%)  file:function [object]"
+ANNOTATED = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*?)(?: \[([^\]]*)\])?\s*$")
+# where an instruction ran, by the object file it is in
+PLACES = [("the compiled observer", "memtrack_observer"), ("the Python interpreter", "libpython"),
+          ("torch", "libtorch"), ("torch", "libc10"), ("malloc, TLS, C++ runtime", "libc.so"),
+          ("malloc, TLS, C++ runtime", "libstdc++"), ("malloc, TLS, C++ runtime", "ld-linux")]
+
+
+def place_of(obj):
+    base = os.path.basename(obj or "")
+    return next((name for name, prefix in PLACES if base.startswith(prefix)), "other")
+
+
+def instructions_of(args, model_name, mode, steps, folder):
+    """The instructions the worker's process ran with `steps` timed steps, in all and by place
+    (valgrind's callgrind: a count, the same on any machine running the same binaries)."""
+    out = os.path.join(folder, f"{model_name}-{mode}-{steps}.callgrind")
+    worker = [args.python, os.path.abspath(__file__), "--worker", model_name,
+              "plain" if mode in RECORD_MODES else mode, "--steps", str(steps),
+              "--threads", str(args.threads)]
+    # numpy's OpenBLAS threads (numpy is loaded with torch, unused here) wait for work by
+    # spinning, more or less of it as valgrind's pace goes: one thread, so that none spins
+    p, _ = run_recorded(args, mode, ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out]
+                        + worker, {"OPENBLAS_NUM_THREADS": "1"})
+    if p.returncode != 0 or not os.path.exists(out):
+        raise SystemExit(f"{' '.join(p.args)} failed:\n{p.stderr[-2000:]}")
+    text = subprocess.run(["callgrind_annotate", "--threshold=100", "--inclusive=no", out],
+                          capture_output=True, text=True, check=True).stdout
+    total, places = 0, {}
+    for line in text.splitlines():
+        m = ANNOTATED.match(line)
+        if not m:
+            continue
+        n = int(m.group(1).replace(",", ""))
+        if "PROGRAM TOTALS" in m.group(2):
+            total = n
+            continue
+        where = place_of(m.group(3))
+        places[where] = places.get(where, 0) + n
+    return total, places
+
+
+def instructions(args, models):
+    """Instructions a step, plain and under record with each observer: each cell run twice
+    (5 and 25 timed steps) so that start-up cancels out; two cells at a time."""
+    import concurrent.futures
+
+    for tool in ("valgrind", "callgrind_annotate"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            raise SystemExit(f"--instructions needs {tool} (Debian's package valgrind)")
+    few, many = 5, 25
+    modes = ["plain", "memtrack-compiled", "memtrack"]
+    with tempfile.TemporaryDirectory(prefix="memtrack-bench-") as folder:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+            jobs = {(m, mode, n): pool.submit(instructions_of, args, m, mode, n, folder)
+                    for m in models for mode in modes for n in (few, many)}
+            counts = {k: j.result() for k, j in jobs.items()}
+    print(f"\ninstructions a step (valgrind's callgrind, the program's process; the same on any "
+          f"machine with this Python and torch, whatever its speed or load):")
+    report = {}
+    for m in models:
+        per = {}
+        for mode in modes:
+            (t1, p1), (t2, p2) = counts[(m, mode, few)], counts[(m, mode, many)]
+            per[mode] = ((t2 - t1) / (many - few),
+                         {k: (p2.get(k, 0) - p1.get(k, 0)) / (many - few) for k in set(p1) | set(p2)})
+        base, base_places = per["plain"]
+        for mode in modes:
+            total, places = per[mode]
+            line = f"  {m:13} {mode:18} {total / 1e6:8.2f} M  {total / base:5.2f}x"
+            if mode != "plain":
+                added = sorted(((places.get(k, 0) - base_places.get(k, 0), k)
+                                for k in set(places) | set(base_places)), reverse=True)
+                line += "  added: " + ", ".join(f"{k} {d / 1e6:+.2f} M" for d, k in added
+                                                if abs(d) >= 0.05e6)
+            print(line)
+        report[m] = {mode: {"instructions": t, "by_place": p} for mode, (t, p) in per.items()}
+    print("MEMTRACK_BENCH_INSTRUCTIONS " + json.dumps(report))
+
+
 def median(xs):
     xs = sorted(xs)
     n = len(xs)
@@ -316,6 +411,7 @@ def summarise(results):
         "median_wall_s": min(r["median_wall_s"] for r in rs),
         "median_cpu_s": min(r["median_cpu_s"] for r in rs),
         "paths": rs[-1].get("paths"),
+        "kernel": min((r["kernel"] for r in rs), key=lambda k: k["sys_s"] + k["user_s"]),
         "said": sorted({x for r in rs for x in r.get("said", [])}),
     }
 
@@ -360,6 +456,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--memtrack", default=os.path.join(ROOT, "target", "release", "memtrack"))
+    ap.add_argument("--instructions", action="store_true",
+                    help="count instructions a step under valgrind instead of timing (minutes)")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker[0], args.worker[1], args.steps, args.threads)
@@ -369,6 +467,10 @@ def main():
     models = args.models.split(",")
     load_before = os.getloadavg()[0]
     build_observer(args)
+    if args.instructions:
+        print(f"machine: {machine(args)}")
+        instructions(args, models)
+        return
     runs = {}  # (model, mode) -> each round's result (None: the cell could not run)
     for r in range(args.rounds):
         for m in models:
@@ -448,6 +550,19 @@ def main():
                 print(f"  {'':13} {'':8}           the agent's commonest Python calls: {top}")
             for said in b["said"] if b else []:
                 print(f"  {m:13} {observer:8} observer: {said}")
+
+    print("\nthe program's process a step (the fastest round): user and system CPU time, page "
+          "faults, context switches (voluntary / preempted); system time and faults are the "
+          "machine's kernel and hypervisor at work, which the paths do not count:")
+    for m in models:
+        for mode in modes_for(m):
+            b = best.get((m, mode))
+            if b:
+                k = b["kernel"]
+                print(f"  {m:13} {mode:18} user {k['user_s'] * 1e3:7.3f} ms  system "
+                      f"{k['sys_s'] * 1e3:6.3f} ms  faults {k['faults']:7.1f} (major "
+                      f"{k['major_faults']:.1f})  switches {k['switches']:.1f} / "
+                      f"{k['preempted']:.1f}")
 
     print(f"\nmedian step (CPU / wall) and slowest step over the median (wall, worst round):")
     for m in models:
