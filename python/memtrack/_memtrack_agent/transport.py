@@ -17,6 +17,7 @@ exclusively, never through a link.
 """
 
 import errno
+import mmap
 import os
 import struct
 import sys
@@ -225,6 +226,21 @@ def _reserve(fd, start, end):
         at += os.pwrite(fd, zeros[at:], start * 8 + at)
 
 
+MADV_POPULATE_WRITE = 23  # Linux 5.14 (not named by Python's mmap before 3.13)
+
+
+def _populate(mm, start, end):
+    """Slots [start, end) of a mapped segment made present and writable in one call: the
+    records written into them then take no page fault each (about one every 500 records;
+    on some virtual machines a fault costs more than the records of its page). Where the
+    kernel has no such advice, the pages are faulted in as they are written."""
+    try:
+        low = start * 8 - start * 8 % mmap.PAGESIZE
+        mm.madvise(MADV_POPULATE_WRITE, low, end * 8 - low)
+    except (OSError, ValueError):
+        pass
+
+
 def _stop(path, e):
     """Recording stops here: say so, and tell the collector on the socket (the spool cannot
     carry it), so `record` does not end with a silent 0. The program goes on."""
@@ -255,6 +271,7 @@ def _room(need):
         except OSError as e:
             _stop(os.path.join(st["dir"], f"{st['name']}-{st['segment'] - 1:04d}.bin"), e)
             return 0
+        _populate(sp[3], sp[1], end)
         sp[1] = end
         return p
     return 1 if _open_segment(need) else 0
@@ -263,8 +280,6 @@ def _room(need):
 def _open_segment(need):
     """A fresh segment for a record of `need` slots, its first slots reserved on disk; False
     where nothing may be written."""
-    import mmap
-
     st = _spool_state
     if st["dir"] is None or st["pid"] != os.getpid():
         return False
@@ -283,6 +298,7 @@ def _open_segment(need):
             os.ftruncate(fd, slots * 8)
             _reserve(fd, 0, reserved)
             mm = mmap.mmap(fd, slots * 8, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            _populate(mm, 0, reserved)
         except BaseException:
             os.close(fd)
             raise
