@@ -358,7 +358,8 @@ def instructions_of(args, model_name, mode, steps, folder):
 
 def instructions(args, models):
     """Instructions a step, plain and under record with each observer: each cell run twice
-    (5 and 25 timed steps) so that start-up cancels out; two cells at a time."""
+    (5 and 25 timed steps) so that start-up cancels out; as many at a time as there are
+    cores."""
     import concurrent.futures
 
     for tool in ("valgrind", "callgrind_annotate"):
@@ -371,8 +372,8 @@ def instructions(args, models):
             jobs = {(m, mode, n): pool.submit(instructions_of, args, m, mode, n, folder)
                     for m in models for mode in modes for n in (few, many)}
             counts = {k: j.result() for k, j in jobs.items()}
-    print(f"\ninstructions a step (valgrind's callgrind, the program's process; the same on any "
-          f"machine with this Python and torch, whatever its speed or load):")
+    print("\ninstructions a step (valgrind's callgrind, the program's process; the same to a "
+          "few percent on any machine with this Python and torch, whatever its speed or load):")
     report = {}
     for m in models:
         per = {}
