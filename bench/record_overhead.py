@@ -553,8 +553,9 @@ def main():
                 print(f"  {m:13} {observer:8} observer: {said}")
 
     print("\nthe program's process a step (the fastest round): user and system CPU time, page "
-          "faults, context switches (voluntary / preempted); system time and faults are the "
-          "machine's kernel and hypervisor at work, which the paths do not count:")
+          "faults (getrusage's: the spool's pages made present ahead count too), context "
+          "switches (voluntary / preempted); system time and faults are the machine's kernel "
+          "and hypervisor at work, which the paths do not count:")
     for m in models:
         for mode in modes_for(m):
             b = best.get((m, mode))
