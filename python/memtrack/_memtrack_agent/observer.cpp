@@ -146,37 +146,7 @@ struct Ctx : at::ObserverContext {
   c10::DispatchKeySet autocast;
   Ctx(int32_t i, Ctx* p, c10::DispatchKeySet a = c10::DispatchKeySet())
       : id(i), parent(p), autocast(a) {}
-  // One is made and freed per RecordFunction call (nested calls too, about twice the ops):
-  // taken from this thread's spares, as malloc and free cost about as much as on_start.
-  // RecordFunction frees it on the thread that made it (its start and end run there).
-  static void* operator new(size_t size);
-  static void operator delete(void* p);
 };
-
-struct CtxSpares {
-  std::vector<void*> free;
-  ~CtxSpares() {
-    for (void* p : free) ::operator delete(p);
-  }
-};
-thread_local CtxSpares ctx_spares;
-
-void* Ctx::operator new(size_t size) {
-  auto& free = ctx_spares.free;
-  if (free.empty() || size != sizeof(Ctx)) return ::operator new(size);
-  void* p = free.back();
-  free.pop_back();
-  return p;
-}
-
-void Ctx::operator delete(void* p) {
-  auto& free = ctx_spares.free;
-  if (free.size() < 256) {  // the deepest nesting seen is a few dozen
-    free.push_back(p);
-  } else {
-    ::operator delete(p);
-  }
-}
 
 // Whether a tensor has its Python object already (PyObjectSlot::load_pyobj, torch 2.15; on a
 // torch without it: no, and the tensor is not handed over).
@@ -282,13 +252,8 @@ void hand_over(int32_t id, const std::vector<c10::IValue>* outs) {
     // aside while the agent's body runs, and put it back as it was
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
-    // the outputs' tensors, in a vector kept per thread (no allocation per op), emptied
-    // before the op returns so that no output is held past it
-    thread_local std::vector<at::Tensor> ts;
-    ts.clear();
-    bool fast = fast_outputs(outs, ts) && observe_fast(id, *outs, ts);
-    ts.clear();
-    if (fast) {
+    std::vector<at::Tensor> ts;
+    if (fast_outputs(outs, ts) && observe_fast(id, *outs, ts)) {
       ++path_counts.ops_in_c;
       defer_if_the_programs();
       PyErr_Restore(type, value, traceback);
