@@ -28,6 +28,16 @@ fn block_params() -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// One block's gradients whole (unsharded), each parameter's own storage: what FSDP2 still
+/// holds of the first block when the root's backward ends (it reduces them in its final
+/// callback, after).
+fn whole_block_grad_bytes() -> u64 {
+    block_params()
+        .iter()
+        .map(|&(r, e)| round512(r * e * 4))
+        .sum()
+}
+
 /// `memtrack estimate --format json [extra] -o DIR/est.pkl -- torchrun --nproc-per-node 8
 /// estimate_distributed.py MODE` in `dir`: (exit code, the JSON, the program's output).
 fn estimate(dir: &Path, py: &Path, extra: &[&str], mode: &str) -> (i32, Value, String) {
@@ -119,11 +129,7 @@ fn fsdp2_per_rank_model_states_are_the_sharding_arithmetic_with_its_padding() {
         // are reduce-scattered; the first block's are still whole, one storage a parameter:
         // its inputs need no gradient, so FSDP2 reduces them in its final callback, after
         let after = root_state(&file, "Post-Backward");
-        let first_block: u64 = block_params()
-            .iter()
-            .map(|&(r, e)| round512(r * e * 4))
-            .sum();
-        let expected = grads / BLOCKS as u64 * (BLOCKS as u64 - 1) + first_block;
+        let expected = grads / BLOCKS as u64 * (BLOCKS as u64 - 1) + whole_block_grad_bytes();
         assert_eq!(after["Gradient"], expected, "rank {rank}: {after}");
         // in flight: a block's forward holds its unsharded (all-gathered) parameters too
         let it = &export(&file)["memtrack"]["modules"][1];
@@ -163,11 +169,7 @@ fn cpu_offload_keeps_the_model_states_off_the_device() {
     // when the root's backward ends, only the first block's whole gradients are on the
     // device: FSDP2 reduces and offloads them in its final callback, after
     let after = root_state(&file, "Post-Backward");
-    let first_block: u64 = block_params()
-        .iter()
-        .map(|&(r, e)| round512(r * e * 4))
-        .sum();
-    assert_eq!(after["Gradient"], first_block, "{after}");
+    assert_eq!(after["Gradient"], whole_block_grad_bytes(), "{after}");
     assert_eq!(after["Optstate"], 0, "{after}");
     // no value was read to offload it
     assert_eq!(j["values_read"].as_array().unwrap().len(), 0, "{j}");

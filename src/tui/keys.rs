@@ -23,6 +23,8 @@ pub enum Input {
 pub struct Keys {
     tty: File,
     pending: Vec<u8>,
+    /// The terminal was found gone (once gone, it stays so).
+    gone: bool,
 }
 
 impl Keys {
@@ -30,11 +32,23 @@ impl Keys {
         Keys {
             tty,
             pending: Vec::new(),
+            gone: false,
         }
+    }
+
+    /// Whether the terminal was found gone.
+    pub fn gone(&self) -> bool {
+        self.gone
     }
 
     /// The next key, waiting at most `wait` for one.
     pub fn next(&mut self, wait: Duration) -> io::Result<Input> {
+        let input = self.read(wait)?;
+        self.gone |= matches!(input, Input::Gone);
+        Ok(input)
+    }
+
+    fn read(&mut self, wait: Duration) -> io::Result<Input> {
         if let Some(k) = self.decode() {
             return Ok(Input::Key(k));
         }

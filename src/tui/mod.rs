@@ -28,10 +28,7 @@ pub fn show(screen: &mut dyn app::Screen) -> std::io::Result<()> {
     let mut tty = terminal::Tty::open()?;
     let never = AtomicBool::new(false);
     let closed = app::run(&mut tty, screen, &never, &mut || true);
-    match closed {
-        Ok(app::Closed::Gone) => tty.abandon(),
-        _ => tty.close(),
-    }
+    tty.close();
     closed.map(|_| ())
 }
 

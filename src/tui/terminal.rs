@@ -52,16 +52,16 @@ impl Tty {
         Ok(Tty { terminal, keys })
     }
 
-    /// Give the terminal back as it was.
+    /// Give the terminal back as it was; one its keys found gone is let go of instead:
+    /// nothing to give back, nothing to write there (every write would fail, and ratatui
+    /// would say so on stderr).
     pub fn close(self) {
-        drop(self);
-    }
-
-    /// Let go of a terminal that is gone: nothing to give back, nothing to write there (every
-    /// write would fail, and ratatui would say so on stderr).
-    pub fn abandon(self) {
-        IN_USE.store(false, Ordering::SeqCst);
-        std::mem::forget(self);
+        if self.keys.gone() {
+            IN_USE.store(false, Ordering::SeqCst);
+            std::mem::forget(self);
+        } else {
+            drop(self);
+        }
     }
 }
 

@@ -96,10 +96,7 @@ impl Companion for Watch {
                 match Tty::open() {
                     Ok(mut tty) => {
                         let closed = app::run(&mut tty, &mut screen, &stop, &mut interrupt);
-                        match closed {
-                            Ok(Closed::Gone) => tty.abandon(),
-                            _ => tty.close(),
-                        }
+                        tty.close();
                         match closed {
                             Err(e) => eprintln!(
                                 "memtrack: watch: the terminal failed ({e}); the recording goes on"
